@@ -1,0 +1,168 @@
+//! The client for Envoy's admin API (127.0.0.1:15000 in a sidecar).
+//!
+//! Every call opens a fresh loopback connection, and the whole exchange
+//! (connect, request, reading the body) runs under one timeout, so a hung or
+//! slow Envoy costs at most that timeout and never a stuck task. Bodies are
+//! read up to a limit: an Envoy that answers with megabytes of garbage is an
+//! error, not an out-of-memory.
+//!
+//! The connection is driven inside the caller's future rather than in a
+//! spawned task, so nothing outlives the call.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::config::AdminUrl;
+
+/// The admin query that says whether Envoy is live, plus the xDS counters
+/// that say whether its first CDS and LDS updates arrived.
+///
+/// `usedonly` matters: without it Envoy reports `server.state: 0` (LIVE)
+/// before it ever set the gauge. The regex is percent-encoded for the URI.
+pub const READINESS_STATS: &str = "/stats?usedonly&filter=\
+%5E(server%5C.state%7Clistener_manager%5C.workers_started\
+%7C(cluster_manager%5C.cds%7Clistener_manager%5C.lds)%5C.update_(attempt%7Csuccess%7Crejected))%24";
+
+/// Why an admin call did not produce a usable body.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("cannot connect to Envoy admin at {url}: {source}")]
+    Connect { url: String, source: std::io::Error },
+    #[error("Envoy admin at {url} did not answer within {}", crate::duration::Display(*.timeout))]
+    Timeout { url: String, timeout: Duration },
+    #[error("Envoy admin HTTP error: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("Envoy admin answered {status} to {path}: {body}")]
+    Status {
+        status: StatusCode,
+        path: String,
+        body: String,
+    },
+    #[error("Envoy admin answer to {path} is larger than {limit} bytes")]
+    TooLarge { path: String, limit: usize },
+    #[error("Envoy admin answer to {path} is not UTF-8 text")]
+    NotText { path: String },
+}
+
+/// A client for one Envoy admin endpoint.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    url: AdminUrl,
+    timeout: Duration,
+}
+
+/// Largest `/stats` answer accepted for the small filtered queries.
+pub const STATS_LIMIT: usize = 1 << 20;
+
+impl AdminClient {
+    pub fn new(url: AdminUrl, timeout: Duration) -> Self {
+        Self { url, timeout }
+    }
+
+    pub fn url(&self) -> &AdminUrl {
+        &self.url
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// `GET path`, expecting 200 and a UTF-8 body of at most `limit` bytes.
+    pub async fn get_text(&self, path: &str, limit: usize) -> Result<String, AdminError> {
+        let body = self.call(Method::GET, path, limit).await?;
+        String::from_utf8(body.into()).map_err(|_| AdminError::NotText { path: path.into() })
+    }
+
+    /// `POST path`, expecting 200; returns the body.
+    pub async fn post(&self, path: &str) -> Result<Bytes, AdminError> {
+        self.call(Method::POST, path, 64 * 1024).await
+    }
+
+    /// One request on a fresh connection, all of it under `self.timeout`.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        limit: usize,
+    ) -> Result<Bytes, AdminError> {
+        match tokio::time::timeout(self.timeout, self.exchange(method, path, limit)).await {
+            Ok(result) => result,
+            Err(_) => Err(AdminError::Timeout {
+                url: self.url.to_string(),
+                timeout: self.timeout,
+            }),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        limit: usize,
+    ) -> Result<Bytes, AdminError> {
+        let stream = TcpStream::connect(self.url.addr())
+            .await
+            .map_err(|source| AdminError::Connect {
+                url: self.url.to_string(),
+                source,
+            })?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, self.url.authority())
+            .body(Empty::<Bytes>::new())
+            .expect("a request built from a validated URL and a static path");
+
+        let exchange = async {
+            let response = sender.send_request(request).await?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), limit)
+                .collect()
+                .await
+                .map_err(|e| match e.downcast::<hyper::Error>() {
+                    Ok(e) => AdminError::Http(*e),
+                    Err(_) => AdminError::TooLarge {
+                        path: path.to_owned(),
+                        limit,
+                    },
+                })?
+                .to_bytes();
+            if status != StatusCode::OK {
+                let text = String::from_utf8_lossy(&body);
+                let first = text
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(200)
+                    .collect();
+                return Err(AdminError::Status {
+                    status,
+                    path: path.to_owned(),
+                    body: first,
+                });
+            }
+            Ok(body)
+        };
+        tokio::pin!(exchange);
+        // Drive the connection and the exchange together. If the connection
+        // finishes first (Envoy closed it after answering), the answer is
+        // already buffered and the exchange completes from it.
+        tokio::select! {
+            biased;
+            result = &mut exchange => result,
+            conn_result = conn => {
+                conn_result?;
+                exchange.await
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Durations written the way Go (and so Istio's users) write them:
+//! `500ms`, `5s`, `1m30s`, `1.5h`, `0`.
+//!
+//! Accepted units: `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`. A sign is not
+//! accepted: no setting of lifeguard means anything with a negative duration,
+//! so `-5s` is an error rather than a surprise.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a duration string was refused. The message names the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {text:?}: {why} (write it like 500ms, 5s, 1m30s)")]
+pub struct ParseDurationError {
+    text: String,
+    why: &'static str,
+}
+
+/// Parses a Go-style duration string.
+pub fn parse(text: &str) -> Result<Duration, ParseDurationError> {
+    let err = |why| ParseDurationError {
+        text: text.to_owned(),
+        why,
+    };
+    let s = text.trim();
+    if s.is_empty() {
+        return Err(err("empty"));
+    }
+    if s.starts_with('-') {
+        return Err(err("negative durations are not allowed"));
+    }
+    let s = s.strip_prefix('+').unwrap_or(s);
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+
+    let mut rest = s;
+    let mut total_nanos: u128 = 0;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| err("missing unit"))?;
+        if num_len == 0 {
+            return Err(err("expected a number"));
+        }
+        let (number, after) = rest.split_at(num_len);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60 * 1_000_000_000,
+            "h" => 3_600 * 1_000_000_000,
+            _ => return Err(err("unknown unit")),
+        };
+        total_nanos += scaled(number, unit_nanos).ok_or_else(|| err("bad number"))?;
+        if total_nanos > u64::MAX as u128 {
+            return Err(err("too large"));
+        }
+        rest = after;
+    }
+    Ok(Duration::from_nanos(total_nanos as u64))
+}
+
+/// `number` (digits with at most one '.') times `unit_nanos`, exactly.
+fn scaled(number: &str, unit_nanos: u128) -> Option<u128> {
+    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+    if int.is_empty() && frac.is_empty() || frac.contains('.') {
+        return None;
+    }
+    let int: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let mut value = int.checked_mul(unit_nanos)?;
+    let mut scale = unit_nanos;
+    for digit in frac.bytes() {
+        scale /= 10;
+        if scale == 0 {
+            break;
+        }
+        value += u128::from(digit - b'0') * scale;
+    }
+    Some(value)
+}
+
+/// Displays a duration the Go way, so `check` and the logs print what a user
+/// would have typed: `1m30s`, `500ms`, `0s`.
+pub struct Display(pub Duration);
+
+impl fmt::Display for Display {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        if d.is_zero() {
+            return f.write_str("0s");
+        }
+        let nanos = d.as_nanos();
+        if nanos < 1_000_000_000 {
+            return match nanos {
+                n if n % 1_000_000 == 0 => write!(f, "{}ms", n / 1_000_000),
+                n if n % 1_000 == 0 => write!(f, "{}us", n / 1_000),
+                n => write!(f, "{n}ns"),
+            };
+        }
+        let secs = d.as_secs();
+        let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+        if h > 0 {
+            write!(f, "{h}h")?;
+        }
+        if h > 0 || m > 0 {
+            write!(f, "{m}m")?;
+        }
+        let sub = d.subsec_nanos();
+        if sub == 0 {
+            write!(f, "{s}s")
+        } else {
+            let frac = format!("{sub:09}");
+            write!(f, "{s}.{}s", frac.trim_end_matches('0'))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn parses_what_istio_users_type() {
+        assert_eq!(parse("500ms"), Ok(ms(500)));
+        assert_eq!(parse("5s"), Ok(ms(5_000)));
+        assert_eq!(parse("1m30s"), Ok(ms(90_000)));
+        assert_eq!(parse("1h"), Ok(ms(3_600_000)));
+        assert_eq!(parse("1.5s"), Ok(ms(1_500)));
+        assert_eq!(parse(".5s"), Ok(ms(500)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
+        assert_eq!(parse("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse("10ns"), Ok(Duration::from_nanos(10)));
+        assert_eq!(parse("1h2m3s4ms"), Ok(ms(3_723_004)));
+    }
+
+    #[test]
+    fn refuses_what_go_would_refuse_and_negatives() {
+        for bad in ["", "5", "s", "-5s", "5x", "1..5s", "5 s", "abc", "1m30"] {
+            let e = parse(bad).expect_err(bad);
+            assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn displays_round_trip() {
+        for text in ["0s", "500ms", "5s", "1m30s", "1h0m0s", "1.5s", "250us"] {
+            let d = parse(text).unwrap();
+            assert_eq!(Display(d).to_string(), text);
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! lifeguard: a sidecar agent that owns Envoy's readiness, drain and exit.
+//!
+//! Layout, one module per concern:
+//! - [`config`]: flags, env, TOML file and defaults, merged and validated once.
+//! - [`duration`]: Go-style durations (`500ms`, `1m30s`).
+//! - [`admin`]: the Envoy admin API client (timeouts, bounded bodies).
+//! - [`stats`]: the parser of Envoy's `/stats` text.
+//! - [`readiness`]: the snapshot the poller writes and the probe reads.
+//! - [`poller`]: the background task that reads Envoy and writes the snapshot.
+//! - [`server`]: the status server on 15020 (tower service on hyper).
+//! - [`cli`]: the command line of the `lifeguard` binary.
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod duration;
+pub mod poller;
+pub mod readiness;
+pub mod server;
+pub mod stats;

