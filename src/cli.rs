@@ -17,12 +17,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the agent: serve readiness on the status port from Envoy's admin stats.
+    /// Run the agent: serve readiness from Envoy's admin stats, drain Envoy
+    /// and stop it on SIGTERM. With `-- ENVOY_COMMAND...` Envoy is launched
+    /// as lifeguard's child; without it, lifeguard looks after an Envoy that
+    /// runs beside it and stops it through its admin API.
     Run {
         #[command(flatten)]
         args: RunArgs,
-        /// Envoy's command line, after `--` (launching Envoy as a child is not
-        /// supported yet: lifeguard watches an Envoy that runs beside it).
+        /// Envoy's command line, after `--`.
         #[arg(last = true, value_name = "ENVOY_COMMAND")]
         envoy: Vec<String>,
     },

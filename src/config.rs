@@ -55,6 +55,49 @@ pub struct RunArgs {
     /// Log filter, as tracing's EnvFilter reads it [default: info].
     #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER")]
     pub log: Option<String>,
+
+    /// The pod's terminationGracePeriodSeconds; the drain ends by this
+    /// minus the shutdown margin [default: 30s].
+    #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION")]
+    pub termination_grace_period: Option<String>,
+
+    /// Time kept back from the grace period to stop Envoy and exit [default: 2s].
+    #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION")]
+    pub shutdown_margin: Option<String>,
+
+    /// Pause after readiness turns 503 and before Envoy starts draining, so
+    /// endpoint removal can propagate [default: 0s].
+    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DURATION")]
+    pub drain_delay: Option<String>,
+
+    /// Fixed policy: how long Envoy drains before it is stopped [default: 5s].
+    #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION")]
+    pub termination_drain_duration: Option<String>,
+
+    /// Stop Envoy once its active downstream connections reach zero
+    /// (true or false) [default: false].
+    #[arg(long, env = "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value_name = "BOOL")]
+    pub exit_on_zero_active_connections: Option<String>,
+
+    /// Exit-on-zero policies: the shortest drain [default: 5s].
+    #[arg(long, env = "MINIMUM_DRAIN_DURATION", value_name = "DURATION")]
+    pub minimum_drain_duration: Option<String>,
+
+    /// What the drain waits for: time (fixed), connections or requests
+    /// (zero active) [default: time, or connections when
+    /// EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true].
+    #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT")]
+    pub drain_until: Option<String>,
+
+    /// Listener port whose connections the drain does not wait for
+    /// (repeatable; 15021 and 15090 are always left out).
+    #[arg(
+        long = "ignore-listener-port",
+        env = "LIFEGUARD_IGNORE_LISTENER_PORTS",
+        value_name = "PORT",
+        value_delimiter = ','
+    )]
+    pub ignore_listener_ports: Vec<String>,
 }
 
 /// The same settings as written in the TOML file.
@@ -68,6 +111,14 @@ struct FileSettings {
     admin_timeout: Option<String>,
     xds_check: Option<String>,
     log: Option<String>,
+    termination_grace_period: Option<String>,
+    shutdown_margin: Option<String>,
+    drain_delay: Option<String>,
+    termination_drain_duration: Option<String>,
+    exit_on_zero_active_connections: Option<bool>,
+    minimum_drain_duration: Option<String>,
+    drain_until: Option<String>,
+    ignore_listener_ports: Option<Vec<u16>>,
 }
 
 /// When readiness also requires Envoy's first xDS (CDS and LDS) updates.
@@ -103,6 +154,45 @@ impl fmt::Display for XdsCheck {
         })
     }
 }
+
+/// What the drain waits for before Envoy is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainUntil {
+    /// A fixed time: `termination_drain_duration`.
+    Time,
+    /// Zero active downstream connections (after the minimum duration).
+    Connections,
+    /// Zero active downstream HTTP requests (after the minimum duration):
+    /// idle keep-alive connections do not hold the pod.
+    Requests,
+}
+
+impl FromStr for DrainUntil {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "time" => Ok(Self::Time),
+            "connections" => Ok(Self::Connections),
+            "requests" => Ok(Self::Requests),
+            _ => Err("expected time, connections or requests".into()),
+        }
+    }
+}
+
+impl fmt::Display for DrainUntil {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Time => "time",
+            Self::Connections => "connections",
+            Self::Requests => "requests",
+        })
+    }
+}
+
+/// Listener ports never waited for: Istio's status (15021) and Prometheus
+/// (15090) listeners, whose own probe and scrape traffic never ends.
+pub const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 
 /// Envoy's admin address: `http://` plus a loopback host and a port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,9 +257,49 @@ pub struct Settings {
     pub admin_timeout: Duration,
     pub xds_check: XdsCheck,
     pub log: String,
+    pub termination_grace_period: Duration,
+    pub shutdown_margin: Duration,
+    pub drain_delay: Duration,
+    pub termination_drain_duration: Duration,
+    pub minimum_drain_duration: Duration,
+    pub drain_until: DrainUntil,
+    /// Ports left out of the active count, including [`ALWAYS_IGNORED_PORTS`].
+    pub ignore_listener_ports: Vec<u16>,
 }
 
 impl Settings {
+    /// How long after the drain begins Envoy must be stopped: the grace
+    /// period less the shutdown margin.
+    pub fn drain_deadline(&self) -> Duration {
+        self.termination_grace_period
+            .saturating_sub(self.shutdown_margin)
+    }
+
+    /// Durations that do not fit inside the drain deadline, as warnings.
+    pub fn warnings(&self) -> Vec<String> {
+        let budget = self.drain_deadline();
+        let (what, wait) = match self.drain_until {
+            DrainUntil::Time => (
+                "termination_drain_duration",
+                self.termination_drain_duration,
+            ),
+            _ => ("minimum_drain_duration", self.minimum_drain_duration),
+        };
+        let mut out = Vec::new();
+        if self.drain_delay + wait > budget {
+            out.push(format!(
+                "drain_delay ({}) + {what} ({}) = {} does not fit the {} left by termination_grace_period ({}) - shutdown_margin ({}): the drain will be cut at the deadline",
+                D(self.drain_delay),
+                D(wait),
+                D(self.drain_delay + wait),
+                D(budget),
+                D(self.termination_grace_period),
+                D(self.shutdown_margin),
+            ));
+        }
+        out
+    }
+
     /// How old the last successful admin read may be before readiness stops
     /// trusting it: three poll intervals plus one read timeout.
     pub fn stale_after(&self) -> Duration {
@@ -311,6 +441,125 @@ impl Settings {
             |s| Ok::<_, String>(s.to_owned()),
             |s| s.clone(),
         )?;
+        let termination_grace_period = l.value(
+            "termination_grace_period",
+            args.termination_grace_period.clone(),
+            |f| f.termination_grace_period.take(),
+            "30s",
+            |s| {
+                // Kubernetes writes terminationGracePeriodSeconds as a bare
+                // number of seconds; accept that too.
+                let d = match s.parse::<u64>() {
+                    Ok(secs) => Duration::from_secs(secs),
+                    Err(_) => duration::parse(s).map_err(|e| e.to_string())?,
+                };
+                if d.is_zero() {
+                    return Err("must be greater than zero".into());
+                }
+                Ok(d)
+            },
+            |d| D(*d).to_string(),
+        )?;
+        let shutdown_margin = l.duration(
+            "shutdown_margin",
+            args.shutdown_margin.clone(),
+            |f| f.shutdown_margin.take(),
+            "2s",
+            false,
+        )?;
+        let drain_delay = l.duration(
+            "drain_delay",
+            args.drain_delay.clone(),
+            |f| f.drain_delay.take(),
+            "0s",
+            false,
+        )?;
+        let termination_drain_duration = l.duration(
+            "termination_drain_duration",
+            args.termination_drain_duration.clone(),
+            |f| f.termination_drain_duration.take(),
+            "5s",
+            false,
+        )?;
+        let exit_on_zero = l.value(
+            "exit_on_zero_active_connections",
+            args.exit_on_zero_active_connections.clone(),
+            |f| {
+                f.exit_on_zero_active_connections
+                    .take()
+                    .map(|b| b.to_string())
+            },
+            "false",
+            |s| match s {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err("expected true or false".to_string()),
+            },
+            |b| b.to_string(),
+        )?;
+        let minimum_drain_duration = l.duration(
+            "minimum_drain_duration",
+            args.minimum_drain_duration.clone(),
+            |f| f.minimum_drain_duration.take(),
+            "5s",
+            false,
+        )?;
+        let default_until = if exit_on_zero { "connections" } else { "time" };
+        let drain_until = l.value(
+            "drain_until",
+            args.drain_until.clone(),
+            |f| f.drain_until.take(),
+            default_until,
+            |s| s.parse::<DrainUntil>(),
+            |d| d.to_string(),
+        )?;
+        let given_ports =
+            (!args.ignore_listener_ports.is_empty()).then(|| args.ignore_listener_ports.join(","));
+        let ignore_listener_ports = l.value(
+            "ignore_listener_ports",
+            given_ports,
+            |f| {
+                f.ignore_listener_ports.take().map(|ports| {
+                    ports
+                        .iter()
+                        .map(u16::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+            },
+            "",
+            |s| {
+                let mut ports = ALWAYS_IGNORED_PORTS.to_vec();
+                for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    match part.parse::<u16>() {
+                        Ok(p) if p > 0 => ports.push(p),
+                        _ => return Err(format!("{part:?} is not a port (1-65535)")),
+                    }
+                }
+                ports.sort_unstable();
+                ports.dedup();
+                Ok(ports)
+            },
+            |ports| {
+                ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        )?;
+        if shutdown_margin >= termination_grace_period {
+            let origin = l.source_recorded("shutdown_margin");
+            return Err(ConfigError::Invalid {
+                field: field_name("shutdown_margin", origin),
+                value: D(shutdown_margin).to_string(),
+                origin,
+                why: format!(
+                    "must be shorter than termination_grace_period ({})",
+                    D(termination_grace_period)
+                ),
+            });
+        }
 
         let settings = Settings {
             status_addr,
@@ -320,12 +569,26 @@ impl Settings {
             admin_timeout,
             xds_check,
             log,
+            termination_grace_period,
+            shutdown_margin,
+            drain_delay,
+            termination_drain_duration,
+            minimum_drain_duration,
+            drain_until,
+            ignore_listener_ports,
         };
         Ok((settings, l.effective))
     }
 }
 
 impl Loader<'_> {
+    fn source_recorded(&self, key: &str) -> Source {
+        self.effective
+            .iter()
+            .find(|e| e.key == key)
+            .map_or(Source::Default, |e| e.source)
+    }
+
     fn source_of(&self, key: &str) -> Source {
         match self.matches.and_then(|m| m.value_source(key)) {
             Some(ValueSource::EnvVariable) => Source::Env,
@@ -393,15 +656,23 @@ impl Loader<'_> {
 /// or `poll_interval` in the file.
 fn field_name(key: &str, source: Source) -> String {
     match source {
+        Source::Flag if key == "ignore_listener_ports" => "--ignore-listener-port".into(),
         Source::Flag => format!("--{}", key.replace('_', "-")),
         Source::Env => env_name(key),
         Source::File | Source::Default => key.to_owned(),
     }
 }
 
-/// The environment variable of a setting.
+/// The environment variable of a setting: Istio's name where a pod spec may
+/// already set it, `LIFEGUARD_<KEY>` otherwise.
 pub fn env_name(key: &str) -> String {
-    format!("LIFEGUARD_{}", key.to_ascii_uppercase())
+    match key {
+        "termination_grace_period"
+        | "termination_drain_duration"
+        | "exit_on_zero_active_connections"
+        | "minimum_drain_duration" => key.to_ascii_uppercase(),
+        _ => format!("LIFEGUARD_{}", key.to_ascii_uppercase()),
+    }
 }
 
 fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
@@ -515,6 +786,99 @@ mod tests {
                 },
                 "--xds-check",
                 "maybe",
+            ),
+        ];
+        for (args, field, needle) in cases {
+            let msg = load(args).unwrap_err().to_string();
+            assert!(msg.contains(field) && msg.contains(needle), "{msg}");
+        }
+    }
+
+    #[test]
+    fn drain_policy_follows_istio_names() {
+        let s = load(RunArgs::default()).unwrap();
+        assert_eq!(s.drain_until, DrainUntil::Time);
+        assert_eq!(s.termination_drain_duration, Duration::from_secs(5));
+        assert_eq!(s.drain_deadline(), Duration::from_secs(28));
+        assert_eq!(s.ignore_listener_ports, vec![15021, 15090]);
+        assert!(s.warnings().is_empty());
+        let s = load(RunArgs {
+            exit_on_zero_active_connections: Some("true".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(s.drain_until, DrainUntil::Connections);
+        let s = load(RunArgs {
+            exit_on_zero_active_connections: Some("true".into()),
+            drain_until: Some("requests".into()),
+            termination_grace_period: Some("45".into()),
+            ignore_listener_ports: vec!["8081".into(), "15021".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(s.drain_until, DrainUntil::Requests);
+        assert_eq!(s.termination_grace_period, Duration::from_secs(45));
+        assert_eq!(s.ignore_listener_ports, vec![8081, 15021, 15090]);
+    }
+
+    #[test]
+    fn drain_that_cannot_fit_the_grace_period_is_a_warning() {
+        let s = load(RunArgs {
+            termination_grace_period: Some("10s".into()),
+            termination_drain_duration: Some("9s".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let w = s.warnings();
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains("termination_drain_duration (9s)") && w[0].contains("8s"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn bad_drain_values_name_the_field() {
+        let cases = [
+            (
+                RunArgs {
+                    exit_on_zero_active_connections: Some("maybe".into()),
+                    ..Default::default()
+                },
+                "--exit-on-zero-active-connections",
+                "maybe",
+            ),
+            (
+                RunArgs {
+                    drain_until: Some("forever".into()),
+                    ..Default::default()
+                },
+                "--drain-until",
+                "forever",
+            ),
+            (
+                RunArgs {
+                    ignore_listener_ports: vec!["0".into()],
+                    ..Default::default()
+                },
+                "--ignore-listener-port",
+                "0",
+            ),
+            (
+                RunArgs {
+                    shutdown_margin: Some("30s".into()),
+                    ..Default::default()
+                },
+                "--shutdown-margin",
+                "termination_grace_period",
+            ),
+            (
+                RunArgs {
+                    termination_grace_period: Some("0".into()),
+                    ..Default::default()
+                },
+                "--termination-grace-period",
+                "0",
             ),
         ];
         for (args, field, needle) in cases {

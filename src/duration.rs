@@ -97,11 +97,20 @@ impl fmt::Display for Display {
         }
         let nanos = d.as_nanos();
         if nanos < 1_000_000_000 {
-            return match nanos {
-                n if n % 1_000_000 == 0 => write!(f, "{}ms", n / 1_000_000),
-                n if n % 1_000 == 0 => write!(f, "{}us", n / 1_000),
-                n => write!(f, "{n}ns"),
+            // Like Go: the largest unit below a second, with a fraction.
+            let (unit, scale) = match nanos {
+                n if n >= 1_000_000 => ("ms", 1_000_000),
+                n if n >= 1_000 => ("us", 1_000),
+                _ => ("ns", 1),
             };
+            let whole = nanos / scale;
+            let frac = nanos % scale;
+            if frac == 0 {
+                return write!(f, "{whole}{unit}");
+            }
+            let digits = scale.ilog10() as usize;
+            let frac = format!("{frac:0digits$}");
+            return write!(f, "{whole}.{}{unit}", frac.trim_end_matches('0'));
         }
         let secs = d.as_secs();
         let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
@@ -154,7 +163,18 @@ mod tests {
 
     #[test]
     fn displays_round_trip() {
-        for text in ["0s", "500ms", "5s", "1m30s", "1h0m0s", "1.5s", "250us"] {
+        for text in [
+            "0s",
+            "500ms",
+            "5s",
+            "1m30s",
+            "1h0m0s",
+            "1.5s",
+            "250us",
+            "520.976182ms",
+            "1.5us",
+            "7ns",
+        ] {
             let d = parse(text).unwrap();
             assert_eq!(Display(d).to_string(), text);
         }

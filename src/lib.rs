@@ -7,13 +7,17 @@
 //! - [`stats`]: the parser of Envoy's `/stats` text.
 //! - [`readiness`]: the snapshot the poller writes and the probe reads.
 //! - [`poller`]: the background task that reads Envoy and writes the snapshot.
+//! - [`drain`]: the drain state machine: phase, deadline, policy, stopping Envoy.
+//! - [`envoy`]: the Envoy process (child or external).
 //! - [`server`]: the status server on 15020 (tower service on hyper).
 //! - [`cli`]: the command line of the `lifeguard` binary.
 
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod drain;
 pub mod duration;
+pub mod envoy;
 pub mod poller;
 pub mod readiness;
 pub mod server;

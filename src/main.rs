@@ -10,12 +10,11 @@ use tracing_subscriber::EnvFilter;
 use lifeguard::admin::AdminClient;
 use lifeguard::cli::{Cli, Command};
 use lifeguard::config::Settings;
+use lifeguard::drain::{exit_code, Drain, DrainHandle};
+use lifeguard::envoy::{self, Envoy};
 use lifeguard::readiness::Readiness;
 use lifeguard::server::{StatusServer, StatusService};
 use lifeguard::{duration::Display as D, poller};
-
-/// Exit code of a configuration or start-up error.
-const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
@@ -30,24 +29,21 @@ fn main() -> ExitCode {
                 Ok(loaded) => loaded,
                 Err(e) => {
                     eprintln!("lifeguard: configuration error: {e}");
-                    return ExitCode::from(EXIT_CONFIG);
+                    return ExitCode::from(exit_code::CONFIG);
                 }
             };
-            if !envoy.is_empty() {
-                eprintln!(
-                    "lifeguard: configuration error: launching Envoy after `--` is not supported yet; start Envoy beside lifeguard"
-                );
-                return ExitCode::from(EXIT_CONFIG);
-            }
             init_logging(&settings.log);
             for e in &effective {
                 tracing::debug!(key = e.key, value = %e.value, source = %e.source, "setting");
+            }
+            for warning in settings.warnings() {
+                tracing::warn!("{warning}");
             }
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
                 .expect("tokio runtime");
-            runtime.block_on(run(settings))
+            ExitCode::from(runtime.block_on(run(settings, envoy)))
         }
     }
 }
@@ -65,7 +61,18 @@ fn init_logging(filter: &str) {
         .init();
 }
 
-async fn run(settings: Settings) -> ExitCode {
+/// Runs the agent; returns the process exit code. Runs on the main thread
+/// (inside `block_on`), which Envoy's parent-death signal relies on.
+async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
+    // Handle signals from the start: a SIGTERM during start-up must drain
+    // too, not kill lifeguard with the default action.
+    let signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install signal handlers");
+            return exit_code::CONFIG;
+        }
+    };
     let shutdown = CancellationToken::new();
     let readiness = Readiness::new(settings.stale_after());
     let admin = AdminClient::new(settings.admin_url.clone(), settings.admin_timeout);
@@ -79,39 +86,80 @@ async fn run(settings: Settings) -> ExitCode {
         Ok(server) => server,
         Err(e) => {
             tracing::error!(addr = %settings.status_addr, error = %e, "cannot bind the status address");
-            return ExitCode::from(EXIT_CONFIG);
+            return exit_code::CONFIG;
         }
     };
+
+    let envoy = if envoy_command.is_empty() {
+        Envoy::External(admin.clone())
+    } else {
+        let mut command = envoy_command;
+        let extra = envoy::drain_flags(&command, settings.termination_grace_period);
+        if !extra.is_empty() {
+            tracing::info!("adding {} to Envoy's command line", extra.join(" "));
+            command.extend(extra);
+        }
+        match envoy::Child::spawn(&command) {
+            Ok(child) => {
+                tracing::info!(pid = child.pid(), command = %command.join(" "), "Envoy started");
+                Envoy::Child(child)
+            }
+            Err(e) => {
+                tracing::error!(program = %command[0], error = %e, "cannot start Envoy");
+                return exit_code::CONFIG;
+            }
+        }
+    };
+
+    let (drain, handle) = Drain::new(settings.clone(), admin.clone(), readiness.clone(), envoy);
+    let server =
+        server.with_service(StatusService::new(readiness.clone()).with_drain(handle.clone()));
     let local = server.local_addr().expect("bound listener has an address");
     tracing::info!(
         status_addr = %local,
         admin_url = %settings.admin_url,
         poll_interval = %D(settings.poll_interval),
+        drain_until = %settings.drain_until,
+        deadline = %D(settings.drain_deadline()),
         "lifeguard listening"
     );
     let server = tokio::spawn(server.serve(shutdown.clone()));
-    let poller = tokio::spawn(poller::run(
-        settings,
-        admin,
-        readiness.clone(),
-        shutdown.clone(),
-    ));
+    let poller = tokio::spawn(poller::run(settings, admin, readiness, shutdown.clone()));
+    let signals = tokio::spawn(signals.forward(handle, shutdown.clone()));
 
-    let signal = wait_for_signal().await;
-    readiness.start_draining();
-    tracing::info!(signal, "stopping");
+    let outcome = drain.run().await;
+    let code = outcome.exit_code();
+    tracing::info!(?outcome, exit_code = code, "lifeguard exiting");
     shutdown.cancel();
-    let _ = poller.await;
-    let _ = server.await;
-    ExitCode::SUCCESS
+    let _ = tokio::join!(poller, server, signals);
+    code
 }
 
-async fn wait_for_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// SIGTERM and SIGINT, caught from start-up on.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Turns every signal into a drain event (the drain logs and ignores
+    /// repeats) until shutdown.
+    async fn forward(mut self, drain: DrainHandle, shutdown: CancellationToken) {
+        loop {
+            let name = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.term.recv() => "SIGTERM",
+                _ = self.int.recv() => "SIGINT",
+            };
+            drain.signal(name);
+        }
     }
 }

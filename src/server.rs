@@ -3,7 +3,13 @@
 //! Endpoints:
 //! - `GET|HEAD /healthz/ready` — 200 `ready`, or 503 with a one-line reason.
 //!   Answered from the readiness snapshot: no Envoy call, no allocation.
+//! - `GET /drain` — the drain's status as JSON (any caller).
+//! - `POST /drain` — loopback only: start the drain (readiness 503 at once)
+//!   or join the one under way; answers with the status once drained. Envoy
+//!   keeps running until a signal. The native-sidecar preStop hook.
+//! - `POST /quitquitquit` — loopback only: stop Envoy now and exit cleanly.
 //!
+//! Callers of the POST routes from other hosts get 403 and nothing happens.
 //! Unknown paths get 404, known paths with another method 405.
 //!
 //! The server is built in stages: [`StatusServer::bind`] returns a bound
@@ -14,8 +20,9 @@
 //! once; past the cap new connections are closed at once.
 
 use std::convert::Infallible;
-use std::future::{ready, Ready};
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -23,7 +30,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
@@ -31,6 +38,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::drain::DrainHandle;
 use crate::readiness::Readiness;
 
 /// The response body type of every route.
@@ -44,12 +52,34 @@ pub const MAX_CONNECTIONS: usize = 4096;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// The future of one response: ready at once for every route but the two
+/// that wait on the drain.
+pub enum ResponseFuture {
+    Ready(Option<Response<Body>>),
+    Waiting(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            ResponseFuture::Ready(response) => {
+                Poll::Ready(Ok(response.take().expect("polled after completion")))
+            }
+            ResponseFuture::Waiting(fut) => fut.as_mut().poll(cx).map(Ok),
+        }
+    }
+}
 
 /// The routes of the status port, as a service. One value per connection:
 /// it knows the peer, for the loopback guard.
 #[derive(Clone)]
 pub struct StatusService {
     readiness: Readiness,
+    drain: Option<DrainHandle>,
     peer: Option<SocketAddr>,
 }
 
@@ -57,7 +87,16 @@ impl StatusService {
     pub fn new(readiness: Readiness) -> Self {
         Self {
             readiness,
+            drain: None,
             peer: None,
+        }
+    }
+
+    /// Serves the drain routes through `drain`.
+    pub fn with_drain(self, drain: DrainHandle) -> Self {
+        Self {
+            drain: Some(drain),
+            ..self
         }
     }
 
@@ -75,36 +114,120 @@ impl StatusService {
         self.peer.is_some_and(|p| is_loopback(&p))
     }
 
-    fn handle<B>(&self, mut req: Request<B>) -> Response<Body> {
+    fn handle<B>(&self, mut req: Request<B>) -> ResponseFuture {
         // Reuse the request's header map for the response: no allocation.
         let mut headers = std::mem::take(req.headers_mut());
         headers.clear();
-        let is_head = req.method() == Method::HEAD;
-        let (status, body) = match req.uri().path() {
-            "/healthz/ready" => match *req.method() {
-                Method::GET | Method::HEAD => {
-                    let answer = self.readiness.answer();
-                    let status = if answer.ready {
-                        StatusCode::OK
-                    } else {
-                        StatusCode::SERVICE_UNAVAILABLE
-                    };
-                    (status, answer.body)
+        let method = req.method().clone();
+        let (status, body) = match (req.uri().path(), &method) {
+            ("/healthz/ready", &Method::GET | &Method::HEAD) => {
+                let answer = self.readiness.answer();
+                let status = if answer.ready {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                (status, answer.body)
+            }
+            ("/drain", &Method::GET | &Method::HEAD) => match &self.drain {
+                Some(drain) => {
+                    headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
+                    (StatusCode::OK, status_json(&drain.status()))
                 }
-                _ => {
-                    headers.insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-                    method_not_allowed()
-                }
+                None => not_found(),
             },
-            _ => (StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n")),
+            ("/drain", &Method::POST) | ("/quitquitquit", &Method::POST) => {
+                let Some(drain) = self.drain.clone() else {
+                    return finish(headers, &method, not_found());
+                };
+                if !self.peer_is_loopback() {
+                    return finish(
+                        headers,
+                        &method,
+                        (
+                            StatusCode::FORBIDDEN,
+                            Bytes::from_static(b"forbidden: only loopback callers may do this\n"),
+                        ),
+                    );
+                }
+                let quit = req.uri().path() == "/quitquitquit";
+                return ResponseFuture::Waiting(Box::pin(async move {
+                    let mut headers = headers;
+                    let answer = if quit {
+                        if drain.quit().await {
+                            (StatusCode::OK, Bytes::from_static(b"OK\n"))
+                        } else {
+                            stopping()
+                        }
+                    } else {
+                        match drain.drain().await {
+                            Some(status) => {
+                                headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
+                                (StatusCode::OK, status_json(&status))
+                            }
+                            None => stopping(),
+                        }
+                    };
+                    respond(headers, &Method::POST, answer)
+                }));
+            }
+            ("/healthz/ready", _) | ("/drain", _) => {
+                let allow = if req.uri().path() == "/drain" {
+                    "GET, HEAD, POST"
+                } else {
+                    "GET, HEAD"
+                };
+                headers.insert(ALLOW, HeaderValue::from_static(allow));
+                method_not_allowed()
+            }
+            ("/quitquitquit", _) => {
+                headers.insert(ALLOW, HeaderValue::from_static("POST"));
+                method_not_allowed()
+            }
+            _ => not_found(),
         };
-        headers.insert(CONTENT_TYPE, TEXT_PLAIN.clone());
-        let body = if is_head { Bytes::new() } else { body };
-        let mut response = Response::new(Full::new(body));
-        *response.status_mut() = status;
-        *response.headers_mut() = headers;
-        response
+        finish(headers, &method, (status, body))
     }
+}
+
+fn finish(headers: HeaderMap, method: &Method, answer: (StatusCode, Bytes)) -> ResponseFuture {
+    ResponseFuture::Ready(Some(respond(headers, method, answer)))
+}
+
+fn respond(
+    mut headers: HeaderMap,
+    method: &Method,
+    (status, body): (StatusCode, Bytes),
+) -> Response<Body> {
+    if !headers.contains_key(CONTENT_TYPE) {
+        headers.insert(CONTENT_TYPE, TEXT_PLAIN.clone());
+    }
+    let body = if method == Method::HEAD {
+        Bytes::new()
+    } else {
+        body
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+fn status_json(status: &crate::drain::Status) -> Bytes {
+    let mut body = serde_json::to_vec(status).unwrap_or_default();
+    body.push(b'\n');
+    Bytes::from(body)
+}
+
+fn not_found() -> (StatusCode, Bytes) {
+    (StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n"))
+}
+
+fn stopping() -> (StatusCode, Bytes) {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Bytes::from_static(b"lifeguard is stopping\n"),
+    )
 }
 
 fn method_not_allowed() -> (StatusCode, Bytes) {
@@ -127,14 +250,14 @@ pub fn is_loopback(addr: &SocketAddr) -> bool {
 impl<B> tower::Service<Request<B>> for StatusService {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Ready<Result<Response<Body>, Infallible>>;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        ready(Ok(self.handle(req)))
+        self.handle(req)
     }
 }
 
@@ -143,10 +266,10 @@ impl<B> tower::Service<Request<B>> for StatusService {
 impl hyper::service::Service<Request<Incoming>> for StatusService {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Ready<Result<Response<Body>, Infallible>>;
+    type Future = ResponseFuture;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        ready(Ok(self.handle(req)))
+        self.handle(req)
     }
 }
 
@@ -160,6 +283,11 @@ impl StatusServer {
     pub async fn bind(addr: SocketAddr, service: StatusService) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         Ok(Self { listener, service })
+    }
+
+    /// Replaces the service (for wiring done after the bind).
+    pub fn with_service(self, service: StatusService) -> Self {
+        Self { service, ..self }
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -225,19 +353,77 @@ mod tests {
             .uri(path)
             .body(())
             .unwrap();
-        let resp = svc.handle(req);
-        let status = resp.status();
-        let body = futures_body(resp);
-        (status, body)
-    }
-
-    fn futures_body(resp: Response<Body>) -> String {
-        use http_body_util::BodyExt;
         let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
             .build()
             .unwrap();
-        let bytes = rt.block_on(resp.into_body().collect()).unwrap().to_bytes();
-        String::from_utf8(bytes.to_vec()).unwrap()
+        rt.block_on(async {
+            use http_body_util::BodyExt;
+            let resp = svc.handle(req).await.unwrap();
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8(bytes.to_vec()).unwrap())
+        })
+    }
+
+    fn with_drain(readiness: &Readiness) -> (StatusService, crate::drain::Drain) {
+        use crate::config::{RunArgs, Settings};
+        let (settings, _) = Settings::load(&RunArgs::default(), None).unwrap();
+        let admin = crate::admin::AdminClient::new(
+            "http://127.0.0.1:1".parse().unwrap(),
+            Duration::from_millis(100),
+        );
+        let envoy = crate::envoy::Envoy::External(admin.clone());
+        let (drain, handle) = crate::drain::Drain::new(settings, admin, readiness.clone(), envoy);
+        (
+            StatusService::new(readiness.clone()).with_drain(handle),
+            drain,
+        )
+    }
+
+    #[test]
+    fn drain_and_quit_from_another_host_are_forbidden_and_change_nothing() {
+        let r = Readiness::new(Duration::from_secs(4));
+        r.store(Verdict::ready(Instant::now()));
+        let (svc, _drain) = with_drain(&r);
+        let outsider = svc.for_peer("10.1.2.3:40000".parse().unwrap());
+        for path in ["/drain", "/quitquitquit"] {
+            let (status, body) = call(&outsider, Method::POST, path);
+            assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+            assert!(body.contains("loopback"), "{body}");
+        }
+        assert!(!r.is_draining());
+        assert_eq!(
+            call(
+                &svc.for_peer("127.0.0.1:40000".parse().unwrap()),
+                Method::GET,
+                "/healthz/ready"
+            )
+            .0,
+            StatusCode::OK
+        );
+        // Unknown peer (no address): not trusted either.
+        assert_eq!(call(&svc, Method::POST, "/drain").0, StatusCode::FORBIDDEN);
+    }
+
+    #[test]
+    fn drain_status_is_json_for_anyone() {
+        let r = Readiness::new(Duration::from_secs(4));
+        let (svc, _drain) = with_drain(&r);
+        let outsider = svc.for_peer("10.1.2.3:40000".parse().unwrap());
+        let (status, body) = call(&outsider, Method::GET, "/drain");
+        assert_eq!(status, StatusCode::OK);
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(json["phase"], "serving");
+        assert_eq!(json["policy"], "time");
+        assert_eq!(
+            call(&svc, Method::PUT, "/drain").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            call(&svc, Method::GET, "/quitquitquit").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
     }
 
     #[test]

@@ -156,3 +156,133 @@ mod tests {
         );
     }
 }
+
+/// Active downstream connections and requests, each counted once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Active {
+    /// Sum of `listener.<addr>_<port>.downstream_cx_active` over the
+    /// listeners that count (not per worker, not the HTTP layer).
+    pub connections: u64,
+    /// Sum of `http.<prefix>.downstream_rq_active` over the HTTP connection
+    /// managers that count.
+    pub requests: u64,
+    /// Lines that were not counted because their value made no sense
+    /// (wrapped or unparsable), as text for the log.
+    pub skipped: Vec<String>,
+}
+
+/// HTTP stat prefixes of Envoy's own and the agent-facing managers: the
+/// admin API, the status listener (`agent` in Istio's bootstrap, `status`
+/// in ours) and the Prometheus listener (`stats`).
+pub const IGNORED_HTTP_PREFIXES: [&str; 4] = ["admin", "agent", "status", "stats"];
+
+/// The admin query for [`active`]: both families in one read.
+pub const ACTIVE_STATS: &str = "/stats?usedonly&filter=downstream_%28cx%7Crq%29_active%24";
+
+/// Counts active downstream connections and requests in an answer to
+/// [`ACTIVE_STATS`], leaving out the admin listener, listeners on
+/// `ignored_ports` (IPv4 and IPv6 alike) and the agent-facing HTTP prefixes.
+pub fn active(body: &str, ignored_ports: &[u16]) -> Active {
+    let mut out = Active::default();
+    for line in lines(body) {
+        let counted = if let Some(listener) = line
+            .name
+            .strip_prefix("listener.")
+            .and_then(|rest| rest.strip_suffix(".downstream_cx_active"))
+        {
+            // `listener.X.worker_N.…` and `listener.admin.main_thread.…`
+            // repeat the listener's total per thread.
+            let per_thread = listener
+                .rsplit_once('.')
+                .is_some_and(|(_, last)| last.starts_with("worker_") || last == "main_thread");
+            let ignored = listener == "admin"
+                || listener.starts_with("admin.")
+                || listener_port(listener).is_some_and(|p| ignored_ports.contains(&p));
+            (!per_thread && !ignored).then_some(&mut out.connections)
+        } else if let Some(prefix) = line
+            .name
+            .strip_prefix("http.")
+            .and_then(|rest| rest.strip_suffix(".downstream_rq_active"))
+        {
+            (!IGNORED_HTTP_PREFIXES.contains(&prefix)).then_some(&mut out.requests)
+        } else {
+            None
+        };
+        let Some(sum) = counted else { continue };
+        match line.value {
+            Value::Number(n) => *sum = sum.saturating_add(n),
+            Value::Wrapped(n) => out.skipped.push(format!(
+                "{} = {n} (a gauge that went below zero)",
+                line.name
+            )),
+            Value::Unparsable(text) => out
+                .skipped
+                .push(format!("{} = {text:?} (not a number)", line.name)),
+        }
+    }
+    out
+}
+
+/// The port of a listener stat name: `127.0.0.1_15006`, `0.0.0.0_15021`,
+/// `[__1]_15006`, `[__]_15006` → the digits after the last `_`. Listeners
+/// named by a `stat_prefix` have no port and are always counted.
+fn listener_port(listener: &str) -> Option<u16> {
+    listener.rsplit_once('_')?.1.parse().ok()
+}
+
+#[cfg(test)]
+mod active_tests {
+    use super::*;
+
+    /// Captured from Envoy 1.40 with one request in flight on 15006 and an
+    /// idle connection on the status listener.
+    const CAPTURED: &str = "\
+http.admin.downstream_cx_active: 1
+http.admin.downstream_rq_active: 1
+http.inbound_http.downstream_cx_active: 1
+http.inbound_http.downstream_rq_active: 1
+http.status.downstream_cx_active: 1
+http.status.downstream_rq_active: 0
+listener.0.0.0.0_15021.downstream_cx_active: 1
+listener.0.0.0.0_15021.worker_0.downstream_cx_active: 1
+listener.127.0.0.1_15006.downstream_cx_active: 1
+listener.127.0.0.1_15006.worker_0.downstream_cx_active: 1
+listener.admin.downstream_cx_active: 1
+listener.admin.main_thread.downstream_cx_active: 1
+";
+
+    #[test]
+    fn counts_each_connection_once_without_admin_and_status() {
+        let a = active(CAPTURED, &[15021, 15090]);
+        assert_eq!((a.connections, a.requests), (1, 1));
+        assert!(a.skipped.is_empty());
+    }
+
+    #[test]
+    fn ipv6_and_extra_ignored_ports() {
+        let body = "listener.[__1]_15006.downstream_cx_active: 2\n\
+                    listener.[__1]_15006.worker_1.downstream_cx_active: 2\n\
+                    listener.[__]_15021.downstream_cx_active: 5\n\
+                    listener.[__]_8081.downstream_cx_active: 3\n\
+                    listener.my_internal.downstream_cx_active: 1\n";
+        assert_eq!(active(body, &[15021, 15090]).connections, 2 + 3 + 1);
+        assert_eq!(active(body, &[15021, 15090, 8081]).connections, 2 + 1);
+    }
+
+    #[test]
+    fn wrapped_and_garbage_values_are_skipped_and_reported() {
+        let body = "listener.127.0.0.1_15006.downstream_cx_active: 18446744073709551615\n\
+                    listener.127.0.0.1_15001.downstream_cx_active: 2\n\
+                    http.inbound_http.downstream_rq_active: zero\n";
+        let a = active(body, &[]);
+        assert_eq!(a.connections, 2);
+        assert_eq!(a.requests, 0);
+        assert_eq!(a.skipped.len(), 2);
+        assert!(a.skipped[0].contains("18446744073709551615"));
+    }
+
+    #[test]
+    fn empty_answer_counts_zero() {
+        assert_eq!(active("", &[]), Active::default());
+    }
+}

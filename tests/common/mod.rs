@@ -278,21 +278,67 @@ pub fn start_agent_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
 
 /// One HTTP/1.1 request on a fresh connection; returns status and body.
 pub fn http(method: &str, addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let timeout = Duration::from_secs(5);
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    parse_response(&raw)
+    http_timeout(method, addr, path, Duration::from_secs(5))
 }
 
 pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     http("GET", addr, path)
+}
+
+/// `http` with a caller-chosen timeout. The answer is read by its framing
+/// (content-length, chunked, or to the end), as a real client does: a
+/// draining Envoy may keep the socket open a while after `connection: close`.
+pub fn http_timeout(
+    method: &str,
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let length = if method == "POST" {
+        "Content-Length: 0\r\n"
+    } else {
+        ""
+    };
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{length}\r\n"
+    )?;
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(done) = complete_response(&raw, method == "HEAD") {
+            return done;
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return parse_response(&raw);
+        }
+        raw.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The parsed response if `raw` holds a whole one by its framing.
+fn complete_response(raw: &[u8], head_only: bool) -> Option<std::io::Result<(u16, String)>> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let body = &raw[end + 4..];
+    if head_only {
+        return Some(parse_response(raw));
+    }
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+    };
+    if let Some(len) = header("content-length:").and_then(|v| v.parse::<usize>().ok()) {
+        return (body.len() >= len).then(|| parse_response(raw));
+    }
+    if header("transfer-encoding:").is_some_and(|v| v.contains("chunked")) {
+        return body.ends_with(b"0\r\n\r\n").then(|| parse_response(raw));
+    }
+    None
 }
 
 fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
@@ -355,4 +401,167 @@ pub fn wait_status(addr: SocketAddr, path: &str, status: u16, timeout: Duration)
             other => Err(other),
         },
     )
+}
+
+// ---------------------------------------------------------------------------
+// The app behind Envoy
+
+/// A slow app on loopback: `GET /delay/N` answers `done\n` after N seconds
+/// (fractions allowed), on keep-alive HTTP/1.1 connections. Stops on drop.
+pub struct App {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl App {
+    pub fn start(port: &Port) -> App {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let listener = TcpListener::bind(port.addr()).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut workers = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let flag = flag.clone();
+                        workers.push(std::thread::spawn(move || serve_app_conn(stream, &flag)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for w in workers {
+                let _ = w.join();
+            }
+        });
+        App {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_app_conn(mut stream: TcpStream, stop: &std::sync::atomic::AtomicBool) {
+    stream.set_nonblocking(false).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            match stream.read(&mut chunk) {
+                Ok(0) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return,
+            }
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        buf.drain(..end + 4);
+        let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+        let secs: f64 = path
+            .strip_prefix("/delay/")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0.0);
+        let until = Instant::now() + Duration::from_secs_f64(secs);
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let close = head.to_ascii_lowercase().contains("connection: close");
+        let reply =
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\ndone\n";
+        if stream.write_all(reply.as_bytes()).is_err() || close {
+            return;
+        }
+    }
+}
+
+/// A keep-alive client connection: sends one request, reads the answer and
+/// keeps the socket open (idle) until dropped.
+pub fn idle_keepalive_connection(addr: SocketAddr, path: &str) -> TcpStream {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: app\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !raw.ends_with(b"done\n") {
+        let n = stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed before the answer");
+        raw.extend_from_slice(&chunk[..n]);
+    }
+    assert!(
+        raw.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    stream
+}
+
+/// The Envoy command line for `lifeguard run -- ...`, with the bootstrap
+/// written into `dir`.
+pub fn envoy_command(bootstrap_yaml: &str, dir: &TempDir) -> Vec<String> {
+    let config = dir.path().join("envoy.yaml");
+    std::fs::write(&config, bootstrap_yaml).unwrap();
+    vec![
+        envoy_bin().display().to_string(),
+        "-c".into(),
+        config.display().to_string(),
+        "--disable-hot-restart".into(),
+        "-l".into(),
+        "warning".into(),
+        "--concurrency".into(),
+        "1".into(),
+    ]
+}
+
+/// Reads `pid=N` from the "Envoy started" log line of lifeguard.
+pub fn envoy_pid(agent: &Proc) -> i32 {
+    wait_for(
+        "Envoy's pid in lifeguard's log",
+        Duration::from_secs(10),
+        || {
+            let out = agent.output();
+            out.lines()
+                .find(|l| l.contains("Envoy started"))
+                .and_then(|l| l.split("pid=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|pid| pid.parse().ok())
+                .ok_or(())
+        },
+    )
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
 }

@@ -1,0 +1,260 @@
+//! The Envoy process lifeguard looks after.
+//!
+//! Two shapes:
+//! - **child**: `lifeguard run -- envoy -c ...` launches Envoy and owns it.
+//!   Envoy runs in its own process group, so a Ctrl-C in a terminal (or any
+//!   signal sent to lifeguard's group) reaches lifeguard only: the agent
+//!   decides when Envoy stops. Envoy is also told by the kernel to die if
+//!   lifeguard dies, so it is never orphaned. It is stopped with SIGTERM
+//!   (Envoy flushes its logs and exits), then SIGKILL if it does not exit in
+//!   time.
+//! - **external**: Envoy runs beside lifeguard (another container). It is
+//!   stopped with `POST /quitquitquit` on its admin API; whether it exited
+//!   can only be seen through that API.
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use tokio::process::Command;
+use tokio::sync::watch;
+
+use crate::admin::AdminClient;
+
+/// Envoy, as lifeguard sees it.
+pub enum Envoy {
+    Child(Child),
+    External(AdminClient),
+}
+
+/// How Envoy ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The child exited with this status.
+    Status(ExitStatus),
+    /// An external Envoy acknowledged `/quitquitquit`.
+    Quit,
+    /// An external Envoy's admin API could not be reached to stop it.
+    Unreachable,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Status(s) => write!(f, "{s}"),
+            Exit::Quit => f.write_str("quit through the admin API"),
+            Exit::Unreachable => f.write_str("admin API unreachable"),
+        }
+    }
+}
+
+/// A launched Envoy: its pid and a watch that turns `Some` when it exits.
+pub struct Child {
+    pid: i32,
+    exited: watch::Receiver<Option<ExitStatus>>,
+}
+
+/// Flags lifeguard adds to Envoy's command line when the user did not set
+/// them: drain every connection from the start of the drain (Envoy's own
+/// default, `gradual`, would mark only a few responses `connection: close`
+/// early in a long drain window), and do not let Envoy's drain timer close
+/// the listeners before lifeguard's deadline.
+pub fn drain_flags(command: &[String], grace: Duration) -> Vec<String> {
+    let has = |flag: &str| {
+        command
+            .iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    };
+    let mut extra = Vec::new();
+    if !has("--drain-strategy") {
+        extra.extend(["--drain-strategy".to_owned(), "immediate".to_owned()]);
+    }
+    if !has("--drain-time-s") {
+        extra.extend([
+            "--drain-time-s".to_owned(),
+            grace.as_secs().max(1).to_string(),
+        ]);
+    }
+    extra
+}
+
+impl Child {
+    /// Launches `command` (program and arguments). Must be called from a
+    /// thread that lives as long as lifeguard (the main thread): the
+    /// kernel's parent-death signal is tied to the thread that forks.
+    pub fn spawn(command: &[String]) -> std::io::Result<Child> {
+        let (program, args) = command.split_first().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty Envoy command")
+        })?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(std::process::Stdio::null())
+            .process_group(0);
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // lifeguard died before the prctl took effect.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        let pid = child.id().expect("a just-spawned child has a pid") as i32;
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            match status {
+                Ok(status) => {
+                    let _ = tx.send(Some(status));
+                }
+                Err(e) => tracing::error!(error = %e, "cannot wait for Envoy"),
+            }
+        });
+        Ok(Child { pid, exited: rx })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Resolves when Envoy has exited (at once if it already has).
+    pub async fn exited(&self) -> ExitStatus {
+        let mut rx = self.exited.clone();
+        let status = match rx.wait_for(Option::is_some).await {
+            Ok(status) => *status,
+            Err(_) => None,
+        };
+        match status {
+            Some(status) => status,
+            // The waiter task is gone without a status: never resolve.
+            None => std::future::pending().await,
+        }
+    }
+
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        *self.exited.borrow()
+    }
+
+    fn signal(&self, sig: i32) {
+        if self.exit_status().is_none() {
+            // SAFETY: signalling our own unreaped child (the pid cannot
+            // have been reused while the waiter has not reaped it).
+            unsafe {
+                libc::kill(self.pid, sig);
+            }
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after `bound`; returns the exit status.
+    pub async fn stop(&self, bound: Duration) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        match tokio::time::timeout(bound, self.exited()).await {
+            Ok(status) => status,
+            Err(_) => {
+                tracing::warn!(
+                    pid = self.pid,
+                    "Envoy did not exit after SIGTERM; sending SIGKILL"
+                );
+                self.signal(libc::SIGKILL);
+                self.exited().await
+            }
+        }
+    }
+}
+
+impl Envoy {
+    /// Resolves when Envoy exits on its own. Never resolves for an external
+    /// Envoy, whose exit lifeguard cannot see.
+    pub async fn exited(&self) -> ExitStatus {
+        match self {
+            Envoy::Child(child) => child.exited().await,
+            Envoy::External(_) => std::future::pending().await,
+        }
+    }
+
+    pub fn is_child(&self) -> bool {
+        matches!(self, Envoy::Child(_))
+    }
+
+    /// Stops Envoy gracefully within `bound`.
+    pub async fn stop(&self, bound: Duration) -> Exit {
+        match self {
+            Envoy::Child(child) => Exit::Status(child.stop(bound).await),
+            Envoy::External(admin) => match admin.post("/quitquitquit").await {
+                Ok(_) => Exit::Quit,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot stop Envoy through its admin API");
+                    Exit::Unreachable
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn adds_drain_flags_only_when_missing() {
+        let grace = Duration::from_secs(30);
+        assert_eq!(
+            drain_flags(&strings(&["envoy", "-c", "x.yaml"]), grace),
+            strings(&["--drain-strategy", "immediate", "--drain-time-s", "30"])
+        );
+        assert_eq!(
+            drain_flags(
+                &strings(&["envoy", "--drain-strategy", "gradual", "--drain-time-s=45"]),
+                grace
+            ),
+            Vec::<String>::new()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_child_that_exits_is_seen_with_its_status() {
+        let child = Child::spawn(&strings(&["sh", "-c", "exit 3"])).unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(10), child.exited())
+            .await
+            .unwrap();
+        assert_eq!(status.code(), Some(3));
+    }
+
+    #[tokio::test]
+    async fn stop_escalates_to_sigkill() {
+        // A child that ignores SIGTERM, and says so once its trap is set.
+        let marker = std::env::temp_dir().join(format!("lifeguard-trap-{}", std::process::id()));
+        let _ = std::fs::remove_file(&marker);
+        let script = format!(
+            "trap '' TERM; touch {}; while :; do sleep 0.05; done",
+            marker.display()
+        );
+        let child = Child::spawn(&strings(&["sh", "-c", &script])).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !marker.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never set its trap"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let status = tokio::time::timeout(
+            Duration::from_secs(10),
+            child.stop(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        let _ = std::fs::remove_file(&marker);
+    }
+}

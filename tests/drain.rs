@@ -1,0 +1,422 @@
+//! The drain against the real Envoy and a real slow app: what a client of
+//! the app sees when the pod is deleted, and when Envoy is stopped.
+
+mod common;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A pod: the slow app, and lifeguard running Envoy as its child.
+struct Pod {
+    ports: Ports,
+    _app: App,
+    agent: Proc,
+    _dir: TempDir,
+}
+
+impl Pod {
+    /// Starts the pod and waits until it is ready through Envoy.
+    fn start(args: &[&str]) -> Pod {
+        Pod::start_with_env(args, &[])
+    }
+
+    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Pod {
+        let ports = Ports::new();
+        let app = App::start(&ports.app);
+        let dir = TempDir::new("pod");
+        let status = ports.agent.addr().to_string();
+        let admin = ports.admin_url();
+        let status_port = ports.status_listener.port.to_string();
+        let mut all = vec![
+            "--status-addr",
+            &status,
+            "--admin-url",
+            &admin,
+            // The test's status listener is not on 15021.
+            "--ignore-listener-port",
+            &status_port,
+        ];
+        all.extend_from_slice(args);
+        let envoy = envoy_command(&bootstrap(&ports), &dir);
+        all.push("--");
+        all.extend(envoy.iter().map(String::as_str));
+        let agent = start_agent_with_env(&all, env);
+        wait_status(
+            ports.status_listener.addr(),
+            "/healthz/ready",
+            200,
+            Duration::from_secs(30),
+        );
+        Pod {
+            ports,
+            _app: app,
+            agent,
+            _dir: dir,
+        }
+    }
+
+    /// A request through Envoy's inbound listener, in a thread.
+    fn request(&self, path: &str) -> thread::JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
+        let addr = self.ports.inbound.addr();
+        let path = path.to_owned();
+        thread::spawn(move || {
+            let r = http_timeout("GET", addr, &path, Duration::from_secs(20));
+            (r, Instant::now())
+        })
+    }
+
+    /// Waits until Envoy counts `n` active requests on the inbound listener.
+    fn wait_inflight(&self, n: u64) {
+        let admin = self.ports.admin.addr();
+        let want = format!("http.inbound_http.downstream_rq_active: {n}");
+        wait_for(
+            "the request to reach Envoy",
+            Duration::from_secs(10),
+            || match get(admin, "/stats?filter=inbound_http.downstream_rq_active") {
+                Ok((200, body)) if body.contains(&want) => Ok(()),
+                other => Err(other),
+            },
+        );
+    }
+
+    fn sigterm(&self) -> Instant {
+        self.agent.signal(libc::SIGTERM);
+        Instant::now()
+    }
+
+    fn exit_code(&mut self, timeout: Duration) -> i32 {
+        let status = self.agent.wait_exit(timeout).unwrap_or_else(|| {
+            panic!(
+                "lifeguard did not exit within {timeout:?}:\n{}",
+                self.agent.output()
+            )
+        });
+        status.code().unwrap_or(-1)
+    }
+}
+
+#[test]
+fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {
+    let mut pod = Pod::start(&["--termination-drain-duration", "1s"]);
+    let req = pod.request("/delay/3");
+    pod.wait_inflight(1);
+    pod.sigterm();
+    let (result, _) = req.join().unwrap();
+    match result {
+        Ok((200, body)) => panic!("the 3s request survived a 1s fixed drain: {body:?}"),
+        Ok((status, _)) => assert!(status >= 500, "expected a failure, got {status}"),
+        Err(_) => {} // reset or closed: the failure users see
+    }
+    assert_eq!(
+        pod.exit_code(Duration::from_secs(10)),
+        0,
+        "{}",
+        pod.agent.output()
+    );
+}
+
+#[test]
+fn exit_on_zero_lets_the_request_in_flight_finish_then_stops_envoy() {
+    // Env names as Istio users write them.
+    let mut pod = Pod::start_with_env(
+        &[],
+        &[
+            ("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", "true"),
+            ("MINIMUM_DRAIN_DURATION", "1s"),
+        ],
+    );
+    let envoy_pid = envoy_pid(&pod.agent);
+
+    let req = pod.request("/delay/3");
+    pod.wait_inflight(1);
+    pod.sigterm();
+    let (result, answered_at) = req.join().unwrap();
+    assert_eq!(result.unwrap(), (200, "done\n".to_owned()));
+    let code = pod.exit_code(Duration::from_secs(10));
+    let stopped_after = answered_at.elapsed();
+    assert!(
+        !process_alive(envoy_pid),
+        "Envoy still runs after lifeguard exited"
+    );
+    eprintln!(
+        "last connection closed -> lifeguard exited (Envoy stopped before): {stopped_after:?}"
+    );
+    assert_eq!(code, 0, "{}", pod.agent.output());
+    assert!(
+        pod.agent.output().contains("zero active connections"),
+        "{}",
+        pod.agent.output()
+    );
+}
+
+#[test]
+fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
+    let pod = Pod::start(&[
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "1s",
+    ]);
+    let req = pod.request("/delay/3");
+    pod.wait_inflight(1);
+    let sent = pod.sigterm();
+    let body = wait_status(
+        pod.ports.agent.addr(),
+        "/healthz/ready",
+        503,
+        Duration::from_secs(2),
+    );
+    eprintln!("SIGTERM -> 503 on the agent: {:?}", sent.elapsed());
+    assert_eq!(body, "not ready: draining\n");
+    let body = wait_status(
+        pod.ports.status_listener.addr(),
+        "/healthz/ready",
+        503,
+        Duration::from_secs(2),
+    );
+    assert_eq!(body, "not ready: draining\n");
+
+    // Late in the drain (the request is still in flight): still answered.
+    wait_for("2s into the drain", Duration::from_secs(5), || {
+        if sent.elapsed() >= Duration::from_secs(2) {
+            Ok(())
+        } else {
+            Err(())
+        }
+    });
+    assert!(!req.is_finished(), "the request should still be in flight");
+    assert_eq!(
+        get(pod.ports.agent.addr(), "/healthz/ready").unwrap().0,
+        503
+    );
+    assert_eq!(
+        get(pod.ports.status_listener.addr(), "/healthz/ready")
+            .unwrap()
+            .0,
+        503
+    );
+    let (status, body) = get(pod.ports.agent.addr(), "/drain").unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("\"phase\":\"draining\"") && body.contains("\"active_connections\":1"),
+        "{body}"
+    );
+    let (result, _) = req.join().unwrap();
+    assert_eq!(result.unwrap().0, 200);
+}
+
+#[test]
+fn the_deadline_stops_envoy_and_reports_the_connection_cut() {
+    let mut pod = Pod::start(&[
+        "--termination-grace-period",
+        "4s",
+        "--shutdown-margin",
+        "1s",
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "1s",
+    ]);
+    let req = pod.request("/delay/10");
+    pod.wait_inflight(1);
+    let sent = pod.sigterm();
+    let code = pod.exit_code(Duration::from_secs(10));
+    let took = sent.elapsed();
+    eprintln!("deadline 3s: lifeguard exited {took:?} after SIGTERM");
+    assert!(
+        took >= Duration::from_millis(2900),
+        "stopped before the deadline: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped after the grace period: {took:?}"
+    );
+    assert_eq!(code, 3, "{}", pod.agent.output());
+    assert!(
+        pod.agent
+            .output()
+            .contains("Envoy stopped with 1 still active"),
+        "{}",
+        pod.agent.output()
+    );
+    let (result, _) = req.join().unwrap();
+    assert!(
+        !matches!(result, Ok((200, _))),
+        "the 10s request cannot have finished"
+    );
+}
+
+#[test]
+fn envoy_killed_mid_drain_makes_lifeguard_exit_non_zero() {
+    let mut pod = Pod::start(&[
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "1s",
+    ]);
+    let envoy = envoy_pid(&pod.agent);
+    let _req = pod.request("/delay/10");
+    pod.wait_inflight(1);
+    pod.sigterm();
+    wait_for("the drain phase", Duration::from_secs(5), || {
+        match get(pod.ports.agent.addr(), "/drain") {
+            Ok((200, body)) if body.contains("\"phase\":\"draining\"") => Ok(()),
+            other => Err(other),
+        }
+    });
+    // SAFETY: killing the Envoy our lifeguard launched.
+    unsafe {
+        libc::kill(envoy, libc::SIGKILL);
+    }
+    let code = pod.exit_code(Duration::from_secs(5));
+    assert_eq!(code, 4, "{}", pod.agent.output());
+    assert!(pod.agent.output().contains("Envoy exited on its own"));
+}
+
+#[test]
+fn drain_until_requests_is_not_held_by_an_idle_keepalive_connection() {
+    let mut pod = Pod::start(&[
+        "--drain-until",
+        "requests",
+        "--minimum-drain-duration",
+        "500ms",
+    ]);
+    let idle = idle_keepalive_connection(pod.ports.inbound.addr(), "/delay/0");
+    let sent = pod.sigterm();
+    let code = pod.exit_code(Duration::from_secs(10));
+    eprintln!(
+        "requests mode with an idle connection: exited {:?} after SIGTERM",
+        sent.elapsed()
+    );
+    assert_eq!(code, 0, "{}", pod.agent.output());
+    assert!(pod.agent.output().contains("zero active requests"));
+    drop(idle);
+}
+
+#[test]
+fn drain_until_connections_is_held_by_the_same_idle_connection_until_the_deadline() {
+    let mut pod = Pod::start(&[
+        "--drain-until",
+        "connections",
+        "--minimum-drain-duration",
+        "500ms",
+        "--termination-grace-period",
+        "3s",
+        "--shutdown-margin",
+        "1s",
+    ]);
+    let idle = idle_keepalive_connection(pod.ports.inbound.addr(), "/delay/0");
+    pod.sigterm();
+    let code = pod.exit_code(Duration::from_secs(10));
+    assert_eq!(code, 3, "{}", pod.agent.output());
+    drop(idle);
+}
+
+#[test]
+fn post_drain_flips_readiness_drains_and_leaves_envoy_running_until_sigterm() {
+    let mut pod = Pod::start(&[
+        "--drain-until",
+        "requests",
+        "--minimum-drain-duration",
+        "500ms",
+    ]);
+    let (status, body) = http("POST", pod.ports.agent.addr(), "/drain").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["trigger"], "POST /drain");
+    assert_eq!(json["active_requests"], 0);
+    assert_eq!(
+        get(pod.ports.agent.addr(), "/healthz/ready").unwrap(),
+        (503, "not ready: draining\n".into())
+    );
+    // Idempotent: a second call answers at once with the same drain.
+    let (status, body) = http("POST", pod.ports.agent.addr(), "/drain").unwrap();
+    assert_eq!(status, 200);
+    assert!(body.contains("\"phase\":\"drained\""), "{body}");
+    // Envoy still serves the app.
+    assert_eq!(
+        get(pod.ports.inbound.addr(), "/delay/0").unwrap(),
+        (200, "done\n".into())
+    );
+    // SIGTERM now stops Envoy promptly.
+    pod.sigterm();
+    assert_eq!(
+        pod.exit_code(Duration::from_secs(5)),
+        0,
+        "{}",
+        pod.agent.output()
+    );
+}
+
+#[test]
+fn an_external_envoy_is_drained_and_quit_through_its_admin_api() {
+    let ports = Ports::new();
+    let _app = App::start(&ports.app);
+    let mut envoy = start_envoy(&bootstrap(&ports));
+    let status = ports.agent.addr().to_string();
+    let admin = ports.admin_url();
+    let status_port = ports.status_listener.port.to_string();
+    let mut agent = start_agent(&[
+        "--status-addr",
+        &status,
+        "--admin-url",
+        &admin,
+        "--ignore-listener-port",
+        &status_port,
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "200ms",
+    ]);
+    wait_status(
+        ports.agent.addr(),
+        "/healthz/ready",
+        200,
+        Duration::from_secs(30),
+    );
+    agent.signal(libc::SIGTERM);
+    let code = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("lifeguard exits")
+        .code();
+    assert_eq!(code, Some(0), "{}", agent.output());
+    // Envoy got /quitquitquit.
+    assert!(
+        envoy.wait_exit(Duration::from_secs(10)).is_some(),
+        "Envoy still runs"
+    );
+}
+
+#[test]
+fn quitquitquit_stops_envoy_and_exits_cleanly() {
+    let mut pod = Pod::start(&[]);
+    let envoy = envoy_pid(&pod.agent);
+    let (status, body) = http("POST", pod.ports.agent.addr(), "/quitquitquit").unwrap();
+    assert_eq!((status, body.as_str()), (200, "OK\n"));
+    assert_eq!(pod.exit_code(Duration::from_secs(5)), 0);
+    assert!(!process_alive(envoy));
+}
+
+#[test]
+fn a_second_signal_changes_nothing() {
+    let mut pod = Pod::start(&["--termination-drain-duration", "1s"]);
+    let sent = pod.sigterm();
+    wait_status(
+        pod.ports.agent.addr(),
+        "/healthz/ready",
+        503,
+        Duration::from_secs(2),
+    );
+    pod.agent.signal(libc::SIGINT);
+    pod.agent.signal(libc::SIGTERM);
+    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);
+    assert!(
+        sent.elapsed() >= Duration::from_secs(1),
+        "the fixed drain was cut short"
+    );
+    let out = pod.agent.output();
+    assert_eq!(out.matches("drain started").count(), 1, "{out}");
+    assert!(out.contains("signal received again"), "{out}");
+}
