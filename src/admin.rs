@@ -18,6 +18,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::config::AdminUrl;
+use crate::metrics::{Endpoint, Metrics, Outcome};
 
 /// The admin query that says whether Envoy is live, plus the xDS counters
 /// that say whether its first CDS and LDS updates arrived.
@@ -50,10 +51,11 @@ pub enum AdminError {
 }
 
 /// A client for one Envoy admin endpoint.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AdminClient {
     url: AdminUrl,
     timeout: Duration,
+    metrics: Option<Metrics>,
 }
 
 /// Largest `/stats` answer accepted for the small filtered queries.
@@ -61,7 +63,24 @@ pub const STATS_LIMIT: usize = 1 << 20;
 
 impl AdminClient {
     pub fn new(url: AdminUrl, timeout: Duration) -> Self {
-        Self { url, timeout }
+        Self {
+            url,
+            timeout,
+            metrics: None,
+        }
+    }
+
+    /// The same client, counting its requests in `metrics`.
+    pub fn with_metrics(self, metrics: Metrics) -> Self {
+        Self {
+            metrics: Some(metrics),
+            ..self
+        }
+    }
+
+    /// The same client with another timeout.
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        Self { timeout, ..self }
     }
 
     pub fn url(&self) -> &AdminUrl {
@@ -84,27 +103,27 @@ impl AdminClient {
     }
 
     /// One request on a fresh connection, all of it under `self.timeout`.
-    pub async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        limit: usize,
-    ) -> Result<Bytes, AdminError> {
-        match tokio::time::timeout(self.timeout, self.exchange(method, path, limit)).await {
+    pub async fn call(&self, method: Method, path: &str, limit: usize) -> Result<Bytes, AdminError> {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout(self.timeout, self.exchange(method, path, limit)).await {
             Ok(result) => result,
             Err(_) => Err(AdminError::Timeout {
                 url: self.url.to_string(),
                 timeout: self.timeout,
             }),
+        };
+        if let Some(metrics) = &self.metrics {
+            let outcome = match &result {
+                Ok(_) => Outcome::Ok,
+                Err(AdminError::Timeout { .. }) => Outcome::Timeout,
+                Err(_) => Outcome::Error,
+            };
+            metrics.admin_request(Endpoint::of(path), outcome, started.elapsed());
         }
+        result
     }
 
-    async fn exchange(
-        &self,
-        method: Method,
-        path: &str,
-        limit: usize,
-    ) -> Result<Bytes, AdminError> {
+    async fn exchange(&self, method: Method, path: &str, limit: usize) -> Result<Bytes, AdminError> {
         let stream = TcpStream::connect(self.url.addr())
             .await
             .map_err(|source| AdminError::Connect {
@@ -112,8 +131,7 @@ impl AdminClient {
                 source,
             })?;
         let _ = stream.set_nodelay(true);
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         let request = Request::builder()
             .method(method)
             .uri(path)
@@ -137,13 +155,7 @@ impl AdminClient {
                 .to_bytes();
             if status != StatusCode::OK {
                 let text = String::from_utf8_lossy(&body);
-                let first = text
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(200)
-                    .collect();
+                let first = text.lines().next().unwrap_or("").chars().take(200).collect();
                 return Err(AdminError::Status {
                     status,
                     path: path.to_owned(),

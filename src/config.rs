@@ -98,6 +98,11 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub ignore_listener_ports: Vec<String>,
+
+    /// Append Envoy's own metrics to `/stats/prometheus` (true or false)
+    /// [default: true].
+    #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL")]
+    pub merge_envoy_metrics: Option<String>,
 }
 
 /// The same settings as written in the TOML file.
@@ -119,6 +124,7 @@ struct FileSettings {
     minimum_drain_duration: Option<String>,
     drain_until: Option<String>,
     ignore_listener_ports: Option<Vec<u16>>,
+    merge_envoy_metrics: Option<bool>,
 }
 
 /// When readiness also requires Envoy's first xDS (CDS and LDS) updates.
@@ -265,24 +271,21 @@ pub struct Settings {
     pub drain_until: DrainUntil,
     /// Ports left out of the active count, including [`ALWAYS_IGNORED_PORTS`].
     pub ignore_listener_ports: Vec<u16>,
+    pub merge_envoy_metrics: bool,
 }
 
 impl Settings {
     /// How long after the drain begins Envoy must be stopped: the grace
     /// period less the shutdown margin.
     pub fn drain_deadline(&self) -> Duration {
-        self.termination_grace_period
-            .saturating_sub(self.shutdown_margin)
+        self.termination_grace_period.saturating_sub(self.shutdown_margin)
     }
 
     /// Durations that do not fit inside the drain deadline, as warnings.
     pub fn warnings(&self) -> Vec<String> {
         let budget = self.drain_deadline();
         let (what, wait) = match self.drain_until {
-            DrainUntil::Time => (
-                "termination_drain_duration",
-                self.termination_drain_duration,
-            ),
+            DrainUntil::Time => ("termination_drain_duration", self.termination_drain_duration),
             _ => ("minimum_drain_duration", self.minimum_drain_duration),
         };
         let mut out = Vec::new();
@@ -339,10 +342,7 @@ pub struct Effective {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    ReadFile {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    ReadFile { path: PathBuf, source: std::io::Error },
     #[error("config file {path}: {message}")]
     ParseFile { path: PathBuf, message: String },
     #[error("invalid {field} = {value:?} (from {origin}): {why}")]
@@ -365,10 +365,7 @@ impl Settings {
     /// Builds the settings. `matches` is the clap match of the subcommand,
     /// used to tell a flag from an env variable; without it every value
     /// given in `args` counts as a flag.
-    pub fn load(
-        args: &RunArgs,
-        matches: Option<&ArgMatches>,
-    ) -> Result<(Settings, Vec<Effective>), ConfigError> {
+    pub fn load(args: &RunArgs, matches: Option<&ArgMatches>) -> Result<(Settings, Vec<Effective>), ConfigError> {
         let file = match &args.config {
             Some(path) => read_file(path)?,
             None => FileSettings::default(),
@@ -388,9 +385,7 @@ impl Settings {
                     .parse()
                     .map_err(|_| "expected IP:PORT, for example 0.0.0.0:15020".to_string())?;
                 if addr.port() == 0 {
-                    return Err(
-                        "port 0 is not allowed: Envoy must know where to send probes".into(),
-                    );
+                    return Err("port 0 is not allowed: Envoy must know where to send probes".into());
                 }
                 Ok(addr)
             },
@@ -481,21 +476,17 @@ impl Settings {
             "5s",
             false,
         )?;
-        let exit_on_zero = l.value(
+        let exit_on_zero = l.boolean(
             "exit_on_zero_active_connections",
             args.exit_on_zero_active_connections.clone(),
-            |f| {
-                f.exit_on_zero_active_connections
-                    .take()
-                    .map(|b| b.to_string())
-            },
-            "false",
-            |s| match s {
-                "true" => Ok(true),
-                "false" => Ok(false),
-                _ => Err("expected true or false".to_string()),
-            },
-            |b| b.to_string(),
+            |f| f.exit_on_zero_active_connections.take(),
+            false,
+        )?;
+        let merge_envoy_metrics = l.boolean(
+            "merge_envoy_metrics",
+            args.merge_envoy_metrics.clone(),
+            |f| f.merge_envoy_metrics.take(),
+            true,
         )?;
         let minimum_drain_duration = l.duration(
             "minimum_drain_duration",
@@ -513,19 +504,14 @@ impl Settings {
             |s| s.parse::<DrainUntil>(),
             |d| d.to_string(),
         )?;
-        let given_ports =
-            (!args.ignore_listener_ports.is_empty()).then(|| args.ignore_listener_ports.join(","));
+        let given_ports = (!args.ignore_listener_ports.is_empty()).then(|| args.ignore_listener_ports.join(","));
         let ignore_listener_ports = l.value(
             "ignore_listener_ports",
             given_ports,
             |f| {
-                f.ignore_listener_ports.take().map(|ports| {
-                    ports
-                        .iter()
-                        .map(u16::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                })
+                f.ignore_listener_ports
+                    .take()
+                    .map(|ports| ports.iter().map(u16::to_string).collect::<Vec<_>>().join(","))
             },
             "",
             |s| {
@@ -540,13 +526,7 @@ impl Settings {
                 ports.dedup();
                 Ok(ports)
             },
-            |ports| {
-                ports
-                    .iter()
-                    .map(u16::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            },
+            |ports| ports.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
         )?;
         if shutdown_margin >= termination_grace_period {
             let origin = l.source_recorded("shutdown_margin");
@@ -576,6 +556,7 @@ impl Settings {
             minimum_drain_duration,
             drain_until,
             ignore_listener_ports,
+            merge_envoy_metrics,
         };
         Ok((settings, l.effective))
     }
@@ -625,6 +606,27 @@ impl Loader<'_> {
             source,
         });
         Ok(value)
+    }
+
+    fn boolean(
+        &mut self,
+        key: &'static str,
+        given: Option<String>,
+        from_file: impl FnOnce(&mut FileSettings) -> Option<bool>,
+        default: bool,
+    ) -> Result<bool, ConfigError> {
+        self.value(
+            key,
+            given,
+            |f| from_file(f).map(|b| b.to_string()),
+            if default { "true" } else { "false" },
+            |s| match s {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err("expected true or false".to_string()),
+            },
+            |b| b.to_string(),
+        )
     }
 
     fn duration(

@@ -211,12 +211,7 @@ pub struct Drain {
 }
 
 impl Drain {
-    pub fn new(
-        settings: Settings,
-        admin: AdminClient,
-        readiness: Readiness,
-        envoy: Envoy,
-    ) -> (Drain, DrainHandle) {
+    pub fn new(settings: Settings, admin: AdminClient, readiness: Readiness, envoy: Envoy) -> (Drain, DrainHandle) {
         let (events_tx, events) = mpsc::channel(64);
         let policy = settings.drain_until;
         let (status, status_rx) = watch::channel(Status {
@@ -283,9 +278,7 @@ impl Drain {
             Ok(outcome) => outcome,
             Err(Interrupt::EnvoyExited(status)) => self.envoy_exited(status),
             Err(Interrupt::EnvoyGone) => {
-                tracing::error!(
-                    "Envoy's admin API stopped answering during the drain: Envoy is gone"
-                );
+                tracing::error!("Envoy's admin API stopped answering during the drain: Envoy is gone");
                 self.publish(|s| s.phase = Phase::Stopped);
                 Outcome::EnvoyGone
             }
@@ -331,8 +324,10 @@ impl Drain {
         let cut = !satisfied;
         self.drained = true;
         let keep_running = !*self.stop.borrow();
+        let took = started.elapsed().as_secs_f64();
         self.publish(|s| {
             s.cut_by_deadline = cut;
+            s.duration_seconds = Some(took);
             if keep_running {
                 s.phase = Phase::Drained;
             }
@@ -398,9 +393,7 @@ impl Drain {
                 self.race(sleep_until(next.into())).await?;
             }
         }
-        tracing::error!(
-            "could not start Envoy's graceful drain; waiting as the policy says anyway"
-        );
+        tracing::error!("could not start Envoy's graceful drain; waiting as the policy says anyway");
         Ok(())
     }
 
@@ -419,10 +412,7 @@ impl Drain {
                 self.settings.poll_interval,
                 drain_began + self.settings.termination_drain_duration,
             ),
-            _ => (
-                ZERO_POLL_INTERVAL,
-                drain_began + self.settings.minimum_drain_duration,
-            ),
+            _ => (ZERO_POLL_INTERVAL, drain_began + self.settings.minimum_drain_duration),
         };
         let mut left: Option<u64> = None;
         let mut refused_since: Option<Instant> = None;
@@ -455,8 +445,7 @@ impl Drain {
                         DrainUntil::Requests => active.requests,
                         _ => active.connections,
                     };
-                    if left != Some(count) && now.duration_since(last_log) >= Duration::from_secs(1)
-                    {
+                    if left != Some(count) && now.duration_since(last_log) >= Duration::from_secs(1) {
                         tracing::info!(active = count, counting = %until, "draining");
                         last_log = now;
                     }
@@ -499,11 +488,7 @@ impl Drain {
             }
             let next = deadline
                 .min(now + period)
-                .min(if until == DrainUntil::Time {
-                    min_end
-                } else {
-                    deadline
-                });
+                .min(if until == DrainUntil::Time { min_end } else { deadline });
             self.race(sleep_until(next.into())).await?;
         }
     }
@@ -512,11 +497,7 @@ impl Drain {
         self.publish(|s| s.phase = Phase::Stopping);
         let exit = self
             .envoy
-            .stop(
-                self.settings
-                    .shutdown_margin
-                    .max(Duration::from_millis(100)),
-            )
+            .stop(self.settings.shutdown_margin.max(Duration::from_millis(100)))
             .await;
         let took = self.started.map(|t| t.elapsed().as_secs_f64());
         self.publish(|s| {
@@ -559,10 +540,7 @@ impl Drain {
                 None => self.events_open = false,
                 Some(Event::Signal(name)) => {
                     if self.stop.send_replace(true) {
-                        tracing::info!(
-                            signal = name,
-                            "signal received again; the drain goes on unchanged"
-                        );
+                        tracing::info!(signal = name, "signal received again; the drain goes on unchanged");
                     } else {
                         tracing::info!(signal = name, "signal received; Envoy stops once drained");
                         self.publish(|s| s.stop_requested = true);

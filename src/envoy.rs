@@ -59,20 +59,13 @@ pub struct Child {
 /// early in a long drain window), and do not let Envoy's drain timer close
 /// the listeners before lifeguard's deadline.
 pub fn drain_flags(command: &[String], grace: Duration) -> Vec<String> {
-    let has = |flag: &str| {
-        command
-            .iter()
-            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
-    };
+    let has = |flag: &str| command.iter().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
     let mut extra = Vec::new();
     if !has("--drain-strategy") {
         extra.extend(["--drain-strategy".to_owned(), "immediate".to_owned()]);
     }
     if !has("--drain-time-s") {
-        extra.extend([
-            "--drain-time-s".to_owned(),
-            grace.as_secs().max(1).to_string(),
-        ]);
+        extra.extend(["--drain-time-s".to_owned(), grace.as_secs().max(1).to_string()]);
     }
     extra
 }
@@ -82,13 +75,11 @@ impl Child {
     /// thread that lives as long as lifeguard (the main thread): the
     /// kernel's parent-death signal is tied to the thread that forks.
     pub fn spawn(command: &[String]) -> std::io::Result<Child> {
-        let (program, args) = command.split_first().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty Envoy command")
-        })?;
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty Envoy command"))?;
         let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(std::process::Stdio::null())
-            .process_group(0);
+        cmd.args(args).stdin(std::process::Stdio::null()).process_group(0);
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
@@ -156,10 +147,7 @@ impl Child {
         match tokio::time::timeout(bound, self.exited()).await {
             Ok(status) => status,
             Err(_) => {
-                tracing::warn!(
-                    pid = self.pid,
-                    "Envoy did not exit after SIGTERM; sending SIGKILL"
-                );
+                tracing::warn!(pid = self.pid, "Envoy did not exit after SIGTERM; sending SIGKILL");
                 self.signal(libc::SIGKILL);
                 self.exited().await
             }
@@ -234,25 +222,16 @@ mod tests {
         // A child that ignores SIGTERM, and says so once its trap is set.
         let marker = std::env::temp_dir().join(format!("lifeguard-trap-{}", std::process::id()));
         let _ = std::fs::remove_file(&marker);
-        let script = format!(
-            "trap '' TERM; touch {}; while :; do sleep 0.05; done",
-            marker.display()
-        );
+        let script = format!("trap '' TERM; touch {}; while :; do sleep 0.05; done", marker.display());
         let child = Child::spawn(&strings(&["sh", "-c", &script])).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !marker.exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the child never set its trap"
-            );
+            assert!(std::time::Instant::now() < deadline, "the child never set its trap");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let status = tokio::time::timeout(
-            Duration::from_secs(10),
-            child.stop(Duration::from_millis(200)),
-        )
-        .await
-        .unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(10), child.stop(Duration::from_millis(200)))
+            .await
+            .unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL));
         let _ = std::fs::remove_file(&marker);

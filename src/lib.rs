@@ -9,6 +9,7 @@
 //! - [`poller`]: the background task that reads Envoy and writes the snapshot.
 //! - [`drain`]: the drain state machine: phase, deadline, policy, stopping Envoy.
 //! - [`envoy`]: the Envoy process (child or external).
+//! - [`metrics`]: our Prometheus metrics and the merged scrape.
 //! - [`server`]: the status server on 15020 (tower service on hyper).
 //! - [`cli`]: the command line of the `lifeguard` binary.
 
@@ -18,6 +19,7 @@ pub mod config;
 pub mod drain;
 pub mod duration;
 pub mod envoy;
+pub mod metrics;
 pub mod poller;
 pub mod readiness;
 pub mod server;

@@ -2,6 +2,7 @@
 //! together. The logic lives in the library.
 
 use std::process::ExitCode;
+use std::time::Instant;
 
 use clap::{CommandFactory, FromArgMatches};
 use tokio_util::sync::CancellationToken;
@@ -12,6 +13,7 @@ use lifeguard::cli::{Cli, Command};
 use lifeguard::config::Settings;
 use lifeguard::drain::{exit_code, Drain, DrainHandle};
 use lifeguard::envoy::{self, Envoy};
+use lifeguard::metrics::{Metrics, ENVOY_METRICS_TIMEOUT};
 use lifeguard::readiness::Readiness;
 use lifeguard::server::{StatusServer, StatusService};
 use lifeguard::{duration::Display as D, poller};
@@ -74,15 +76,11 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         }
     };
     let shutdown = CancellationToken::new();
+    let metrics = Metrics::new(Instant::now());
     let readiness = Readiness::new(settings.stale_after());
-    let admin = AdminClient::new(settings.admin_url.clone(), settings.admin_timeout);
+    let admin = AdminClient::new(settings.admin_url.clone(), settings.admin_timeout).with_metrics(metrics.clone());
 
-    let server = match StatusServer::bind(
-        settings.status_addr,
-        StatusService::new(readiness.clone()),
-    )
-    .await
-    {
+    let server = match StatusServer::bind(settings.status_addr, StatusService::new(readiness.clone())).await {
         Ok(server) => server,
         Err(e) => {
             tracing::error!(addr = %settings.status_addr, error = %e, "cannot bind the status address");
@@ -112,8 +110,13 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     };
 
     let (drain, handle) = Drain::new(settings.clone(), admin.clone(), readiness.clone(), envoy);
-    let server =
-        server.with_service(StatusService::new(readiness.clone()).with_drain(handle.clone()));
+    let envoy_metrics = settings
+        .merge_envoy_metrics
+        .then(|| admin.clone().with_timeout(ENVOY_METRICS_TIMEOUT));
+    let service = StatusService::new(readiness.clone())
+        .with_drain(handle.clone())
+        .with_metrics(metrics.clone(), envoy_metrics);
+    let server = server.with_service(service);
     let local = server.local_addr().expect("bound listener has an address");
     tracing::info!(
         status_addr = %local,
@@ -124,7 +127,7 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         "lifeguard listening"
     );
     let server = tokio::spawn(server.serve(shutdown.clone()));
-    let poller = tokio::spawn(poller::run(settings, admin, readiness, shutdown.clone()));
+    let poller = tokio::spawn(poller::run(settings, admin, readiness, metrics, shutdown.clone()));
     let signals = tokio::spawn(signals.forward(handle, shutdown.clone()));
 
     let outcome = drain.run().await;

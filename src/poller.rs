@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, AdminClient};
 use crate::config::{Settings, XdsCheck};
+use crate::metrics::Metrics;
 use crate::readiness::{Readiness, Verdict};
 use crate::stats::{self, Value};
 
@@ -22,17 +23,22 @@ pub async fn run(
     settings: Settings,
     admin: AdminClient,
     readiness: Readiness,
+    metrics: Metrics,
     shutdown: CancellationToken,
 ) {
     loop {
-        let verdict = match admin
-            .get_text(admin::READINESS_STATS, admin::STATS_LIMIT)
-            .await
-        {
-            Ok(body) => evaluate(&body, settings.xds_check, Instant::now()),
-            Err(e) => Verdict::not_ready(&e.to_string(), Instant::now()),
+        let (verdict, server_state) = match admin.get_text(admin::READINESS_STATS, admin::STATS_LIMIT).await {
+            Ok(body) => {
+                let state = match stats::find(&body, SERVER_STATE) {
+                    Some(Value::Number(n)) => Some(n),
+                    _ => None,
+                };
+                (evaluate(&body, settings.xds_check, Instant::now()), state)
+            }
+            Err(e) => (Verdict::not_ready(&e.to_string(), Instant::now()), None),
         };
         let ready = verdict.is_ready();
+        metrics.readiness(ready && !readiness.is_draining(), server_state);
         let previous = readiness.store(verdict);
         let current = readiness.verdict();
         if previous.text() != current.text() {
@@ -99,9 +105,7 @@ fn server_reason(body: &str) -> Option<String> {
         Some(other) => return Some(bad_value(SERVER_STATE, other)),
     }
     match stats::find(body, WORKERS_STARTED) {
-        None => Some(format!(
-            "{WORKERS_STARTED} missing: Envoy's workers have not started"
-        )),
+        None => Some(format!("{WORKERS_STARTED} missing: Envoy's workers have not started")),
         Some(Value::Number(1)) => None,
         Some(Value::Number(n)) => Some(format!(
             "{WORKERS_STARTED} is {n}, not 1: Envoy's workers have not started"
@@ -113,10 +117,7 @@ fn server_reason(body: &str) -> Option<String> {
 /// Why the first CDS/LDS updates are not there, if they are required.
 fn xds_reason(body: &str, mode: XdsCheck) -> Option<String> {
     let mut waiting = Vec::new();
-    for (kind, prefix) in [
-        ("CDS", "cluster_manager.cds"),
-        ("LDS", "listener_manager.lds"),
-    ] {
+    for (kind, prefix) in [("CDS", "cluster_manager.cds"), ("LDS", "listener_manager.lds")] {
         let stat = |what: &str| {
             let name = format!("{prefix}.update_{what}");
             match stats::find(body, &name) {
@@ -125,11 +126,10 @@ fn xds_reason(body: &str, mode: XdsCheck) -> Option<String> {
                 None => Ok(None),
             }
         };
-        let (attempt, success, rejected) =
-            match (stat("attempt"), stat("success"), stat("rejected")) {
-                (Ok(a), Ok(s), Ok(r)) => (a, s, r),
-                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Some(e),
-            };
+        let (attempt, success, rejected) = match (stat("attempt"), stat("success"), stat("rejected")) {
+            (Ok(a), Ok(s), Ok(r)) => (a, s, r),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Some(e),
+        };
         let in_use = attempt.is_some() || success.is_some() || rejected.is_some();
         if mode == XdsCheck::Auto && !in_use {
             continue;
@@ -140,8 +140,8 @@ fn xds_reason(body: &str, mode: XdsCheck) -> Option<String> {
         match rejected {
             Some(n) if n > 0 => {
                 return Some(format!(
-                    "Envoy rejected its {kind} config ({prefix}.update_rejected = {n}) and has no accepted {kind} update"
-                ))
+                "Envoy rejected its {kind} config ({prefix}.update_rejected = {n}) and has no accepted {kind} update"
+            ))
             }
             _ => waiting.push(kind),
         }
@@ -206,11 +206,7 @@ mod tests {
     fn workers_must_have_started() {
         let r = reason("server.state: 0\n", XdsCheck::Auto).unwrap();
         assert!(r.contains("workers"), "{r}");
-        let r = reason(
-            "server.state: 0\nlistener_manager.workers_started: 0\n",
-            XdsCheck::Auto,
-        )
-        .unwrap();
+        let r = reason("server.state: 0\nlistener_manager.workers_started: 0\n", XdsCheck::Auto).unwrap();
         assert!(r.contains("workers"), "{r}");
     }
 
@@ -234,9 +230,7 @@ mod tests {
 
     #[test]
     fn xds_fed_envoy_waits_for_first_updates_in_auto() {
-        let body = format!(
-            "{LIVE}cluster_manager.cds.update_attempt: 3\nlistener_manager.lds.update_attempt: 1\n"
-        );
+        let body = format!("{LIVE}cluster_manager.cds.update_attempt: 3\nlistener_manager.lds.update_attempt: 1\n");
         let r = reason(&body, XdsCheck::Auto).unwrap();
         assert!(r.contains("CDS and LDS"), "{r}");
         let body = format!("{body}cluster_manager.cds.update_success: 1\n");
@@ -259,10 +253,7 @@ mod tests {
             XdsCheck::Auto,
         )
         .unwrap();
-        assert!(
-            r.contains("PRE_INITIALIZING") && r.contains("first CDS update"),
-            "{r}"
-        );
+        assert!(r.contains("PRE_INITIALIZING") && r.contains("first CDS update"), "{r}");
     }
 
     #[test]

@@ -60,6 +60,11 @@ impl Verdict {
         self.ready
     }
 
+    /// Time since the read that produced this verdict.
+    pub fn age(&self) -> Duration {
+        self.at.elapsed()
+    }
+
     /// The reason it is not ready (or `ready`), without the trailing newline.
     pub fn text(&self) -> &str {
         let text = std::str::from_utf8(&self.body).unwrap_or("").trim_end();
@@ -87,10 +92,7 @@ impl Readiness {
     pub fn new(stale_after: Duration) -> Self {
         Self {
             inner: Arc::new(Inner {
-                verdict: ArcSwap::from_pointee(Verdict::not_ready(
-                    "no answer from Envoy admin yet",
-                    Instant::now(),
-                )),
+                verdict: ArcSwap::from_pointee(Verdict::not_ready("no answer from Envoy admin yet", Instant::now())),
                 draining: AtomicBool::new(false),
                 stale_after,
                 draining_body: Bytes::from_static(b"not ready: draining\n"),
@@ -169,10 +171,7 @@ mod tests {
                 body: Bytes::from_static(b"ready\n")
             }
         );
-        r.store(Verdict::not_ready(
-            "server.state is INITIALIZING",
-            Instant::now(),
-        ));
+        r.store(Verdict::not_ready("server.state is INITIALIZING", Instant::now()));
         let a = r.answer();
         assert!(!a.ready);
         assert_eq!(a.body, "not ready: server.state is INITIALIZING\n");
@@ -192,15 +191,10 @@ mod tests {
     #[test]
     fn an_old_ready_verdict_is_not_trusted() {
         let r = Readiness::new(Duration::from_millis(50));
-        let old = Instant::now()
-            .checked_sub(Duration::from_millis(60))
-            .unwrap();
+        let old = Instant::now().checked_sub(Duration::from_millis(60)).unwrap();
         r.store(Verdict::ready(old));
         let a = r.answer();
         assert!(!a.ready);
-        assert_eq!(
-            a.body,
-            "not ready: no successful Envoy admin read in the last 50ms\n"
-        );
+        assert_eq!(a.body, "not ready: no successful Envoy admin read in the last 50ms\n");
     }
 }

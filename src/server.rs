@@ -8,6 +8,8 @@
 //!   or join the one under way; answers with the status once drained. Envoy
 //!   keeps running until a signal. The native-sidecar preStop hook.
 //! - `POST /quitquitquit` — loopback only: stop Envoy now and exit cleanly.
+//! - `GET /stats/prometheus` (alias `/metrics`) — lifeguard's metrics, then
+//!   Envoy's own (any caller).
 //!
 //! Callers of the POST routes from other hosts get 403 and nothing happens.
 //! Unknown paths get 404, known paths with another method 405.
@@ -38,8 +40,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::AdminClient;
 use crate::drain::DrainHandle;
+use crate::metrics::Metrics;
 use crate::readiness::Readiness;
+use metrics::Counter;
 
 /// The response body type of every route.
 pub type Body = Full<Bytes>;
@@ -53,6 +58,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+static PROMETHEUS_TEXT: HeaderValue = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
 
 /// The future of one response: ready at once for every route but the two
 /// that wait on the drain.
@@ -66,9 +72,7 @@ impl Future for ResponseFuture {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
-            ResponseFuture::Ready(response) => {
-                Poll::Ready(Ok(response.take().expect("polled after completion")))
-            }
+            ResponseFuture::Ready(response) => Poll::Ready(Ok(response.take().expect("polled after completion"))),
             ResponseFuture::Waiting(fut) => fut.as_mut().poll(cx).map(Ok),
         }
     }
@@ -80,6 +84,11 @@ impl Future for ResponseFuture {
 pub struct StatusService {
     readiness: Readiness,
     drain: Option<DrainHandle>,
+    metrics: Option<Metrics>,
+    /// Where Envoy's own metrics are read for the merged scrape (None: off).
+    envoy_metrics: Option<AdminClient>,
+    probe_ok: Counter,
+    probe_unavailable: Counter,
     peer: Option<SocketAddr>,
 }
 
@@ -88,7 +97,24 @@ impl StatusService {
         Self {
             readiness,
             drain: None,
+            metrics: None,
+            envoy_metrics: None,
+            probe_ok: Counter::noop(),
+            probe_unavailable: Counter::noop(),
             peer: None,
+        }
+    }
+
+    /// Counts probes in `metrics` and serves `/stats/prometheus`, merged
+    /// with Envoy's metrics read through `envoy` when given.
+    pub fn with_metrics(self, metrics: Metrics, envoy: Option<AdminClient>) -> Self {
+        let (probe_ok, probe_unavailable) = metrics.probe_counters();
+        Self {
+            metrics: Some(metrics),
+            envoy_metrics: envoy,
+            probe_ok,
+            probe_unavailable,
+            ..self
         }
     }
 
@@ -123,11 +149,27 @@ impl StatusService {
             ("/healthz/ready", &Method::GET | &Method::HEAD) => {
                 let answer = self.readiness.answer();
                 let status = if answer.ready {
+                    self.probe_ok.increment(1);
                     StatusCode::OK
                 } else {
+                    self.probe_unavailable.increment(1);
                     StatusCode::SERVICE_UNAVAILABLE
                 };
                 (status, answer.body)
+            }
+            ("/stats/prometheus" | "/metrics", &Method::GET | &Method::HEAD) => {
+                let Some(metrics) = self.metrics.clone() else {
+                    return finish(headers, &method, not_found());
+                };
+                let readiness = self.readiness.clone();
+                let drain = self.drain.as_ref().map(DrainHandle::status);
+                let envoy = self.envoy_metrics.clone();
+                return ResponseFuture::Waiting(Box::pin(async move {
+                    let body = metrics.scrape(&readiness, drain.as_ref(), envoy.as_ref()).await;
+                    let mut headers = headers;
+                    headers.insert(CONTENT_TYPE, PROMETHEUS_TEXT.clone());
+                    respond(headers, &method, (StatusCode::OK, body))
+                }));
             }
             ("/drain", &Method::GET | &Method::HEAD) => match &self.drain {
                 Some(drain) => {
@@ -194,19 +236,11 @@ fn finish(headers: HeaderMap, method: &Method, answer: (StatusCode, Bytes)) -> R
     ResponseFuture::Ready(Some(respond(headers, method, answer)))
 }
 
-fn respond(
-    mut headers: HeaderMap,
-    method: &Method,
-    (status, body): (StatusCode, Bytes),
-) -> Response<Body> {
+fn respond(mut headers: HeaderMap, method: &Method, (status, body): (StatusCode, Bytes)) -> Response<Body> {
     if !headers.contains_key(CONTENT_TYPE) {
         headers.insert(CONTENT_TYPE, TEXT_PLAIN.clone());
     }
-    let body = if method == Method::HEAD {
-        Bytes::new()
-    } else {
-        body
-    };
+    let body = if method == Method::HEAD { Bytes::new() } else { body };
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -241,9 +275,7 @@ fn method_not_allowed() -> (StatusCode, Bytes) {
 pub fn is_loopback(addr: &SocketAddr) -> bool {
     match addr {
         SocketAddr::V4(a) => a.ip().is_loopback(),
-        SocketAddr::V6(a) => {
-            a.ip().is_loopback() || a.ip().to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
+        SocketAddr::V6(a) => a.ip().is_loopback() || a.ip().to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
     }
 }
 
@@ -348,11 +380,7 @@ mod tests {
     use std::time::Instant;
 
     fn call(svc: &StatusService, method: Method, path: &str) -> (StatusCode, String) {
-        let req = Request::builder()
-            .method(method)
-            .uri(path)
-            .body(())
-            .unwrap();
+        let req = Request::builder().method(method).uri(path).body(()).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -369,16 +397,10 @@ mod tests {
     fn with_drain(readiness: &Readiness) -> (StatusService, crate::drain::Drain) {
         use crate::config::{RunArgs, Settings};
         let (settings, _) = Settings::load(&RunArgs::default(), None).unwrap();
-        let admin = crate::admin::AdminClient::new(
-            "http://127.0.0.1:1".parse().unwrap(),
-            Duration::from_millis(100),
-        );
+        let admin = crate::admin::AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
         let envoy = crate::envoy::Envoy::External(admin.clone());
         let (drain, handle) = crate::drain::Drain::new(settings, admin, readiness.clone(), envoy);
-        (
-            StatusService::new(readiness.clone()).with_drain(handle),
-            drain,
-        )
+        (StatusService::new(readiness.clone()).with_drain(handle), drain)
     }
 
     #[test]
@@ -416,10 +438,7 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(json["phase"], "serving");
         assert_eq!(json["policy"], "time");
-        assert_eq!(
-            call(&svc, Method::PUT, "/drain").0,
-            StatusCode::METHOD_NOT_ALLOWED
-        );
+        assert_eq!(call(&svc, Method::PUT, "/drain").0, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(
             call(&svc, Method::GET, "/quitquitquit").0,
             StatusCode::METHOD_NOT_ALLOWED
@@ -446,10 +465,7 @@ mod tests {
             call(&svc, Method::HEAD, "/healthz/ready"),
             (StatusCode::OK, String::new())
         );
-        assert_eq!(
-            call(&svc, Method::GET, "/healthz/ready?x=1").0,
-            StatusCode::OK
-        );
+        assert_eq!(call(&svc, Method::GET, "/healthz/ready?x=1").0, StatusCode::OK);
         assert_eq!(
             call(&svc, Method::POST, "/healthz/ready").0,
             StatusCode::METHOD_NOT_ALLOWED

@@ -114,21 +114,12 @@ mod tests {
             find("server.state: live", "server.state"),
             Some(Value::Unparsable("live"))
         );
-        assert_eq!(
-            find("server.state: -1", "server.state"),
-            Some(Value::Unparsable("-1"))
-        );
-        assert_eq!(
-            find("server.state:", "server.state"),
-            Some(Value::Unparsable(""))
-        );
+        assert_eq!(find("server.state: -1", "server.state"), Some(Value::Unparsable("-1")));
+        assert_eq!(find("server.state:", "server.state"), Some(Value::Unparsable("")));
         let garbage: Vec<_> = lines("<html>oops</html>").collect();
         assert_eq!(garbage[0].value, Value::Unparsable("<html>oops</html>"));
         let histogram = "cluster.x.upstream_rq_time: P0(nan,0) P25(nan,1)";
-        assert!(matches!(
-            lines(histogram).next().unwrap().value,
-            Value::Unparsable(_)
-        ));
+        assert!(matches!(lines(histogram).next().unwrap().value, Value::Unparsable(_)));
     }
 
     #[test]
@@ -211,13 +202,10 @@ pub fn active(body: &str, ignored_ports: &[u16]) -> Active {
         let Some(sum) = counted else { continue };
         match line.value {
             Value::Number(n) => *sum = sum.saturating_add(n),
-            Value::Wrapped(n) => out.skipped.push(format!(
-                "{} = {n} (a gauge that went below zero)",
-                line.name
-            )),
-            Value::Unparsable(text) => out
+            Value::Wrapped(n) => out
                 .skipped
-                .push(format!("{} = {text:?} (not a number)", line.name)),
+                .push(format!("{} = {n} (a gauge that went below zero)", line.name)),
+            Value::Unparsable(text) => out.skipped.push(format!("{} = {text:?} (not a number)", line.name)),
         }
     }
     out

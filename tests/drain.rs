@@ -71,14 +71,12 @@ impl Pod {
     fn wait_inflight(&self, n: u64) {
         let admin = self.ports.admin.addr();
         let want = format!("http.inbound_http.downstream_rq_active: {n}");
-        wait_for(
-            "the request to reach Envoy",
-            Duration::from_secs(10),
-            || match get(admin, "/stats?filter=inbound_http.downstream_rq_active") {
+        wait_for("the request to reach Envoy", Duration::from_secs(10), || {
+            match get(admin, "/stats?filter=inbound_http.downstream_rq_active") {
                 Ok((200, body)) if body.contains(&want) => Ok(()),
                 other => Err(other),
-            },
-        );
+            }
+        });
     }
 
     fn sigterm(&self) -> Instant {
@@ -87,12 +85,10 @@ impl Pod {
     }
 
     fn exit_code(&mut self, timeout: Duration) -> i32 {
-        let status = self.agent.wait_exit(timeout).unwrap_or_else(|| {
-            panic!(
-                "lifeguard did not exit within {timeout:?}:\n{}",
-                self.agent.output()
-            )
-        });
+        let status = self
+            .agent
+            .wait_exit(timeout)
+            .unwrap_or_else(|| panic!("lifeguard did not exit within {timeout:?}:\n{}", self.agent.output()));
         status.code().unwrap_or(-1)
     }
 }
@@ -109,12 +105,7 @@ fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {
         Ok((status, _)) => assert!(status >= 500, "expected a failure, got {status}"),
         Err(_) => {} // reset or closed: the failure users see
     }
-    assert_eq!(
-        pod.exit_code(Duration::from_secs(10)),
-        0,
-        "{}",
-        pod.agent.output()
-    );
+    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0, "{}", pod.agent.output());
 }
 
 #[test]
@@ -136,13 +127,8 @@ fn exit_on_zero_lets_the_request_in_flight_finish_then_stops_envoy() {
     assert_eq!(result.unwrap(), (200, "done\n".to_owned()));
     let code = pod.exit_code(Duration::from_secs(10));
     let stopped_after = answered_at.elapsed();
-    assert!(
-        !process_alive(envoy_pid),
-        "Envoy still runs after lifeguard exited"
-    );
-    eprintln!(
-        "last connection closed -> lifeguard exited (Envoy stopped before): {stopped_after:?}"
-    );
+    assert!(!process_alive(envoy_pid), "Envoy still runs after lifeguard exited");
+    eprintln!("last connection closed -> lifeguard exited (Envoy stopped before): {stopped_after:?}");
     assert_eq!(code, 0, "{}", pod.agent.output());
     assert!(
         pod.agent.output().contains("zero active connections"),
@@ -162,12 +148,7 @@ fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
     let req = pod.request("/delay/3");
     pod.wait_inflight(1);
     let sent = pod.sigterm();
-    let body = wait_status(
-        pod.ports.agent.addr(),
-        "/healthz/ready",
-        503,
-        Duration::from_secs(2),
-    );
+    let body = wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
     eprintln!("SIGTERM -> 503 on the agent: {:?}", sent.elapsed());
     assert_eq!(body, "not ready: draining\n");
     let body = wait_status(
@@ -187,16 +168,8 @@ fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
         }
     });
     assert!(!req.is_finished(), "the request should still be in flight");
-    assert_eq!(
-        get(pod.ports.agent.addr(), "/healthz/ready").unwrap().0,
-        503
-    );
-    assert_eq!(
-        get(pod.ports.status_listener.addr(), "/healthz/ready")
-            .unwrap()
-            .0,
-        503
-    );
+    assert_eq!(get(pod.ports.agent.addr(), "/healthz/ready").unwrap().0, 503);
+    assert_eq!(get(pod.ports.status_listener.addr(), "/healthz/ready").unwrap().0, 503);
     let (status, body) = get(pod.ports.agent.addr(), "/drain").unwrap();
     assert_eq!(status, 200);
     assert!(
@@ -235,17 +208,12 @@ fn the_deadline_stops_envoy_and_reports_the_connection_cut() {
     );
     assert_eq!(code, 3, "{}", pod.agent.output());
     assert!(
-        pod.agent
-            .output()
-            .contains("Envoy stopped with 1 still active"),
+        pod.agent.output().contains("Envoy stopped with 1 still active"),
         "{}",
         pod.agent.output()
     );
     let (result, _) = req.join().unwrap();
-    assert!(
-        !matches!(result, Ok((200, _))),
-        "the 10s request cannot have finished"
-    );
+    assert!(!matches!(result, Ok((200, _))), "the 10s request cannot have finished");
 }
 
 #[test]
@@ -277,12 +245,7 @@ fn envoy_killed_mid_drain_makes_lifeguard_exit_non_zero() {
 
 #[test]
 fn drain_until_requests_is_not_held_by_an_idle_keepalive_connection() {
-    let mut pod = Pod::start(&[
-        "--drain-until",
-        "requests",
-        "--minimum-drain-duration",
-        "500ms",
-    ]);
+    let mut pod = Pod::start(&["--drain-until", "requests", "--minimum-drain-duration", "500ms"]);
     let idle = idle_keepalive_connection(pod.ports.inbound.addr(), "/delay/0");
     let sent = pod.sigterm();
     let code = pod.exit_code(Duration::from_secs(10));
@@ -316,12 +279,7 @@ fn drain_until_connections_is_held_by_the_same_idle_connection_until_the_deadlin
 
 #[test]
 fn post_drain_flips_readiness_drains_and_leaves_envoy_running_until_sigterm() {
-    let mut pod = Pod::start(&[
-        "--drain-until",
-        "requests",
-        "--minimum-drain-duration",
-        "500ms",
-    ]);
+    let mut pod = Pod::start(&["--drain-until", "requests", "--minimum-drain-duration", "500ms"]);
     let (status, body) = http("POST", pod.ports.agent.addr(), "/drain").unwrap();
     assert_eq!(status, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -342,12 +300,7 @@ fn post_drain_flips_readiness_drains_and_leaves_envoy_running_until_sigterm() {
     );
     // SIGTERM now stops Envoy promptly.
     pod.sigterm();
-    assert_eq!(
-        pod.exit_code(Duration::from_secs(5)),
-        0,
-        "{}",
-        pod.agent.output()
-    );
+    assert_eq!(pod.exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
 }
 
 #[test]
@@ -370,12 +323,7 @@ fn an_external_envoy_is_drained_and_quit_through_its_admin_api() {
         "--minimum-drain-duration",
         "200ms",
     ]);
-    wait_status(
-        ports.agent.addr(),
-        "/healthz/ready",
-        200,
-        Duration::from_secs(30),
-    );
+    wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     agent.signal(libc::SIGTERM);
     let code = agent
         .wait_exit(Duration::from_secs(10))
@@ -383,10 +331,7 @@ fn an_external_envoy_is_drained_and_quit_through_its_admin_api() {
         .code();
     assert_eq!(code, Some(0), "{}", agent.output());
     // Envoy got /quitquitquit.
-    assert!(
-        envoy.wait_exit(Duration::from_secs(10)).is_some(),
-        "Envoy still runs"
-    );
+    assert!(envoy.wait_exit(Duration::from_secs(10)).is_some(), "Envoy still runs");
 }
 
 #[test]
@@ -403,12 +348,7 @@ fn quitquitquit_stops_envoy_and_exits_cleanly() {
 fn a_second_signal_changes_nothing() {
     let mut pod = Pod::start(&["--termination-drain-duration", "1s"]);
     let sent = pod.sigterm();
-    wait_status(
-        pod.ports.agent.addr(),
-        "/healthz/ready",
-        503,
-        Duration::from_secs(2),
-    );
+    wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
     pod.agent.signal(libc::SIGINT);
     pod.agent.signal(libc::SIGTERM);
     assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);

@@ -25,15 +25,9 @@ fn agent_for(ports: &Ports, extra: &[&str]) -> Proc {
 fn not_ready_with_a_reason_while_envoy_is_not_running() {
     let ports = Ports::new();
     let _agent = agent_for(&ports, &[]);
-    let body = wait_status(
-        ports.agent.addr(),
-        "/healthz/ready",
-        503,
-        Duration::from_secs(5),
-    );
+    let body = wait_status(ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(5));
     assert!(
-        body.contains("cannot connect to Envoy admin")
-            && body.contains(&ports.admin.port.to_string()),
+        body.contains("cannot connect to Envoy admin") && body.contains(&ports.admin.port.to_string()),
         "reason should say the admin API is unreachable: {body:?}"
     );
     // HEAD gets the status without a body.
@@ -59,16 +53,8 @@ fn ready_directly_and_through_envoy_once_envoy_is_live() {
         assert_eq!(s, 200);
         Instant::now()
     };
-    let body = wait_status(
-        ports.agent.addr(),
-        "/healthz/ready",
-        200,
-        Duration::from_secs(5),
-    );
-    eprintln!(
-        "agent ready {:?} after Envoy /ready said LIVE",
-        live_at.elapsed()
-    );
+    let body = wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    eprintln!("agent ready {:?} after Envoy /ready said LIVE", live_at.elapsed());
     assert_eq!(body, "ready\n");
 
     // The kubelet's path: Envoy's status listener forwards to the agent.
@@ -122,14 +108,13 @@ static_resources:
     let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin_url]);
 
     // Once Envoy answers its admin API, the reason names the missing update.
-    let body = wait_for(
-        "a reason naming the CDS update",
-        Duration::from_secs(20),
-        || match get(agent.addr(), "/healthz/ready") {
-            Ok((503, body)) if body.contains("first CDS") => Ok(body),
-            other => Err(other),
-        },
-    );
+    let body = wait_for("a reason naming the CDS update", Duration::from_secs(20), || match get(
+        agent.addr(),
+        "/healthz/ready",
+    ) {
+        Ok((503, body)) if body.contains("first CDS") => Ok(body),
+        other => Err(other),
+    });
     assert!(body.starts_with("not ready: "), "{body:?}");
     drop(envoy);
     drop(silent);
@@ -139,17 +124,9 @@ static_resources:
 fn turns_not_ready_within_the_staleness_bound_when_envoy_is_killed() {
     let ports = Ports::new();
     // Bound: 3 poll intervals + the admin timeout = 3 * 200ms + 200ms.
-    let _agent = agent_for(
-        &ports,
-        &["--poll-interval", "200ms", "--admin-timeout", "200ms"],
-    );
+    let _agent = agent_for(&ports, &["--poll-interval", "200ms", "--admin-timeout", "200ms"]);
     let mut envoy = start_envoy(&bootstrap(&ports));
-    wait_status(
-        ports.agent.addr(),
-        "/healthz/ready",
-        200,
-        Duration::from_secs(30),
-    );
+    wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 
     envoy.kill();
     let killed = Instant::now();
@@ -160,9 +137,6 @@ fn turns_not_ready_within_the_staleness_bound_when_envoy_is_killed() {
         503,
         bound + Duration::from_millis(500),
     );
-    eprintln!(
-        "agent said 503 {:?} after Envoy was killed",
-        killed.elapsed()
-    );
+    eprintln!("agent said 503 {:?} after Envoy was killed", killed.elapsed());
     assert!(body.contains("cannot connect to Envoy admin"), "{body:?}");
 }

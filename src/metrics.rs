@@ -1,0 +1,380 @@
+//! lifeguard's own Prometheus metrics, and the merged scrape.
+//!
+//! Every metric handle is registered once, here, on a recorder that belongs
+//! to the agent (no global recorder): the probe path increments a stored
+//! counter, with no name lookup or label formatting per request. The drain
+//! gauges are taken from the drain's published status at scrape time, so
+//! they can never disagree with `GET /drain`.
+//!
+//! `GET /stats/prometheus` renders our families (all named `lifeguard_*`)
+//! and appends Envoy's own `/stats/prometheus` (families named `envoy_*`),
+//! read with a timeout and a size bound. If Envoy cannot be read, our part
+//! is still served and the failure is counted.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+
+use crate::admin::AdminClient;
+use crate::drain::{Phase, Status};
+use crate::readiness::Readiness;
+
+/// Largest Envoy `/stats/prometheus` answer merged into a scrape.
+pub const ENVOY_METRICS_LIMIT: usize = 32 << 20;
+/// Timeout of the Envoy part of a scrape (Prometheus' own default is 10 s).
+pub const ENVOY_METRICS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The admin endpoints lifeguard calls, as the `endpoint` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `/stats?...` (readiness and drain counts)
+    Stats = 0,
+    /// `/stats/prometheus`
+    Prometheus = 1,
+    /// `/drain_listeners`
+    DrainListeners = 2,
+    /// `/quitquitquit`
+    Quit = 3,
+}
+
+impl Endpoint {
+    const ALL: [Endpoint; 4] = [
+        Endpoint::Stats,
+        Endpoint::Prometheus,
+        Endpoint::DrainListeners,
+        Endpoint::Quit,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Endpoint::Stats => "stats",
+            Endpoint::Prometheus => "stats_prometheus",
+            Endpoint::DrainListeners => "drain_listeners",
+            Endpoint::Quit => "quitquitquit",
+        }
+    }
+
+    /// The endpoint a request path belongs to.
+    pub fn of(path: &str) -> Endpoint {
+        if path.starts_with("/stats/prometheus") {
+            Endpoint::Prometheus
+        } else if path.starts_with("/drain_listeners") {
+            Endpoint::DrainListeners
+        } else if path.starts_with("/quitquitquit") {
+            Endpoint::Quit
+        } else {
+            Endpoint::Stats
+        }
+    }
+}
+
+/// How an admin call ended, as the `outcome` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok = 0,
+    Error = 1,
+    Timeout = 2,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Error, Outcome::Timeout];
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// The metric handles, registered once. Cloning shares them.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    handle: PrometheusHandle,
+    started: Instant,
+    /// `lifeguard_probe_responses_total{code="200"}`.
+    probe_ok: Counter,
+    /// `lifeguard_probe_responses_total{code="503"}`.
+    probe_unavailable: Counter,
+    ready: Gauge,
+    time_to_first_ready: Gauge,
+    first_ready_seen: AtomicBool,
+    admin_requests: [[Counter; 3]; 4],
+    admin_duration: Histogram,
+    answer_age: Gauge,
+    server_state: Gauge,
+    drain_phase: Gauge,
+    drain_started: Gauge,
+    drain_deadline: Gauge,
+    drain_duration: Gauge,
+    drain_active_connections: Gauge,
+    drain_active_requests: Gauge,
+    drain_left_at_stop: Gauge,
+    drain_cut: Gauge,
+    drain_policy: [Gauge; 3],
+}
+
+const POLICIES: [&str; 3] = ["time", "connections", "requests"];
+
+impl Metrics {
+    /// A new set of metrics on its own recorder. `started` is the agent's
+    /// start, for the time to first ready.
+    pub fn new(started: Instant) -> Metrics {
+        let recorder = PrometheusBuilder::new()
+            .with_recommended_naming(true)
+            .set_buckets_for_metric(
+                Matcher::Full("lifeguard_envoy_admin_request_duration_seconds".into()),
+                &[
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ],
+            )
+            .expect("static buckets are not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        let r = Registrar { recorder: &recorder };
+
+        let probe_help = "Answers of the readiness probe (/healthz/ready), by status code.";
+        let admin_help = "Requests lifeguard made to Envoy's admin API, by endpoint and outcome.";
+        let inner = Inner {
+            handle,
+            started,
+            probe_ok: r.counter("lifeguard_probe_responses_total", &[("code", "200")], probe_help),
+            probe_unavailable: r.counter("lifeguard_probe_responses_total", &[("code", "503")], probe_help),
+            ready: r.gauge("lifeguard_ready", &[], None, "1 when the readiness probe answers 200, else 0."),
+            time_to_first_ready: r.gauge(
+                "lifeguard_time_to_first_ready_seconds",
+                &[],
+                Some(Unit::Seconds),
+                "Seconds from lifeguard's start to the first ready answer (0 until then).",
+            ),
+            first_ready_seen: AtomicBool::new(false),
+            admin_requests: Endpoint::ALL.map(|e| {
+                Outcome::ALL.map(|o| {
+                    r.counter(
+                        "lifeguard_envoy_admin_requests_total",
+                        &[("endpoint", e.label()), ("outcome", o.label())],
+                        admin_help,
+                    )
+                })
+            }),
+            admin_duration: r.histogram(
+                "lifeguard_envoy_admin_request_duration_seconds",
+                "Duration of requests to Envoy's admin API, including failures.",
+            ),
+            answer_age: r.gauge(
+                "lifeguard_envoy_admin_answer_age_seconds",
+                &[],
+                Some(Unit::Seconds),
+                "Age of the readiness answer the probe serves: seconds since the poller's last admin read.",
+            ),
+            server_state: r.gauge(
+                "lifeguard_envoy_server_state",
+                &[],
+                None,
+                "Envoy's server.state at the last successful read: 0 LIVE, 1 DRAINING, 2 PRE_INITIALIZING, 3 INITIALIZING; -1 unknown.",
+            ),
+            drain_phase: r.gauge(
+                "lifeguard_drain_phase",
+                &[],
+                None,
+                "Drain phase: 0 serving, 1 delaying, 2 draining, 3 drained (waiting for SIGTERM), 4 stopping Envoy, 5 Envoy stopped.",
+            ),
+            drain_started: r.gauge(
+                "lifeguard_drain_started_timestamp_seconds",
+                &[],
+                Some(Unit::Seconds),
+                "Unix time the drain began (0: no drain).",
+            ),
+            drain_deadline: r.gauge(
+                "lifeguard_drain_deadline_timestamp_seconds",
+                &[],
+                Some(Unit::Seconds),
+                "Unix time by which Envoy is stopped (0: no drain).",
+            ),
+            drain_duration: r.gauge(
+                "lifeguard_drain_duration_seconds",
+                &[],
+                Some(Unit::Seconds),
+                "Seconds the drain has taken: so far while it runs, to Envoy's stop once stopped.",
+            ),
+            drain_active_connections: r.gauge(
+                "lifeguard_drain_active_connections",
+                &[],
+                None,
+                "Envoy's active downstream connections as last read by the drain (agent listeners left out).",
+            ),
+            drain_active_requests: r.gauge(
+                "lifeguard_drain_active_requests",
+                &[],
+                None,
+                "Envoy's active downstream HTTP requests as last read by the drain (agent prefixes left out).",
+            ),
+            drain_left_at_stop: r.gauge(
+                "lifeguard_drain_left_at_stop",
+                &[],
+                None,
+                "Connections (or requests, by the policy) still active when Envoy was stopped.",
+            ),
+            drain_cut: r.gauge(
+                "lifeguard_drain_cut_by_deadline",
+                &[],
+                None,
+                "1 when the deadline cut the drain before the policy was satisfied.",
+            ),
+            drain_policy: POLICIES.map(|p| {
+                r.gauge(
+                    "lifeguard_drain_policy",
+                    &[("policy", p)],
+                    None,
+                    "The drain policy in force: 1 for the one configured (time, connections or requests).",
+                )
+            }),
+        };
+        inner.server_state.set(-1.0);
+        Metrics { inner: Arc::new(inner) }
+    }
+
+    /// The probe's counters, for the status service to keep.
+    pub fn probe_counters(&self) -> (Counter, Counter) {
+        (self.inner.probe_ok.clone(), self.inner.probe_unavailable.clone())
+    }
+
+    /// Records one admin request.
+    pub fn admin_request(&self, endpoint: Endpoint, outcome: Outcome, took: Duration) {
+        self.inner.admin_requests[endpoint as usize][outcome as usize].increment(1);
+        self.inner.admin_duration.record(took.as_secs_f64());
+    }
+
+    /// Records a readiness answer the poller stored.
+    pub fn readiness(&self, ready: bool, server_state: Option<u64>) {
+        let inner = &*self.inner;
+        inner.ready.set(if ready { 1.0 } else { 0.0 });
+        inner.server_state.set(server_state.map_or(-1.0, |s| s as f64));
+        if ready && !inner.first_ready_seen.swap(true, Ordering::Relaxed) {
+            inner
+                .time_to_first_ready
+                .set(inner.started.elapsed().as_secs_f64().max(1e-9));
+        }
+    }
+
+    /// Renders lifeguard's families, with the gauges that are read at
+    /// scrape time brought up to date first.
+    pub fn render(&self, readiness: &Readiness, drain: Option<&Status>) -> String {
+        let inner = &*self.inner;
+        inner.answer_age.set(readiness.verdict().age().as_secs_f64());
+        if readiness.is_draining() {
+            inner.ready.set(0.0);
+        }
+        if let Some(status) = drain {
+            inner.drain_phase.set(status.phase as u8 as f64);
+            inner.drain_started.set(status.started_at.unwrap_or(0.0));
+            inner.drain_deadline.set(status.deadline.unwrap_or(0.0));
+            let duration = match (status.duration_seconds, status.started_at) {
+                (Some(d), _) => d,
+                (None, Some(started)) if status.phase != Phase::Serving => (unix_now() - started).max(0.0),
+                _ => 0.0,
+            };
+            inner.drain_duration.set(duration);
+            inner
+                .drain_active_connections
+                .set(status.active_connections.unwrap_or(0) as f64);
+            inner
+                .drain_active_requests
+                .set(status.active_requests.unwrap_or(0) as f64);
+            inner.drain_left_at_stop.set(status.left_at_stop.unwrap_or(0) as f64);
+            inner.drain_cut.set(if status.cut_by_deadline { 1.0 } else { 0.0 });
+            for (gauge, name) in inner.drain_policy.iter().zip(POLICIES) {
+                gauge.set(if status.policy.to_string() == name { 1.0 } else { 0.0 });
+            }
+        }
+        inner.handle.run_upkeep();
+        inner.handle.render()
+    }
+
+    /// The merged scrape: our families, then Envoy's (when `envoy` is
+    /// given and answers).
+    pub async fn scrape(&self, readiness: &Readiness, drain: Option<&Status>, envoy: Option<&AdminClient>) -> Bytes {
+        let envoy_part = match envoy {
+            Some(admin) => match admin
+                .call(hyper::Method::GET, "/stats/prometheus", ENVOY_METRICS_LIMIT)
+                .await
+            {
+                Ok(body) => Some(body),
+                Err(e) => {
+                    tracing::debug!(error = %e, "Envoy's metrics left out of the scrape");
+                    None
+                }
+            },
+            None => None,
+        };
+        // Render after the Envoy read, so its outcome is already counted.
+        let ours = self.render(readiness, drain);
+        let mut out = Vec::with_capacity(ours.len() + envoy_part.as_ref().map_or(0, |b| b.len() + 1));
+        out.extend_from_slice(ours.as_bytes());
+        if let Some(body) = envoy_part {
+            if !out.ends_with(b"\n") && !out.is_empty() {
+                out.push(b'\n');
+            }
+            out.extend_from_slice(&body);
+        }
+        Bytes::from(out)
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Registers handles on our recorder.
+struct Registrar<'a> {
+    recorder: &'a PrometheusRecorder,
+}
+
+const META: Metadata<'static> = Metadata::new("lifeguard", metrics::Level::INFO, Some("lifeguard"));
+
+impl Registrar<'_> {
+    fn key(name: &'static str, labels: &[(&'static str, &'static str)]) -> Key {
+        Key::from_parts(
+            name,
+            labels
+                .iter()
+                .map(|(k, v)| Label::from_static_parts(k, v))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn counter(&self, name: &'static str, labels: &[(&'static str, &'static str)], help: &'static str) -> Counter {
+        self.recorder.describe_counter(name.into(), None, help.into());
+        self.recorder.register_counter(&Self::key(name, labels), &META)
+    }
+
+    fn gauge(
+        &self,
+        name: &'static str,
+        labels: &[(&'static str, &'static str)],
+        unit: Option<Unit>,
+        help: &'static str,
+    ) -> Gauge {
+        self.recorder.describe_gauge(name.into(), unit, help.into());
+        let gauge = self.recorder.register_gauge(&Self::key(name, labels), &META);
+        gauge.set(0.0);
+        gauge
+    }
+
+    fn histogram(&self, name: &'static str, help: &'static str) -> Histogram {
+        self.recorder
+            .describe_histogram(name.into(), Some(Unit::Seconds), help.into());
+        self.recorder.register_histogram(&Self::key(name, &[]), &META)
+    }
+}

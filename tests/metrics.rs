@@ -1,0 +1,250 @@
+//! The merged Prometheus scrape against the real Envoy, checked by promtool.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+
+/// Runs `promtool check metrics` on `text`; returns its exit code and output.
+fn promtool(text: &str) -> (i32, String) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/test installs it)");
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// The value of the sample named exactly `series` (name and labels).
+fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// lifeguard's part of a merged scrape.
+fn ours_only(scrape: &str) -> String {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with("envoy_") && !l.starts_with("# HELP envoy_") && !l.starts_with("# TYPE envoy_"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn families(scrape: &str) -> Vec<&str> {
+    scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect()
+}
+
+fn scrape(addr: std::net::SocketAddr) -> String {
+    let (status, body) = get(addr, "/stats/prometheus").unwrap();
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[test]
+fn merged_scrape_passes_promtool_and_names_each_family_once() {
+    let ports = Ports::new();
+    let _envoy = start_envoy(&bootstrap(&ports));
+    let status = ports.agent.addr().to_string();
+    let admin = ports.admin_url();
+    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin]);
+    wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
+
+    let merged = scrape(ports.agent.addr());
+    let fams = families(&merged);
+    assert!(
+        fams.iter().any(|f| f.starts_with("lifeguard_")),
+        "no lifeguard families"
+    );
+    assert!(
+        fams.iter().any(|f| f.starts_with("envoy_")),
+        "Envoy's families are missing"
+    );
+    assert!(
+        fams.iter()
+            .all(|f| f.starts_with("lifeguard_") || f.starts_with("envoy_")),
+        "{fams:?}"
+    );
+    let unique: HashSet<_> = fams.iter().collect();
+    assert_eq!(unique.len(), fams.len(), "a family appears twice");
+    assert_eq!(sample(&merged, "lifeguard_ready"), Some(1.0));
+    assert!(sample(&merged, "lifeguard_probe_responses_total{code=\"200\"}").unwrap() >= 1.0);
+
+    // promtool parses it (exit 1 is a parse error). Envoy's own names break
+    // Prometheus naming conventions (exit 3, lint findings); ours never do.
+    let (code, out) = promtool(&merged);
+    assert!(
+        code == 0 || code == 3,
+        "promtool failed to parse the merged scrape ({code}):\n{out}"
+    );
+    for finding in out.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            finding.starts_with("envoy_"),
+            "promtool finding about our part: {finding}"
+        );
+    }
+
+    // Our part alone is clean.
+    let (code, out) = promtool(&ours_only(&merged));
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn our_part_alone_passes_promtool_when_merging_is_off() {
+    let ports = Ports::new();
+    let _envoy = start_envoy(&bootstrap(&ports));
+    let status = ports.agent.addr().to_string();
+    let admin = ports.admin_url();
+    let _agent = start_agent(&[
+        "--status-addr",
+        &status,
+        "--admin-url",
+        &admin,
+        "--merge-envoy-metrics",
+        "false",
+    ]);
+    wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
+    let body = scrape(ports.agent.addr());
+    assert!(
+        families(&body).iter().all(|f| f.starts_with("lifeguard_")),
+        "merging is off"
+    );
+    let (code, out) = promtool(&body);
+    assert_eq!(code, 0, "{out}");
+    // /metrics is the same scrape.
+    let (status, alias) = get(ports.agent.addr(), "/metrics").unwrap();
+    assert_eq!(status, 200);
+    let set = |s: &str| families(s).into_iter().map(str::to_owned).collect::<HashSet<_>>();
+    assert_eq!(set(&alias), set(&body));
+}
+
+#[test]
+fn with_envoy_down_the_scrape_still_answers_and_counts_the_failure() {
+    let ports = Ports::new();
+    let status = ports.agent.addr().to_string();
+    let admin = ports.admin_url();
+    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin]);
+    wait_status(ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(10));
+    let first = scrape(ports.agent.addr());
+    let second = scrape(ports.agent.addr());
+    let failures = |s: &str| {
+        sample(
+            s,
+            "lifeguard_envoy_admin_requests_total{endpoint=\"stats_prometheus\",outcome=\"error\"}",
+        )
+        .unwrap()
+    };
+    assert!(failures(&first) >= 1.0, "{first}");
+    assert!(failures(&second) > failures(&first));
+    assert_eq!(sample(&second, "lifeguard_ready"), Some(0.0));
+    assert_eq!(sample(&second, "lifeguard_envoy_server_state"), Some(-1.0));
+    let (code, out) = promtool(&second);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn scrapes_follow_the_drain_from_draining_to_drained() {
+    let ports = Ports::new();
+    let _app = App::start(&ports.app);
+    let dir = TempDir::new("metrics");
+    let status = ports.agent.addr().to_string();
+    let admin = ports.admin_url();
+    let status_port = ports.status_listener.port.to_string();
+    let envoy = envoy_command(&bootstrap(&ports), &dir);
+    let mut args = vec![
+        "--status-addr",
+        &status,
+        "--admin-url",
+        &admin,
+        "--ignore-listener-port",
+        &status_port,
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "200ms",
+        "--",
+    ];
+    args.extend(envoy.iter().map(String::as_str));
+    let mut agent = start_agent(&args);
+    wait_status(
+        ports.status_listener.addr(),
+        "/healthz/ready",
+        200,
+        Duration::from_secs(30),
+    );
+    let before = scrape(ports.agent.addr());
+    assert_eq!(sample(&before, "lifeguard_drain_phase"), Some(0.0));
+    assert_eq!(
+        sample(&before, "lifeguard_drain_policy{policy=\"connections\"}"),
+        Some(1.0)
+    );
+
+    // One slow request in flight, then the native-sidecar drain.
+    let inbound = ports.inbound.addr();
+    let slow = thread::spawn(move || http_timeout("GET", inbound, "/delay/2", Duration::from_secs(20)));
+    let agent_addr = ports.agent.addr();
+    wait_for("the request in flight", Duration::from_secs(10), || {
+        match get(ports.admin.addr(), "/stats?filter=inbound_http.downstream_rq_active") {
+            Ok((200, b)) if b.contains("downstream_rq_active: 1") => Ok(()),
+            other => Err(other),
+        }
+    });
+    let drain = thread::spawn(move || http("POST", agent_addr, "/drain"));
+
+    // During the drain: phase 2 with the connection counted.
+    let during = wait_for(
+        "a scrape showing the drain with 1 connection",
+        Duration::from_secs(5),
+        || {
+            let s = scrape(agent_addr);
+            match (
+                sample(&s, "lifeguard_drain_phase"),
+                sample(&s, "lifeguard_drain_active_connections"),
+            ) {
+                (Some(2.0), Some(1.0)) => Ok(s),
+                other => Err(other),
+            }
+        },
+    );
+    assert!(sample(&during, "lifeguard_drain_started_timestamp_seconds").unwrap() > 1.0e9);
+    assert!(sample(&during, "lifeguard_drain_deadline_timestamp_seconds").unwrap() > 1.0e9);
+    assert_eq!(sample(&during, "lifeguard_ready"), Some(0.0));
+
+    assert_eq!(slow.join().unwrap().unwrap().0, 200);
+    let (code, _) = drain.join().unwrap().unwrap();
+    assert_eq!(code, 200);
+
+    // Drained: the count fell to zero, the duration is known, nothing was cut.
+    let after = scrape(agent_addr);
+    assert_eq!(sample(&after, "lifeguard_drain_phase"), Some(3.0));
+    assert_eq!(sample(&after, "lifeguard_drain_active_connections"), Some(0.0));
+    let took = sample(&after, "lifeguard_drain_duration_seconds").unwrap();
+    assert!(took > 0.2 && took < 10.0, "drain duration {took}");
+    assert_eq!(sample(&after, "lifeguard_drain_cut_by_deadline"), Some(0.0));
+    assert_eq!(sample(&after, "lifeguard_drain_left_at_stop"), Some(0.0));
+    let (code, out) = promtool(&ours_only(&after));
+    assert_eq!(code, 0, "{out}");
+
+    // The scrape keeps answering while Envoy is stopped.
+    agent.signal(libc::SIGTERM);
+    assert_eq!(agent.wait_exit(Duration::from_secs(10)).unwrap().code(), Some(0));
+}
