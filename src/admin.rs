@@ -48,6 +48,8 @@ pub enum AdminError {
     TooLarge { path: String, limit: usize },
     #[error("Envoy admin answer to {path} is not UTF-8 text")]
     NotText { path: String },
+    #[error("{path:?} is not a valid request path")]
+    BadPath { path: String },
 }
 
 /// A client for one Envoy admin endpoint.
@@ -124,57 +126,69 @@ impl AdminClient {
     }
 
     async fn exchange(&self, method: Method, path: &str, limit: usize) -> Result<Bytes, AdminError> {
-        let stream = TcpStream::connect(self.url.addr())
-            .await
-            .map_err(|source| AdminError::Connect {
-                url: self.url.to_string(),
-                source,
-            })?;
-        let _ = stream.set_nodelay(true);
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        let request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(hyper::header::HOST, self.url.authority())
-            .body(Empty::<Bytes>::new())
-            .expect("a request built from a validated URL and a static path");
+        let (status, body) = fetch(&self.url, method, path, limit).await?;
+        if status != StatusCode::OK {
+            let text = String::from_utf8_lossy(&body);
+            let first = text.lines().next().unwrap_or("").chars().take(200).collect();
+            return Err(AdminError::Status {
+                status,
+                path: path.to_owned(),
+                body: first,
+            });
+        }
+        Ok(body)
+    }
+}
 
-        let exchange = async {
-            let response = sender.send_request(request).await?;
-            let status = response.status();
-            let body = Limited::new(response.into_body(), limit)
-                .collect()
-                .await
-                .map_err(|e| match e.downcast::<hyper::Error>() {
-                    Ok(e) => AdminError::Http(*e),
-                    Err(_) => AdminError::TooLarge {
-                        path: path.to_owned(),
-                        limit,
-                    },
-                })?
-                .to_bytes();
-            if status != StatusCode::OK {
-                let text = String::from_utf8_lossy(&body);
-                let first = text.lines().next().unwrap_or("").chars().take(200).collect();
-                return Err(AdminError::Status {
-                    status,
+/// One HTTP/1.1 request to a loopback URL on a fresh connection: the status
+/// and up to `limit` bytes of body. No timeout here: callers wrap it.
+pub async fn fetch(
+    url: &AdminUrl,
+    method: Method,
+    path: &str,
+    limit: usize,
+) -> Result<(StatusCode, Bytes), AdminError> {
+    let stream = TcpStream::connect(url.addr())
+        .await
+        .map_err(|source| AdminError::Connect {
+            url: url.to_string(),
+            source,
+        })?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, url.authority())
+        .body(Empty::<Bytes>::new())
+        .map_err(|_| AdminError::BadPath { path: path.to_owned() })?;
+
+    let exchange = async {
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), limit)
+            .collect()
+            .await
+            .map_err(|e| match e.downcast::<hyper::Error>() {
+                Ok(e) => AdminError::Http(*e),
+                Err(_) => AdminError::TooLarge {
                     path: path.to_owned(),
-                    body: first,
-                });
-            }
-            Ok(body)
-        };
-        tokio::pin!(exchange);
-        // Drive the connection and the exchange together. If the connection
-        // finishes first (Envoy closed it after answering), the answer is
-        // already buffered and the exchange completes from it.
-        tokio::select! {
-            biased;
-            result = &mut exchange => result,
-            conn_result = conn => {
-                conn_result?;
-                exchange.await
-            }
+                    limit,
+                },
+            })?
+            .to_bytes();
+        Ok((status, body))
+    };
+    tokio::pin!(exchange);
+    // Drive the connection and the exchange together. If the connection
+    // finishes first (the server closed it after answering), the answer is
+    // already buffered and the exchange completes from it.
+    tokio::select! {
+        biased;
+        result = &mut exchange => result,
+        conn_result = conn => {
+            conn_result?;
+            exchange.await
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The command line of the `lifeguard` binary.
 
+use std::time::Duration;
+
 use clap::{Parser, Subcommand};
 
-use crate::config::RunArgs;
+use crate::config::{parse_loopback_url, AdminUrl, RunArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -28,4 +30,77 @@ pub enum Command {
         #[arg(last = true, value_name = "ENVOY_COMMAND")]
         envoy: Vec<String>,
     },
+
+    /// Validate a configuration without starting anything: print every
+    /// effective setting with where it came from. Exit 0 when good, 1 when a
+    /// duration cannot fit the grace period, 2 on an error.
+    Check {
+        #[command(flatten)]
+        args: RunArgs,
+    },
+
+    /// postStart hook: wait until the proxy is ready (exit 0), or give up
+    /// after the timeout (exit 1, with the last answer on stderr).
+    Wait {
+        /// Readiness URL to poll (loopback only).
+        #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = loopback_url)]
+        url: (AdminUrl, String),
+        /// Give up after this long; 0 waits forever.
+        #[arg(long, default_value = "60s", value_parser = duration)]
+        timeout: Duration,
+        /// Time between attempts.
+        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
+        period: Duration,
+        /// Timeout of one attempt.
+        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
+        request_timeout: Duration,
+    },
+
+    /// preStop helper: wait until no process but Envoy and lifeguard listens
+    /// on a TCP port in the pod (IPv4 and IPv6), reporting what it waits for.
+    WaitAppExit {
+        /// Give up (exit 1) after this long; 0 waits until the kubelet ends
+        /// the hook.
+        #[arg(long, default_value = "0s", value_parser = duration)]
+        timeout: Duration,
+        /// Time between checks.
+        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
+        period: Duration,
+        /// A port whose listeners never count (repeatable).
+        #[arg(long = "ignore-port", value_name = "PORT")]
+        ignore_ports: Vec<u16>,
+        /// A process name whose sockets never count (repeatable).
+        #[arg(long = "ignore-process", value_name = "NAME")]
+        ignore_processes: Vec<String>,
+    },
+
+    /// Native-sidecar preStop hook: `POST /drain` on the agent and wait until
+    /// it answers (drained). Exit 1 with the reason when it does not answer 200.
+    Drain {
+        /// The agent's status address (loopback only).
+        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = base_url)]
+        url: AdminUrl,
+        /// Give up after this long.
+        #[arg(long, default_value = "5m", value_parser = positive_duration)]
+        timeout: Duration,
+    },
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    crate::duration::parse(s).map_err(|e| e.to_string())
+}
+
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match duration(s)? {
+        d if d.is_zero() => Err("must be greater than zero".into()),
+        d => Ok(d),
+    }
+}
+
+fn loopback_url(s: &str) -> Result<(AdminUrl, String), String> {
+    parse_loopback_url(s)
+}
+
+fn base_url(s: &str) -> Result<AdminUrl, String> {
+    s.parse()
 }

@@ -225,32 +225,48 @@ impl fmt::Display for AdminUrl {
 impl FromStr for AdminUrl {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let rest = s
-            .strip_prefix("http://")
-            .ok_or("must start with http:// (the admin API is plain HTTP on loopback)")?;
-        let authority = rest.trim_end_matches('/');
-        if authority.contains('/') {
+        let (url, path) = parse_loopback_url(s)?;
+        if path != "/" {
             return Err("must not have a path".into());
         }
-        let addr: SocketAddr = if let Some(port) = authority.strip_prefix("localhost:") {
-            let port: u16 = port.parse().map_err(|_| "bad port")?;
-            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
-        } else {
-            authority
-                .parse()
-                .map_err(|_| "expected http://IP:PORT, for example http://127.0.0.1:15000")?
-        };
-        if !addr.ip().is_loopback() {
-            return Err("must be a loopback address (127.0.0.0/8, ::1 or localhost)".into());
-        }
-        if addr.port() == 0 {
-            return Err("port 0 is not allowed".into());
-        }
-        Ok(Self {
-            addr,
-            authority: authority.to_owned(),
-        })
+        Ok(url)
     }
+}
+
+/// Parses `http://HOST:PORT[/PATH]` where HOST is a loopback address (or
+/// `localhost`); returns the address and the path (`/` when none).
+pub fn parse_loopback_url(s: &str) -> Result<(AdminUrl, String), String> {
+    let rest = s
+        .strip_prefix("http://")
+        .ok_or("must start with http:// (plain HTTP on loopback)")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let path = if path.trim_end_matches('/').is_empty() {
+        "/"
+    } else {
+        path
+    };
+    let addr: SocketAddr = if let Some(port) = authority.strip_prefix("localhost:") {
+        let port: u16 = port.parse().map_err(|_| "bad port")?;
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+    } else {
+        authority
+            .parse()
+            .map_err(|_| "expected http://IP:PORT, for example http://127.0.0.1:15000")?
+    };
+    if !addr.ip().is_loopback() {
+        return Err("must be a loopback address (127.0.0.0/8, ::1 or localhost)".into());
+    }
+    if addr.port() == 0 {
+        return Err("port 0 is not allowed".into());
+    }
+    let url = AdminUrl {
+        addr,
+        authority: authority.to_owned(),
+    };
+    Ok((url, path.to_owned()))
 }
 
 /// Validated settings of a running agent.

@@ -11,6 +11,8 @@
 //! - [`envoy`]: the Envoy process (child or external).
 //! - [`metrics`]: our Prometheus metrics and the merged scrape.
 //! - [`server`]: the status server on 15020 (tower service on hyper).
+//! - [`hooks`]: the pod hook helpers (`wait`, `wait-app-exit`, `drain`).
+//! - [`sockets`]: listening sockets and their owners, from /proc.
 //! - [`cli`]: the command line of the `lifeguard` binary.
 
 pub mod admin;
@@ -19,8 +21,10 @@ pub mod config;
 pub mod drain;
 pub mod duration;
 pub mod envoy;
+pub mod hooks;
 pub mod metrics;
 pub mod poller;
 pub mod readiness;
 pub mod server;
+pub mod sockets;
 pub mod stats;

@@ -13,6 +13,7 @@ use lifeguard::cli::{Cli, Command};
 use lifeguard::config::Settings;
 use lifeguard::drain::{exit_code, Drain, DrainHandle};
 use lifeguard::envoy::{self, Envoy};
+use lifeguard::hooks;
 use lifeguard::metrics::{Metrics, ENVOY_METRICS_TIMEOUT};
 use lifeguard::readiness::Readiness;
 use lifeguard::server::{StatusServer, StatusService};
@@ -26,8 +27,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run { args, envoy } => {
-            let sub = matches.subcommand_matches("run");
-            let (settings, effective) = match Settings::load(&args, sub) {
+            let (settings, effective) = match Settings::load(&args, matches.subcommand_matches("run")) {
                 Ok(loaded) => loaded,
                 Err(e) => {
                     eprintln!("lifeguard: configuration error: {e}");
@@ -47,6 +47,73 @@ fn main() -> ExitCode {
                 .expect("tokio runtime");
             ExitCode::from(runtime.block_on(run(settings, envoy)))
         }
+        Command::Check { args } => ExitCode::from(check(&args, matches.subcommand_matches("check"))),
+        Command::Wait {
+            url: (url, path),
+            timeout,
+            period,
+            request_timeout,
+        } => {
+            let opts = hooks::WaitOptions {
+                url,
+                path,
+                timeout,
+                period,
+                request_timeout,
+            };
+            ExitCode::from(helper_runtime().block_on(hooks::wait(&opts)))
+        }
+        Command::WaitAppExit {
+            timeout,
+            period,
+            ignore_ports,
+            ignore_processes,
+        } => {
+            let opts = hooks::AppExitOptions {
+                timeout,
+                period,
+                ignore_ports,
+                ignore_processes,
+            };
+            ExitCode::from(helper_runtime().block_on(hooks::wait_app_exit(&opts)))
+        }
+        Command::Drain { url, timeout } => {
+            let opts = hooks::DrainOptions { url, timeout };
+            ExitCode::from(helper_runtime().block_on(hooks::drain(&opts)))
+        }
+    }
+}
+
+fn helper_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// `lifeguard check`: prints the effective settings and what is wrong.
+fn check(args: &lifeguard::config::RunArgs, matches: Option<&clap::ArgMatches>) -> u8 {
+    let (settings, effective) = match Settings::load(args, matches) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("lifeguard check: configuration error: {e}");
+            return exit_code::CONFIG;
+        }
+    };
+    let width = effective.iter().map(|e| e.key.len()).max().unwrap_or(0);
+    for e in &effective {
+        println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
+    }
+    println!("{:width$} = {}", "drain deadline", D(settings.drain_deadline()));
+    let warnings = settings.warnings();
+    for w in &warnings {
+        eprintln!("lifeguard check: {w}");
+    }
+    if warnings.is_empty() {
+        println!("configuration OK");
+        0
+    } else {
+        1
     }
 }
 

@@ -197,6 +197,7 @@ pub struct Ports {
     pub agent: Port,
     pub inbound: Port,
     pub app: Port,
+    pub prometheus: Port,
 }
 
 impl Ports {
@@ -207,6 +208,7 @@ impl Ports {
             agent: port(),
             inbound: port(),
             app: port(),
+            prometheus: port(),
         }
     }
 
@@ -227,6 +229,7 @@ pub fn bootstrap(ports: &Ports) -> String {
         (15020, &ports.agent),
         (15006, &ports.inbound),
         (8080, &ports.app),
+        (15090, &ports.prometheus),
     ] {
         let needle = format!("port_value: {from} ");
         assert!(out.contains(&needle), "bootstrap has no {needle:?}");

@@ -1,0 +1,327 @@
+//! The pod hook helpers (`wait`, `wait-app-exit`, `drain`, `check`) and the
+//! shipped manifests.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+fn helper(name: &'static str, args: &[&str]) -> Proc {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+    cmd.args(args);
+    Proc::spawn(name, cmd, TempDir::new(name))
+}
+
+fn run_helper(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lifeguard"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn wait_exits_0_once_envoy_and_the_agent_are_ready() {
+    let ports = Ports::new();
+    let url = format!("http://127.0.0.1:{}/healthz/ready", ports.status_listener.port);
+    // Started before anything else: it must keep waiting, then succeed.
+    let mut wait = helper(
+        "wait",
+        &["wait", "--url", &url, "--timeout", "60s", "--period", "100ms"],
+    );
+    let status = ports.agent.addr().to_string();
+    let admin = ports.admin_url();
+    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin]);
+    let _envoy = start_envoy(&bootstrap(&ports));
+    let code = wait
+        .wait_exit(Duration::from_secs(60))
+        .expect("wait returns once ready");
+    assert_eq!(code.code(), Some(0), "{}", wait.output());
+    assert!(wait.output().contains("is ready after"), "{}", wait.output());
+}
+
+#[test]
+fn wait_gives_up_after_the_timeout_with_the_last_reason() {
+    let nothing = port();
+    let url = format!("http://127.0.0.1:{}/healthz/ready", nothing.port);
+    let (code, out) = run_helper(&["wait", "--url", &url, "--timeout", "1s", "--period", "100ms"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("not ready after 1s") && out.contains("Connection refused"),
+        "{out}"
+    );
+}
+
+#[test]
+fn wait_with_timeout_0_keeps_waiting_until_the_url_answers_200() {
+    let p = port();
+    // The agent's GET /drain answers 200 once the agent runs, Envoy or not.
+    let url = format!("http://127.0.0.1:{}/drain", p.port);
+    let mut wait = helper("wait", &["wait", "--url", &url, "--timeout", "0", "--period", "100ms"]);
+    // Longer than a 1s timeout would have allowed.
+    assert!(
+        wait.wait_exit(Duration::from_millis(1500)).is_none(),
+        "wait gave up: {}",
+        wait.output()
+    );
+    let status = p.addr().to_string();
+    let _agent = start_agent(&["--status-addr", &status, "--admin-url", "http://127.0.0.1:1"]);
+    let code = wait
+        .wait_exit(Duration::from_secs(10))
+        .expect("wait returns once answered");
+    assert_eq!(code.code(), Some(0), "{}", wait.output());
+}
+
+#[test]
+fn drain_client_drains_through_the_agent_and_reports_failures() {
+    let nothing = port();
+    let (code, out) = run_helper(&[
+        "drain",
+        "--url",
+        &format!("http://127.0.0.1:{}", nothing.port),
+        "--timeout",
+        "2s",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("cannot connect"), "{out}");
+
+    let ports = Ports::new();
+    let _app = App::start(&ports.app);
+    let dir = TempDir::new("hooks");
+    let status = ports.agent.addr().to_string();
+    let admin = ports.admin_url();
+    let envoy = envoy_command(&bootstrap(&ports), &dir);
+    let mut args = vec![
+        "--status-addr",
+        &status,
+        "--admin-url",
+        &admin,
+        "--drain-until",
+        "requests",
+        "--minimum-drain-duration",
+        "200ms",
+        "--",
+    ];
+    args.extend(envoy.iter().map(String::as_str));
+    let mut agent = start_agent(&args);
+    wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
+    let (code, out) = run_helper(&["drain", "--url", &format!("http://127.0.0.1:{}", ports.agent.port)]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("\"phase\":\"drained\""), "{out}");
+    assert_eq!(get(ports.agent.addr(), "/healthz/ready").unwrap().0, 503);
+    agent.signal(libc::SIGTERM);
+    assert_eq!(agent.wait_exit(Duration::from_secs(10)).unwrap().code(), Some(0));
+}
+
+/// A listener in its own network namespace (so no other process of this
+/// machine is seen) and `wait-app-exit` beside it.
+#[test]
+fn wait_app_exit_names_the_app_socket_and_ends_when_it_closes() {
+    let dir = TempDir::new("netns");
+    let ready = dir.path().join("ready");
+    let close = dir.path().join("close");
+    let end = dir.path().join("end");
+    let app = format!(
+        r#"
+import socket, os, time
+app = socket.socket(); app.bind(("127.0.0.1", 9999)); app.listen()
+v6 = socket.socket(socket.AF_INET6); v6.bind(("::", 9997)); v6.listen()
+ignored = socket.socket(); ignored.bind(("127.0.0.1", 9998)); ignored.listen()
+open("{ready}", "w").close()
+deadline = time.time() + 60
+while not os.path.exists("{close}") and time.time() < deadline: time.sleep(0.02)
+app.close(); v6.close()
+while not os.path.exists("{end}") and time.time() < deadline: time.sleep(0.02)
+"#,
+        ready = ready.display(),
+        close = close.display(),
+        end = end.display()
+    );
+    let script = format!(
+        "python3 -c '{app}' & i=0; while [ ! -e {ready} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; \
+         exec {bin} wait-app-exit --period 100ms --ignore-port 9998",
+        ready = ready.display(),
+        bin = env!("CARGO_BIN_EXE_lifeguard"),
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--net", "sh", "-c", &script]);
+    let mut helper = Proc::spawn("wait-app-exit", cmd, TempDir::new("wait-app-exit"));
+    struct End<'a>(&'a Path);
+    impl Drop for End<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::write(self.0, b"");
+        }
+    }
+    let _end = End(&end);
+
+    let out = wait_for("the helper to name the app's sockets", Duration::from_secs(10), || {
+        let out = helper.output();
+        if out.contains("127.0.0.1:9999 (python3") && out.contains("[::]:9997") {
+            Ok(out)
+        } else {
+            Err(out)
+        }
+    });
+    assert!(!out.contains(":9998"), "an ignored port was counted: {out}");
+    assert!(helper.is_running(), "{out}");
+
+    std::fs::write(&close, b"").unwrap();
+    let status = helper
+        .wait_exit(Duration::from_secs(5))
+        .expect("the helper ends once the app stopped listening");
+    assert_eq!(status.code(), Some(0), "{}", helper.output());
+    assert!(helper.output().contains("no app socket is listening"));
+}
+
+#[test]
+fn wait_app_exit_gives_up_after_its_timeout_naming_the_socket() {
+    // This machine's own namespace: this test's listener (owned by the test
+    // process, not a proxy) holds it.
+    let socket = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port().to_string();
+    let (code, out) = run_helper(&["wait-app-exit", "--timeout", "300ms", "--period", "100ms"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("127.0.0.1:{port}")), "{out}");
+}
+
+#[test]
+fn check_reports_bad_durations_and_drains_that_cannot_fit() {
+    let (code, out) = run_helper(&["check", "--termination-drain-duration", "5x"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("--termination-drain-duration") && out.contains("5x"),
+        "{out}"
+    );
+
+    let (code, out) = run_helper(&[
+        "check",
+        "--termination-grace-period",
+        "10s",
+        "--termination-drain-duration",
+        "20s",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("termination_drain_duration (20s)") && out.contains("does not fit"),
+        "{out}"
+    );
+
+    let dir = TempDir::new("check");
+    let file = dir.path().join("lifeguard.toml");
+    std::fs::write(&file, "poll_interval = \"2s\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lifeguard"))
+        .args(["check", "--config", file.to_str().unwrap(), "--admin-timeout", "300ms"])
+        .env("TERMINATION_GRACE_PERIOD", "45")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let line = |key: &str| text.lines().find(|l| l.starts_with(key)).unwrap_or("").to_owned();
+    assert!(
+        line("poll_interval ").contains("2s") && line("poll_interval ").contains("(file)"),
+        "{text}"
+    );
+    assert!(
+        line("admin_timeout").contains("300ms") && line("admin_timeout").contains("(flag)"),
+        "{text}"
+    );
+    assert!(
+        line("termination_grace_period").contains("45s") && line("termination_grace_period").contains("(env)"),
+        "{text}"
+    );
+    assert!(line("status_addr").contains("(default)"), "{text}");
+    // The shipped config file is valid and shows every default.
+    let (code, out) = run_helper(&[
+        "check",
+        "--config",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config/lifeguard.toml"),
+    ]);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn shipped_manifests_parse_and_keep_their_settings_in_step() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bootstrap = std::fs::read_to_string(root.join("config/envoy-bootstrap.yaml")).unwrap();
+    for (file, native) in [
+        ("config/k8s/classic-sidecar.yaml", false),
+        ("config/k8s/native-sidecar.yaml", true),
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{file}: {e}")))
+            .collect();
+        let kinds: Vec<_> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["ConfigMap", "Deployment", "Service"], "{file}");
+        assert_eq!(
+            docs[0]["data"]["envoy.yaml"].as_str().unwrap(),
+            bootstrap,
+            "{file}: the ConfigMap drifted from config/envoy-bootstrap.yaml"
+        );
+
+        let pod = &docs[1]["spec"]["template"]["spec"];
+        let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+        let proxy = if native {
+            &pod["initContainers"][0]
+        } else {
+            &pod["containers"][0]
+        };
+        assert_eq!(proxy["name"], "proxy", "{file}");
+        let env = proxy["env"].as_sequence().unwrap();
+        let grace_env = env.iter().find(|e| e["name"] == "TERMINATION_GRACE_PERIOD").unwrap()["value"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            grace_env,
+            format!("{grace}s"),
+            "{file}: TERMINATION_GRACE_PERIOD out of step"
+        );
+        let command: Vec<_> = proxy["command"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        assert_eq!(&command[..3], ["lifeguard", "run", "--"], "{file}");
+        for probe in ["readinessProbe", "startupProbe"] {
+            assert_eq!(proxy[probe]["httpGet"]["port"].as_u64(), Some(15021), "{file} {probe}");
+            assert_eq!(proxy[probe]["httpGet"]["path"], "/healthz/ready", "{file} {probe}");
+        }
+        let hooks = &proxy["lifecycle"];
+        if native {
+            assert_eq!(proxy["restartPolicy"], "Always");
+            assert_eq!(hooks["preStop"]["exec"]["command"][1], "drain", "{file}");
+        } else {
+            assert_eq!(hooks["postStart"]["exec"]["command"][1], "wait", "{file}");
+        }
+        // The settings the pod passes are valid for `lifeguard check`.
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+        cmd.arg("check");
+        for e in env {
+            cmd.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // And Envoy accepts the bootstrap.
+    let out = Command::new(envoy_bin())
+        .args(["--mode", "validate", "-c"])
+        .arg(root.join("config/envoy-bootstrap.yaml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
