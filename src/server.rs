@@ -52,7 +52,40 @@ pub type Body = Full<Bytes>;
 /// How long a client may take to send a request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many connections may be open at once; more are closed on accept.
+/// Fewer when the process may not open that many files: see
+/// [`connection_limit`].
 pub const MAX_CONNECTIONS: usize = 4096;
+/// The listen backlog (the kernel caps it at `net.core.somaxconn`).
+const LISTEN_BACKLOG: u32 = 4096;
+/// File descriptors kept free for everything but status connections.
+const SPARE_FDS: u64 = 64;
+
+/// Raises the soft open-files limit to the hard one (so the connection cap,
+/// not the kernel, bounds the status server) and returns the cap: 4096, or
+/// the soft limit less some spare descriptors when that is lower.
+pub fn connection_limit() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return MAX_CONNECTIONS;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    let usable = lim.rlim_cur.saturating_sub(SPARE_FDS).max(16);
+    MAX_CONNECTIONS.min(usize::try_from(usable).unwrap_or(MAX_CONNECTIONS))
+}
 /// How long open connections get to finish when the server shuts down.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
@@ -313,7 +346,17 @@ pub struct StatusServer {
 
 impl StatusServer {
     pub async fn bind(addr: SocketAddr, service: StatusService) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(addr).await?;
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // Like std's bind: reuse a port whose old connections are in TIME_WAIT.
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        // A deep accept queue: a burst of probes or connections is queued
+        // by the kernel rather than dropped into SYN retries.
+        let listener = socket.listen(LISTEN_BACKLOG)?;
         Ok(Self { listener, service })
     }
 
@@ -329,11 +372,16 @@ impl StatusServer {
     /// Serves until `shutdown` is cancelled, then gives open connections
     /// a short grace to finish and returns.
     pub async fn serve(self, shutdown: CancellationToken) {
-        let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let max = connection_limit();
+        let limit = Arc::new(Semaphore::new(max));
+        let mut last_refusal_log = None;
         let tracker = TaskTracker::new();
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT)
+            // A client that shuts down its write side after the request
+            // (some load balancers do) still gets its answer.
+            .half_close(true)
             .keep_alive(true);
         loop {
             let (stream, peer) = tokio::select! {
@@ -350,6 +398,10 @@ impl StatusServer {
             };
             let Ok(permit) = limit.clone().try_acquire_owned() else {
                 drop(stream);
+                if last_refusal_log.is_none_or(|t: std::time::Instant| t.elapsed() >= Duration::from_secs(10)) {
+                    tracing::warn!(max, "status connections at the cap; closing new ones");
+                    last_refusal_log = Some(std::time::Instant::now());
+                }
                 continue;
             };
             let _ = stream.set_nodelay(true);

@@ -515,3 +515,192 @@ pub fn process_alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+// ---------------------------------------------------------------------------
+// A misbehaving Envoy admin, for what the real one will not do on demand
+
+/// How the fake admin answers the readiness query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminMode {
+    /// `server.state: 0` and `workers_started: 1`.
+    Live,
+    /// Accepts, reads the request, never answers.
+    Hang,
+    /// 200 with a body that is not stats.
+    Garbage,
+    /// Promises 100 bytes, sends 10, closes.
+    Truncated,
+    /// 200 with an 8 MiB body.
+    Huge,
+    /// HTTP 500.
+    Error500,
+    /// `server.state: 18446744073709551615`.
+    Wrapped,
+}
+
+/// A fake Envoy admin API on a reserved loopback port. The active-counts
+/// query answers `active_body`; one read of it can be made slow.
+pub struct FakeAdmin {
+    pub port: Port,
+    pub mode: std::sync::Arc<std::sync::Mutex<AdminMode>>,
+    pub active_body: std::sync::Arc<std::sync::Mutex<String>>,
+    /// When set, the next active-counts read is answered after this long.
+    pub slow_next_active: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
+    pub quit_called: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub requests: std::sync::Arc<AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeAdmin {
+    pub fn start(mode: AdminMode) -> FakeAdmin {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::{Arc, Mutex};
+        let port = port();
+        let listener = TcpListener::bind(port.addr()).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let state = FakeState {
+            mode: Arc::new(Mutex::new(mode)),
+            active_body: Arc::new(Mutex::new(String::new())),
+            slow_next_active: Arc::new(Mutex::new(None)),
+            quit_called: Arc::new(AtomicBool::new(false)),
+            requests: Arc::new(AtomicUsize::new(0)),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let shared = state.clone();
+        let thread = std::thread::spawn(move || {
+            let mut workers = Vec::new();
+            while !shared.stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let st = shared.clone();
+                        workers.push(std::thread::spawn(move || st.serve(stream)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+            for w in workers {
+                let _ = w.join();
+            }
+        });
+        FakeAdmin {
+            port,
+            mode: state.mode,
+            active_body: state.active_body,
+            slow_next_active: state.slow_next_active,
+            quit_called: state.quit_called,
+            requests: state.requests,
+            stop: state.stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port.port)
+    }
+
+    pub fn set(&self, mode: AdminMode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    /// Stops answering: the listener closes (connections are refused).
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for FakeAdmin {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[derive(Clone)]
+struct FakeState {
+    mode: std::sync::Arc<std::sync::Mutex<AdminMode>>,
+    active_body: std::sync::Arc<std::sync::Mutex<String>>,
+    slow_next_active: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
+    quit_called: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    requests: std::sync::Arc<AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FakeState {
+    fn serve(&self, mut stream: TcpStream) {
+        stream.set_nonblocking(false).unwrap();
+        stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let head = loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break String::from_utf8_lossy(&buf[..end]).to_string();
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => return,
+            }
+        };
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+        let ok = |body: &str| {
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        let reply = if path.starts_with("/drain_listeners") {
+            ok("OK\n")
+        } else if path.starts_with("/quitquitquit") {
+            self.quit_called.store(true, Ordering::Relaxed);
+            ok("OK\n")
+        } else if path.starts_with("/stats/prometheus") {
+            ok("# TYPE envoy_server_live gauge\nenvoy_server_live 1\n")
+        } else if path.contains("downstream_") {
+            let slow = self.slow_next_active.lock().unwrap().take();
+            if let Some(d) = slow {
+                self.sleep(d);
+            }
+            ok(&self.active_body.lock().unwrap().clone())
+        } else {
+            let mode = self.mode.lock().unwrap().clone();
+            match mode {
+                AdminMode::Live => ok("listener_manager.workers_started: 1\nserver.state: 0\n"),
+                AdminMode::Wrapped => ok("listener_manager.workers_started: 1\nserver.state: 18446744073709551615\n"),
+                AdminMode::Garbage => ok("<html><body>502 Bad Gateway</body></html>"),
+                AdminMode::Error500 => "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 15\r\nconnection: close\r\n\r\ninternal error\n".to_owned(),
+                AdminMode::Truncated => "HTTP/1.1 200 OK\r\ncontent-length: 100\r\nconnection: close\r\n\r\nserver.sta".to_owned(),
+                AdminMode::Hang => {
+                    self.sleep(Duration::from_secs(60));
+                    return;
+                }
+                AdminMode::Huge => {
+                    let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 8 << 20);
+                    let line = "server.state: 0\n".repeat(4096);
+                    for _ in 0..(8 << 20) / line.len() {
+                        if stream.write_all(line.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                    return;
+                }
+            }
+        };
+        let _ = stream.write_all(reply.as_bytes());
+    }
+
+    /// Sleeps up to `d`, ending early when the fake is stopped.
+    fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while Instant::now() < until && !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! Faults, bad input and hostile clients: lifeguard keeps answering and
+//! never says "ready" about an Envoy it cannot vouch for.
+//!
+//! A fake admin server stands in for Envoy only where a real Envoy will not
+//! misbehave on demand (hang, garbage, truncation, huge bodies, 500s,
+//! wrapped gauges, one slow read).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn agent_on(admin: &FakeAdmin, extra: &[&str]) -> (Proc, Port) {
+    let status = port();
+    let addr = status.addr().to_string();
+    let url = admin.url();
+    let mut args = vec!["--status-addr", addr.as_str(), "--admin-url", url.as_str()];
+    args.extend_from_slice(extra);
+    let agent = start_agent(&args);
+    wait_for("the agent's status port", Duration::from_secs(10), || {
+        get(status.addr(), "/healthz/ready")
+    });
+    (agent, status)
+}
+
+/// Probes `n` times on fresh connections; returns the slowest answer.
+fn probe_many(addr: std::net::SocketAddr, n: usize) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for _ in 0..n {
+        let t = Instant::now();
+        let (status, _) =
+            http_timeout("GET", addr, "/healthz/ready", Duration::from_secs(2)).expect("the probe was answered");
+        assert!(status == 200 || status == 503, "{status}");
+        slowest = slowest.max(t.elapsed());
+    }
+    slowest
+}
+
+#[test]
+fn a_hung_admin_turns_readiness_503_within_the_read_timeout_and_probes_keep_answering() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (mut agent, status) = agent_on(&admin, &["--admin-timeout", "300ms", "--poll-interval", "200ms"]);
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    admin.set(AdminMode::Hang);
+    let hung = Instant::now();
+    let body = wait_status(status.addr(), "/healthz/ready", 503, Duration::from_secs(3));
+    eprintln!("hung admin -> 503 after {:?}", hung.elapsed());
+    assert!(body.contains("did not answer within 300ms"), "{body}");
+    // The poller is stuck on the hung admin again and again; probes are not.
+    let slowest = probe_many(status.addr(), 300);
+    eprintln!("slowest of 300 probes while the admin hangs: {slowest:?}");
+    assert!(agent.is_running());
+}
+
+#[test]
+fn broken_admin_answers_are_reasons_in_the_503_never_a_panic() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (mut agent, status) = agent_on(&admin, &["--admin-timeout", "500ms", "--poll-interval", "100ms"]);
+    for (mode, reason) in [
+        (AdminMode::Garbage, "server.state missing"),
+        (AdminMode::Truncated, "Envoy admin HTTP error"),
+        (AdminMode::Huge, "larger than 1048576 bytes"),
+        (AdminMode::Error500, "500 Internal Server Error"),
+        (AdminMode::Wrapped, "impossible value 18446744073709551615"),
+    ] {
+        admin.set(AdminMode::Live);
+        wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+        admin.set(mode.clone());
+        let body = wait_status(status.addr(), "/healthz/ready", 503, Duration::from_secs(5));
+        assert!(body.contains(reason), "{mode:?}: {body}");
+        assert!(agent.is_running(), "{mode:?} killed the agent: {}", agent.output());
+    }
+    // The reason is in the log too, once per change.
+    assert!(agent.output().contains("impossible value 18446744073709551615"));
+}
+
+#[test]
+fn a_slow_read_during_an_exit_on_zero_drain_does_not_end_it_early() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 1\n".into();
+    let (mut agent, status) = agent_on(
+        &admin,
+        &[
+            "--exit-on-zero-active-connections",
+            "true",
+            "--minimum-drain-duration",
+            "200ms",
+            "--admin-timeout",
+            "300ms",
+            "--termination-grace-period",
+            "20s",
+        ],
+    );
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    *admin.slow_next_active.lock().unwrap() = Some(Duration::from_secs(1));
+    agent.signal(libc::SIGTERM);
+    // The slow read times out; one connection is still live: no exit.
+    wait_for("the slow read to be used", Duration::from_secs(5), || {
+        if admin.slow_next_active.lock().unwrap().is_none() {
+            Ok(())
+        } else {
+            Err(())
+        }
+    });
+    assert!(
+        agent.wait_exit(Duration::from_millis(1500)).is_none(),
+        "the drain ended with a live connection:\n{}",
+        agent.output()
+    );
+    assert!(!admin.quit_called.load(std::sync::atomic::Ordering::Relaxed));
+    assert!(
+        agent.output().contains("cannot read active counts; the drain goes on"),
+        "{}",
+        agent.output()
+    );
+    // The connection closes: the drain ends at zero.
+    *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 0\n".into();
+    let code = agent
+        .wait_exit(Duration::from_secs(5))
+        .expect("the drain ends at zero")
+        .code();
+    assert_eq!(code, Some(0), "{}", agent.output());
+    assert!(
+        admin.quit_called.load(std::sync::atomic::Ordering::Relaxed),
+        "Envoy was not told to quit"
+    );
+}
+
+#[test]
+fn a_wrapped_gauge_in_the_drain_count_is_logged_not_counted_as_minus_one() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 18446744073709551615\n\
+         listener.[__1]_15006.downstream_cx_active: 0\n"
+        .into();
+    let (mut agent, status) = agent_on(
+        &admin,
+        &[
+            "--exit-on-zero-active-connections",
+            "true",
+            "--minimum-drain-duration",
+            "200ms",
+        ],
+    );
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    agent.signal(libc::SIGTERM);
+    let code = agent.wait_exit(Duration::from_secs(10)).expect("the drain ends").code();
+    assert_eq!(code, Some(0), "{}", agent.output());
+    assert!(
+        agent
+            .output()
+            .contains("not counted: listener.127.0.0.1_15006.downstream_cx_active = 18446744073709551615"),
+        "{}",
+        agent.output()
+    );
+}
+
+#[test]
+fn an_external_envoy_that_vanishes_mid_drain_makes_lifeguard_exit_non_zero() {
+    let mut admin = FakeAdmin::start(AdminMode::Live);
+    *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 3\n".into();
+    let (mut agent, status) = agent_on(
+        &admin,
+        &[
+            "--exit-on-zero-active-connections",
+            "true",
+            "--minimum-drain-duration",
+            "200ms",
+        ],
+    );
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    agent.signal(libc::SIGTERM);
+    wait_for("the drain to read the count", Duration::from_secs(5), || {
+        match get(status.addr(), "/drain") {
+            Ok((200, b)) if b.contains("\"active_connections\":3") => Ok(()),
+            other => Err(other),
+        }
+    });
+    admin.stop();
+    let code = agent
+        .wait_exit(Duration::from_secs(5))
+        .expect("lifeguard notices")
+        .code();
+    assert_eq!(code, Some(4), "{}", agent.output());
+    assert!(agent.output().contains("Envoy is gone"), "{}", agent.output());
+}
+
+#[test]
+fn signals_during_the_pre_drain_delay_start_one_drain_and_one_exit() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (mut agent, status) = agent_on(
+        &admin,
+        &["--drain-delay", "1s", "--termination-drain-duration", "200ms"],
+    );
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    let sent = Instant::now();
+    agent.signal(libc::SIGTERM);
+    wait_for("the delay phase", Duration::from_secs(2), || {
+        match get(status.addr(), "/drain") {
+            Ok((200, b)) if b.contains("\"phase\":\"delaying\"") => Ok(()),
+            other => Err(other),
+        }
+    });
+    assert_eq!(
+        get(status.addr(), "/healthz/ready").unwrap(),
+        (503, "not ready: draining\n".into())
+    );
+    agent.signal(libc::SIGTERM);
+    agent.signal(libc::SIGINT);
+    let code = agent.wait_exit(Duration::from_secs(10)).expect("one exit").code();
+    assert_eq!(code, Some(0), "{}", agent.output());
+    assert!(
+        sent.elapsed() >= Duration::from_millis(1200),
+        "the delay or the drain was cut short"
+    );
+    let out = agent.output();
+    assert_eq!(out.matches("drain started").count(), 1, "{out}");
+    assert_eq!(out.matches("signal received again").count(), 2, "{out}");
+}
+
+#[test]
+fn a_slowloris_client_is_cut_off_and_does_not_slow_other_probes() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (_agent, status) = agent_on(&admin, &[]);
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    let addr = status.addr();
+    let slow = thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let started = Instant::now();
+        let request = b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\nX-Slow: "
+            .iter()
+            .chain(std::iter::repeat(&b'a'));
+        let mut buf = [0u8; 256];
+        for byte in request {
+            if started.elapsed() > Duration::from_secs(15) {
+                return None;
+            }
+            if s.write_all(&[*byte]).is_err() {
+                return Some(started.elapsed());
+            }
+            match s.read(&mut buf) {
+                Ok(0) => return Some(started.elapsed()),
+                Ok(_) => return Some(started.elapsed()), // a 408, then close
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => return Some(started.elapsed()),
+            }
+            thread::sleep(Duration::from_millis(150));
+        }
+        None
+    });
+    let slowest = probe_many(addr, 200);
+    eprintln!("slowest of 200 probes beside a slowloris client: {slowest:?}");
+    let cut = slow.join().unwrap().expect("the slow client was never cut off");
+    eprintln!("slowloris cut after {cut:?}");
+    assert!(cut >= Duration::from_secs(4) && cut < Duration::from_secs(8), "{cut:?}");
+}
+
+#[test]
+fn thousands_of_idle_connections_are_held_without_slowing_probes() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (mut agent, status) = agent_on(&admin, &[]);
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    let idle: Vec<TcpStream> = (0..3000).map(|_| TcpStream::connect(status.addr()).unwrap()).collect();
+    let slowest = probe_many(status.addr(), 200);
+    eprintln!("slowest of 200 probes beside 3000 idle connections: {slowest:?}");
+    assert!(agent.is_running());
+    drop(idle);
+}
+
+#[test]
+fn connections_past_the_cap_are_closed_and_idle_ones_time_out() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (agent, status) = agent_on(&admin, &[]);
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    // The cap is 4096 connections; hold them all, then one more.
+    let held: Vec<TcpStream> = (0..4096).map(|_| TcpStream::connect(status.addr()).unwrap()).collect();
+    wait_for("a connection past the cap to be closed", Duration::from_secs(5), || {
+        let mut extra = TcpStream::connect(status.addr()).map_err(|e| e.to_string())?;
+        extra.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        let _ = extra.write_all(b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut buf = [0u8; 64];
+        match extra.read(&mut buf) {
+            Ok(0) | Err(_) => Ok(()),
+            Ok(_) => Err(format!("answered; agent log: {}", agent.output())),
+        }
+    });
+    // Idle connections are closed by the header-read timeout (5s): the
+    // probe path comes back without anyone closing them.
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
+    drop(held);
+}
+
+#[test]
+fn odd_requests_get_a_correct_answer_or_a_clean_error() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (mut agent, status) = agent_on(&admin, &[]);
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+    let raw = |bytes: &[u8]| -> String {
+        let mut s = TcpStream::connect(status.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let _ = s.write_all(bytes);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).to_string()
+    };
+    // HTTP/1.0
+    let out = raw(b"GET /healthz/ready HTTP/1.0\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.0 200") && out.ends_with("ready\n"), "{out}");
+    // Pipelined: two answers, in order.
+    let out = raw(
+        b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    let first = out.find("HTTP/1.1 200").expect(&out);
+    let second = out.find("HTTP/1.1 404").expect(&out);
+    assert!(first < second, "{out}");
+    // A method nobody uses.
+    assert!(raw(b"BREW /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 405"));
+    // Huge headers: refused with 431, or the connection closed.
+    let mut huge = b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 1 << 20));
+    huge.extend_from_slice(b"\r\n\r\n");
+    let out = raw(&huge);
+    assert!(
+        out.is_empty() || out.starts_with("HTTP/1.1 431"),
+        "{}",
+        &out[..out.len().min(200)]
+    );
+    // HTTP/2 prior knowledge on an HTTP/1 port: a clean error or a close.
+    let out = raw(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00");
+    assert!(
+        out.is_empty() || out.starts_with("HTTP/1.1 4") || out.starts_with("HTTP/1.1 5"),
+        "{out}"
+    );
+    // Garbage.
+    let out = raw(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http at all\r\n\r\n");
+    assert!(out.is_empty() || out.starts_with("HTTP/1.1 400"), "{out}");
+    // Still serving.
+    assert_eq!(get(status.addr(), "/healthz/ready").unwrap(), (200, "ready\n".into()));
+    assert!(agent.is_running());
+}
+
+#[test]
+fn every_bad_value_stops_start_up_naming_the_field_and_value() {
+    let dir = TempDir::new("badcfg");
+    let toml = dir.path().join("bad.toml");
+    std::fs::write(&toml, "status_addr = \"127.0.0.1:15020\"\ndrain_dealy = \"1s\"\n").unwrap();
+    let toml = toml.display().to_string();
+    /// Flags, env, the field named, the value named.
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (vec!["--poll-interval=-1s"], vec![], "--poll-interval", "-1s"),
+        (vec!["--admin-timeout", "soon"], vec![], "--admin-timeout", "soon"),
+        (vec!["--status-addr", "localhost"], vec![], "--status-addr", "localhost"),
+        (vec!["--status-addr", "127.0.0.1:0"], vec![], "--status-addr", "port 0"),
+        (
+            vec!["--admin-url", "http://127.0.0.1:0"],
+            vec![],
+            "--admin-url",
+            "port 0",
+        ),
+        (
+            vec!["--admin-url", "http://192.0.2.1:15000"],
+            vec![],
+            "--admin-url",
+            "loopback",
+        ),
+        (
+            vec![],
+            vec![("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", "maybe")],
+            "EXIT_ON_ZERO_ACTIVE_CONNECTIONS",
+            "maybe",
+        ),
+        (
+            vec![],
+            vec![("TERMINATION_DRAIN_DURATION", "5")],
+            "TERMINATION_DRAIN_DURATION",
+            "\"5\"",
+        ),
+        (vec!["--config", toml.as_str()], vec![], "drain_dealy", "unknown field"),
+        (
+            vec!["--ignore-listener-port", "70000"],
+            vec![],
+            "--ignore-listener-port",
+            "70000",
+        ),
+    ];
+    let guard = port();
+    let guard_addr = guard.addr().to_string();
+    for (args, env, field, value) in cases {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+        cmd.arg("run").args(&args);
+        // Should a case wrongly pass, the agent binds a reserved loopback port.
+        if !args.contains(&"--status-addr") {
+            cmd.args(["--status-addr", &guard_addr]);
+        }
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let mut proc = Proc::spawn("lifeguard", cmd, TempDir::new("badcfg"));
+        let status = proc.wait_exit(Duration::from_secs(10));
+        let err = proc.output();
+        assert_eq!(status.and_then(|s| s.code()), Some(2), "{args:?} {env:?}: {err}");
+        assert!(err.contains(field) && err.contains(value), "{args:?} {env:?}: {err}");
+    }
+}
