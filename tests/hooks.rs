@@ -136,7 +136,7 @@ import socket, os, time
 app = socket.socket(); app.bind(("127.0.0.1", 9999)); app.listen()
 v6 = socket.socket(socket.AF_INET6); v6.bind(("::", 9997)); v6.listen()
 ignored = socket.socket(); ignored.bind(("127.0.0.1", 9998)); ignored.listen()
-open("{ready}", "w").close()
+open("{ready}", "w").write(str(os.getpid()))
 deadline = time.time() + 60
 while not os.path.exists("{close}") and time.time() < deadline: time.sleep(0.02)
 app.close(); v6.close()
@@ -155,13 +155,20 @@ while not os.path.exists("{end}") and time.time() < deadline: time.sleep(0.02)
     let mut cmd = Command::new("unshare");
     cmd.args(["--net", "sh", "-c", &script]);
     let mut helper = Proc::spawn("wait-app-exit", cmd, TempDir::new("wait-app-exit"));
-    struct End<'a>(&'a Path);
-    impl Drop for End<'_> {
+    // The listener outlives the helper's shell; stop it whatever happens.
+    struct KillOnDrop<'a>(&'a Path, &'a Path);
+    impl Drop for KillOnDrop<'_> {
         fn drop(&mut self) {
-            let _ = std::fs::write(self.0, b"");
+            let _ = std::fs::write(self.1, b"");
+            if let Some(pid) = std::fs::read_to_string(self.0).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+                // SAFETY: signalling the listener process this test started.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
         }
     }
-    let _end = End(&end);
+    let _listener = KillOnDrop(&ready, &end);
 
     let out = wait_for("the helper to name the app's sockets", Duration::from_secs(10), || {
         let out = helper.output();
