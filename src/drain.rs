@@ -450,7 +450,7 @@ impl Drain {
                         last_log = now;
                     }
                     left = Some(count);
-                    self.publish_active(&active, None);
+                    self.publish_active(&active);
                 }
                 Ok(Err(e)) => {
                     if matches!(e, AdminError::Connect { .. }) && !self.envoy.is_child() {
@@ -565,11 +565,12 @@ impl Drain {
         self.status.send_modify(f);
     }
 
-    fn publish_active(&self, active: &Active, error: Option<String>) {
+    /// Publishes a successful read of the active counts.
+    fn publish_active(&self, active: &Active) {
         self.status.send_modify(|s| {
             s.active_connections = Some(active.connections);
             s.active_requests = Some(active.requests);
-            s.last_read_error = error;
+            s.last_read_error = None;
         });
     }
 }

@@ -160,7 +160,10 @@ while not os.path.exists("{end}") and time.time() < deadline: time.sleep(0.02)
     impl Drop for KillOnDrop<'_> {
         fn drop(&mut self) {
             let _ = std::fs::write(self.1, b"");
-            if let Some(pid) = std::fs::read_to_string(self.0).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+            if let Some(pid) = std::fs::read_to_string(self.0)
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok())
+            {
                 // SAFETY: signalling the listener process this test started.
                 unsafe {
                     libc::kill(pid, libc::SIGKILL);

@@ -1,0 +1,163 @@
+//! The probe hot path in-process: `GET /healthz/ready` through the tower
+//! service (ready and not ready, probe counters registered as in
+//! production), and through hyper's HTTP/1 server over an in-memory pipe
+//! (keep-alive), so a regression in either shows without a network.
+//!
+//! Run: `cargo bench --bench probe`. Prints the heap allocations per probe
+//! (counted by a wrapping global allocator) before the timings.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use http_body_util::{BodyExt, Empty};
+use hyper::{Request, Uri};
+use hyper_util::rt::TokioIo;
+use lifeguard::metrics::Metrics;
+use lifeguard::readiness::{Readiness, Verdict};
+use lifeguard::server::StatusService;
+use tower::Service;
+
+struct Counting;
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// A probe as the kubelet sends it (through Envoy, which adds a few
+/// headers): hyper parses these into the request's header map, which the
+/// handler then reuses for the response.
+fn probe() -> Request<()> {
+    use hyper::header::{HeaderValue, ACCEPT, CONNECTION, HOST, USER_AGENT};
+    let mut req = Request::new(());
+    *req.uri_mut() = Uri::from_static("/healthz/ready");
+    let h = req.headers_mut();
+    h.insert(HOST, HeaderValue::from_static("10.0.0.7:15021"));
+    h.insert(USER_AGENT, HeaderValue::from_static("kube-probe/1.31"));
+    h.insert(ACCEPT, HeaderValue::from_static("*/*"));
+    h.insert(CONNECTION, HeaderValue::from_static("close"));
+    req
+}
+
+/// Polls a future that is ready at once (the probe route's).
+fn now<F: Future>(fut: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(fut).poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the probe route must answer without waiting"),
+    }
+}
+
+fn service(ready: bool) -> StatusService {
+    // Stale bound far away: the bench runs longer than the default 4s.
+    let readiness = Readiness::new(Duration::from_secs(3600));
+    if ready {
+        readiness.store(Verdict::ready(Instant::now()));
+    } else {
+        readiness.store(Verdict::not_ready(
+            "server.state is 3 (INITIALIZING), not 0 (LIVE)",
+            Instant::now(),
+        ));
+    }
+    StatusService::new(readiness).with_metrics(Metrics::new(Instant::now()), None)
+}
+
+/// Heap allocations made by the handler alone (requests built before,
+/// responses dropped after the count).
+fn allocations_per_probe(svc: &mut StatusService) -> f64 {
+    const N: usize = 10_000;
+    let requests: Vec<_> = (0..N).map(|_| probe()).collect();
+    let mut responses = Vec::with_capacity(N);
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for req in requests {
+        responses.push(now(svc.call(req)).unwrap());
+    }
+    let allocs = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    drop(responses);
+    allocs as f64 / N as f64
+}
+
+fn in_process(c: &mut Criterion) {
+    for (name, ready) in [("probe_service_ready", true), ("probe_service_not_ready", false)] {
+        let mut svc = service(ready);
+        eprintln!(
+            "{name}: {:.2} heap allocations per probe",
+            allocations_per_probe(&mut svc)
+        );
+        c.bench_function(name, |b| {
+            b.iter_batched(probe, |req| now(svc.call(req)).unwrap(), BatchSize::SmallInput)
+        });
+    }
+}
+
+fn over_hyper(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let svc = service(true);
+    let (mut sender, allocs) = rt.block_on(async {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(server_io), svc)
+                .await;
+        });
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client_io))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        // Warm up, then count allocations for a keep-alive round trip
+        // (client and server together).
+        for _ in 0..100 {
+            round_trip(&mut sender).await;
+        }
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..1000 {
+            round_trip(&mut sender).await;
+        }
+        let allocs = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / 1000.0;
+        (sender, allocs)
+    });
+    eprintln!("probe_hyper_duplex_keepalive: {allocs:.2} heap allocations per round trip (client + server)");
+    c.bench_function("probe_hyper_duplex_keepalive", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    round_trip(&mut sender).await;
+                }
+                start.elapsed()
+            })
+        })
+    });
+}
+
+async fn round_trip(sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>) {
+    let req = Request::builder()
+        .uri("/healthz/ready")
+        .header("host", "lifeguard")
+        .body(Empty::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    std::hint::black_box(resp.into_body().collect().await.unwrap());
+}
+
+criterion_group!(benches, in_process, over_hyper);
+criterion_main!(benches);
