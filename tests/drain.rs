@@ -3,95 +3,9 @@
 
 mod common;
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-
-/// A pod: the slow app, and lifeguard running Envoy as its child.
-struct Pod {
-    ports: Ports,
-    _app: App,
-    agent: Proc,
-    _dir: TempDir,
-}
-
-impl Pod {
-    /// Starts the pod and waits until it is ready through Envoy.
-    fn start(args: &[&str]) -> Pod {
-        Pod::start_with_env(args, &[])
-    }
-
-    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Pod {
-        let ports = Ports::new();
-        let app = App::start(&ports.app);
-        let dir = TempDir::new("pod");
-        let status = ports.agent.addr().to_string();
-        let admin = ports.admin_url();
-        let status_port = ports.status_listener.port.to_string();
-        let mut all = vec![
-            "--status-addr",
-            &status,
-            "--admin-url",
-            &admin,
-            // The test's status listener is not on 15021.
-            "--ignore-listener-port",
-            &status_port,
-        ];
-        all.extend_from_slice(args);
-        let envoy = envoy_command(&bootstrap(&ports), &dir);
-        all.push("--");
-        all.extend(envoy.iter().map(String::as_str));
-        let agent = start_agent_with_env(&all, env);
-        wait_status(
-            ports.status_listener.addr(),
-            "/healthz/ready",
-            200,
-            Duration::from_secs(30),
-        );
-        Pod {
-            ports,
-            _app: app,
-            agent,
-            _dir: dir,
-        }
-    }
-
-    /// A request through Envoy's inbound listener, in a thread.
-    fn request(&self, path: &str) -> thread::JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
-        let addr = self.ports.inbound.addr();
-        let path = path.to_owned();
-        thread::spawn(move || {
-            let r = http_timeout("GET", addr, &path, Duration::from_secs(20));
-            (r, Instant::now())
-        })
-    }
-
-    /// Waits until Envoy counts `n` active requests on the inbound listener.
-    fn wait_inflight(&self, n: u64) {
-        let admin = self.ports.admin.addr();
-        let want = format!("http.inbound_http.downstream_rq_active: {n}");
-        wait_for("the request to reach Envoy", Duration::from_secs(10), || {
-            match get(admin, "/stats?filter=inbound_http.downstream_rq_active") {
-                Ok((200, body)) if body.contains(&want) => Ok(()),
-                other => Err(other),
-            }
-        });
-    }
-
-    fn sigterm(&self) -> Instant {
-        self.agent.signal(libc::SIGTERM);
-        Instant::now()
-    }
-
-    fn exit_code(&mut self, timeout: Duration) -> i32 {
-        let status = self
-            .agent
-            .wait_exit(timeout)
-            .unwrap_or_else(|| panic!("lifeguard did not exit within {timeout:?}:\n{}", self.agent.output()));
-        status.code().unwrap_or(-1)
-    }
-}
 
 #[test]
 fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {

@@ -94,32 +94,14 @@ fn drain_client_drains_through_the_agent_and_reports_failures() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("cannot connect"), "{out}");
 
-    let ports = Ports::new();
-    let _app = App::start(&ports.app);
-    let dir = TempDir::new("hooks");
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let envoy = envoy_command(&bootstrap(&ports), &dir);
-    let mut args = vec![
-        "--status-addr",
-        &status,
-        "--admin-url",
-        &admin,
-        "--drain-until",
-        "requests",
-        "--minimum-drain-duration",
-        "200ms",
-        "--",
-    ];
-    args.extend(envoy.iter().map(String::as_str));
-    let mut agent = start_agent(&args);
-    wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
+    let mut pod = Pod::start(&["--drain-until", "requests", "--minimum-drain-duration", "200ms"]);
+    let ports = &pod.ports;
     let (code, out) = run_helper(&["drain", "--url", &format!("http://127.0.0.1:{}", ports.agent.port)]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("\"phase\":\"drained\""), "{out}");
     assert_eq!(get(ports.agent.addr(), "/healthz/ready").unwrap().0, 503);
-    agent.signal(libc::SIGTERM);
-    assert_eq!(agent.wait_exit(Duration::from_secs(10)).unwrap().code(), Some(0));
+    pod.sigterm();
+    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);
 }
 
 /// A listener in its own network namespace (so no other process of this

@@ -163,34 +163,13 @@ fn with_envoy_down_the_scrape_still_answers_and_counts_the_failure() {
 
 #[test]
 fn scrapes_follow_the_drain_from_draining_to_drained() {
-    let ports = Ports::new();
-    let _app = App::start(&ports.app);
-    let dir = TempDir::new("metrics");
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let status_port = ports.status_listener.port.to_string();
-    let envoy = envoy_command(&bootstrap(&ports), &dir);
-    let mut args = vec![
-        "--status-addr",
-        &status,
-        "--admin-url",
-        &admin,
-        "--ignore-listener-port",
-        &status_port,
+    let mut pod = Pod::start(&[
         "--exit-on-zero-active-connections",
         "true",
         "--minimum-drain-duration",
         "200ms",
-        "--",
-    ];
-    args.extend(envoy.iter().map(String::as_str));
-    let mut agent = start_agent(&args);
-    wait_status(
-        ports.status_listener.addr(),
-        "/healthz/ready",
-        200,
-        Duration::from_secs(30),
-    );
+    ]);
+    let ports = &pod.ports;
     let before = scrape(ports.agent.addr());
     assert_eq!(sample(&before, "lifeguard_drain_phase"), Some(0.0));
     assert_eq!(
@@ -199,15 +178,9 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
     );
 
     // One slow request in flight, then the native-sidecar drain.
-    let inbound = ports.inbound.addr();
-    let slow = thread::spawn(move || http_timeout("GET", inbound, "/delay/2", Duration::from_secs(20)));
-    let agent_addr = ports.agent.addr();
-    wait_for("the request in flight", Duration::from_secs(10), || {
-        match get(ports.admin.addr(), "/stats?filter=inbound_http.downstream_rq_active") {
-            Ok((200, b)) if b.contains("downstream_rq_active: 1") => Ok(()),
-            other => Err(other),
-        }
-    });
+    let slow = pod.request("/delay/2");
+    pod.wait_inflight(1);
+    let agent_addr = pod.ports.agent.addr();
     let drain = thread::spawn(move || http("POST", agent_addr, "/drain"));
 
     // During the drain: phase 2 with the connection counted.
@@ -229,7 +202,7 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
     assert!(sample(&during, "lifeguard_drain_deadline_timestamp_seconds").unwrap() > 1.0e9);
     assert_eq!(sample(&during, "lifeguard_ready"), Some(0.0));
 
-    assert_eq!(slow.join().unwrap().unwrap().0, 200);
+    assert_eq!(slow.join().unwrap().0.unwrap().0, 200);
     let (code, _) = drain.join().unwrap().unwrap();
     assert_eq!(code, 200);
 
@@ -245,6 +218,6 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
     assert_eq!(code, 0, "{out}");
 
     // The scrape keeps answering while Envoy is stopped.
-    agent.signal(libc::SIGTERM);
-    assert_eq!(agent.wait_exit(Duration::from_secs(10)).unwrap().code(), Some(0));
+    pod.sigterm();
+    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);
 }

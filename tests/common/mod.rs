@@ -495,6 +495,94 @@ pub fn envoy_command(bootstrap_yaml: &str, dir: &TempDir) -> Vec<String> {
     ]
 }
 
+// ---------------------------------------------------------------------------
+// A whole pod
+
+/// A pod: the slow app, and lifeguard running Envoy as its child.
+pub struct Pod {
+    pub ports: Ports,
+    _app: App,
+    pub agent: Proc,
+    _dir: TempDir,
+}
+
+impl Pod {
+    /// Starts the pod and waits until it is ready through Envoy.
+    pub fn start(args: &[&str]) -> Pod {
+        Pod::start_with_env(args, &[])
+    }
+
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Pod {
+        let ports = Ports::new();
+        let app = App::start(&ports.app);
+        let dir = TempDir::new("pod");
+        let status = ports.agent.addr().to_string();
+        let admin = ports.admin_url();
+        let status_port = ports.status_listener.port.to_string();
+        let mut all = vec![
+            "--status-addr",
+            &status,
+            "--admin-url",
+            &admin,
+            // The test's status listener is not on 15021.
+            "--ignore-listener-port",
+            &status_port,
+        ];
+        all.extend_from_slice(args);
+        let envoy = envoy_command(&bootstrap(&ports), &dir);
+        all.push("--");
+        all.extend(envoy.iter().map(String::as_str));
+        let agent = start_agent_with_env(&all, env);
+        wait_status(
+            ports.status_listener.addr(),
+            "/healthz/ready",
+            200,
+            Duration::from_secs(30),
+        );
+        Pod {
+            ports,
+            _app: app,
+            agent,
+            _dir: dir,
+        }
+    }
+
+    /// A request through Envoy's inbound listener, in a thread.
+    pub fn request(&self, path: &str) -> std::thread::JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
+        let addr = self.ports.inbound.addr();
+        let path = path.to_owned();
+        std::thread::spawn(move || {
+            let r = http_timeout("GET", addr, &path, Duration::from_secs(20));
+            (r, Instant::now())
+        })
+    }
+
+    /// Waits until Envoy counts `n` active requests on the inbound listener.
+    pub fn wait_inflight(&self, n: u64) {
+        let admin = self.ports.admin.addr();
+        let want = format!("http.inbound_http.downstream_rq_active: {n}");
+        wait_for("the request to reach Envoy", Duration::from_secs(10), || {
+            match get(admin, "/stats?filter=inbound_http.downstream_rq_active") {
+                Ok((200, body)) if body.contains(&want) => Ok(()),
+                other => Err(other),
+            }
+        });
+    }
+
+    pub fn sigterm(&self) -> Instant {
+        self.agent.signal(libc::SIGTERM);
+        Instant::now()
+    }
+
+    pub fn exit_code(&mut self, timeout: Duration) -> i32 {
+        let status = self
+            .agent
+            .wait_exit(timeout)
+            .unwrap_or_else(|| panic!("lifeguard did not exit within {timeout:?}:\n{}", self.agent.output()));
+        status.code().unwrap_or(-1)
+    }
+}
+
 /// Reads `pid=N` from the "Envoy started" log line of lifeguard.
 pub fn envoy_pid(agent: &Proc) -> i32 {
     wait_for("Envoy's pid in lifeguard's log", Duration::from_secs(10), || {
