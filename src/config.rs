@@ -921,6 +921,26 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_config_file_lists_every_setting() {
+        let text = include_str!("../config/lifeguard.toml");
+        let (_, effective) = Settings::load(&RunArgs::default(), None).unwrap();
+        for e in effective {
+            let set = format!("\n{} = ", e.key);
+            let commented = format!("\n# {} = ", e.key);
+            assert!(
+                text.contains(&set) || text.contains(&commented),
+                "config/lifeguard.toml lacks {}",
+                e.key
+            );
+            assert!(
+                text.contains(&env_name(e.key)),
+                "config/lifeguard.toml does not name {}",
+                env_name(e.key)
+            );
+        }
+    }
+
+    #[test]
     fn admin_url_forms() {
         assert_eq!(
             "http://localhost:15000".parse::<AdminUrl>().unwrap().addr(),

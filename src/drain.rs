@@ -354,7 +354,7 @@ impl Drain {
             match left {
                 Some(n) => tracing::warn!(
                     left = n,
-                    counting = %self.settings.drain_until,
+                    counting = counted(self.settings.drain_until),
                     "the deadline cut the drain: Envoy stopped with {n} still active"
                 ),
                 None => tracing::warn!("the deadline cut the drain; the active count was unknown"),
@@ -416,7 +416,7 @@ impl Drain {
         };
         let mut left: Option<u64> = None;
         let mut refused_since: Option<Instant> = None;
-        let mut last_log = Instant::now() - Duration::from_secs(10);
+        let mut last_log: Option<Instant> = None;
         loop {
             let admin = self.admin.clone();
             let read_timeout = self
@@ -434,6 +434,9 @@ impl Drain {
                 })
                 .await?;
             let now = Instant::now();
+            // Only a count read now may end the drain: an older zero may
+            // be stale (a graceful drain still accepts connections).
+            let mut read_now = None;
             match read {
                 Ok(Ok(body)) => {
                     refused_since = None;
@@ -445,11 +448,13 @@ impl Drain {
                         DrainUntil::Requests => active.requests,
                         _ => active.connections,
                     };
-                    if left != Some(count) && now.duration_since(last_log) >= Duration::from_secs(1) {
-                        tracing::info!(active = count, counting = %until, "draining");
-                        last_log = now;
+                    let log_due = last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1));
+                    if left != Some(count) && log_due {
+                        tracing::info!(active = count, counting = counted(until), "draining");
+                        last_log = Some(now);
                     }
                     left = Some(count);
+                    read_now = Some(count);
                     self.publish_active(&active);
                 }
                 Ok(Err(e)) => {
@@ -469,7 +474,7 @@ impl Drain {
             }
             let done = match until {
                 DrainUntil::Time => now >= min_end,
-                _ => now >= min_end && left == Some(0),
+                _ => now >= min_end && read_now == Some(0),
             };
             if done {
                 let took = now.duration_since(drain_began);
@@ -572,6 +577,15 @@ impl Drain {
             s.active_requests = Some(active.requests);
             s.last_read_error = None;
         });
+    }
+}
+
+/// What the active count counts under a policy (the fixed policy reports
+/// connections).
+fn counted(until: DrainUntil) -> &'static str {
+    match until {
+        DrainUntil::Requests => "requests",
+        DrainUntil::Time | DrainUntil::Connections => "connections",
     }
 }
 
