@@ -112,9 +112,16 @@ impl Future for ResponseFuture {
 }
 
 /// The routes of the status port, as a service. One value per connection:
-/// it knows the peer, for the loopback guard.
+/// it knows the peer, for the loopback guard; the rest is shared.
 #[derive(Clone)]
 pub struct StatusService {
+    shared: Arc<Shared>,
+    peer: Option<SocketAddr>,
+}
+
+/// What every connection's service shares.
+#[derive(Clone)]
+struct Shared {
     readiness: Readiness,
     drain: Option<DrainHandle>,
     metrics: Option<Metrics>,
@@ -122,41 +129,37 @@ pub struct StatusService {
     envoy_metrics: Option<AdminClient>,
     probe_ok: Counter,
     probe_unavailable: Counter,
-    peer: Option<SocketAddr>,
 }
 
 impl StatusService {
     pub fn new(readiness: Readiness) -> Self {
         Self {
-            readiness,
-            drain: None,
-            metrics: None,
-            envoy_metrics: None,
-            probe_ok: Counter::noop(),
-            probe_unavailable: Counter::noop(),
+            shared: Arc::new(Shared {
+                readiness,
+                drain: None,
+                metrics: None,
+                envoy_metrics: None,
+                probe_ok: Counter::noop(),
+                probe_unavailable: Counter::noop(),
+            }),
             peer: None,
         }
     }
 
     /// Counts probes in `metrics` and serves `/stats/prometheus`, merged
     /// with Envoy's metrics read through `envoy` when given.
-    pub fn with_metrics(self, metrics: Metrics, envoy: Option<AdminClient>) -> Self {
-        let (probe_ok, probe_unavailable) = metrics.probe_counters();
-        Self {
-            metrics: Some(metrics),
-            envoy_metrics: envoy,
-            probe_ok,
-            probe_unavailable,
-            ..self
-        }
+    pub fn with_metrics(mut self, metrics: Metrics, envoy: Option<AdminClient>) -> Self {
+        let shared = Arc::make_mut(&mut self.shared);
+        (shared.probe_ok, shared.probe_unavailable) = metrics.probe_counters();
+        shared.metrics = Some(metrics);
+        shared.envoy_metrics = envoy;
+        self
     }
 
     /// Serves the drain routes through `drain`.
-    pub fn with_drain(self, drain: DrainHandle) -> Self {
-        Self {
-            drain: Some(drain),
-            ..self
-        }
+    pub fn with_drain(mut self, drain: DrainHandle) -> Self {
+        Arc::make_mut(&mut self.shared).drain = Some(drain);
+        self
     }
 
     /// The same service, answering a connection from `peer`.
@@ -174,29 +177,30 @@ impl StatusService {
     }
 
     fn handle<B>(&self, mut req: Request<B>) -> ResponseFuture {
+        let shared = &*self.shared;
         // Reuse the request's header map for the response: no allocation.
         let mut headers = std::mem::take(req.headers_mut());
         headers.clear();
         let method = req.method().clone();
         let (status, body) = match (req.uri().path(), &method) {
             ("/healthz/ready", &Method::GET | &Method::HEAD) => {
-                let answer = self.readiness.answer();
+                let answer = shared.readiness.answer();
                 let status = if answer.ready {
-                    self.probe_ok.increment(1);
+                    shared.probe_ok.increment(1);
                     StatusCode::OK
                 } else {
-                    self.probe_unavailable.increment(1);
+                    shared.probe_unavailable.increment(1);
                     StatusCode::SERVICE_UNAVAILABLE
                 };
                 (status, answer.body)
             }
             ("/stats/prometheus" | "/metrics", &Method::GET | &Method::HEAD) => {
-                let Some(metrics) = self.metrics.clone() else {
+                let Some(metrics) = shared.metrics.clone() else {
                     return finish(headers, &method, not_found());
                 };
-                let readiness = self.readiness.clone();
-                let drain = self.drain.as_ref().map(DrainHandle::status);
-                let envoy = self.envoy_metrics.clone();
+                let readiness = shared.readiness.clone();
+                let drain = shared.drain.as_ref().map(DrainHandle::status);
+                let envoy = shared.envoy_metrics.clone();
                 return ResponseFuture::Waiting(Box::pin(async move {
                     let body = metrics.scrape(&readiness, drain.as_ref(), envoy.as_ref()).await;
                     let mut headers = headers;
@@ -204,7 +208,7 @@ impl StatusService {
                     respond(headers, &method, (StatusCode::OK, body))
                 }));
             }
-            ("/drain", &Method::GET | &Method::HEAD) => match &self.drain {
+            ("/drain", &Method::GET | &Method::HEAD) => match &shared.drain {
                 Some(drain) => {
                     headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
                     (StatusCode::OK, status_json(&drain.status()))
@@ -212,7 +216,7 @@ impl StatusService {
                 None => not_found(),
             },
             ("/drain", &Method::POST) | ("/quitquitquit", &Method::POST) => {
-                let Some(drain) = self.drain.clone() else {
+                let Some(drain) = shared.drain.clone() else {
                     return finish(headers, &method, not_found());
                 };
                 if !self.peer_is_loopback() {
