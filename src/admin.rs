@@ -17,7 +17,7 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::config::AdminUrl;
+use crate::config::LoopbackUrl;
 use crate::metrics::{Endpoint, Metrics, Outcome};
 
 /// The admin query that says whether Envoy is live, plus the xDS counters
@@ -55,7 +55,7 @@ pub enum AdminError {
 /// A client for one Envoy admin endpoint.
 #[derive(Clone)]
 pub struct AdminClient {
-    url: AdminUrl,
+    url: LoopbackUrl,
     timeout: Duration,
     metrics: Option<Metrics>,
 }
@@ -64,7 +64,7 @@ pub struct AdminClient {
 pub const STATS_LIMIT: usize = 1 << 20;
 
 impl AdminClient {
-    pub fn new(url: AdminUrl, timeout: Duration) -> Self {
+    pub fn new(url: LoopbackUrl, timeout: Duration) -> Self {
         Self {
             url,
             timeout,
@@ -83,14 +83,6 @@ impl AdminClient {
     /// The same client with another timeout.
     pub fn with_timeout(self, timeout: Duration) -> Self {
         Self { timeout, ..self }
-    }
-
-    pub fn url(&self) -> &AdminUrl {
-        &self.url
-    }
-
-    pub fn timeout(&self) -> Duration {
-        self.timeout
     }
 
     /// `GET path`, expecting 200 and a UTF-8 body of at most `limit` bytes.
@@ -143,7 +135,7 @@ impl AdminClient {
 /// One HTTP/1.1 request to a loopback URL on a fresh connection: the status
 /// and up to `limit` bytes of body. No timeout here: callers wrap it.
 pub async fn fetch(
-    url: &AdminUrl,
+    url: &LoopbackUrl,
     method: Method,
     path: &str,
     limit: usize,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{parse_loopback_url, AdminUrl, RunArgs};
+use crate::config::{parse_loopback_url, LoopbackUrl, RunArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,7 +44,7 @@ pub enum Command {
     Wait {
         /// Readiness URL to poll (loopback only).
         #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = loopback_url)]
-        url: (AdminUrl, String),
+        url: (LoopbackUrl, String),
         /// Give up after this long; 0 waits forever.
         #[arg(long, default_value = "60s", value_parser = duration)]
         timeout: Duration,
@@ -79,7 +79,7 @@ pub enum Command {
     Drain {
         /// The agent's status address (loopback only).
         #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = base_url)]
-        url: AdminUrl,
+        url: LoopbackUrl,
         /// Give up after this long.
         #[arg(long, default_value = "5m", value_parser = positive_duration)]
         timeout: Duration,
@@ -97,10 +97,10 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-fn loopback_url(s: &str) -> Result<(AdminUrl, String), String> {
+fn loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
     parse_loopback_url(s)
 }
 
-fn base_url(s: &str) -> Result<AdminUrl, String> {
+fn base_url(s: &str) -> Result<LoopbackUrl, String> {
     s.parse()
 }

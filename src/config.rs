@@ -200,14 +200,15 @@ impl fmt::Display for DrainUntil {
 /// (15090) listeners, whose own probe and scrape traffic never ends.
 pub const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 
-/// Envoy's admin address: `http://` plus a loopback host and a port.
+/// A loopback HTTP address: `http://` plus a loopback host and a port
+/// (Envoy's admin API, the agent, the readiness URL of `wait`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdminUrl {
+pub struct LoopbackUrl {
     addr: SocketAddr,
     authority: String,
 }
 
-impl AdminUrl {
+impl LoopbackUrl {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -216,13 +217,13 @@ impl AdminUrl {
     }
 }
 
-impl fmt::Display for AdminUrl {
+impl fmt::Display for LoopbackUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "http://{}", self.authority)
     }
 }
 
-impl FromStr for AdminUrl {
+impl FromStr for LoopbackUrl {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let (url, path) = parse_loopback_url(s)?;
@@ -235,7 +236,7 @@ impl FromStr for AdminUrl {
 
 /// Parses `http://HOST:PORT[/PATH]` where HOST is a loopback address (or
 /// `localhost`); returns the address and the path (`/` when none).
-pub fn parse_loopback_url(s: &str) -> Result<(AdminUrl, String), String> {
+pub fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
     let rest = s
         .strip_prefix("http://")
         .ok_or("must start with http:// (plain HTTP on loopback)")?;
@@ -262,7 +263,7 @@ pub fn parse_loopback_url(s: &str) -> Result<(AdminUrl, String), String> {
     if addr.port() == 0 {
         return Err("port 0 is not allowed".into());
     }
-    let url = AdminUrl {
+    let url = LoopbackUrl {
         addr,
         authority: authority.to_owned(),
     };
@@ -273,7 +274,7 @@ pub fn parse_loopback_url(s: &str) -> Result<(AdminUrl, String), String> {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub status_addr: SocketAddr,
-    pub admin_url: AdminUrl,
+    pub admin_url: LoopbackUrl,
     pub poll_interval: Duration,
     pub startup_poll_interval: Duration,
     pub admin_timeout: Duration,
@@ -412,7 +413,7 @@ impl Settings {
             args.admin_url.clone(),
             |f| f.admin_url.take(),
             "http://127.0.0.1:15000",
-            |s| s.parse::<AdminUrl>(),
+            |s| s.parse::<LoopbackUrl>(),
             |u| u.to_string(),
         )?;
         let poll_interval = l.duration(
@@ -943,14 +944,14 @@ mod tests {
     #[test]
     fn admin_url_forms() {
         assert_eq!(
-            "http://localhost:15000".parse::<AdminUrl>().unwrap().addr(),
+            "http://localhost:15000".parse::<LoopbackUrl>().unwrap().addr(),
             "127.0.0.1:15000".parse().unwrap()
         );
         assert_eq!(
-            "http://[::1]:15000/".parse::<AdminUrl>().unwrap().addr(),
+            "http://[::1]:15000/".parse::<LoopbackUrl>().unwrap().addr(),
             "[::1]:15000".parse().unwrap()
         );
-        assert!("http://127.0.0.1:15000/stats".parse::<AdminUrl>().is_err());
-        assert!("http://127.0.0.1:0".parse::<AdminUrl>().is_err());
+        assert!("http://127.0.0.1:15000/stats".parse::<LoopbackUrl>().is_err());
+        assert!("http://127.0.0.1:0".parse::<LoopbackUrl>().is_err());
     }
 }

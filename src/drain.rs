@@ -179,11 +179,6 @@ impl DrainHandle {
     pub fn status(&self) -> Status {
         self.status.borrow().clone()
     }
-
-    /// A receiver of status changes (metrics use it).
-    pub fn watch(&self) -> watch::Receiver<Status> {
-        self.status.clone()
-    }
 }
 
 /// Why a wait inside the drain ended early.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use hyper::{Method, StatusCode};
 
 use crate::admin::{fetch, AdminError};
-use crate::config::AdminUrl;
+use crate::config::LoopbackUrl;
 use crate::duration::Display as D;
 use crate::sockets::{self, Listening, Owner};
 
@@ -29,7 +29,7 @@ const REPORT_EVERY: Duration = Duration::from_secs(5);
 /// Options of `lifeguard wait`.
 #[derive(Debug, Clone)]
 pub struct WaitOptions {
-    pub url: AdminUrl,
+    pub url: LoopbackUrl,
     pub path: String,
     /// Zero: wait forever.
     pub timeout: Duration,
@@ -87,7 +87,7 @@ pub async fn wait(opts: &WaitOptions) -> u8 {
 /// Options of `lifeguard drain`.
 #[derive(Debug, Clone)]
 pub struct DrainOptions {
-    pub url: AdminUrl,
+    pub url: LoopbackUrl,
     pub timeout: Duration,
 }
 
