@@ -372,7 +372,7 @@ pub enum ConfigError {
 }
 
 /// Merges flags, env, file and defaults for one `RunArgs` and validates them.
-pub struct Loader<'a> {
+struct Loader<'a> {
     matches: Option<&'a ArgMatches>,
     file: FileSettings,
     effective: Vec<Effective>,

@@ -20,6 +20,7 @@ use metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use crate::admin::AdminClient;
+use crate::config::DrainUntil;
 use crate::drain::{Phase, Status};
 use crate::readiness::Readiness;
 
@@ -123,7 +124,12 @@ struct Inner {
     drain_policy: [Gauge; 3],
 }
 
-const POLICIES: [&str; 3] = ["time", "connections", "requests"];
+/// The drain policies and their `policy` label values.
+const POLICIES: [(DrainUntil, &str); 3] = [
+    (DrainUntil::Time, "time"),
+    (DrainUntil::Connections, "connections"),
+    (DrainUntil::Requests, "requests"),
+];
 
 impl Metrics {
     /// A new set of metrics on its own recorder. `started` is the agent's
@@ -230,7 +236,7 @@ impl Metrics {
                 None,
                 "1 when the deadline cut the drain before the policy was satisfied.",
             ),
-            drain_policy: POLICIES.map(|p| {
+            drain_policy: POLICIES.map(|(_, p)| {
                 r.gauge(
                     "lifeguard_drain_policy",
                     &[("policy", p)],
@@ -292,8 +298,8 @@ impl Metrics {
                 .set(status.active_requests.unwrap_or(0) as f64);
             inner.drain_left_at_stop.set(status.left_at_stop.unwrap_or(0) as f64);
             inner.drain_cut.set(if status.cut_by_deadline { 1.0 } else { 0.0 });
-            for (gauge, name) in inner.drain_policy.iter().zip(POLICIES) {
-                gauge.set(if status.policy.to_string() == name { 1.0 } else { 0.0 });
+            for (gauge, (policy, _)) in inner.drain_policy.iter().zip(POLICIES) {
+                gauge.set(if status.policy == policy { 1.0 } else { 0.0 });
             }
         }
         inner.handle.run_upkeep();

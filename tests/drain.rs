@@ -222,21 +222,17 @@ fn an_external_envoy_is_drained_and_quit_through_its_admin_api() {
     let ports = Ports::new();
     let _app = App::start(&ports.app);
     let mut envoy = start_envoy(&bootstrap(&ports));
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let status_port = ports.status_listener.port.to_string();
-    let mut agent = start_agent(&[
-        "--status-addr",
-        &status,
-        "--admin-url",
-        &admin,
-        "--ignore-listener-port",
-        &status_port,
-        "--exit-on-zero-active-connections",
-        "true",
-        "--minimum-drain-duration",
-        "200ms",
-    ]);
+    let mut args = ports.agent_args();
+    args.extend(
+        [
+            "--exit-on-zero-active-connections",
+            "true",
+            "--minimum-drain-duration",
+            "200ms",
+        ]
+        .map(String::from),
+    );
+    let mut agent = start_agent(&args.iter().map(String::as_str).collect::<Vec<_>>());
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     agent.signal(libc::SIGTERM);
     let code = agent

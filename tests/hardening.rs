@@ -15,6 +15,14 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// Exit-on-zero connections with a short minimum drain.
+const EXIT_ON_ZERO: [&str; 4] = [
+    "--exit-on-zero-active-connections",
+    "true",
+    "--minimum-drain-duration",
+    "200ms",
+];
+
 fn agent_on(admin: &FakeAdmin, extra: &[&str]) -> (Proc, Port) {
     let status = port();
     let addr = status.addr().to_string();
@@ -86,15 +94,10 @@ fn a_slow_read_during_an_exit_on_zero_drain_does_not_end_it_early() {
     let (mut agent, status) = agent_on(
         &admin,
         &[
-            "--exit-on-zero-active-connections",
-            "true",
-            "--minimum-drain-duration",
-            "200ms",
-            "--admin-timeout",
-            "300ms",
-            "--termination-grace-period",
-            "20s",
-        ],
+            EXIT_ON_ZERO.as_slice(),
+            &["--admin-timeout", "300ms", "--termination-grace-period", "20s"],
+        ]
+        .concat(),
     );
     wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
     *admin.slow_next_active.lock().unwrap() = Some(Duration::from_secs(1));
@@ -137,15 +140,7 @@ fn a_wrapped_gauge_in_the_drain_count_is_logged_not_counted_as_minus_one() {
     *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 18446744073709551615\n\
          listener.[__1]_15006.downstream_cx_active: 0\n"
         .into();
-    let (mut agent, status) = agent_on(
-        &admin,
-        &[
-            "--exit-on-zero-active-connections",
-            "true",
-            "--minimum-drain-duration",
-            "200ms",
-        ],
-    );
+    let (mut agent, status) = agent_on(&admin, &EXIT_ON_ZERO);
     wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
     agent.signal(libc::SIGTERM);
     let code = agent.wait_exit(Duration::from_secs(10)).expect("the drain ends").code();
@@ -163,15 +158,7 @@ fn a_wrapped_gauge_in_the_drain_count_is_logged_not_counted_as_minus_one() {
 fn an_external_envoy_that_vanishes_mid_drain_makes_lifeguard_exit_non_zero() {
     let mut admin = FakeAdmin::start(AdminMode::Live);
     *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 3\n".into();
-    let (mut agent, status) = agent_on(
-        &admin,
-        &[
-            "--exit-on-zero-active-connections",
-            "true",
-            "--minimum-drain-duration",
-            "200ms",
-        ],
-    );
+    let (mut agent, status) = agent_on(&admin, &EXIT_ON_ZERO);
     wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
     agent.signal(libc::SIGTERM);
     wait_for("the drain to read the count", Duration::from_secs(5), || {

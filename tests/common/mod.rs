@@ -215,6 +215,20 @@ impl Ports {
     pub fn admin_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.admin.port)
     }
+
+    /// The flags that point `lifeguard run` at these ports: status address,
+    /// admin URL, and the status listener left out of the drain's count
+    /// (it is not on 15021 in tests).
+    pub fn agent_args(&self) -> Vec<String> {
+        vec![
+            "--status-addr".into(),
+            self.agent.addr().to_string(),
+            "--admin-url".into(),
+            self.admin_url(),
+            "--ignore-listener-port".into(),
+            self.status_listener.port.to_string(),
+        ]
+    }
 }
 
 /// config/envoy-bootstrap.yaml with its ports remapped to `ports` and its
@@ -516,18 +530,8 @@ impl Pod {
         let ports = Ports::new();
         let app = App::start(&ports.app);
         let dir = TempDir::new("pod");
-        let status = ports.agent.addr().to_string();
-        let admin = ports.admin_url();
-        let status_port = ports.status_listener.port.to_string();
-        let mut all = vec![
-            "--status-addr",
-            &status,
-            "--admin-url",
-            &admin,
-            // The test's status listener is not on 15021.
-            "--ignore-listener-port",
-            &status_port,
-        ];
+        let common = ports.agent_args();
+        let mut all: Vec<&str> = common.iter().map(String::as_str).collect();
         all.extend_from_slice(args);
         let envoy = envoy_command(&bootstrap(&ports), &dir);
         all.push("--");
