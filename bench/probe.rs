@@ -11,7 +11,8 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
@@ -65,7 +66,7 @@ fn now<F: Future>(fut: F) -> F::Output {
 
 fn service(ready: bool) -> StatusService {
     // Stale bound far away: the bench runs longer than the default 4s.
-    let readiness = Readiness::new(Duration::from_secs(3600));
+    let readiness = Readiness::standalone(Duration::from_secs(3600));
     if ready {
         readiness.store(Verdict::ready(Instant::now()));
     } else {

@@ -9,6 +9,7 @@
 //! The connection is driven inside the caller's future rather than in a
 //! spawned task, so nothing outlives the call.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +19,6 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::config::LoopbackUrl;
-use crate::metrics::{Endpoint, Metrics, Outcome};
 
 /// The admin query that says whether Envoy is live, plus the xDS counters
 /// that say whether its first CDS and LDS updates arrived.
@@ -52,12 +52,74 @@ pub enum AdminError {
     BadPath { path: String },
 }
 
+/// The admin endpoints lifeguard calls. The caller names the endpoint of
+/// each call (nothing is guessed from the path); the observer gets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `/ready`
+    Ready,
+    /// `/stats?...` (readiness and drain counts)
+    Stats,
+    /// `/stats/prometheus`
+    Prometheus,
+    /// `/drain_listeners`
+    DrainListeners,
+    /// `/quitquitquit`
+    Quit,
+}
+
+impl Endpoint {
+    pub const ALL: [Endpoint; 5] = [
+        Endpoint::Ready,
+        Endpoint::Stats,
+        Endpoint::Prometheus,
+        Endpoint::DrainListeners,
+        Endpoint::Quit,
+    ];
+
+    /// The value of the `endpoint` metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Endpoint::Ready => "ready",
+            Endpoint::Stats => "stats",
+            Endpoint::Prometheus => "stats_prometheus",
+            Endpoint::DrainListeners => "drain_listeners",
+            Endpoint::Quit => "quitquitquit",
+        }
+    }
+}
+
+/// How an admin call ended, for the observer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    Ok,
+    Error,
+    Timeout,
+}
+
+impl CallOutcome {
+    pub const ALL: [CallOutcome; 3] = [CallOutcome::Ok, CallOutcome::Error, CallOutcome::Timeout];
+
+    /// The value of the `outcome` metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            CallOutcome::Ok => "ok",
+            CallOutcome::Error => "error",
+            CallOutcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// Told of every admin call: which endpoint, how it ended, how long it took.
+/// The binary wires this to the metrics; the client knows nothing of them.
+pub type Observer = Arc<dyn Fn(Endpoint, CallOutcome, Duration) + Send + Sync>;
+
 /// A client for one Envoy admin endpoint.
 #[derive(Clone)]
 pub struct AdminClient {
     url: LoopbackUrl,
     timeout: Duration,
-    metrics: Option<Metrics>,
+    observer: Option<Observer>,
 }
 
 /// Largest `/stats` answer accepted for the small filtered queries.
@@ -68,14 +130,14 @@ impl AdminClient {
         Self {
             url,
             timeout,
-            metrics: None,
+            observer: None,
         }
     }
 
-    /// The same client, counting its requests in `metrics`.
-    pub fn with_metrics(self, metrics: Metrics) -> Self {
+    /// The same client, telling `observer` of every call.
+    pub fn observed(self, observer: Observer) -> Self {
         Self {
-            metrics: Some(metrics),
+            observer: Some(observer),
             ..self
         }
     }
@@ -86,19 +148,25 @@ impl AdminClient {
     }
 
     /// `GET path`, expecting 200 and a UTF-8 body of at most `limit` bytes.
-    pub async fn get_text(&self, path: &str, limit: usize) -> Result<String, AdminError> {
-        let body = self.call(Method::GET, path, limit).await?;
+    pub async fn get_text(&self, endpoint: Endpoint, path: &str, limit: usize) -> Result<String, AdminError> {
+        let body = self.call(endpoint, Method::GET, path, limit).await?;
         String::from_utf8(body.into()).map_err(|_| AdminError::NotText { path: path.into() })
     }
 
     /// `POST path`, expecting 200; returns the body.
-    pub async fn post(&self, path: &str) -> Result<Bytes, AdminError> {
-        self.call(Method::POST, path, 64 * 1024).await
+    pub async fn post(&self, endpoint: Endpoint, path: &str) -> Result<Bytes, AdminError> {
+        self.call(endpoint, Method::POST, path, 64 * 1024).await
     }
 
     /// One request on a fresh connection, all of it under `self.timeout`.
-    pub async fn call(&self, method: Method, path: &str, limit: usize) -> Result<Bytes, AdminError> {
-        let started = std::time::Instant::now();
+    pub async fn call(
+        &self,
+        endpoint: Endpoint,
+        method: Method,
+        path: &str,
+        limit: usize,
+    ) -> Result<Bytes, AdminError> {
+        let started = tokio::time::Instant::now();
         let result = match tokio::time::timeout(self.timeout, self.exchange(method, path, limit)).await {
             Ok(result) => result,
             Err(_) => Err(AdminError::Timeout {
@@ -106,13 +174,13 @@ impl AdminClient {
                 timeout: self.timeout,
             }),
         };
-        if let Some(metrics) = &self.metrics {
+        if let Some(observer) = &self.observer {
             let outcome = match &result {
-                Ok(_) => Outcome::Ok,
-                Err(AdminError::Timeout { .. }) => Outcome::Timeout,
-                Err(_) => Outcome::Error,
+                Ok(_) => CallOutcome::Ok,
+                Err(AdminError::Timeout { .. }) => CallOutcome::Timeout,
+                Err(_) => CallOutcome::Error,
             };
-            metrics.admin_request(Endpoint::of(path), outcome, started.elapsed());
+            observer(endpoint, outcome, started.elapsed());
         }
         result
     }

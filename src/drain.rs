@@ -2,39 +2,45 @@
 //! policy, and is the only place that decides when Envoy stops.
 //!
 //! It runs as one task ([`Drain::run`]) fed by [`Event`]s — signals,
-//! `POST /drain`, `POST /quitquitquit` — through a [`DrainHandle`]. The
-//! sequence on the first SIGTERM or SIGINT:
+//! `POST /drain`, `POST /quitquitquit` — through a [`DrainHandle`], and talks
+//! to Envoy only through [`EnvoyControl`] (drain the listeners, read the
+//! active counts, stop, notice an exit). Time is tokio's clock, so the whole
+//! machine runs in virtual time in the unit tests below, against a scripted
+//! Envoy.
 //!
-//! 1. readiness turns 503 `draining` (the sender does this before the event
-//!    is even queued, so no network call comes first);
+//! The sequence on the first SIGTERM or SIGINT:
+//!
+//! 1. the phase leaves `serving`, and readiness, which reads the published
+//!    phase, answers 503 `draining` before any network call is made;
 //! 2. optional pre-drain delay: Envoy keeps serving while endpoint removal
 //!    propagates;
-//! 3. `POST /drain_listeners?inboundonly&graceful` on the admin API
-//!    (retried, each try under the admin timeout; a failure is logged and the
-//!    sequence goes on);
+//! 3. Envoy's inbound listeners drain gracefully (retried; a failure is
+//!    logged and the sequence goes on);
 //! 4. the policy: a fixed time, or zero active connections or requests after
-//!    a minimum time, read every 50 ms;
+//!    a minimum time, read every 50 ms; only a count read *now* can end it;
 //! 5. Envoy is stopped gracefully. One deadline (grace period less the
 //!    shutdown margin, counted from the start of the drain) bounds steps 2–4.
 //!
 //! `POST /drain` runs steps 1–4 with `skip_exit` and answers when the policy
 //! is satisfied; Envoy keeps running until a signal, which then stops it at
 //! once. Every wait ends early when Envoy exits on its own.
+//!
+//! The phase is published once, in a `watch` channel ([`Status`]); readiness,
+//! `GET /drain` and the metrics all derive from it.
 
 use std::future::Future;
 use std::process::ExitStatus;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::sleep_until;
+use tokio::time::{sleep_until, Instant};
 
-use crate::admin::{AdminClient, AdminError};
+use crate::admin::AdminError;
 use crate::config::{DrainUntil, Settings};
 use crate::duration::Display as D;
-use crate::envoy::{Envoy, Exit};
-use crate::readiness::Readiness;
-use crate::stats::{self, Active};
+use crate::envoy::Exit;
+use crate::stats::Active;
 
 /// How often active connections or requests are read while waiting for zero,
 /// so Envoy stops within about this long after the last one ends.
@@ -44,6 +50,9 @@ pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(50);
 const EXTERNAL_GONE_AFTER: Duration = Duration::from_secs(1);
 /// Tries of the `drain_listeners` call.
 const DRAIN_CALL_TRIES: u32 = 3;
+/// Time between two progress lines, and between two repeats of one warning.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Process exit codes.
 pub mod exit_code {
@@ -55,6 +64,22 @@ pub mod exit_code {
     pub const CUT_BY_DEADLINE: u8 = 3;
     /// Envoy exited on its own (crash, OOM kill, bad config) or vanished.
     pub const ENVOY_EXITED: u8 = 4;
+}
+
+/// What the drain needs from Envoy. [`crate::envoy::Envoy`] is the real one;
+/// the unit tests script their own.
+pub trait EnvoyControl {
+    /// Starts the graceful drain of the inbound listeners. With `skip_exit`,
+    /// Envoy's drain timer does not close them afterwards.
+    fn drain_listeners(&self, skip_exit: bool) -> impl Future<Output = Result<(), AdminError>> + Send;
+    /// Reads the active downstream connections and requests.
+    fn active(&self) -> impl Future<Output = Result<Active, AdminError>> + Send;
+    /// Stops Envoy gracefully within `bound`.
+    fn stop(&self, bound: Duration) -> impl Future<Output = Exit> + Send;
+    /// Resolves when Envoy exits on its own (never, if that cannot be seen).
+    fn exited(&self) -> impl Future<Output = ExitStatus> + Send;
+    /// Whether Envoy is lifeguard's child (its exit is seen directly).
+    fn is_child(&self) -> bool;
 }
 
 /// What the drain machine is told.
@@ -115,6 +140,27 @@ pub struct Status {
     pub duration_seconds: Option<f64>,
 }
 
+impl Status {
+    /// Before any drain.
+    pub fn initial(policy: DrainUntil, waiting_for: String) -> Status {
+        Status {
+            phase: Phase::Serving,
+            trigger: None,
+            started_at: None,
+            deadline: None,
+            policy,
+            waiting_for,
+            active_connections: None,
+            active_requests: None,
+            last_read_error: None,
+            stop_requested: false,
+            cut_by_deadline: false,
+            left_at_stop: None,
+            duration_seconds: None,
+        }
+    }
+}
+
 /// How the agent ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -141,25 +187,81 @@ impl Outcome {
     }
 }
 
+/// The drain's settings, taken from [`Settings`] once.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub policy: DrainUntil,
+    /// Pause between readiness turning 503 and Envoy's drain.
+    pub delay: Duration,
+    /// The fixed policy's drain time.
+    pub drain_time: Duration,
+    /// The exit-on-zero policies' shortest drain.
+    pub minimum: Duration,
+    /// From the start of the drain to Envoy's stop, at the latest.
+    pub deadline: Duration,
+    /// Timeout of one admin call.
+    pub read_timeout: Duration,
+    /// How long Envoy gets to exit after SIGTERM before SIGKILL.
+    pub stop_bound: Duration,
+    /// How often the fixed policy reads the counts, for reporting.
+    pub report_every: Duration,
+}
+
+impl Plan {
+    pub fn new(settings: &Settings) -> Plan {
+        Plan {
+            policy: settings.drain_until,
+            delay: settings.drain_delay,
+            drain_time: settings.termination_drain_duration,
+            minimum: settings.minimum_drain_duration,
+            deadline: settings.drain_deadline(),
+            read_timeout: settings.admin_timeout,
+            stop_bound: settings.shutdown_margin.max(Duration::from_millis(100)),
+            report_every: settings.poll_interval,
+        }
+    }
+
+    /// What the drain waits for, in words.
+    pub fn waiting_for(&self) -> String {
+        match self.policy {
+            DrainUntil::Time => format!("{} of drain time", D(self.drain_time)),
+            until => format!("zero active {until}, after at least {}", D(self.minimum)),
+        }
+    }
+
+    /// What the active count counts under this policy (the fixed policy
+    /// reports connections).
+    fn counted(&self) -> &'static str {
+        match self.policy {
+            DrainUntil::Requests => "requests",
+            DrainUntil::Time | DrainUntil::Connections => "connections",
+        }
+    }
+
+    fn count(&self, active: &Active) -> u64 {
+        match self.policy {
+            DrainUntil::Requests => active.requests,
+            DrainUntil::Time | DrainUntil::Connections => active.connections,
+        }
+    }
+}
+
 /// The handle the status server and the signal task use.
 #[derive(Clone)]
 pub struct DrainHandle {
     events: mpsc::Sender<Event>,
     status: watch::Receiver<Status>,
-    readiness: Readiness,
 }
 
 impl DrainHandle {
-    /// Reports a signal. Readiness turns 503 before anything else happens.
+    /// Reports a signal.
     pub fn signal(&self, name: &'static str) {
-        self.readiness.start_draining();
         let _ = self.events.try_send(Event::Signal(name));
     }
 
     /// Starts a drain (or joins the one under way) and waits until it is
-    /// drained. Readiness turns 503 at once.
+    /// drained. None when the drain machine has ended.
     pub async fn drain(&self) -> Option<Status> {
-        self.readiness.start_draining();
         let (tx, rx) = oneshot::channel();
         self.events.send(Event::Drain(tx)).await.ok()?;
         rx.await.ok()
@@ -167,7 +269,6 @@ impl DrainHandle {
 
     /// Stops Envoy now; resolves once it has stopped.
     pub async fn quit(&self) -> bool {
-        self.readiness.start_draining();
         let (tx, rx) = oneshot::channel();
         if self.events.send(Event::Quit(tx)).await.is_err() {
             return false;
@@ -178,6 +279,11 @@ impl DrainHandle {
     /// The drain's latest published status.
     pub fn status(&self) -> Status {
         self.status.borrow().clone()
+    }
+
+    /// The published status, to derive readiness from.
+    pub fn watch(&self) -> watch::Receiver<Status> {
+        self.status.clone()
     }
 }
 
@@ -190,57 +296,45 @@ enum Interrupt {
 
 /// The drain state machine. Build it with [`Drain::new`], run it with
 /// [`Drain::run`].
-pub struct Drain {
-    settings: Settings,
-    admin: AdminClient,
-    readiness: Readiness,
-    envoy: Envoy,
-    events: mpsc::Receiver<Event>,
-    events_open: bool,
-    status: watch::Sender<Status>,
-    stop: watch::Sender<bool>,
-    waiters: Vec<oneshot::Sender<Status>>,
-    quit_reply: Option<oneshot::Sender<()>>,
-    drained: bool,
+pub struct Drain<E> {
+    plan: Plan,
+    envoy: E,
+    inbox: Inbox,
     started: Option<Instant>,
 }
 
-impl Drain {
-    pub fn new(settings: Settings, admin: AdminClient, readiness: Readiness, envoy: Envoy) -> (Drain, DrainHandle) {
+/// The events, and what they leave behind for the machine to act on.
+struct Inbox {
+    events: mpsc::Receiver<Event>,
+    open: bool,
+    status: watch::Sender<Status>,
+    stop_requested: bool,
+    waiters: Vec<oneshot::Sender<Status>>,
+    drained: bool,
+    quit_reply: Option<oneshot::Sender<()>>,
+}
+
+impl<E: EnvoyControl> Drain<E> {
+    pub fn new(plan: Plan, envoy: E) -> (Drain<E>, DrainHandle) {
         let (events_tx, events) = mpsc::channel(64);
-        let policy = settings.drain_until;
-        let (status, status_rx) = watch::channel(Status {
-            phase: Phase::Serving,
-            trigger: None,
-            started_at: None,
-            deadline: None,
-            policy,
-            waiting_for: waiting_for(&settings),
-            active_connections: None,
-            active_requests: None,
-            last_read_error: None,
-            stop_requested: false,
-            cut_by_deadline: false,
-            left_at_stop: None,
-            duration_seconds: None,
-        });
+        let (status, status_rx) = watch::channel(Status::initial(plan.policy, plan.waiting_for()));
         let handle = DrainHandle {
             events: events_tx,
             status: status_rx,
-            readiness: readiness.clone(),
+        };
+        let inbox = Inbox {
+            events,
+            open: true,
+            status,
+            stop_requested: false,
+            waiters: Vec::new(),
+            drained: false,
+            quit_reply: None,
         };
         let drain = Drain {
-            settings,
-            admin,
-            readiness,
+            plan,
             envoy,
-            events,
-            events_open: true,
-            status,
-            stop: watch::channel(false).0,
-            waiters: Vec::new(),
-            quit_reply: None,
-            drained: false,
+            inbox,
             started: None,
         };
         (drain, handle)
@@ -251,20 +345,20 @@ impl Drain {
         let trigger = loop {
             let event = tokio::select! {
                 status = self.envoy.exited() => return self.envoy_exited(status),
-                event = self.events.recv(), if self.events_open => event,
+                event = self.inbox.events.recv(), if self.inbox.open => event,
             };
             match event {
-                None => self.events_open = false,
+                None => self.inbox.open = false,
                 Some(Event::Signal(name)) => {
-                    self.stop.send_replace(true);
+                    self.inbox.stop_requested = true;
                     break name;
                 }
                 Some(Event::Drain(reply)) => {
-                    self.waiters.push(reply);
+                    self.inbox.waiters.push(reply);
                     break "POST /drain";
                 }
                 Some(Event::Quit(reply)) => {
-                    self.quit_reply = Some(reply);
+                    self.inbox.quit_reply = Some(reply);
                     return self.quit().await;
                 }
             }
@@ -274,7 +368,7 @@ impl Drain {
             Err(Interrupt::EnvoyExited(status)) => self.envoy_exited(status),
             Err(Interrupt::EnvoyGone) => {
                 tracing::error!("Envoy's admin API stopped answering during the drain: Envoy is gone");
-                self.publish(|s| s.phase = Phase::Stopped);
+                self.inbox.publish(|s| s.phase = Phase::Stopped);
                 Outcome::EnvoyGone
             }
             Err(Interrupt::Quit) => self.quit().await,
@@ -282,74 +376,77 @@ impl Drain {
     }
 
     async fn drain(&mut self, trigger: &'static str) -> Result<Outcome, Interrupt> {
-        self.readiness.start_draining();
         let started = Instant::now();
         self.started = Some(started);
-        let deadline = started + self.settings.drain_deadline();
-        let stop_requested = *self.stop.borrow();
-        tracing::info!(
-            trigger,
-            policy = %self.settings.drain_until,
-            waiting_for = %waiting_for(&self.settings),
-            deadline_in = %D(self.settings.drain_deadline()),
-            "drain started: readiness is 503"
-        );
+        let deadline = started
+            .checked_add(self.plan.deadline)
+            .unwrap_or_else(|| started + Duration::from_secs(86400 * 365));
+        // 1. Readiness derives from the phase: publishing it is the 503.
         let now_unix = unix_now();
-        self.publish(|s| {
+        let stop_requested = self.inbox.stop_requested;
+        let first = if self.plan.delay.is_zero() {
+            Phase::Draining
+        } else {
+            Phase::Delaying
+        };
+        self.inbox.publish(|s| {
+            s.phase = first;
             s.trigger = Some(trigger);
             s.started_at = Some(now_unix);
-            s.deadline = Some(now_unix + (deadline - started).as_secs_f64());
+            s.deadline = Some(now_unix + self.plan.deadline.as_secs_f64());
             s.stop_requested = stop_requested;
         });
+        tracing::info!(
+            trigger,
+            policy = %self.plan.policy,
+            waiting_for = %self.plan.waiting_for(),
+            deadline_in = %D(self.plan.deadline),
+            "drain started: readiness is 503"
+        );
 
         // 2. Pre-drain delay.
-        if !self.settings.drain_delay.is_zero() {
-            self.publish(|s| s.phase = Phase::Delaying);
-            let until = deadline.min(started + self.settings.drain_delay);
-            self.race(sleep_until(until.into())).await?;
+        if !self.plan.delay.is_zero() {
+            let until = deadline.min(started + self.plan.delay);
+            self.inbox.race(&self.envoy, sleep_until(until)).await?;
+            self.inbox.publish(|s| s.phase = Phase::Draining);
         }
 
         // 3. Envoy drains its inbound listeners.
-        self.publish(|s| s.phase = Phase::Draining);
         self.drain_listeners(deadline).await?;
         let drain_began = Instant::now();
 
         // 4. The policy.
         let (left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
         let cut = !satisfied;
-        self.drained = true;
-        let keep_running = !*self.stop.borrow();
+        self.inbox.drained = true;
+        let keep_running = !self.inbox.stop_requested;
         let took = started.elapsed().as_secs_f64();
-        self.publish(|s| {
+        self.inbox.publish(|s| {
             s.cut_by_deadline = cut;
             s.duration_seconds = Some(took);
             if keep_running {
                 s.phase = Phase::Drained;
             }
         });
-        let status = self.status.borrow().clone();
-        for waiter in self.waiters.drain(..) {
+        let status = self.inbox.status.borrow().clone();
+        for waiter in self.inbox.waiters.drain(..) {
             let _ = waiter.send(status.clone());
         }
 
         // After `POST /drain`, Envoy keeps running until a signal.
         if keep_running {
             tracing::info!("drained; Envoy keeps running until SIGTERM");
-            let mut stop = self.stop.subscribe();
-            self.race(async move {
-                let _ = stop.wait_for(|v| *v).await;
-            })
-            .await?;
+            self.inbox.wait_for_signal(&self.envoy).await?;
         }
 
         // 5. Stop Envoy.
         let exit = self.stop_envoy().await;
-        self.publish(|s| s.left_at_stop = left);
+        self.inbox.publish(|s| s.left_at_stop = left);
         if cut {
             match left {
                 Some(n) => tracing::warn!(
                     left = n,
-                    counting = counted(self.settings.drain_until),
+                    counting = self.plan.counted(),
                     "the deadline cut the drain: Envoy stopped with {n} still active"
                 ),
                 None => tracing::warn!("the deadline cut the drain; the active count was unknown"),
@@ -361,31 +458,25 @@ impl Drain {
         }
     }
 
-    /// `POST /drain_listeners?inboundonly&graceful`, retried within the
-    /// deadline. A failure is logged; the drain goes on.
+    /// Starts Envoy's graceful drain, retried within the deadline. A failure
+    /// is logged; the drain goes on.
     async fn drain_listeners(&mut self, deadline: Instant) -> Result<(), Interrupt> {
-        let path = if *self.stop.borrow() {
-            "/drain_listeners?inboundonly&graceful"
-        } else {
-            "/drain_listeners?inboundonly&graceful&skip_exit"
-        };
+        let skip_exit = !self.inbox.stop_requested;
         for attempt in 1..=DRAIN_CALL_TRIES {
-            let admin = self.admin.clone();
             let left = deadline.saturating_duration_since(Instant::now());
-            let result = self
-                .race(async move { tokio::time::timeout(left, admin.post(path)).await })
-                .await?;
-            match result {
-                Ok(Ok(_)) => {
-                    tracing::info!("Envoy is draining its inbound listeners ({path})");
+            let call = tokio::time::timeout(left.min(self.plan.read_timeout), self.envoy.drain_listeners(skip_exit));
+            match self.inbox.race(&self.envoy, call).await? {
+                Ok(Ok(())) => {
+                    tracing::info!(skip_exit, "Envoy is draining its inbound listeners");
                     return Ok(());
                 }
                 Ok(Err(e)) => tracing::warn!(attempt, error = %e, "drain_listeners failed"),
-                Err(_) => break,
+                Err(_) if left <= self.plan.read_timeout => break,
+                Err(_) => tracing::warn!(attempt, "drain_listeners did not answer in time"),
             }
             if attempt < DRAIN_CALL_TRIES {
                 let next = deadline.min(Instant::now() + Duration::from_millis(100));
-                self.race(sleep_until(next.into())).await?;
+                self.inbox.race(&self.envoy, sleep_until(next)).await?;
             }
         }
         tracing::error!("could not start Envoy's graceful drain; waiting as the policy says anyway");
@@ -393,64 +484,54 @@ impl Drain {
     }
 
     /// Waits as the policy says, or until the deadline. Returns the active
-    /// count (connections or requests, by the policy; connections for the
-    /// fixed policy) at the last successful read, and whether the policy was
-    /// satisfied (false: the deadline came first).
+    /// count (by the policy; connections for the fixed policy) at the last
+    /// successful read, and whether the policy was satisfied (false: the
+    /// deadline came first).
     async fn wait_for_policy(
         &mut self,
         drain_began: Instant,
         deadline: Instant,
     ) -> Result<(Option<u64>, bool), Interrupt> {
-        let until = self.settings.drain_until;
-        let (period, min_end) = match until {
-            DrainUntil::Time => (
-                self.settings.poll_interval,
-                drain_began + self.settings.termination_drain_duration,
-            ),
-            _ => (ZERO_POLL_INTERVAL, drain_began + self.settings.minimum_drain_duration),
+        let plan = self.plan.clone();
+        let (period, min_end) = match plan.policy {
+            DrainUntil::Time => (plan.report_every, drain_began + plan.drain_time),
+            _ => (ZERO_POLL_INTERVAL, drain_began + plan.minimum),
         };
         let mut left: Option<u64> = None;
         let mut refused_since: Option<Instant> = None;
-        let mut last_log: Option<Instant> = None;
+        let mut progress = Progress::default();
+        let mut read_warning = Throttle::new(WARN_EVERY);
+        let mut skipped_warning = Throttle::new(WARN_EVERY);
         loop {
-            let admin = self.admin.clone();
-            let read_timeout = self
-                .settings
-                .admin_timeout
+            let read_timeout = plan
+                .read_timeout
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(Duration::from_millis(10));
             let read = self
-                .race(async move {
-                    tokio::time::timeout(
-                        read_timeout,
-                        admin.get_text(stats::ACTIVE_STATS, crate::admin::STATS_LIMIT),
-                    )
-                    .await
-                })
+                .inbox
+                .race(&self.envoy, tokio::time::timeout(read_timeout, self.envoy.active()))
                 .await?;
             let now = Instant::now();
             // Only a count read now may end the drain: an older zero may
             // be stale (a graceful drain still accepts connections).
             let mut read_now = None;
             match read {
-                Ok(Ok(body)) => {
+                Ok(Ok(active)) => {
                     refused_since = None;
-                    let active = stats::active(&body, &self.settings.ignore_listener_ports);
-                    for skipped in &active.skipped {
-                        tracing::warn!("not counted: {skipped}");
+                    if !active.skipped.is_empty() && skipped_warning.due(now) {
+                        for skipped in &active.skipped {
+                            tracing::warn!("not counted: {skipped}");
+                        }
                     }
-                    let count = match until {
-                        DrainUntil::Requests => active.requests,
-                        _ => active.connections,
-                    };
-                    let log_due = last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1));
-                    if left != Some(count) && log_due {
-                        tracing::info!(active = count, counting = counted(until), "draining");
-                        last_log = Some(now);
-                    }
+                    let count = plan.count(&active);
+                    progress.observe(now, count, plan.counted());
                     left = Some(count);
                     read_now = Some(count);
-                    self.publish_active(&active);
+                    self.inbox.publish(|s| {
+                        s.active_connections = Some(active.connections);
+                        s.active_requests = Some(active.requests);
+                        s.last_read_error = None;
+                    });
                 }
                 Ok(Err(e)) => {
                     if matches!(e, AdminError::Connect { .. }) && !self.envoy.is_child() {
@@ -459,48 +540,48 @@ impl Drain {
                             return Err(Interrupt::EnvoyGone);
                         }
                     }
-                    tracing::warn!(error = %e, "cannot read active counts; the drain goes on");
-                    self.publish(|s| s.last_read_error = Some(e.to_string()));
+                    if read_warning.due(now) {
+                        tracing::warn!(error = %e, "cannot read active counts; the drain goes on");
+                    }
+                    self.inbox.publish(|s| s.last_read_error = Some(e.to_string()));
                 }
                 Err(_) => {
-                    let e = "the read did not finish before the deadline".to_string();
-                    self.publish(|s| s.last_read_error = Some(e));
+                    let e = format!("the read did not finish within {}", D(read_timeout));
+                    if read_warning.due(now) {
+                        tracing::warn!(error = %e, "cannot read active counts; the drain goes on");
+                    }
+                    self.inbox.publish(|s| s.last_read_error = Some(e));
                 }
             }
-            let done = match until {
+            let done = match plan.policy {
                 DrainUntil::Time => now >= min_end,
                 _ => now >= min_end && read_now == Some(0),
             };
             if done {
-                let took = now.duration_since(drain_began);
-                match until {
-                    DrainUntil::Time => tracing::info!(
-                        connections = left,
-                        "drain time ({}) is over",
-                        D(self.settings.termination_drain_duration)
-                    ),
-                    _ => tracing::info!(took = %D(took), "zero active {until}"),
+                match plan.policy {
+                    DrainUntil::Time => {
+                        tracing::info!(connections = left, "drain time ({}) is over", D(plan.drain_time))
+                    }
+                    until => tracing::info!(took = %D(now.duration_since(drain_began)), "zero active {until}"),
                 }
                 return Ok((left, true));
             }
             if now >= deadline {
                 return Ok((left, false));
             }
-            let next = deadline
-                .min(now + period)
-                .min(if until == DrainUntil::Time { min_end } else { deadline });
-            self.race(sleep_until(next.into())).await?;
+            let mut next = deadline.min(now + period);
+            if plan.policy == DrainUntil::Time {
+                next = next.min(min_end);
+            }
+            self.inbox.race(&self.envoy, sleep_until(next)).await?;
         }
     }
 
     async fn stop_envoy(&mut self) -> Exit {
-        self.publish(|s| s.phase = Phase::Stopping);
-        let exit = self
-            .envoy
-            .stop(self.settings.shutdown_margin.max(Duration::from_millis(100)))
-            .await;
+        self.inbox.publish(|s| s.phase = Phase::Stopping);
+        let exit = self.envoy.stop(self.plan.stop_bound).await;
         let took = self.started.map(|t| t.elapsed().as_secs_f64());
-        self.publish(|s| {
+        self.inbox.publish(|s| {
             s.phase = Phase::Stopped;
             s.duration_seconds = took;
         });
@@ -508,89 +589,121 @@ impl Drain {
     }
 
     async fn quit(&mut self) -> Outcome {
-        self.readiness.start_draining();
         tracing::info!("POST /quitquitquit: stopping Envoy now");
         let exit = self.stop_envoy().await;
         tracing::info!("Envoy stopped ({exit})");
-        if let Some(reply) = self.quit_reply.take() {
+        if let Some(reply) = self.inbox.quit_reply.take() {
             let _ = reply.send(());
         }
         Outcome::Quit(exit)
     }
 
     fn envoy_exited(&mut self, status: ExitStatus) -> Outcome {
-        self.readiness.start_draining();
         tracing::error!(%status, "Envoy exited on its own");
-        self.publish(|s| s.phase = Phase::Stopped);
+        self.inbox.publish(|s| s.phase = Phase::Stopped);
         Outcome::EnvoyExited(status)
     }
+}
 
+impl Inbox {
     /// Runs `fut` while handling events; ends early if Envoy exits or a
     /// quit is asked for.
-    async fn race<T>(&mut self, fut: impl Future<Output = T>) -> Result<T, Interrupt> {
+    async fn race<T>(&mut self, envoy: &impl EnvoyControl, fut: impl Future<Output = T>) -> Result<T, Interrupt> {
         tokio::pin!(fut);
         loop {
             let event = tokio::select! {
                 biased;
-                status = self.envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
-                event = self.events.recv(), if self.events_open => event,
+                status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
+                event = self.events.recv(), if self.open => event,
                 out = &mut fut => return Ok(out),
             };
-            match event {
-                None => self.events_open = false,
-                Some(Event::Signal(name)) => {
-                    if self.stop.send_replace(true) {
-                        tracing::info!(signal = name, "signal received again; the drain goes on unchanged");
-                    } else {
-                        tracing::info!(signal = name, "signal received; Envoy stops once drained");
-                        self.publish(|s| s.stop_requested = true);
-                    }
-                }
-                Some(Event::Drain(reply)) => {
-                    if self.drained {
-                        let _ = reply.send(self.status.borrow().clone());
-                    } else {
-                        self.waiters.push(reply);
-                    }
-                }
-                Some(Event::Quit(reply)) => {
-                    self.quit_reply = Some(reply);
-                    return Err(Interrupt::Quit);
+            self.handle(event)?;
+        }
+    }
+
+    /// Waits (handling events) until a signal asks for Envoy's stop.
+    async fn wait_for_signal(&mut self, envoy: &impl EnvoyControl) -> Result<(), Interrupt> {
+        while !self.stop_requested {
+            let event = tokio::select! {
+                biased;
+                status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
+                event = self.events.recv(), if self.open => event,
+            };
+            self.handle(event)?;
+        }
+        Ok(())
+    }
+
+    /// One event during a drain.
+    fn handle(&mut self, event: Option<Event>) -> Result<(), Interrupt> {
+        match event {
+            None => self.open = false,
+            Some(Event::Signal(name)) => {
+                if self.stop_requested {
+                    tracing::info!(signal = name, "signal received again; the drain goes on unchanged");
+                } else {
+                    tracing::info!(signal = name, "signal received; Envoy stops once drained");
+                    self.stop_requested = true;
+                    self.publish(|s| s.stop_requested = true);
                 }
             }
+            Some(Event::Drain(reply)) => {
+                if self.drained {
+                    let _ = reply.send(self.status.borrow().clone());
+                } else {
+                    self.waiters.push(reply);
+                }
+            }
+            Some(Event::Quit(reply)) => {
+                self.quit_reply = Some(reply);
+                return Err(Interrupt::Quit);
+            }
         }
+        Ok(())
     }
 
     fn publish(&self, f: impl FnOnce(&mut Status)) {
         self.status.send_modify(f);
     }
+}
 
-    /// Publishes a successful read of the active counts.
-    fn publish_active(&self, active: &Active) {
-        self.status.send_modify(|s| {
-            s.active_connections = Some(active.connections);
-            s.active_requests = Some(active.requests);
-            s.last_read_error = None;
-        });
+/// The drain's progress log: one line per change of the count, at most one
+/// a second; a change that comes too soon is logged once a line is due, so
+/// the last change is not lost.
+#[derive(Default)]
+struct Progress {
+    logged: Option<u64>,
+    last_line: Option<Instant>,
+}
+
+impl Progress {
+    fn observe(&mut self, now: Instant, count: u64, counting: &'static str) {
+        let due = self.last_line.is_none_or(|t| now.duration_since(t) >= PROGRESS_EVERY);
+        if self.logged != Some(count) && due {
+            tracing::info!(active = count, counting, "draining");
+            self.logged = Some(count);
+            self.last_line = Some(now);
+        }
     }
 }
 
-/// What the active count counts under a policy (the fixed policy reports
-/// connections).
-fn counted(until: DrainUntil) -> &'static str {
-    match until {
-        DrainUntil::Requests => "requests",
-        DrainUntil::Time | DrainUntil::Connections => "connections",
-    }
+/// Lets a repeated message through at most once per period.
+struct Throttle {
+    every: Duration,
+    last: Option<Instant>,
 }
 
-fn waiting_for(settings: &Settings) -> String {
-    match settings.drain_until {
-        DrainUntil::Time => format!("{} of drain time", D(settings.termination_drain_duration)),
-        until => format!(
-            "zero active {until}, after at least {}",
-            D(settings.minimum_drain_duration)
-        ),
+impl Throttle {
+    fn new(every: Duration) -> Self {
+        Self { every, last: None }
+    }
+
+    fn due(&mut self, now: Instant) -> bool {
+        let due = self.last.is_none_or(|t| now.duration_since(t) >= self.every);
+        if due {
+            self.last = Some(now);
+        }
+        due
     }
 }
 

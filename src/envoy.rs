@@ -11,6 +11,9 @@
 //! - **external**: Envoy runs beside lifeguard (another container). It is
 //!   stopped with `POST /quitquitquit` on its admin API; whether it exited
 //!   can only be seen through that API.
+//!
+//! [`Envoy`] is the real implementation of the drain's [`EnvoyControl`]:
+//! the drain itself never calls the admin API or sends a signal.
 
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -18,12 +21,37 @@ use std::time::Duration;
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use crate::admin::AdminClient;
+use crate::admin::{AdminClient, AdminError, Endpoint};
+use crate::drain::EnvoyControl;
+use crate::stats::{self, Active};
 
-/// Envoy, as lifeguard sees it.
-pub enum Envoy {
-    Child(Child),
-    External(AdminClient),
+/// Envoy, as lifeguard sees it: its admin API, and the process when
+/// lifeguard launched it.
+pub struct Envoy {
+    admin: AdminClient,
+    process: Option<Child>,
+    /// Listener ports left out of the active counts.
+    ignored_ports: Vec<u16>,
+}
+
+impl Envoy {
+    /// An Envoy that runs beside lifeguard (another container).
+    pub fn external(admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
+        Self {
+            admin,
+            process: None,
+            ignored_ports,
+        }
+    }
+
+    /// An Envoy launched by lifeguard.
+    pub fn child(child: Child, admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
+        Self {
+            admin,
+            process: Some(child),
+            ignored_ports,
+        }
+    }
 }
 
 /// How Envoy ended.
@@ -80,20 +108,7 @@ impl Child {
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty Envoy command"))?;
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(std::process::Stdio::null()).process_group(0);
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // lifeguard died before the prctl took effect.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        crate::sys::kill_child_when_parent_dies(&mut cmd);
         let mut child = cmd.spawn()?;
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
         let (tx, rx) = watch::channel(None);
@@ -132,12 +147,10 @@ impl Child {
     }
 
     fn signal(&self, sig: i32) {
+        // Our own child, not reaped yet (the waiter has not seen it exit):
+        // its pid cannot have been reused.
         if self.exit_status().is_none() {
-            // SAFETY: signalling our own unreaped child (the pid cannot
-            // have been reused while the waiter has not reaped it).
-            unsafe {
-                libc::kill(self.pid, sig);
-            }
+            crate::sys::kill(self.pid, sig);
         }
     }
 
@@ -155,25 +168,28 @@ impl Child {
     }
 }
 
-impl Envoy {
-    /// Resolves when Envoy exits on its own. Never resolves for an external
-    /// Envoy, whose exit lifeguard cannot see.
-    pub async fn exited(&self) -> ExitStatus {
-        match self {
-            Envoy::Child(child) => child.exited().await,
-            Envoy::External(_) => std::future::pending().await,
-        }
+impl EnvoyControl for Envoy {
+    async fn drain_listeners(&self, skip_exit: bool) -> Result<(), AdminError> {
+        let path = if skip_exit {
+            "/drain_listeners?inboundonly&graceful&skip_exit"
+        } else {
+            "/drain_listeners?inboundonly&graceful"
+        };
+        self.admin.post(Endpoint::DrainListeners, path).await.map(drop)
     }
 
-    pub fn is_child(&self) -> bool {
-        matches!(self, Envoy::Child(_))
+    async fn active(&self) -> Result<Active, AdminError> {
+        let body = self
+            .admin
+            .get_text(Endpoint::Stats, stats::ACTIVE_STATS, crate::admin::STATS_LIMIT)
+            .await?;
+        Ok(stats::active(&body, &self.ignored_ports))
     }
 
-    /// Stops Envoy gracefully within `bound`.
-    pub async fn stop(&self, bound: Duration) -> Exit {
-        match self {
-            Envoy::Child(child) => Exit::Status(child.stop(bound).await),
-            Envoy::External(admin) => match admin.post("/quitquitquit").await {
+    async fn stop(&self, bound: Duration) -> Exit {
+        match &self.process {
+            Some(child) => Exit::Status(child.stop(bound).await),
+            None => match self.admin.post(Endpoint::Quit, "/quitquitquit").await {
                 Ok(_) => Exit::Quit,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot stop Envoy through its admin API");
@@ -181,6 +197,18 @@ impl Envoy {
                 }
             },
         }
+    }
+
+    /// Never resolves for an external Envoy, whose exit lifeguard cannot see.
+    async fn exited(&self) -> ExitStatus {
+        match &self.process {
+            Some(child) => child.exited().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn is_child(&self) -> bool {
+        self.process.is_some()
     }
 }
 

@@ -14,6 +14,10 @@
 //! - [`hooks`]: the pod hook helpers (`wait`, `wait-app-exit`, `drain`).
 //! - [`sockets`]: listening sockets and their owners, from /proc.
 //! - [`cli`]: the command line of the `lifeguard` binary.
+//! - [`signals`]: process signals, handed to the drain.
+//! - `sys`: the few raw system calls; the only module with `unsafe`.
+
+#![deny(unsafe_code)]
 
 pub mod admin;
 pub mod cli;
@@ -26,5 +30,8 @@ pub mod metrics;
 pub mod poller;
 pub mod readiness;
 pub mod server;
+pub mod signals;
 pub mod sockets;
 pub mod stats;
+#[allow(unsafe_code)]
+mod sys;

@@ -2,21 +2,24 @@
 //! together. The logic lives in the library.
 
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-use lifeguard::admin::AdminClient;
+use tokio::time::Instant;
+
+use lifeguard::admin::{AdminClient, CallOutcome, Endpoint};
 use lifeguard::cli::{Cli, Command};
 use lifeguard::config::Settings;
-use lifeguard::drain::{exit_code, Drain, DrainHandle};
+use lifeguard::drain::{exit_code, Drain, Plan};
 use lifeguard::envoy::{self, Envoy};
 use lifeguard::hooks;
-use lifeguard::metrics::{Metrics, ENVOY_METRICS_TIMEOUT};
+use lifeguard::metrics::Metrics;
 use lifeguard::readiness::Readiness;
-use lifeguard::server::{StatusServer, StatusService};
+use lifeguard::server::{StatusServer, StatusService, ENVOY_METRICS_TIMEOUT};
+use lifeguard::signals::Signals;
 use lifeguard::{duration::Display as D, poller};
 
 fn main() -> ExitCode {
@@ -133,8 +136,6 @@ fn init_logging(filter: &str) {
 /// Runs the agent; returns the process exit code. Runs on the main thread
 /// (inside `block_on`), which Envoy's parent-death signal relies on.
 async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
-    // Handle signals from the start: a SIGTERM during start-up must drain
-    // too, not kill lifeguard with the default action.
     let signals = match Signals::install() {
         Ok(signals) => signals,
         Err(e) => {
@@ -144,10 +145,13 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     };
     let shutdown = CancellationToken::new();
     let metrics = Metrics::new(Instant::now());
-    let readiness = Readiness::new(settings.stale_after());
-    let admin = AdminClient::new(settings.admin_url.clone(), settings.admin_timeout).with_metrics(metrics.clone());
+    let observer = {
+        let metrics = metrics.clone();
+        Arc::new(move |e: Endpoint, o: CallOutcome, took| metrics.admin_call(e.label(), o.label(), took))
+    };
+    let admin = AdminClient::new(settings.admin_url.clone(), settings.admin_timeout).observed(observer);
 
-    let server = match StatusServer::bind(settings.status_addr, StatusService::new(readiness.clone())).await {
+    let server = match StatusServer::bind(settings.status_addr).await {
         Ok(server) => server,
         Err(e) => {
             tracing::error!(addr = %settings.status_addr, error = %e, "cannot bind the status address");
@@ -155,8 +159,9 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         }
     };
 
+    let ignored_ports = settings.ignore_listener_ports.clone();
     let envoy = if envoy_command.is_empty() {
-        Envoy::External(admin.clone())
+        Envoy::external(admin.clone(), ignored_ports)
     } else {
         let mut command = envoy_command;
         let extra = envoy::drain_flags(&command, settings.termination_grace_period);
@@ -167,7 +172,7 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         match envoy::Child::spawn(&command) {
             Ok(child) => {
                 tracing::info!(pid = child.pid(), command = %command.join(" "), "Envoy started");
-                Envoy::Child(child)
+                Envoy::child(child, admin.clone(), ignored_ports)
             }
             Err(e) => {
                 tracing::error!(program = %command[0], error = %e, "cannot start Envoy");
@@ -176,14 +181,14 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         }
     };
 
-    let (drain, handle) = Drain::new(settings.clone(), admin.clone(), readiness.clone(), envoy);
+    let (drain, handle) = Drain::new(Plan::new(&settings), envoy);
+    let readiness = Readiness::new(settings.stale_after(), handle.watch());
     let envoy_metrics = settings
         .merge_envoy_metrics
         .then(|| admin.clone().with_timeout(ENVOY_METRICS_TIMEOUT));
     let service = StatusService::new(readiness.clone())
         .with_drain(handle.clone())
         .with_metrics(metrics.clone(), envoy_metrics);
-    let server = server.with_service(service);
     let local = server.local_addr().expect("bound listener has an address");
     tracing::info!(
         status_addr = %local,
@@ -193,7 +198,7 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         deadline = %D(settings.drain_deadline()),
         "lifeguard listening"
     );
-    let server = tokio::spawn(server.serve(shutdown.clone()));
+    let server = tokio::spawn(server.serve(service, shutdown.clone()));
     let poller = tokio::spawn(poller::run(settings, admin, readiness, metrics, shutdown.clone()));
     let signals = tokio::spawn(signals.forward(handle, shutdown.clone()));
 
@@ -203,33 +208,4 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     shutdown.cancel();
     let _ = tokio::join!(poller, server, signals);
     code
-}
-
-/// SIGTERM and SIGINT, caught from start-up on.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn install() -> std::io::Result<Signals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-        })
-    }
-
-    /// Turns every signal into a drain event (the drain logs and ignores
-    /// repeats) until shutdown.
-    async fn forward(mut self, drain: DrainHandle, shutdown: CancellationToken) {
-        loop {
-            let name = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.term.recv() => "SIGTERM",
-                _ = self.int.recv() => "SIGINT",
-            };
-            drain.signal(name);
-        }
-    }
 }

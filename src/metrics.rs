@@ -8,90 +8,23 @@
 //!
 //! `GET /stats/prometheus` renders our families (all named `lifeguard_*`)
 //! and appends Envoy's own `/stats/prometheus` (families named `envoy_*`),
-//! read with a timeout and a size bound. If Envoy cannot be read, our part
-//! is still served and the failure is counted.
+//! which the status server reads and hands over: this module knows nothing
+//! of the admin client, and the admin client knows nothing of metrics (the
+//! binary wires its call observer to [`Metrics::admin_call`]). If Envoy
+//! cannot be read, our part is still served and the failure is counted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder, Unit};
+use metrics::{Counter, Gauge, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use tokio::time::Instant;
 
-use crate::admin::AdminClient;
 use crate::config::DrainUntil;
 use crate::drain::{Phase, Status};
 use crate::readiness::Readiness;
-
-/// Largest Envoy `/stats/prometheus` answer merged into a scrape.
-pub const ENVOY_METRICS_LIMIT: usize = 32 << 20;
-/// Timeout of the Envoy part of a scrape (Prometheus' own default is 10 s).
-pub const ENVOY_METRICS_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The admin endpoints lifeguard calls, as the `endpoint` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    /// `/stats?...` (readiness and drain counts)
-    Stats = 0,
-    /// `/stats/prometheus`
-    Prometheus = 1,
-    /// `/drain_listeners`
-    DrainListeners = 2,
-    /// `/quitquitquit`
-    Quit = 3,
-}
-
-impl Endpoint {
-    const ALL: [Endpoint; 4] = [
-        Endpoint::Stats,
-        Endpoint::Prometheus,
-        Endpoint::DrainListeners,
-        Endpoint::Quit,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            Endpoint::Stats => "stats",
-            Endpoint::Prometheus => "stats_prometheus",
-            Endpoint::DrainListeners => "drain_listeners",
-            Endpoint::Quit => "quitquitquit",
-        }
-    }
-
-    /// The endpoint a request path belongs to.
-    pub fn of(path: &str) -> Endpoint {
-        if path.starts_with("/stats/prometheus") {
-            Endpoint::Prometheus
-        } else if path.starts_with("/drain_listeners") {
-            Endpoint::DrainListeners
-        } else if path.starts_with("/quitquitquit") {
-            Endpoint::Quit
-        } else {
-            Endpoint::Stats
-        }
-    }
-}
-
-/// How an admin call ended, as the `outcome` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Ok = 0,
-    Error = 1,
-    Timeout = 2,
-}
-
-impl Outcome {
-    const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Error, Outcome::Timeout];
-
-    fn label(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Error => "error",
-            Outcome::Timeout => "timeout",
-        }
-    }
-}
 
 /// The metric handles, registered once. Cloning shares them.
 #[derive(Clone)]
@@ -100,6 +33,8 @@ pub struct Metrics {
 }
 
 struct Inner {
+    /// Kept for the admin-call series, registered as calls happen.
+    recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
     started: Instant,
     /// `lifeguard_probe_responses_total{code="200"}`.
@@ -109,8 +44,6 @@ struct Inner {
     ready: Gauge,
     time_to_first_ready: Gauge,
     first_ready_seen: AtomicBool,
-    admin_requests: [[Counter; 3]; 4],
-    admin_duration: Histogram,
     answer_age: Gauge,
     server_state: Gauge,
     drain_phase: Gauge,
@@ -123,6 +56,9 @@ struct Inner {
     drain_cut: Gauge,
     drain_policy: [Gauge; 3],
 }
+
+const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
+const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
 
 /// The drain policies and their `policy` label values.
 const POLICIES: [(DrainUntil, &str); 3] = [
@@ -138,19 +74,30 @@ impl Metrics {
         let recorder = PrometheusBuilder::new()
             .with_recommended_naming(true)
             .set_buckets_for_metric(
-                Matcher::Full("lifeguard_envoy_admin_request_duration_seconds".into()),
+                Matcher::Full(ADMIN_DURATION.into()),
                 &[
                     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                 ],
             )
             .expect("static buckets are not empty")
             .build_recorder();
+        let recorder = Arc::new(recorder);
         let handle = recorder.handle();
         let r = Registrar { recorder: &recorder };
 
         let probe_help = "Answers of the readiness probe (/healthz/ready), by status code.";
-        let admin_help = "Requests lifeguard made to Envoy's admin API, by endpoint and outcome.";
+        recorder.describe_counter(
+            ADMIN_REQUESTS.into(),
+            None,
+            "Requests lifeguard made to Envoy's admin API, by endpoint and outcome.".into(),
+        );
+        recorder.describe_histogram(
+            ADMIN_DURATION.into(),
+            Some(Unit::Seconds),
+            "Duration of requests to Envoy's admin API, including failures, by endpoint.".into(),
+        );
         let inner = Inner {
+            recorder: recorder.clone(),
             handle,
             started,
             probe_ok: r.counter("lifeguard_probe_responses_total", &[("code", "200")], probe_help),
@@ -163,19 +110,6 @@ impl Metrics {
                 "Seconds from lifeguard's start to the first ready answer (0 until then).",
             ),
             first_ready_seen: AtomicBool::new(false),
-            admin_requests: Endpoint::ALL.map(|e| {
-                Outcome::ALL.map(|o| {
-                    r.counter(
-                        "lifeguard_envoy_admin_requests_total",
-                        &[("endpoint", e.label()), ("outcome", o.label())],
-                        admin_help,
-                    )
-                })
-            }),
-            admin_duration: r.histogram(
-                "lifeguard_envoy_admin_request_duration_seconds",
-                "Duration of requests to Envoy's admin API, including failures.",
-            ),
             answer_age: r.gauge(
                 "lifeguard_envoy_admin_answer_age_seconds",
                 &[],
@@ -254,16 +188,25 @@ impl Metrics {
         (self.inner.probe_ok.clone(), self.inner.probe_unavailable.clone())
     }
 
-    /// Records one admin request.
-    pub fn admin_request(&self, endpoint: Endpoint, outcome: Outcome, took: Duration) {
-        self.inner.admin_requests[endpoint as usize][outcome as usize].increment(1);
-        self.inner.admin_duration.record(took.as_secs_f64());
+    /// Records one admin request: `endpoint` and `outcome` are label values.
+    /// Admin calls are a few a second at most, so the series are looked up
+    /// per call rather than kept as handles.
+    pub fn admin_call(&self, endpoint: &'static str, outcome: &'static str, took: Duration) {
+        let recorder = &self.inner.recorder;
+        let labels = [("endpoint", endpoint), ("outcome", outcome)];
+        recorder
+            .register_counter(&Registrar::key(ADMIN_REQUESTS, &labels), &META)
+            .increment(1);
+        recorder
+            .register_histogram(&Registrar::key(ADMIN_DURATION, &labels[..1]), &META)
+            .record(took.as_secs_f64());
     }
 
-    /// Records a readiness answer the poller stored.
-    pub fn readiness(&self, ready: bool, server_state: Option<u64>) {
+    /// Records what the poller read from Envoy: whether Envoy said ready,
+    /// and its `server.state`. (The `lifeguard_ready` gauge is not set here:
+    /// it is the probe's own answer, taken at scrape time.)
+    pub fn envoy_read(&self, ready: bool, server_state: Option<u64>) {
         let inner = &*self.inner;
-        inner.ready.set(if ready { 1.0 } else { 0.0 });
         inner.server_state.set(server_state.map_or(-1.0, |s| s as f64));
         if ready && !inner.first_ready_seen.swap(true, Ordering::Relaxed) {
             inner
@@ -276,10 +219,8 @@ impl Metrics {
     /// scrape time brought up to date first.
     pub fn render(&self, readiness: &Readiness, drain: Option<&Status>) -> String {
         let inner = &*self.inner;
-        inner.answer_age.set(readiness.verdict().age().as_secs_f64());
-        if readiness.is_draining() {
-            inner.ready.set(0.0);
-        }
+        inner.answer_age.set(readiness.verdict().at().elapsed().as_secs_f64());
+        inner.ready.set(if readiness.answer().ready { 1.0 } else { 0.0 });
         if let Some(status) = drain {
             inner.drain_phase.set(status.phase as u8 as f64);
             inner.drain_started.set(status.started_at.unwrap_or(0.0));
@@ -306,27 +247,13 @@ impl Metrics {
         inner.handle.render()
     }
 
-    /// The merged scrape: our families, then Envoy's (when `envoy` is
-    /// given and answers).
-    pub async fn scrape(&self, readiness: &Readiness, drain: Option<&Status>, envoy: Option<&AdminClient>) -> Bytes {
-        let envoy_part = match envoy {
-            Some(admin) => match admin
-                .call(hyper::Method::GET, "/stats/prometheus", ENVOY_METRICS_LIMIT)
-                .await
-            {
-                Ok(body) => Some(body),
-                Err(e) => {
-                    tracing::debug!(error = %e, "Envoy's metrics left out of the scrape");
-                    None
-                }
-            },
-            None => None,
-        };
-        // Render after the Envoy read, so its outcome is already counted.
+    /// The merged scrape: our families, then Envoy's body (when given).
+    /// Render after the Envoy read, so its outcome is already counted.
+    pub fn merge(&self, readiness: &Readiness, drain: Option<&Status>, envoy: Option<Bytes>) -> Bytes {
         let ours = self.render(readiness, drain);
-        let mut out = Vec::with_capacity(ours.len() + envoy_part.as_ref().map_or(0, |b| b.len() + 1));
+        let mut out = Vec::with_capacity(ours.len() + envoy.as_ref().map_or(0, |b| b.len() + 1));
         out.extend_from_slice(ours.as_bytes());
-        if let Some(body) = envoy_part {
+        if let Some(body) = envoy {
             if !out.ends_with(b"\n") && !out.is_empty() {
                 out.push(b'\n');
             }
@@ -376,11 +303,5 @@ impl Registrar<'_> {
         let gauge = self.recorder.register_gauge(&Self::key(name, labels), &META);
         gauge.set(0.0);
         gauge
-    }
-
-    fn histogram(&self, name: &'static str, help: &'static str) -> Histogram {
-        self.recorder
-            .describe_histogram(name.into(), Some(Unit::Seconds), help.into());
-        self.recorder.register_histogram(&Self::key(name, &[]), &META)
     }
 }

@@ -8,11 +8,10 @@
 //!
 //! It logs one line each time the answer changes, not one per read.
 
-use std::time::Instant;
-
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{self, AdminClient};
+use crate::admin::{self, AdminClient, Endpoint};
 use crate::config::{Settings, XdsCheck};
 use crate::metrics::Metrics;
 use crate::readiness::{Readiness, Verdict};
@@ -27,7 +26,10 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     loop {
-        let (verdict, server_state) = match admin.get_text(admin::READINESS_STATS, admin::STATS_LIMIT).await {
+        let (verdict, server_state) = match admin
+            .get_text(Endpoint::Stats, admin::READINESS_STATS, admin::STATS_LIMIT)
+            .await
+        {
             Ok(body) => {
                 let state = match stats::find(&body, SERVER_STATE) {
                     Some(Value::Number(n)) => Some(n),
@@ -38,7 +40,7 @@ pub async fn run(
             Err(e) => (Verdict::not_ready(&e.to_string(), Instant::now()), None),
         };
         let ready = verdict.is_ready();
-        metrics.readiness(ready && !readiness.is_draining(), server_state);
+        metrics.envoy_read(ready, server_state);
         let previous = readiness.store(verdict);
         let current = readiness.verdict();
         if previous.text() != current.text() {
@@ -64,7 +66,8 @@ const SERVER_STATE: &str = "server.state";
 const WORKERS_STARTED: &str = "listener_manager.workers_started";
 
 /// Turns one answer to [`admin::READINESS_STATS`] into a verdict.
-pub fn evaluate(body: &str, xds: XdsCheck, at: Instant) -> Verdict {
+pub fn evaluate(body: &str, xds: XdsCheck, at: impl Into<Instant>) -> Verdict {
+    let at = at.into();
     match reason_not_ready(body, xds) {
         None => Verdict::ready(at),
         Some(reason) => Verdict::not_ready(&reason, at),

@@ -6,20 +6,23 @@
 //! latest verdict — an atomic pointer load — and checks two things the
 //! verdict cannot know by itself:
 //!
-//! - **draining**: set by the drain the moment it begins, before any network
-//!   call; from then on every probe answers 503 `draining`, whatever Envoy
+//! - **draining**: read from the phase the drain publishes (the drain's
+//!   `watch` channel, the one source of truth): from the moment the phase
+//!   leaves `serving`, every probe answers 503 `draining`, whatever Envoy
 //!   says.
 //! - **staleness**: a verdict older than the stale bound is not trusted. If
 //!   the poller stopped producing answers, a probe that reaches the agent
 //!   directly must not be told "ready" about an Envoy that may be gone.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use tokio::sync::watch;
+use tokio::time::Instant;
 
+use crate::drain::{Phase, Status};
 use crate::duration::Display as D;
 
 /// What the probe answers: ready or not, and the body to send.
@@ -60,9 +63,9 @@ impl Verdict {
         self.ready
     }
 
-    /// Time since the read that produced this verdict.
-    pub fn age(&self) -> Duration {
-        self.at.elapsed()
+    /// When the read that produced this verdict completed.
+    pub fn at(&self) -> Instant {
+        self.at
     }
 
     /// The reason it is not ready (or `ready`), without the trailing newline.
@@ -80,7 +83,8 @@ pub struct Readiness {
 
 struct Inner {
     verdict: ArcSwap<Verdict>,
-    draining: AtomicBool,
+    /// The drain's published status: the only source of "draining".
+    drain: watch::Receiver<Status>,
     stale_after: Duration,
     draining_body: Bytes,
     stale_body: Bytes,
@@ -88,12 +92,13 @@ struct Inner {
 
 impl Readiness {
     /// A new snapshot that says "not ready: no admin read yet" until the
-    /// poller stores its first verdict.
-    pub fn new(stale_after: Duration) -> Self {
+    /// poller stores its first verdict. `drain` is the drain's published
+    /// status ([`crate::drain::DrainHandle::watch`]).
+    pub fn new(stale_after: Duration, drain: watch::Receiver<Status>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 verdict: ArcSwap::from_pointee(Verdict::not_ready("no answer from Envoy admin yet", Instant::now())),
-                draining: AtomicBool::new(false),
+                drain,
                 stale_after,
                 draining_body: Bytes::from_static(b"not ready: draining\n"),
                 stale_body: Bytes::from(format!(
@@ -104,11 +109,18 @@ impl Readiness {
         }
     }
 
-    /// The probe's answer. Never blocks, never allocates.
+    /// Readiness with no drain behind it (benchmarks, tests): the phase is
+    /// `serving` for good.
+    pub fn standalone(stale_after: Duration) -> Self {
+        let (_, rx) = watch::channel(Status::initial(crate::config::DrainUntil::Time, String::new()));
+        Self::new(stale_after, rx)
+    }
+
+    /// The probe's answer. Never blocks on Envoy, never allocates.
     #[inline]
     pub fn answer(&self) -> Answer {
         let inner = &*self.inner;
-        if inner.draining.load(Ordering::Acquire) {
+        if inner.drain.borrow().phase != Phase::Serving {
             return Answer {
                 ready: false,
                 body: inner.draining_body.clone(),
@@ -132,29 +144,35 @@ impl Readiness {
         self.inner.verdict.swap(Arc::new(verdict))
     }
 
-    /// The latest verdict stored by the poller (draining not applied).
+    /// The latest verdict stored by the poller (the drain not applied).
     pub fn verdict(&self) -> Arc<Verdict> {
         self.inner.verdict.load_full()
     }
 
-    /// Turns readiness to 503 `draining` for good. Returns true for the
-    /// call that made the change.
-    pub fn start_draining(&self) -> bool {
-        !self.inner.draining.swap(true, Ordering::AcqRel)
+    /// How old a verdict may be before it is not trusted.
+    pub fn stale_after(&self) -> Duration {
+        self.inner.stale_after
     }
 
+    /// Whether a drain has begun (the phase has left `serving`).
     pub fn is_draining(&self) -> bool {
-        self.inner.draining.load(Ordering::Acquire)
+        self.inner.drain.borrow().phase != Phase::Serving
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DrainUntil;
+
+    fn readiness(stale_after: Duration) -> (watch::Sender<Status>, Readiness) {
+        let (tx, rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
+        (tx, Readiness::new(stale_after, rx))
+    }
 
     #[test]
     fn starts_not_ready_with_a_reason() {
-        let r = Readiness::new(Duration::from_secs(4));
+        let (_tx, r) = readiness(Duration::from_secs(4));
         let a = r.answer();
         assert!(!a.ready);
         assert_eq!(a.body, "not ready: no answer from Envoy admin yet\n");
@@ -162,7 +180,7 @@ mod tests {
 
     #[test]
     fn serves_the_stored_verdict() {
-        let r = Readiness::new(Duration::from_secs(4));
+        let (_tx, r) = readiness(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
         assert_eq!(
             r.answer(),
@@ -178,21 +196,32 @@ mod tests {
     }
 
     #[test]
-    fn draining_wins_over_ready_and_is_sticky() {
-        let r = Readiness::new(Duration::from_secs(4));
+    fn the_published_drain_phase_wins_over_ready() {
+        let (tx, r) = readiness(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
-        assert!(r.start_draining());
-        assert!(!r.start_draining());
-        r.store(Verdict::ready(Instant::now()));
-        assert_eq!(r.answer().body, "not ready: draining\n");
-        assert!(!r.answer().ready);
+        assert!(r.answer().ready);
+        for phase in [
+            Phase::Delaying,
+            Phase::Draining,
+            Phase::Drained,
+            Phase::Stopping,
+            Phase::Stopped,
+        ] {
+            tx.send_modify(|s| s.phase = phase);
+            r.store(Verdict::ready(Instant::now()));
+            assert_eq!(r.answer().body, "not ready: draining\n", "{phase:?}");
+            assert!(!r.answer().ready);
+            assert!(r.is_draining());
+        }
     }
 
-    #[test]
-    fn an_old_ready_verdict_is_not_trusted() {
-        let r = Readiness::new(Duration::from_millis(50));
-        let old = Instant::now().checked_sub(Duration::from_millis(60)).unwrap();
-        r.store(Verdict::ready(old));
+    #[tokio::test(start_paused = true)]
+    async fn a_ready_verdict_older_than_the_bound_is_not_trusted() {
+        let (_tx, r) = readiness(Duration::from_millis(50));
+        r.store(Verdict::ready(Instant::now()));
+        tokio::time::advance(Duration::from_millis(50)).await;
+        assert!(r.answer().ready, "exactly at the bound it is still trusted");
+        tokio::time::advance(Duration::from_millis(1)).await;
         let a = r.answer();
         assert!(!a.ready);
         assert_eq!(a.body, "not ready: no successful Envoy admin read in the last 50ms\n");

@@ -40,7 +40,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::AdminClient;
+use crate::admin::{AdminClient, Endpoint};
 use crate::drain::DrainHandle;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
@@ -48,6 +48,11 @@ use metrics::Counter;
 
 /// The response body type of every route.
 pub type Body = Full<Bytes>;
+
+/// Largest Envoy `/stats/prometheus` answer merged into a scrape.
+pub const ENVOY_METRICS_LIMIT: usize = 32 << 20;
+/// Timeout of the Envoy part of a scrape (Prometheus' own default is 10 s).
+pub const ENVOY_METRICS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a client may take to send a request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -64,26 +69,10 @@ const SPARE_FDS: u64 = 64;
 /// not the kernel, bounds the status server) and returns the cap: 4096, or
 /// the soft limit less some spare descriptors when that is lower.
 pub fn connection_limit() -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    let Some(soft) = crate::sys::raise_nofile_limit() else {
+        return MAX_CONNECTIONS;
     };
-    // SAFETY: getrlimit/setrlimit on a valid struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return MAX_CONNECTIONS;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = lim.rlim_max;
-            }
-        }
-    }
-    let usable = lim.rlim_cur.saturating_sub(SPARE_FDS).max(16);
+    let usable = soft.saturating_sub(SPARE_FDS).max(16);
     MAX_CONNECTIONS.min(usize::try_from(usable).unwrap_or(MAX_CONNECTIONS))
 }
 /// How long open connections get to finish when the server shuts down.
@@ -199,10 +188,15 @@ impl StatusService {
                     return finish(headers, &method, not_found());
                 };
                 let readiness = shared.readiness.clone();
-                let drain = shared.drain.as_ref().map(DrainHandle::status);
+                let drain = shared.drain.clone();
                 let envoy = shared.envoy_metrics.clone();
                 return ResponseFuture::Waiting(Box::pin(async move {
-                    let body = metrics.scrape(&readiness, drain.as_ref(), envoy.as_ref()).await;
+                    let envoy_part = match envoy {
+                        Some(admin) => envoy_metrics(&admin).await,
+                        None => None,
+                    };
+                    let status = drain.as_ref().map(DrainHandle::status);
+                    let body = metrics.merge(&readiness, status.as_ref(), envoy_part);
                     let mut headers = headers;
                     headers.insert(CONTENT_TYPE, PROMETHEUS_TEXT.clone());
                     respond(headers, &method, (StatusCode::OK, body))
@@ -266,6 +260,25 @@ impl StatusService {
             _ => not_found(),
         };
         finish(headers, &method, (status, body))
+    }
+}
+
+/// Envoy's own `/stats/prometheus`, or None (logged) when it cannot be read.
+async fn envoy_metrics(admin: &AdminClient) -> Option<Bytes> {
+    match admin
+        .call(
+            Endpoint::Prometheus,
+            Method::GET,
+            "/stats/prometheus",
+            ENVOY_METRICS_LIMIT,
+        )
+        .await
+    {
+        Ok(body) => Some(body),
+        Err(e) => {
+            tracing::debug!(error = %e, "Envoy's metrics left out of the scrape");
+            None
+        }
     }
 }
 
@@ -345,11 +358,10 @@ impl hyper::service::Service<Request<Incoming>> for StatusService {
 /// A status server bound to its address, not yet serving.
 pub struct StatusServer {
     listener: TcpListener,
-    service: StatusService,
 }
 
 impl StatusServer {
-    pub async fn bind(addr: SocketAddr, service: StatusService) -> std::io::Result<Self> {
+    pub async fn bind(addr: SocketAddr) -> std::io::Result<Self> {
         let socket = if addr.is_ipv4() {
             tokio::net::TcpSocket::new_v4()?
         } else {
@@ -361,12 +373,7 @@ impl StatusServer {
         // A deep accept queue: a burst of probes or connections is queued
         // by the kernel rather than dropped into SYN retries.
         let listener = socket.listen(LISTEN_BACKLOG)?;
-        Ok(Self { listener, service })
-    }
-
-    /// Replaces the service (for wiring done after the bind).
-    pub fn with_service(self, service: StatusService) -> Self {
-        Self { service, ..self }
+        Ok(Self { listener })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -375,7 +382,7 @@ impl StatusServer {
 
     /// Serves until `shutdown` is cancelled, then gives open connections
     /// a short grace to finish and returns.
-    pub async fn serve(self, shutdown: CancellationToken) {
+    pub async fn serve(self, service: StatusService, shutdown: CancellationToken) {
         let max = connection_limit();
         let limit = Arc::new(Semaphore::new(max));
         let mut last_refusal_log = None;
@@ -409,7 +416,7 @@ impl StatusServer {
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            let service = self.service.for_peer(peer);
+            let service = service.for_peer(peer);
             let conn = http.serve_connection(TokioIo::new(stream), service);
             let shutdown = shutdown.clone();
             tracker.spawn(async move {
@@ -433,7 +440,7 @@ impl StatusServer {
 mod tests {
     use super::*;
     use crate::readiness::Verdict;
-    use std::time::Instant;
+    use tokio::time::Instant;
 
     fn call(svc: &StatusService, method: Method, path: &str) -> (StatusCode, String) {
         let req = Request::builder().method(method).uri(path).body(()).unwrap();
@@ -450,20 +457,29 @@ mod tests {
         })
     }
 
-    fn with_drain(readiness: &Readiness) -> (StatusService, crate::drain::Drain) {
-        use crate::config::{RunArgs, Settings};
-        let (settings, _) = Settings::load(&RunArgs::default(), None).unwrap();
-        let admin = crate::admin::AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
-        let envoy = crate::envoy::Envoy::External(admin.clone());
-        let (drain, handle) = crate::drain::Drain::new(settings, admin, readiness.clone(), envoy);
-        (StatusService::new(readiness.clone()).with_drain(handle), drain)
+    /// A service with a drain behind it (not running), its readiness ready.
+    fn with_drain() -> (StatusService, Readiness, crate::drain::Drain<crate::envoy::Envoy>) {
+        use crate::drain::{Drain, Plan};
+        let plan = Plan {
+            policy: crate::config::DrainUntil::Time,
+            delay: Duration::ZERO,
+            drain_time: Duration::from_secs(5),
+            minimum: Duration::from_secs(5),
+            deadline: Duration::from_secs(28),
+            read_timeout: Duration::from_secs(1),
+            stop_bound: Duration::from_secs(2),
+            report_every: Duration::from_secs(1),
+        };
+        let admin = AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
+        let (drain, handle) = Drain::new(plan, crate::envoy::Envoy::external(admin, vec![]));
+        let r = Readiness::new(Duration::from_secs(4), handle.watch());
+        r.store(Verdict::ready(Instant::now()));
+        (StatusService::new(r.clone()).with_drain(handle), r, drain)
     }
 
     #[test]
     fn drain_and_quit_from_another_host_are_forbidden_and_change_nothing() {
-        let r = Readiness::new(Duration::from_secs(4));
-        r.store(Verdict::ready(Instant::now()));
-        let (svc, _drain) = with_drain(&r);
+        let (svc, r, _drain) = with_drain();
         let outsider = svc.for_peer("10.1.2.3:40000".parse().unwrap());
         for path in ["/drain", "/quitquitquit"] {
             let (status, body) = call(&outsider, Method::POST, path);
@@ -486,8 +502,7 @@ mod tests {
 
     #[test]
     fn drain_status_is_json_for_anyone() {
-        let r = Readiness::new(Duration::from_secs(4));
-        let (svc, _drain) = with_drain(&r);
+        let (svc, _r, _drain) = with_drain();
         let outsider = svc.for_peer("10.1.2.3:40000".parse().unwrap());
         let (status, body) = call(&outsider, Method::GET, "/drain");
         assert_eq!(status, StatusCode::OK);
@@ -503,7 +518,7 @@ mod tests {
 
     #[test]
     fn routes_and_methods() {
-        let r = Readiness::new(Duration::from_secs(4));
+        let r = Readiness::standalone(Duration::from_secs(4));
         let svc = StatusService::new(r.clone());
         assert_eq!(
             call(&svc, Method::GET, "/healthz/ready"),
