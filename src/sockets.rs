@@ -1,9 +1,7 @@
-//! Listening TCP sockets of this network namespace, read from
-//! `/proc/net/tcp` and `/proc/net/tcp6`, with their owning processes found
-//! through `/proc/<pid>/fd` where permissions allow.
-//!
-//! Used by `lifeguard wait-app-exit`, the preStop helper that waits until
-//! the app has stopped listening (instead of a `netstat` loop in a shell).
+//! TCP sockets of this network namespace, read from `/proc/net/tcp` and
+//! `/proc/net/tcp6`, with their owning processes found through
+//! `/proc/<pid>/fd` where permissions allow. [`crate::app`] turns them into
+//! "what the app still holds".
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -26,6 +24,54 @@ pub struct Owner {
 
 /// TCP state LISTEN in `/proc/net/tcp*`.
 const LISTEN: &str = "0A";
+
+/// One TCP socket of the namespace, in any state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Socket {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub listening: bool,
+    /// 0 for a socket no process holds any more (TIME_WAIT, an orphaned
+    /// FIN_WAIT2...).
+    pub inode: u64,
+}
+
+/// Parses the text of `/proc/net/tcp` or `/proc/net/tcp6`: every socket.
+/// Lines that do not parse are skipped.
+pub fn parse_sockets(text: &str) -> Vec<Socket> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let _slot = fields.next()?;
+            let local = parse_hex_addr(fields.next()?)?;
+            let remote = parse_hex_addr(fields.next()?)?;
+            let state = fields.next()?;
+            // tx_queue:rx_queue, tr:tm->when, retrnsmt, uid, timeout, inode
+            let inode = fields.nth(5)?.parse().ok()?;
+            Some(Socket {
+                local,
+                remote,
+                listening: state == LISTEN,
+                inode,
+            })
+        })
+        .collect()
+}
+
+/// Every TCP socket of this network namespace, IPv4 and IPv6.
+pub fn sockets() -> std::io::Result<Vec<Socket>> {
+    let mut out = Vec::new();
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        match std::fs::read_to_string(file) {
+            Ok(text) => out.extend(parse_sockets(&text)),
+            // No IPv6 in this kernel: only tcp6 may be missing.
+            Err(e) if file.ends_with('6') && e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
 
 /// Parses the text of `/proc/net/tcp` or `/proc/net/tcp6`, keeping the
 /// sockets in state LISTEN. Lines that do not parse are skipped.

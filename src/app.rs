@@ -1,0 +1,390 @@
+//! What the app still holds: the evidence the `app-exit` drain policy and
+//! `lifeguard wait-app-exit` wait on.
+//!
+//! The pod's app is everything in the pod's network namespace that is not
+//! the proxy. The proxy is known by **process id**, never by name: Envoy
+//! (lifeguard's child, or for an external Envoy the process that owns the
+//! admin listener) and lifeguard itself. So:
+//!
+//! - **sockets**: every TCP socket of the namespace (IPv4 and IPv6,
+//!   listening or connected) counts as the app's unless a proxy process owns
+//!   it. A socket whose owner cannot be seen (another container without a
+//!   shared process namespace) is the app's. A socket no process holds any
+//!   more (TIME_WAIT and friends, inode 0) counts for no one. Connections
+//!   to or from the control ports — lifeguard's status port and Envoy's
+//!   admin port — are probes and hook commands, never the app's work; nor
+//!   are sockets on ports the operator leaves out (other sidecars).
+//! - **processes**: where the pod shares one process namespace
+//!   (`shareProcessNamespace: true`, seen as PID 1 being the pod's `pause`
+//!   process in another cgroup than lifeguard's), every process in another
+//!   cgroup than lifeguard's — pause and the proxy aside — is the app's, and
+//!   the app is done only when all of them have exited. That catches an app
+//!   that holds no socket between two calls. Without a shared process
+//!   namespace the sockets are the only signal.
+//!
+//! A scan reads `/proc`; it is synchronous and takes a few milliseconds in a
+//! pod, so async callers run it on the blocking pool ([`Watcher::scan`]).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+
+use serde::Serialize;
+
+use crate::sockets::{self, Owner, Socket};
+
+/// Who the proxy is, and what is never the app's.
+#[derive(Debug, Clone, Default)]
+pub struct Proxy {
+    /// Process ids of the proxy: lifeguard, Envoy, a hook's own process.
+    pub pids: Vec<u32>,
+    /// The status port and Envoy's admin port: control traffic.
+    pub control_ports: Vec<u16>,
+    /// Local ports left out (other sidecars), from the operator.
+    pub ignored_ports: Vec<u16>,
+}
+
+/// One socket the app holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppSocket {
+    pub local: SocketAddr,
+    /// None for a listening socket.
+    pub remote: Option<SocketAddr>,
+    /// The owner's pid, when it can be seen.
+    pub pid: Option<u32>,
+}
+
+impl fmt::Display for AppSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.remote {
+            None => write!(f, "{} listening", self.local),
+            Some(remote) => write!(f, "{} -> {}", self.local, remote),
+        }
+    }
+}
+
+/// One process of the app's containers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppProcess {
+    pub pid: u32,
+    pub name: String,
+}
+
+/// What the app holds at one scan.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Work {
+    pub sockets: Vec<AppSocket>,
+    pub processes: Vec<AppProcess>,
+}
+
+impl Work {
+    pub fn is_done(&self) -> bool {
+        self.sockets.is_empty() && self.processes.is_empty()
+    }
+
+    /// How many things the app still holds.
+    pub fn count(&self) -> u64 {
+        (self.sockets.len() + self.processes.len()) as u64
+    }
+}
+
+/// `2 app sockets (127.0.0.1:8080 listening; 127.0.0.1:41234 -> 127.0.0.1:15001)`,
+/// at most a few listed.
+impl fmt::Display for Work {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const LISTED: usize = 4;
+        let mut parts = Vec::new();
+        if !self.sockets.is_empty() {
+            let n = self.sockets.len();
+            let mut list: Vec<String> = self.sockets.iter().take(LISTED).map(ToString::to_string).collect();
+            if n > LISTED {
+                list.push(format!("{} more", n - LISTED));
+            }
+            parts.push(format!("{n} app socket{} ({})", plural(n), list.join("; ")));
+        }
+        if !self.processes.is_empty() {
+            let n = self.processes.len();
+            let mut list: Vec<String> = self
+                .processes
+                .iter()
+                .take(LISTED)
+                .map(|p| format!("{} pid {}", p.name, p.pid))
+                .collect();
+            if n > LISTED {
+                list.push(format!("{} more", n - LISTED));
+            }
+            parts.push(format!("{n} app process{} ({})", if n == 1 { "" } else { "es" }, list.join("; ")));
+        }
+        if parts.is_empty() {
+            f.write_str("nothing")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// The app's sockets among `sockets`, by the rules in the module doc.
+pub fn app_sockets(sockets: &[Socket], owners: &std::collections::HashMap<u64, Owner>, proxy: &Proxy) -> Vec<AppSocket> {
+    let mut seen = HashSet::new();
+    sockets
+        .iter()
+        .filter(|s| s.inode != 0 && seen.insert(s.inode))
+        .filter(|s| !proxy.ignored_ports.contains(&s.local.port()))
+        .filter(|s| {
+            let control = |port: u16| proxy.control_ports.contains(&port);
+            !(control(s.local.port()) || (!s.listening && control(s.remote.port())))
+        })
+        .filter_map(|s| {
+            let pid = owners.get(&s.inode).map(|o| o.pid);
+            if pid.is_some_and(|p| proxy.pids.contains(&p)) {
+                return None;
+            }
+            Some(AppSocket {
+                local: s.local,
+                remote: (!s.listening).then_some(s.remote),
+                pid,
+            })
+        })
+        .collect()
+}
+
+/// Whether this process shares the pod's process namespace: PID 1 is the
+/// pod's `pause` process, in another cgroup than ours.
+pub fn shares_pod_process_namespace() -> bool {
+    let comm = std::fs::read_to_string("/proc/1/comm").unwrap_or_default();
+    comm.trim() == "pause" && cgroup_of(1).is_some_and(|c| Some(c) != cgroup_of(std::process::id()))
+}
+
+fn cgroup_of(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
+}
+
+/// Processes of the app's containers: every process in another cgroup than
+/// ours, but PID 1 (pause) and the proxy's.
+pub fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
+    let Some(ours) = cgroup_of(std::process::id()) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out: Vec<AppProcess> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != 1 && !proxy.pids.contains(&pid))
+        .filter_map(|pid| {
+            let cgroup = cgroup_of(pid)?;
+            if cgroup == ours || is_zombie_or_gone(pid) {
+                return None;
+            }
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            Some(AppProcess {
+                pid,
+                name: name.trim().to_owned(),
+            })
+        })
+        .collect();
+    out.sort_by_key(|p| p.pid);
+    out
+}
+
+/// A zombie has exited; only its parent's wait is missing.
+fn is_zombie_or_gone(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // `pid (comm) S ...`: the state follows the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_none_or(|state| state == "Z" || state == "X")
+}
+
+/// The pid that owns a listening socket on `port` in this namespace.
+pub fn listener_owner(port: u16) -> Option<u32> {
+    let sockets = sockets::sockets().ok()?;
+    let owners = sockets::owners();
+    sockets
+        .iter()
+        .filter(|s| s.listening && s.local.port() == port)
+        .find_map(|s| owners.get(&s.inode).map(|o| o.pid))
+}
+
+/// Scans the app's work, with the process rule when `processes` is set.
+pub fn scan(proxy: &Proxy, processes: bool) -> std::io::Result<Work> {
+    let sockets = sockets::sockets()?;
+    let owners = sockets::owners();
+    Ok(Work {
+        sockets: app_sockets(&sockets, &owners, proxy),
+        processes: if processes { app_processes(proxy) } else { Vec::new() },
+    })
+}
+
+/// The app as the drain sees it: who the proxy is, and whether the process
+/// rule applies in this pod.
+#[derive(Debug, Clone)]
+pub struct Watcher {
+    proxy: Proxy,
+    processes: bool,
+}
+
+impl Watcher {
+    pub fn new(proxy: Proxy, processes: bool) -> Self {
+        Self { proxy, processes }
+    }
+
+    /// Whether the process rule applies.
+    pub fn watches_processes(&self) -> bool {
+        self.processes
+    }
+
+    /// One scan, on the blocking pool.
+    pub async fn scan(&self) -> Result<Work, String> {
+        let proxy = self.proxy.clone();
+        let processes = self.processes;
+        tokio::task::spawn_blocking(move || scan(&proxy, processes))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot read /proc/net/tcp: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn socket(local: &str, remote: &str, inode: u64) -> Socket {
+        Socket {
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+            listening: remote.ends_with(":0"),
+            inode,
+        }
+    }
+
+    fn owner(pid: u32, name: &str) -> Owner {
+        Owner { pid, name: name.into() }
+    }
+
+    fn proxy() -> Proxy {
+        Proxy {
+            pids: vec![100, 200],
+            control_ports: vec![15020, 15000],
+            ignored_ports: vec![9901],
+        }
+    }
+
+    #[test]
+    fn the_proxy_is_known_by_pid_not_by_name() {
+        let sockets = [
+            socket("0.0.0.0:15006", "0.0.0.0:0", 1),             // Envoy (pid 100)
+            socket("0.0.0.0:8080", "0.0.0.0:0", 2),              // the app, named "envoy"
+            socket("127.0.0.1:41234", "127.0.0.1:15001", 3),     // the app calling out
+            socket("127.0.0.1:15001", "127.0.0.1:41234", 4),     // Envoy's end of it
+            socket("10.0.0.5:8080", "10.0.0.9:50000", 5),        // owner not visible
+            socket("127.0.0.1:8080", "127.0.0.1:50001", 0),      // TIME_WAIT: no one's
+            socket("127.0.0.1:50002", "127.0.0.1:15020", 6),     // a hook talking to lifeguard
+            socket("127.0.0.1:50003", "127.0.0.1:15000", 7),     // a hook talking to Envoy's admin
+            socket("0.0.0.0:9901", "0.0.0.0:0", 8),              // another sidecar, left out
+            socket("0.0.0.0:15020", "0.0.0.0:0", 9),             // lifeguard (pid 200)
+        ];
+        let owners = HashMap::from([
+            (1, owner(100, "envoy")),
+            (2, owner(300, "envoy")),
+            (3, owner(300, "envoy")),
+            (4, owner(100, "envoy")),
+            (6, owner(400, "lifeguard")),
+            (7, owner(400, "lifeguard")),
+            (8, owner(500, "sidekick")),
+            (9, owner(200, "lifeguard")),
+        ]);
+        let got = app_sockets(&sockets, &owners, &proxy());
+        let text: Vec<String> = got.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "0.0.0.0:8080 listening",
+                "127.0.0.1:41234 -> 127.0.0.1:15001",
+                "10.0.0.5:8080 -> 10.0.0.9:50000"
+            ]
+        );
+        assert_eq!(got[2].pid, None);
+    }
+
+    #[test]
+    fn a_socket_listed_twice_counts_once() {
+        let sockets = [socket("0.0.0.0:8080", "0.0.0.0:0", 3), socket("[::]:8080", "[::]:0", 3)];
+        assert_eq!(app_sockets(&sockets, &HashMap::new(), &proxy()).len(), 1);
+    }
+
+    #[test]
+    fn work_says_what_it_waits_for() {
+        let work = Work {
+            sockets: vec![
+                AppSocket {
+                    local: "127.0.0.1:8080".parse().unwrap(),
+                    remote: None,
+                    pid: Some(3),
+                },
+                AppSocket {
+                    local: "127.0.0.1:41234".parse().unwrap(),
+                    remote: Some("127.0.0.1:15001".parse().unwrap()),
+                    pid: None,
+                },
+            ],
+            processes: vec![AppProcess {
+                pid: 7,
+                name: "java".into(),
+            }],
+        };
+        assert_eq!(
+            work.to_string(),
+            "2 app sockets (127.0.0.1:8080 listening; 127.0.0.1:41234 -> 127.0.0.1:15001), 1 app process (java pid 7)"
+        );
+        assert_eq!(work.count(), 3);
+        assert!(!work.is_done());
+        assert!(Work::default().is_done());
+    }
+
+    #[test]
+    fn finds_its_own_sockets_and_leaves_them_out_by_pid() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_server, _) = listener.accept().unwrap();
+        let mine = |proxy: &Proxy| {
+            scan(proxy, false)
+                .unwrap()
+                .sockets
+                .into_iter()
+                .filter(|s| s.local.port() == port || s.remote.is_some_and(|r| r.port() == port))
+                .count()
+        };
+        // Ours count as the app's until our pid is the proxy's.
+        assert_eq!(mine(&Proxy::default()), 3, "listener, client and server ends");
+        let me = Proxy {
+            pids: vec![std::process::id()],
+            ..Proxy::default()
+        };
+        assert_eq!(mine(&me), 0);
+        assert_eq!(listener_owner(port), Some(std::process::id()));
+        drop(client);
+    }
+
+    #[test]
+    fn our_own_cgroup_is_not_the_app() {
+        // This test process and its threads share one cgroup: no app process
+        // is ever found in it, whatever else runs on the machine.
+        let me = std::process::id();
+        assert!(app_processes(&Proxy::default()).iter().all(|p| p.pid != me));
+    }
+}
