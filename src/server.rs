@@ -451,8 +451,7 @@ mod tests {
     }
 
     fn with_drain(readiness: &Readiness) -> (StatusService, crate::drain::Drain) {
-        use crate::config::{RunArgs, Settings};
-        let (settings, _) = Settings::load(&RunArgs::default(), None).unwrap();
+        let settings = crate::config::Settings::defaults();
         let admin = crate::admin::AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
         let envoy = crate::envoy::Envoy::External(admin.clone());
         let (drain, handle) = crate::drain::Drain::new(settings, admin, readiness.clone(), envoy);
