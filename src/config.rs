@@ -245,7 +245,7 @@ impl fmt::Display for DrainUntil {
 
 /// Listener ports never waited for: Istio's status (15021) and Prometheus
 /// (15090) listeners, whose own probe and scrape traffic never ends.
-pub const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
+pub(crate) const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 
 /// A loopback HTTP address: `http://` plus a loopback host and a port
 /// (Envoy's admin API, the agent, the readiness URL of `wait`).
