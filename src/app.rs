@@ -113,7 +113,11 @@ impl fmt::Display for Work {
             if n > LISTED {
                 list.push(format!("{} more", n - LISTED));
             }
-            parts.push(format!("{n} app process{} ({})", if n == 1 { "" } else { "es" }, list.join("; ")));
+            parts.push(format!(
+                "{n} app process{} ({})",
+                if n == 1 { "" } else { "es" },
+                list.join("; ")
+            ));
         }
         if parts.is_empty() {
             f.write_str("nothing")
@@ -132,7 +136,11 @@ fn plural(n: usize) -> &'static str {
 }
 
 /// The app's sockets among `sockets`, by the rules in the module doc.
-pub fn app_sockets(sockets: &[Socket], owners: &std::collections::HashMap<u64, Owner>, proxy: &Proxy) -> Vec<AppSocket> {
+pub fn app_sockets(
+    sockets: &[Socket],
+    owners: &std::collections::HashMap<u64, Owner>,
+    proxy: &Proxy,
+) -> Vec<AppSocket> {
     let mut seen = HashSet::new();
     sockets
         .iter()
@@ -286,16 +294,16 @@ mod tests {
     #[test]
     fn the_proxy_is_known_by_pid_not_by_name() {
         let sockets = [
-            socket("0.0.0.0:15006", "0.0.0.0:0", 1),             // Envoy (pid 100)
-            socket("0.0.0.0:8080", "0.0.0.0:0", 2),              // the app, named "envoy"
-            socket("127.0.0.1:41234", "127.0.0.1:15001", 3),     // the app calling out
-            socket("127.0.0.1:15001", "127.0.0.1:41234", 4),     // Envoy's end of it
-            socket("10.0.0.5:8080", "10.0.0.9:50000", 5),        // owner not visible
-            socket("127.0.0.1:8080", "127.0.0.1:50001", 0),      // TIME_WAIT: no one's
-            socket("127.0.0.1:50002", "127.0.0.1:15020", 6),     // a hook talking to lifeguard
-            socket("127.0.0.1:50003", "127.0.0.1:15000", 7),     // a hook talking to Envoy's admin
-            socket("0.0.0.0:9901", "0.0.0.0:0", 8),              // another sidecar, left out
-            socket("0.0.0.0:15020", "0.0.0.0:0", 9),             // lifeguard (pid 200)
+            socket("0.0.0.0:15006", "0.0.0.0:0", 1),         // Envoy (pid 100)
+            socket("0.0.0.0:8080", "0.0.0.0:0", 2),          // the app, named "envoy"
+            socket("127.0.0.1:41234", "127.0.0.1:15001", 3), // the app calling out
+            socket("127.0.0.1:15001", "127.0.0.1:41234", 4), // Envoy's end of it
+            socket("10.0.0.5:8080", "10.0.0.9:50000", 5),    // owner not visible
+            socket("127.0.0.1:8080", "127.0.0.1:50001", 0),  // TIME_WAIT: no one's
+            socket("127.0.0.1:50002", "127.0.0.1:15020", 6), // a hook talking to lifeguard
+            socket("127.0.0.1:50003", "127.0.0.1:15000", 7), // a hook talking to Envoy's admin
+            socket("0.0.0.0:9901", "0.0.0.0:0", 8),          // another sidecar, left out
+            socket("0.0.0.0:15020", "0.0.0.0:0", 9),         // lifeguard (pid 200)
         ];
         let owners = HashMap::from([
             (1, owner(100, "envoy")),

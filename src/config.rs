@@ -2,167 +2,224 @@
 //! a TOML file given with `--config`, or its default — in that order of
 //! precedence — and is validated once, here, before anything starts.
 //!
-//! A bad value stops start-up with a message that names the field (as flag,
-//! env variable or file key) and the value. The rest of the agent receives a
-//! [`Settings`] whose values are known to be good.
+//! Each setting is declared once, as a field of [`Settings`]: its flag, env
+//! variable, default and value parser in `#[arg]`, its file key the field
+//! name, its help the doc comment. clap parses flags, env and defaults; the
+//! file goes through serde with the same parsers ([`RunArgs::load`]). A bad
+//! value stops start-up with a message that names the field (as the user
+//! wrote it: flag, env variable or file key) and the value.
 
+use std::ffi::{OsStr, OsString};
 use std::fmt;
+use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Args};
-use serde::Deserialize;
+use clap::{ArgAction, ArgMatches, Args, ValueEnum};
+use serde::{de, Deserialize, Deserializer, Serialize};
 
 use crate::duration::{self, Display as D};
 
-/// Options of `lifeguard run` (and of `check`), as clap sees them. Every
-/// field is optional here: a missing one falls through to the file, then to
-/// the default.
-#[derive(Debug, Clone, Default, Args)]
+/// Options of `lifeguard run` and `check`: the settings file, then the settings.
+#[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// TOML file with settings (flags and env variables override it).
     #[arg(long, env = "LIFEGUARD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub settings: Settings,
+}
 
+/// Every setting of a running agent, validated. The file key is the field name.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
     /// Address the status server (readiness, drain, metrics) listens on.
-    #[arg(long, env = "LIFEGUARD_STATUS_ADDR", value_name = "ADDR")]
-    pub status_addr: Option<String>,
+    #[arg(long, env = "LIFEGUARD_STATUS_ADDR", value_name = "ADDR", default_value = "0.0.0.0:15020", value_parser = addr::parse)]
+    #[serde(with = "addr")]
+    pub status_addr: SocketAddr,
 
     /// Envoy's admin API (loopback only).
-    #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL")]
-    pub admin_url: Option<String>,
+    #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL", default_value = "http://127.0.0.1:15000", value_parser = url::parse)]
+    #[serde(with = "url")]
+    pub admin_url: LoopbackUrl,
 
-    /// How often Envoy's admin stats are read once Envoy is ready [default: 1s].
-    #[arg(long, env = "LIFEGUARD_POLL_INTERVAL", value_name = "DURATION")]
-    pub poll_interval: Option<String>,
+    /// How often Envoy's admin stats are read once Envoy is ready.
+    #[arg(long, env = "LIFEGUARD_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = poll::parse)]
+    #[serde(with = "poll")]
+    pub poll_interval: Duration,
 
-    /// How often they are read while Envoy is not ready [default: 100ms].
-    #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION")]
-    pub startup_poll_interval: Option<String>,
+    /// How often they are read while Envoy is not ready.
+    #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION", default_value = "100ms", value_parser = poll::parse)]
+    #[serde(with = "poll")]
+    pub startup_poll_interval: Duration,
 
-    /// Timeout of one admin API call: connect, request and body [default: 1s].
-    #[arg(long, env = "LIFEGUARD_ADMIN_TIMEOUT", value_name = "DURATION")]
-    pub admin_timeout: Option<String>,
+    /// Timeout of one admin API call: connect, request and body.
+    #[arg(long, env = "LIFEGUARD_ADMIN_TIMEOUT", value_name = "DURATION", default_value = "1s", value_parser = positive::parse)]
+    #[serde(with = "positive")]
+    pub admin_timeout: Duration,
 
     /// Require the first CDS/LDS update: auto (when Envoy has those
-    /// counters), required, or off [default: auto].
-    #[arg(long, env = "LIFEGUARD_XDS_CHECK", value_name = "MODE")]
-    pub xds_check: Option<String>,
+    /// counters), required, or off.
+    #[arg(long, env = "LIFEGUARD_XDS_CHECK", value_name = "MODE", default_value = "auto")]
+    pub xds_check: XdsCheck,
 
-    /// Log filter, as tracing's EnvFilter reads it [default: info].
-    #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER")]
-    pub log: Option<String>,
+    /// Log filter, as tracing's EnvFilter reads it.
+    #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER", default_value = "info", value_parser = filter::parse)]
+    #[serde(with = "filter")]
+    pub log: String,
 
-    /// The pod's terminationGracePeriodSeconds; the drain ends by this
-    /// minus the shutdown margin [default: 30s].
-    #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION")]
-    pub termination_grace_period: Option<String>,
+    /// The pod's terminationGracePeriodSeconds (a bare number counts as
+    /// seconds); the drain ends by this minus the shutdown margin.
+    #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION", default_value = "30s", value_parser = grace::parse)]
+    #[serde(with = "grace")]
+    pub termination_grace_period: Duration,
 
-    /// Time kept back from the grace period to stop Envoy and exit [default: 2s].
-    #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION")]
-    pub shutdown_margin: Option<String>,
+    /// Time kept back from the grace period to stop Envoy and exit.
+    #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub shutdown_margin: Duration,
 
     /// Pause after readiness turns 503 and before Envoy starts draining, so
-    /// endpoint removal can propagate [default: 0s].
-    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DURATION")]
-    pub drain_delay: Option<String>,
+    /// endpoint removal can propagate.
+    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub drain_delay: Duration,
 
-    /// Fixed policy: how long Envoy drains before it is stopped [default: 5s].
-    #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION")]
-    pub termination_drain_duration: Option<String>,
+    /// Fixed policy: how long Envoy drains before it is stopped.
+    #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub termination_drain_duration: Duration,
 
-    /// Stop Envoy once its active downstream connections reach zero
-    /// (true or false) [default: false].
-    #[arg(long, env = "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value_name = "BOOL")]
-    pub exit_on_zero_active_connections: Option<String>,
+    /// Stop Envoy once its active downstream connections reach zero (true
+    /// or false; makes --drain-until default to connections).
+    #[arg(long, env = "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value_name = "BOOL", default_value = "false", action = ArgAction::Set, value_parser = go_bool)]
+    pub exit_on_zero_active_connections: bool,
 
-    /// Exit-on-zero policies: the shortest drain [default: 5s].
-    #[arg(long, env = "MINIMUM_DRAIN_DURATION", value_name = "DURATION")]
-    pub minimum_drain_duration: Option<String>,
+    /// Exit-on-zero policies: the shortest drain.
+    #[arg(long, env = "MINIMUM_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub minimum_drain_duration: Duration,
 
-    /// What the drain waits for: time (fixed), connections or requests
-    /// (zero active) [default: time, or connections when
-    /// EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true].
-    #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT")]
-    pub drain_until: Option<String>,
+    /// What the drain waits for: time (fixed), connections or requests (zero
+    /// active); connections when --exit-on-zero-active-connections is true.
+    #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT", default_value = "time")]
+    pub drain_until: DrainUntil,
 
     /// Listener port whose connections the drain does not wait for
     /// (repeatable; 15021 and 15090 are always left out).
-    #[arg(
-        long = "ignore-listener-port",
-        env = "LIFEGUARD_IGNORE_LISTENER_PORTS",
-        value_name = "PORT",
-        value_delimiter = ','
-    )]
-    pub ignore_listener_ports: Vec<String>,
+    // Once loaded, the list includes ALWAYS_IGNORED_PORTS.
+    #[arg(long = "ignore-listener-port", env = "LIFEGUARD_IGNORE_LISTENER_PORTS", value_name = "PORT", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
+    #[serde(deserialize_with = "ports")]
+    pub ignore_listener_ports: Vec<u16>,
 
-    /// Append Envoy's own metrics to `/stats/prometheus` (true or false)
-    /// [default: true].
-    #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL")]
-    pub merge_envoy_metrics: Option<String>,
+    /// Append Envoy's own metrics to `/stats/prometheus` (true or false).
+    #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
+    pub merge_envoy_metrics: bool,
 }
 
-/// The same settings as written in the TOML file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileSettings {
-    status_addr: Option<String>,
-    admin_url: Option<String>,
-    poll_interval: Option<String>,
-    startup_poll_interval: Option<String>,
-    admin_timeout: Option<String>,
-    xds_check: Option<String>,
-    log: Option<String>,
-    termination_grace_period: Option<String>,
-    shutdown_margin: Option<String>,
-    drain_delay: Option<String>,
-    termination_drain_duration: Option<String>,
-    exit_on_zero_active_connections: Option<bool>,
-    minimum_drain_duration: Option<String>,
-    drain_until: Option<String>,
-    ignore_listener_ports: Option<Vec<u16>>,
-    merge_envoy_metrics: Option<bool>,
+/// Declares a parser that clap (`NAME::parse`) and serde (`with = "NAME"`)
+/// share, so a file value is checked exactly like a flag.
+macro_rules! shared_parser {
+    ($name:ident: $ty:ty = $parse:expr, shown as $show:expr) => {
+        mod $name {
+            use super::*;
+            pub(super) fn parse(s: &str) -> Result<$ty, String> {
+                ($parse)(s)
+            }
+            pub(super) fn serialize<S: serde::Serializer>(v: &$ty, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(&($show)(v))
+            }
+            pub(super) fn deserialize<'de, De: Deserializer<'de>>(d: De) -> Result<$ty, De::Error> {
+                parse(&String::deserialize(d)?).map_err(de::Error::custom)
+            }
+        }
+    };
+}
+
+shared_parser!(addr: SocketAddr = status_addr, shown as |a: &SocketAddr| *a);
+shared_parser!(url: LoopbackUrl = LoopbackUrl::from_str, shown as |u: &LoopbackUrl| u.clone());
+shared_parser!(filter: String = log_filter, shown as |f: &String| f.clone());
+shared_parser!(poll: Duration = |s| at_least(s, Duration::from_millis(10)), shown as |d: &Duration| D(*d));
+shared_parser!(positive: Duration = |s| at_least(s, Duration::from_nanos(1)), shown as |d: &Duration| D(*d));
+shared_parser!(span: Duration = |s| at_least(s, Duration::ZERO), shown as |d: &Duration| D(*d));
+shared_parser!(grace: Duration = grace_period, shown as |d: &Duration| D(*d));
+
+/// A Go duration (at most [`duration::MAX`]) no shorter than `min`.
+fn at_least(s: &str, min: Duration) -> Result<Duration, String> {
+    match duration::parse(s).map_err(|e| e.to_string())? {
+        d if d >= min => Ok(d),
+        _ if min == Duration::from_nanos(1) => Err("must be greater than zero".into()),
+        _ => Err(format!("must be at least {}", D(min))),
+    }
+}
+
+/// Kubernetes writes terminationGracePeriodSeconds as a bare number of
+/// seconds; accept that too.
+fn grace_period(s: &str) -> Result<Duration, String> {
+    let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    at_least(
+        &if bare { format!("{s}s") } else { s.to_owned() },
+        Duration::from_nanos(1),
+    )
+}
+
+fn status_addr(s: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = s.parse().map_err(|_| "expected IP:PORT, for example 0.0.0.0:15020")?;
+    if addr.port() == 0 {
+        return Err("port 0 is not allowed: Envoy must know where to send probes".into());
+    }
+    Ok(addr)
+}
+
+fn log_filter(s: &str) -> Result<String, String> {
+    match tracing_subscriber::EnvFilter::try_new(s) {
+        Ok(_) => Ok(s.to_owned()),
+        Err(e) => Err(format!("not a log filter: {e}")),
+    }
+}
+
+/// A boolean the way Go's `strconv.ParseBool` (and so Istio) reads one.
+fn go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err("expected true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)".into()),
+    }
+}
+
+fn ports<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<u16>, De::Error> {
+    let ports = Vec::<u16>::deserialize(d)?;
+    match ports.contains(&0) {
+        true => Err(de::Error::custom("0 is not a port (1-65535)")),
+        false => Ok(ports),
+    }
 }
 
 /// When readiness also requires Envoy's first xDS (CDS and LDS) updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum XdsCheck {
     /// Required for each of CDS and LDS whose counters Envoy reports: a
     /// static bootstrap has none and is not held back; an xDS-fed Envoy is.
     Auto,
     /// Always required (both CDS and LDS).
+    #[value(alias = "on", alias = "true")]
+    #[serde(alias = "on", alias = "true")]
     Required,
     /// Never checked.
+    #[value(alias = "false")]
+    #[serde(alias = "false")]
     Off,
 }
 
-impl FromStr for XdsCheck {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "required" | "on" | "true" => Ok(Self::Required),
-            "off" | "false" => Ok(Self::Off),
-            _ => Err("expected auto, required or off".into()),
-        }
-    }
-}
-
-impl fmt::Display for XdsCheck {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Auto => "auto",
-            Self::Required => "required",
-            Self::Off => "off",
-        })
-    }
-}
-
 /// What the drain waits for before Envoy is stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DrainUntil {
     /// A fixed time: `termination_drain_duration`.
@@ -174,31 +231,21 @@ pub enum DrainUntil {
     Requests,
 }
 
-impl FromStr for DrainUntil {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "time" => Ok(Self::Time),
-            "connections" => Ok(Self::Connections),
-            "requests" => Ok(Self::Requests),
-            _ => Err("expected time, connections or requests".into()),
-        }
+impl fmt::Display for XdsCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
     }
 }
 
 impl fmt::Display for DrainUntil {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Time => "time",
-            Self::Connections => "connections",
-            Self::Requests => "requests",
-        })
+        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
     }
 }
 
 /// Listener ports never waited for: Istio's status (15021) and Prometheus
 /// (15090) listeners, whose own probe and scrape traffic never ends.
-pub const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
+pub(crate) const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 
 /// A loopback HTTP address: `http://` plus a loopback host and a port
 /// (Envoy's admin API, the agent, the readiness URL of `wait`).
@@ -236,19 +283,14 @@ impl FromStr for LoopbackUrl {
 
 /// Parses `http://HOST:PORT[/PATH]` where HOST is a loopback address (or
 /// `localhost`); returns the address and the path (`/` when none).
-pub fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
+pub(crate) fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
     let rest = s
         .strip_prefix("http://")
         .ok_or("must start with http:// (plain HTTP on loopback)")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let path = if path.trim_end_matches('/').is_empty() {
-        "/"
-    } else {
-        path
-    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = Some(path)
+        .filter(|p| !p.trim_end_matches('/').is_empty())
+        .unwrap_or("/");
     let addr: SocketAddr = if let Some(port) = authority.strip_prefix("localhost:") {
         let port: u16 = port.parse().map_err(|_| "bad port")?;
         SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
@@ -268,27 +310,6 @@ pub fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
         authority: authority.to_owned(),
     };
     Ok((url, path.to_owned()))
-}
-
-/// Validated settings of a running agent.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub status_addr: SocketAddr,
-    pub admin_url: LoopbackUrl,
-    pub poll_interval: Duration,
-    pub startup_poll_interval: Duration,
-    pub admin_timeout: Duration,
-    pub xds_check: XdsCheck,
-    pub log: String,
-    pub termination_grace_period: Duration,
-    pub shutdown_margin: Duration,
-    pub drain_delay: Duration,
-    pub termination_drain_duration: Duration,
-    pub minimum_drain_duration: Duration,
-    pub drain_until: DrainUntil,
-    /// Ports left out of the active count, including [`ALWAYS_IGNORED_PORTS`].
-    pub ignore_listener_ports: Vec<u16>,
-    pub merge_envoy_metrics: bool,
 }
 
 impl Settings {
@@ -325,6 +346,30 @@ impl Settings {
     pub fn stale_after(&self) -> Duration {
         self.poll_interval * 3 + self.admin_timeout
     }
+
+    /// The rules across settings, applied once every layer is in. `named`
+    /// gives a key's field (as the user wrote it) and source.
+    fn resolve(&mut self, named: impl Fn(&str) -> (String, Source)) -> Result<(), ConfigError> {
+        if self.shutdown_margin >= self.termination_grace_period {
+            let (field, origin) = named("shutdown_margin");
+            return Err(ConfigError::Invalid {
+                field,
+                value: D(self.shutdown_margin).to_string(),
+                origin,
+                why: format!(
+                    "must be shorter than termination_grace_period ({})",
+                    D(self.termination_grace_period)
+                ),
+            });
+        }
+        if self.exit_on_zero_active_connections && named("drain_until").1 == Source::Default {
+            self.drain_until = DrainUntil::Connections;
+        }
+        self.ignore_listener_ports.extend(ALWAYS_IGNORED_PORTS);
+        self.ignore_listener_ports.sort_unstable();
+        self.ignore_listener_ports.dedup();
+        Ok(())
+    }
 }
 
 /// Where a setting's value came from.
@@ -350,7 +395,7 @@ impl fmt::Display for Source {
 /// One effective setting, for `lifeguard check` and the start-up log.
 #[derive(Debug, Clone)]
 pub struct Effective {
-    pub key: &'static str,
+    pub key: String,
     pub value: String,
     pub source: Source,
 }
@@ -358,10 +403,8 @@ pub struct Effective {
 /// A configuration error. The message names the field and the value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    ReadFile { path: PathBuf, source: std::io::Error },
     #[error("config file {path}: {message}")]
-    ParseFile { path: PathBuf, message: String },
+    File { path: PathBuf, message: String },
     #[error("invalid {field} = {value:?} (from {origin}): {why}")]
     Invalid {
         field: String,
@@ -371,470 +414,395 @@ pub enum ConfigError {
     },
 }
 
-/// Merges flags, env, file and defaults for one `RunArgs` and validates them.
-struct Loader<'a> {
-    matches: Option<&'a ArgMatches>,
-    file: FileSettings,
-    effective: Vec<Effective>,
+/// The settings' clap arguments, for their flags and env names.
+fn settings_command() -> clap::Command {
+    Settings::augment_args(clap::Command::new("lifeguard"))
 }
 
-impl Settings {
-    /// Builds the settings. `matches` is the clap match of the subcommand,
-    /// used to tell a flag from an env variable; without it every value
-    /// given in `args` counts as a flag.
-    pub fn load(args: &RunArgs, matches: Option<&ArgMatches>) -> Result<(Settings, Vec<Effective>), ConfigError> {
-        let file = match &args.config {
-            Some(path) => read_file(path)?,
-            None => FileSettings::default(),
-        };
-        let mut l = Loader {
-            matches,
-            file,
-            effective: Vec::new(),
-        };
-        let status_addr = l.value(
-            "status_addr",
-            args.status_addr.clone(),
-            |f| f.status_addr.take(),
-            "0.0.0.0:15020",
-            |s| {
-                let addr: SocketAddr = s
-                    .parse()
-                    .map_err(|_| "expected IP:PORT, for example 0.0.0.0:15020".to_string())?;
-                if addr.port() == 0 {
-                    return Err("port 0 is not allowed: Envoy must know where to send probes".into());
-                }
-                Ok(addr)
-            },
-            |a| a.to_string(),
-        )?;
-        let admin_url = l.value(
-            "admin_url",
-            args.admin_url.clone(),
-            |f| f.admin_url.take(),
-            "http://127.0.0.1:15000",
-            |s| s.parse::<LoopbackUrl>(),
-            |u| u.to_string(),
-        )?;
-        let poll_interval = l.duration(
-            "poll_interval",
-            args.poll_interval.clone(),
-            |f| f.poll_interval.take(),
-            "1s",
-            true,
-        )?;
-        let startup_poll_interval = l.duration(
-            "startup_poll_interval",
-            args.startup_poll_interval.clone(),
-            |f| f.startup_poll_interval.take(),
-            "100ms",
-            true,
-        )?;
-        let admin_timeout = l.duration(
-            "admin_timeout",
-            args.admin_timeout.clone(),
-            |f| f.admin_timeout.take(),
-            "1s",
-            true,
-        )?;
-        let xds_check = l.value(
-            "xds_check",
-            args.xds_check.clone(),
-            |f| f.xds_check.take(),
-            "auto",
-            |s| s.parse::<XdsCheck>(),
-            |x| x.to_string(),
-        )?;
-        let log = l.value(
-            "log",
-            args.log.clone(),
-            |f| f.log.take(),
-            "info",
-            |s| Ok::<_, String>(s.to_owned()),
-            |s| s.clone(),
-        )?;
-        let termination_grace_period = l.value(
-            "termination_grace_period",
-            args.termination_grace_period.clone(),
-            |f| f.termination_grace_period.take(),
-            "30s",
-            |s| {
-                // Kubernetes writes terminationGracePeriodSeconds as a bare
-                // number of seconds; accept that too.
-                let d = match s.parse::<u64>() {
-                    Ok(secs) => Duration::from_secs(secs),
-                    Err(_) => duration::parse(s).map_err(|e| e.to_string())?,
-                };
-                if d.is_zero() {
-                    return Err("must be greater than zero".into());
-                }
-                Ok(d)
-            },
-            |d| D(*d).to_string(),
-        )?;
-        let shutdown_margin = l.duration(
-            "shutdown_margin",
-            args.shutdown_margin.clone(),
-            |f| f.shutdown_margin.take(),
-            "2s",
-            false,
-        )?;
-        let drain_delay = l.duration(
-            "drain_delay",
-            args.drain_delay.clone(),
-            |f| f.drain_delay.take(),
-            "0s",
-            false,
-        )?;
-        let termination_drain_duration = l.duration(
-            "termination_drain_duration",
-            args.termination_drain_duration.clone(),
-            |f| f.termination_drain_duration.take(),
-            "5s",
-            false,
-        )?;
-        let exit_on_zero = l.boolean(
-            "exit_on_zero_active_connections",
-            args.exit_on_zero_active_connections.clone(),
-            |f| f.exit_on_zero_active_connections.take(),
-            false,
-        )?;
-        let merge_envoy_metrics = l.boolean(
-            "merge_envoy_metrics",
-            args.merge_envoy_metrics.clone(),
-            |f| f.merge_envoy_metrics.take(),
-            true,
-        )?;
-        let minimum_drain_duration = l.duration(
-            "minimum_drain_duration",
-            args.minimum_drain_duration.clone(),
-            |f| f.minimum_drain_duration.take(),
-            "5s",
-            false,
-        )?;
-        let default_until = if exit_on_zero { "connections" } else { "time" };
-        let drain_until = l.value(
-            "drain_until",
-            args.drain_until.clone(),
-            |f| f.drain_until.take(),
-            default_until,
-            |s| s.parse::<DrainUntil>(),
-            |d| d.to_string(),
-        )?;
-        let given_ports = (!args.ignore_listener_ports.is_empty()).then(|| args.ignore_listener_ports.join(","));
-        let ignore_listener_ports = l.value(
-            "ignore_listener_ports",
-            given_ports,
-            |f| {
-                f.ignore_listener_ports
-                    .take()
-                    .map(|ports| ports.iter().map(u16::to_string).collect::<Vec<_>>().join(","))
-            },
-            "",
-            |s| {
-                let mut ports = ALWAYS_IGNORED_PORTS.to_vec();
-                for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                    match part.parse::<u16>() {
-                        Ok(p) if p > 0 => ports.push(p),
-                        _ => return Err(format!("{part:?} is not a port (1-65535)")),
-                    }
-                }
-                ports.sort_unstable();
-                ports.dedup();
-                Ok(ports)
-            },
-            |ports| ports.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
-        )?;
-        if shutdown_margin >= termination_grace_period {
-            let origin = l.source_recorded("shutdown_margin");
-            return Err(ConfigError::Invalid {
-                field: field_name("shutdown_margin", origin),
-                value: D(shutdown_margin).to_string(),
-                origin,
-                why: format!(
-                    "must be shorter than termination_grace_period ({})",
-                    D(termination_grace_period)
-                ),
-            });
-        }
-
-        let settings = Settings {
-            status_addr,
-            admin_url,
-            poll_interval,
-            startup_poll_interval,
-            admin_timeout,
-            xds_check,
-            log,
-            termination_grace_period,
-            shutdown_margin,
-            drain_delay,
-            termination_drain_duration,
-            minimum_drain_duration,
-            drain_until,
-            ignore_listener_ports,
-            merge_envoy_metrics,
-        };
-        Ok((settings, l.effective))
-    }
-}
-
-impl Loader<'_> {
-    fn source_recorded(&self, key: &str) -> Source {
-        self.effective
-            .iter()
-            .find(|e| e.key == key)
-            .map_or(Source::Default, |e| e.source)
-    }
-
-    fn source_of(&self, key: &str) -> Source {
-        match self.matches.and_then(|m| m.value_source(key)) {
-            Some(ValueSource::EnvVariable) => Source::Env,
-            _ => Source::Flag,
-        }
-    }
-
-    /// Resolves one setting: the given (flag or env) value, else the file's,
-    /// else the default; parses it and records where it came from.
-    #[allow(clippy::too_many_arguments)]
-    fn value<T>(
-        &mut self,
-        key: &'static str,
-        given: Option<String>,
-        from_file: impl FnOnce(&mut FileSettings) -> Option<String>,
-        default: &str,
-        parse: impl Fn(&str) -> Result<T, String>,
-        show: impl Fn(&T) -> String,
-    ) -> Result<T, ConfigError> {
-        let (text, source) = match (given, from_file(&mut self.file)) {
-            (Some(v), _) => (v, self.source_of(key)),
-            (None, Some(v)) => (v, Source::File),
-            (None, None) => (default.to_owned(), Source::Default),
-        };
-        let value = parse(&text).map_err(|why| ConfigError::Invalid {
-            field: field_name(key, source),
-            value: text.clone(),
-            origin: source,
-            why,
-        })?;
-        self.effective.push(Effective {
-            key,
-            value: show(&value),
-            source,
-        });
-        Ok(value)
-    }
-
-    fn boolean(
-        &mut self,
-        key: &'static str,
-        given: Option<String>,
-        from_file: impl FnOnce(&mut FileSettings) -> Option<bool>,
-        default: bool,
-    ) -> Result<bool, ConfigError> {
-        self.value(
-            key,
-            given,
-            |f| from_file(f).map(|b| b.to_string()),
-            if default { "true" } else { "false" },
-            |s| match s {
-                "true" => Ok(true),
-                "false" => Ok(false),
-                _ => Err("expected true or false".to_string()),
-            },
-            |b| b.to_string(),
-        )
-    }
-
-    fn duration(
-        &mut self,
-        key: &'static str,
-        given: Option<String>,
-        from_file: impl FnOnce(&mut FileSettings) -> Option<String>,
-        default: &str,
-        nonzero: bool,
-    ) -> Result<Duration, ConfigError> {
-        self.value(
-            key,
-            given,
-            from_file,
-            default,
-            |s| {
-                let d = duration::parse(s).map_err(|e| e.to_string())?;
-                if nonzero && d.is_zero() {
-                    return Err("must be greater than zero".into());
-                }
-                Ok(d)
-            },
-            |d| D(*d).to_string(),
-        )
-    }
-}
-
-/// How a user wrote the field: `--poll-interval`, `LIFEGUARD_POLL_INTERVAL`
-/// or `poll_interval` in the file.
+/// A key as the user wrote it for `source`: `--poll-interval`,
+/// `LIFEGUARD_POLL_INTERVAL` or `poll_interval`.
 fn field_name(key: &str, source: Source) -> String {
-    match source {
-        Source::Flag if key == "ignore_listener_ports" => "--ignore-listener-port".into(),
-        Source::Flag => format!("--{}", key.replace('_', "-")),
-        Source::Env => env_name(key),
-        Source::File | Source::Default => key.to_owned(),
+    let cmd = settings_command();
+    let arg = cmd.get_arguments().find(|a| a.get_id() == key);
+    match (source, arg) {
+        (Source::Flag, Some(arg)) => format!("--{}", arg.get_long().unwrap_or(key)),
+        (Source::Env, Some(arg)) => arg.get_env().map_or(key.into(), |e| e.to_string_lossy().into()),
+        _ => key.to_owned(),
     }
 }
 
-/// The environment variable of a setting: Istio's name where a pod spec may
-/// already set it, `LIFEGUARD_<KEY>` otherwise.
-pub fn env_name(key: &str) -> String {
-    match key {
-        "termination_grace_period"
-        | "termination_drain_duration"
-        | "exit_on_zero_active_connections"
-        | "minimum_drain_duration" => key.to_ascii_uppercase(),
-        _ => format!("LIFEGUARD_{}", key.to_ascii_uppercase()),
+impl RunArgs {
+    /// Lays the config file under the flags and env values clap parsed
+    /// (`matches`, of this subcommand, tells which were given), applies the
+    /// rules across settings and lists every effective value with its source.
+    pub fn load(self, matches: &ArgMatches) -> Result<(Settings, Vec<Effective>), ConfigError> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => toml::Table::new(),
+        };
+        let given = |key: &str| match matches.value_source(key) {
+            Some(ValueSource::CommandLine) => Some(Source::Flag),
+            Some(ValueSource::EnvVariable) => Some(Source::Env),
+            _ => None,
+        };
+        let source = |key: &str| {
+            given(key).unwrap_or(if file.contains_key(key) {
+                Source::File
+            } else {
+                Source::Default
+            })
+        };
+        let mut table = toml::Table::try_from(&self.settings).expect("settings serialize");
+        for (key, value) in &file {
+            if !table.contains_key(key) {
+                let known: Vec<_> = table.keys().map(String::as_str).collect();
+                let message = format!("unknown field `{key}`, expected one of {}", known.join(", "));
+                let path = self.config.clone().unwrap_or_default();
+                return Err(ConfigError::File { path, message });
+            }
+            if given(key).is_some() {
+                continue;
+            }
+            let mut trial = table.clone();
+            trial.insert(key.clone(), value.clone());
+            if let Err(e) = trial.try_into::<Settings>() {
+                return Err(ConfigError::Invalid {
+                    field: key.clone(),
+                    value: shown(value),
+                    origin: Source::File,
+                    why: e.message().to_owned(),
+                });
+            }
+            table.insert(key.clone(), value.clone());
+        }
+        let mut settings: Settings = table.try_into().expect("every file value was checked");
+        settings.resolve(|key| (field_name(key, source(key)), source(key)))?;
+
+        let table = toml::Table::try_from(&settings).expect("settings serialize");
+        let effective = settings_command()
+            .get_arguments()
+            .map(|arg| {
+                let key = arg.get_id().as_str();
+                let value = table.get(key).map_or(String::new(), shown);
+                let source = source(key);
+                Effective {
+                    key: key.into(),
+                    value,
+                    source,
+                }
+            })
+            .collect();
+        Ok((settings, effective))
     }
 }
 
-fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
-        path: path.to_owned(),
-        source,
-    })?;
-    toml::from_str(&text).map_err(|e| ConfigError::ParseFile {
-        path: path.to_owned(),
-        message: e.to_string(),
+/// A TOML value the way a user types it on the command line.
+fn shown(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Array(items) => items.iter().map(shown).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// The agent's message for clap's error about a bad setting value, naming
+/// the env variable when the value came from there (clap names the flag
+/// either way). `None` for any other error, which clap reports itself.
+pub fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
+    if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
+        return None;
+    }
+    let text = |kind| match err.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let flag = text(ContextKind::InvalidArg)?.split(' ').next()?;
+    let value = text(ContextKind::InvalidValue)?.to_owned();
+    let cmd = settings_command();
+    let arg = cmd
+        .get_arguments()
+        .find(|a| a.get_long().is_some_and(|l| flag == format!("--{l}")))?;
+    let on_command_line = argv
+        .iter()
+        .take_while(|a| a.as_os_str() != OsStr::new("--"))
+        .filter_map(|a| a.to_str())
+        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|rest| rest.starts_with('=')));
+    let origin = if on_command_line { Source::Flag } else { Source::Env };
+    let why = match (std::error::Error::source(err), err.get(ContextKind::ValidValue)) {
+        (Some(source), _) => source.to_string(),
+        (None, Some(ContextValue::Strings(valid))) => format!("expected one of {}", valid.join(", ")),
+        _ => "invalid value".into(),
+    };
+    let field = field_name(arg.get_id().as_str(), origin);
+    Some(ConfigError::Invalid {
+        field,
+        value,
+        origin,
+        why,
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The longest config file read.
+const MAX_FILE_BYTES: u64 = 1 << 20;
 
-    fn load(args: RunArgs) -> Result<Settings, ConfigError> {
-        Settings::load(&args, None).map(|(s, _)| s)
+/// Reads the TOML file: a regular file of at most 1 MiB. It is opened
+/// without blocking, so a FIFO is refused at once rather than waited on.
+fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+    let bad = |message: &dyn fmt::Display| ConfigError::File {
+        path: path.to_owned(),
+        message: message.to_string(),
+    };
+    let mut options = std::fs::OpenOptions::new();
+    let file = options.read(true).custom_flags(libc::O_NONBLOCK).open(path);
+    let file = file.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(bad(&"not a regular file"));
+    }
+    let mut text = String::new();
+    let read = file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text);
+    read.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(bad(&"larger than 1 MiB"));
+    }
+    text.parse().map_err(|e: toml::de::Error| bad(&e.message()))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use clap::FromArgMatches;
+
+    /// Loads `lifeguard run ARGS` as main does, without reading the environment.
+    pub(crate) fn load(args: &[&str]) -> Result<(Settings, Vec<Effective>), ConfigError> {
+        let argv: Vec<OsString> = std::iter::once("lifeguard")
+            .chain(args.iter().copied())
+            .map(Into::into)
+            .collect();
+        let cmd = RunArgs::augment_args(clap::Command::new("lifeguard")).mut_args(|a| a.env(None));
+        let matches = match cmd.try_get_matches_from(&argv) {
+            Ok(m) => m,
+            Err(e) => return Err(from_clap_error(&e, &argv).unwrap_or_else(|| panic!("{e}"))),
+        };
+        RunArgs::from_arg_matches(&matches).unwrap().load(&matches)
+    }
+
+    fn settings(args: &[&str]) -> Settings {
+        load(args).unwrap_or_else(|e| panic!("{args:?}: {e}")).0
+    }
+
+    /// The error of `args`; it must name `field` and contain `needle`.
+    fn refused(args: &[&str], field: &str, needle: &str) {
+        let msg = load(args).map(|(s, _)| s).expect_err(&format!("{args:?}")).to_string();
+        assert!(msg.contains(field) && msg.contains(needle), "{args:?}: {msg}");
+    }
+
+    /// A file for `--config`, removed when dropped.
+    struct TempFile(PathBuf);
+    impl TempFile {
+        fn new(name: &str, text: &str) -> TempFile {
+            let path = std::env::temp_dir().join(format!("lifeguard-cfg-{}-{name}", std::process::id()));
+            std::fs::write(&path, text).unwrap();
+            TempFile(path)
+        }
+        fn arg(&self) -> &str {
+            self.0.to_str().unwrap()
+        }
+    }
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
     }
 
     #[test]
     fn defaults_are_the_documented_ones() {
-        let (s, eff) = Settings::load(&RunArgs::default(), None).unwrap();
+        let (s, eff) = load(&[]).unwrap();
         assert_eq!(s.status_addr, "0.0.0.0:15020".parse().unwrap());
         assert_eq!(s.admin_url.addr(), "127.0.0.1:15000".parse().unwrap());
         assert_eq!(s.poll_interval, Duration::from_secs(1));
         assert_eq!(s.startup_poll_interval, Duration::from_millis(100));
         assert_eq!(s.admin_timeout, Duration::from_secs(1));
         assert_eq!(s.xds_check, XdsCheck::Auto);
+        assert_eq!(s.log, "info");
+        assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(s.stale_after(), Duration::from_secs(4));
+        assert_eq!(eff.len(), 16);
         assert!(eff.iter().all(|e| e.source == Source::Default));
     }
 
     #[test]
     fn flag_beats_file_beats_default() {
-        let dir = std::env::temp_dir().join(format!("lifeguard-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("a.toml");
-        std::fs::write(&path, "poll_interval = \"2s\"\nadmin_timeout = \"300ms\"\n").unwrap();
-        let args = RunArgs {
-            config: Some(path.clone()),
-            poll_interval: Some("500ms".into()),
-            ..Default::default()
-        };
-        let (s, eff) = Settings::load(&args, None).unwrap();
+        let file = TempFile::new(
+            "a.toml",
+            "poll_interval = \"2s\"\nadmin_timeout = \"300ms\"\nlog = \"debug\"\n",
+        );
+        let (s, eff) = load(&["--config", file.arg(), "--poll-interval", "500ms"]).unwrap();
         assert_eq!(s.poll_interval, Duration::from_millis(500));
         assert_eq!(s.admin_timeout, Duration::from_millis(300));
+        assert_eq!(s.log, "debug");
         let src = |k| eff.iter().find(|e| e.key == k).unwrap().source;
         assert_eq!(src("poll_interval"), Source::Flag);
         assert_eq!(src("admin_timeout"), Source::File);
         assert_eq!(src("status_addr"), Source::Default);
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn bad_values_name_the_field_and_value() {
-        let cases = [
+        refused(&["--poll-interval", "5x"], "--poll-interval", "5x");
+        refused(&["--poll-interval=-1s"], "--poll-interval", "-1s");
+        refused(&["--admin-timeout", "0s"], "--admin-timeout", "greater than zero");
+        refused(&["--status-addr", "nowhere"], "--status-addr", "nowhere");
+        refused(&["--status-addr", "127.0.0.1:0"], "--status-addr", "port 0");
+        refused(&["--admin-url", "http://10.0.0.1:15000"], "--admin-url", "loopback");
+        refused(&["--admin-url", "https://127.0.0.1:15000"], "--admin-url", "http://");
+        refused(&["--xds-check", "maybe"], "--xds-check", "maybe");
+        refused(&["--log", "foo=bar"], "--log", "foo=bar");
+    }
+
+    #[test]
+    fn bad_file_values_name_the_key_and_value() {
+        for (text, key, needle) in [
+            ("poll_interval = \"5x\"", "poll_interval", "\"5x\""),
+            ("status_addr = \"127.0.0.1:0\"", "status_addr", "port 0"),
             (
-                RunArgs {
-                    poll_interval: Some("5x".into()),
-                    ..Default::default()
-                },
-                "--poll-interval",
-                "5x",
+                "ignore_listener_ports = [8081, 0]",
+                "ignore_listener_ports",
+                "not a port",
             ),
             (
-                RunArgs {
-                    admin_timeout: Some("0s".into()),
-                    ..Default::default()
-                },
-                "--admin-timeout",
-                "0s",
-            ),
-            (
-                RunArgs {
-                    status_addr: Some("nowhere".into()),
-                    ..Default::default()
-                },
-                "--status-addr",
-                "nowhere",
-            ),
-            (
-                RunArgs {
-                    status_addr: Some("127.0.0.1:0".into()),
-                    ..Default::default()
-                },
-                "--status-addr",
-                "127.0.0.1:0",
-            ),
-            (
-                RunArgs {
-                    admin_url: Some("http://10.0.0.1:15000".into()),
-                    ..Default::default()
-                },
-                "--admin-url",
-                "loopback",
-            ),
-            (
-                RunArgs {
-                    admin_url: Some("https://127.0.0.1:15000".into()),
-                    ..Default::default()
-                },
-                "--admin-url",
-                "http://",
-            ),
-            (
-                RunArgs {
-                    xds_check: Some("maybe".into()),
-                    ..Default::default()
-                },
-                "--xds-check",
+                "exit_on_zero_active_connections = \"maybe\"",
+                "exit_on_zero_active_connections",
                 "maybe",
             ),
-        ];
-        for (args, field, needle) in cases {
-            let msg = load(args).unwrap_err().to_string();
-            assert!(msg.contains(field) && msg.contains(needle), "{msg}");
+            ("drain_until = \"forever\"", "drain_until", "forever"),
+            ("log = \"foo=bar\"", "log", "not a log filter"),
+        ] {
+            let file = TempFile::new(&format!("bad-{key}.toml"), text);
+            refused(&["--config", file.arg()], key, needle);
+            refused(&["--config", file.arg()], "(from file)", "");
+        }
+        let file = TempFile::new("short-grace.toml", "termination_grace_period = \"1s\"");
+        refused(
+            &["--config", file.arg()],
+            "shutdown_margin",
+            "termination_grace_period (1s)",
+        );
+    }
+
+    #[test]
+    fn a_value_clap_refuses_from_the_environment_names_the_variable() {
+        let cmd = RunArgs::augment_args(clap::Command::new("lifeguard"));
+        let err = cmd
+            .try_get_matches_from(["lifeguard", "--drain-delay", "5"])
+            .unwrap_err();
+        let msg = from_clap_error(&err, &["lifeguard".into()]).unwrap().to_string();
+        assert!(
+            msg.starts_with("invalid LIFEGUARD_DRAIN_DELAY = \"5\" (from env): invalid duration"),
+            "{msg}"
+        );
+        let argv = ["lifeguard".into(), "--drain-delay".into(), "5".into()];
+        let msg = from_clap_error(&err, &argv).unwrap().to_string();
+        assert!(msg.starts_with("invalid --drain-delay = \"5\" (from flag)"), "{msg}");
+    }
+
+    #[test]
+    fn booleans_take_gos_forms() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert!(settings(&["--exit-on-zero-active-connections", t]).exit_on_zero_active_connections);
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert!(!settings(&["--merge-envoy-metrics", f]).merge_envoy_metrics);
+        }
+        for bad in ["yes", "tRUE", "2", ""] {
+            refused(
+                &["--merge-envoy-metrics", bad],
+                "--merge-envoy-metrics",
+                "expected true or false",
+            );
         }
     }
 
     #[test]
+    fn durations_too_large_for_a_deadline_are_refused() {
+        let max = "18446744073709551615";
+        refused(
+            &["--termination-grace-period", max],
+            "--termination-grace-period",
+            "too large",
+        );
+        refused(&["--drain-delay", "8761h"], "--drain-delay", "too large");
+        assert_eq!(
+            settings(&["--termination-grace-period", "45"]).termination_grace_period,
+            Duration::from_secs(45)
+        );
+        assert_eq!(
+            settings(&["--termination-grace-period", "8760h"]).termination_grace_period,
+            duration::MAX
+        );
+    }
+
+    #[test]
+    fn poll_intervals_have_a_floor_of_10ms() {
+        refused(&["--poll-interval", "9ms"], "--poll-interval", "at least 10ms");
+        refused(
+            &["--startup-poll-interval", "0"],
+            "--startup-poll-interval",
+            "at least 10ms",
+        );
+        assert_eq!(
+            settings(&["--poll-interval", "10ms"]).poll_interval,
+            Duration::from_millis(10)
+        );
+    }
+
+    #[test]
+    fn log_filters_are_validated() {
+        assert_eq!(settings(&["--log", "warn,lifeguard=debug"]).log, "warn,lifeguard=debug");
+        refused(&["--log", "lifeguard=loud"], "--log", "lifeguard=loud");
+    }
+
+    #[test]
+    fn the_config_file_must_be_a_small_regular_file() {
+        refused(&["--config", "/dev/zero"], "/dev/zero", "not a regular file");
+        refused(&["--config", "/"], "config file /", "not a regular file");
+        let fifo = std::env::temp_dir().join(format!("lifeguard-cfg-{}-fifo", std::process::id()));
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        refused(
+            &["--config", fifo.to_str().unwrap()],
+            fifo.to_str().unwrap(),
+            "not a regular file",
+        );
+        std::fs::remove_file(&fifo).unwrap();
+        let big = TempFile::new("big.toml", &"#\n".repeat((1 << 19) + 1));
+        refused(&["--config", big.arg()], big.arg(), "larger than 1 MiB");
+        let fits = TempFile::new("fits.toml", &"#\n".repeat(1 << 19));
+        assert!(load(&["--config", fits.arg()]).is_ok());
+        refused(
+            &["--config", "/nonexistent/lifeguard.toml"],
+            "/nonexistent/lifeguard.toml",
+            "cannot read",
+        );
+    }
+
+    #[test]
     fn drain_policy_follows_istio_names() {
-        let s = load(RunArgs::default()).unwrap();
+        let s = settings(&[]);
         assert_eq!(s.drain_until, DrainUntil::Time);
         assert_eq!(s.termination_drain_duration, Duration::from_secs(5));
         assert_eq!(s.drain_deadline(), Duration::from_secs(28));
-        assert_eq!(s.ignore_listener_ports, vec![15021, 15090]);
+        assert_eq!(s.ignore_listener_ports, ALWAYS_IGNORED_PORTS);
         assert!(s.warnings().is_empty());
-        let s = load(RunArgs {
-            exit_on_zero_active_connections: Some("true".into()),
-            ..Default::default()
-        })
-        .unwrap();
+        let s = settings(&["--exit-on-zero-active-connections", "true"]);
         assert_eq!(s.drain_until, DrainUntil::Connections);
-        let s = load(RunArgs {
-            exit_on_zero_active_connections: Some("true".into()),
-            drain_until: Some("requests".into()),
-            termination_grace_period: Some("45".into()),
-            ignore_listener_ports: vec!["8081".into(), "15021".into()],
-            ..Default::default()
-        })
-        .unwrap();
+        let file = TempFile::new("zero.toml", "exit_on_zero_active_connections = true\n");
+        assert_eq!(settings(&["--config", file.arg()]).drain_until, DrainUntil::Connections);
+        let s = settings(&[
+            "--exit-on-zero-active-connections=true",
+            "--drain-until=requests",
+            "--termination-grace-period=45",
+            "--ignore-listener-port=8081,15021",
+        ]);
         assert_eq!(s.drain_until, DrainUntil::Requests);
         assert_eq!(s.termination_grace_period, Duration::from_secs(45));
         assert_eq!(s.ignore_listener_ports, vec![8081, 15021, 15090]);
@@ -842,12 +810,12 @@ mod tests {
 
     #[test]
     fn drain_that_cannot_fit_the_grace_period_is_a_warning() {
-        let s = load(RunArgs {
-            termination_grace_period: Some("10s".into()),
-            termination_drain_duration: Some("9s".into()),
-            ..Default::default()
-        })
-        .unwrap();
+        let s = settings(&[
+            "--termination-grace-period",
+            "10s",
+            "--termination-drain-duration",
+            "9s",
+        ]);
         let w = s.warnings();
         assert_eq!(w.len(), 1);
         assert!(
@@ -858,86 +826,81 @@ mod tests {
 
     #[test]
     fn bad_drain_values_name_the_field() {
-        let cases = [
-            (
-                RunArgs {
-                    exit_on_zero_active_connections: Some("maybe".into()),
-                    ..Default::default()
-                },
-                "--exit-on-zero-active-connections",
-                "maybe",
-            ),
-            (
-                RunArgs {
-                    drain_until: Some("forever".into()),
-                    ..Default::default()
-                },
-                "--drain-until",
-                "forever",
-            ),
-            (
-                RunArgs {
-                    ignore_listener_ports: vec!["0".into()],
-                    ..Default::default()
-                },
-                "--ignore-listener-port",
-                "0",
-            ),
-            (
-                RunArgs {
-                    shutdown_margin: Some("30s".into()),
-                    ..Default::default()
-                },
-                "--shutdown-margin",
-                "termination_grace_period",
-            ),
-            (
-                RunArgs {
-                    termination_grace_period: Some("0".into()),
-                    ..Default::default()
-                },
-                "--termination-grace-period",
-                "0",
-            ),
-        ];
-        for (args, field, needle) in cases {
-            let msg = load(args).unwrap_err().to_string();
-            assert!(msg.contains(field) && msg.contains(needle), "{msg}");
-        }
+        refused(
+            &["--exit-on-zero-active-connections", "maybe"],
+            "--exit-on-zero-active-connections",
+            "maybe",
+        );
+        refused(&["--drain-until", "forever"], "--drain-until", "forever");
+        refused(&["--ignore-listener-port", "0"], "--ignore-listener-port", "\"0\"");
+        refused(&["--ignore-listener-port", "70000"], "--ignore-listener-port", "70000");
+        refused(
+            &["--shutdown-margin", "30s"],
+            "--shutdown-margin",
+            "termination_grace_period",
+        );
+        refused(
+            &["--termination-grace-period", "0"],
+            "--termination-grace-period",
+            "\"0\"",
+        );
     }
 
     #[test]
     fn unknown_file_key_is_an_error_naming_it() {
-        let dir = std::env::temp_dir().join(format!("lifeguard-cfg2-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("b.toml");
-        std::fs::write(&path, "pol_interval = \"2s\"\n").unwrap();
-        let args = RunArgs {
-            config: Some(path),
-            ..Default::default()
-        };
-        let msg = load(args).unwrap_err().to_string();
-        assert!(msg.contains("pol_interval"), "{msg}");
-        std::fs::remove_dir_all(dir).unwrap();
+        let file = TempFile::new("b.toml", "pol_interval = \"2s\"\n");
+        refused(&["--config", file.arg()], "pol_interval", "unknown field");
     }
 
     #[test]
-    fn the_shipped_config_file_lists_every_setting() {
-        let text = include_str!("../config/lifeguard.toml");
-        let (_, effective) = Settings::load(&RunArgs::default(), None).unwrap();
-        for e in effective {
-            let set = format!("\n{} = ", e.key);
-            let commented = format!("\n# {} = ", e.key);
+    fn the_shipped_config_file_and_the_readme_list_every_setting() {
+        let toml = include_str!("../config/lifeguard.toml");
+        let readme = include_str!("../README.md");
+        let table = readme
+            .split("\n## Options\n")
+            .nth(1)
+            .unwrap()
+            .split("\n## ")
+            .next()
+            .unwrap();
+        let cmd = RunArgs::augment_args(clap::Command::new("lifeguard"));
+        for arg in cmd.get_arguments() {
+            let key = arg.get_id().as_str();
+            let flag = format!("--{}", arg.get_long().unwrap());
+            let env = arg.get_env().unwrap().to_str().unwrap();
+            let row = table.lines().find(|l| l.starts_with(&format!("| `{flag} ")));
+            let row = row.unwrap_or_else(|| panic!("README's options table lacks {flag}"));
             assert!(
-                text.contains(&set) || text.contains(&commented),
-                "config/lifeguard.toml lacks {}",
-                e.key
+                row.contains(&format!("`{env}`")),
+                "README: the row of {flag} lacks {env}"
             );
+            for default in arg.get_default_values() {
+                let default = format!("`{}`", default.to_str().unwrap());
+                assert!(
+                    row.contains(&default),
+                    "README: the row of {flag} lacks the default {default}"
+                );
+            }
+            if key == "config" {
+                continue;
+            }
             assert!(
-                text.contains(&env_name(e.key)),
-                "config/lifeguard.toml does not name {}",
-                env_name(e.key)
+                row.contains(&format!("`{key}`")),
+                "README: the row of {flag} lacks {key}"
             );
+            let listed = toml.contains(&format!("\n{key} = ")) || toml.contains(&format!("\n# {key} = "));
+            assert!(listed, "config/lifeguard.toml lacks {key}");
+            assert!(
+                toml.contains(env) && toml.contains(&flag),
+                "config/lifeguard.toml lacks {env} or {flag}"
+            );
+        }
+        // ...and what the file sets is the default.
+        let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/config/lifeguard.toml");
+        let (_, from_file) = load(&["--config", shipped]).unwrap();
+        let (_, defaults) = load(&[]).unwrap();
+        for (f, d) in from_file.iter().zip(&defaults) {
+            assert_eq!((&f.key, &f.value), (&d.key, &d.value), "config/lifeguard.toml");
         }
     }
 

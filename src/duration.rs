@@ -3,7 +3,8 @@
 //!
 //! Accepted units: `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`. A sign is not
 //! accepted: no setting of lifeguard means anything with a negative duration,
-//! so `-5s` is an error rather than a surprise.
+//! so `-5s` is an error rather than a surprise. Nor is anything over a year
+//! ([`MAX`]): deadlines are instants plus durations, and must not overflow.
 
 use std::fmt;
 use std::time::Duration;
@@ -16,7 +17,10 @@ pub struct ParseDurationError {
     why: &'static str,
 }
 
-/// Parses a Go-style duration string.
+/// The longest duration accepted: 8760h (a year).
+pub const MAX: Duration = Duration::from_secs(8760 * 3600);
+
+/// Parses a Go-style duration string, at most [`MAX`].
 pub fn parse(text: &str) -> Result<Duration, ParseDurationError> {
     let err = |why| ParseDurationError {
         text: text.to_owned(),
@@ -57,9 +61,10 @@ pub fn parse(text: &str) -> Result<Duration, ParseDurationError> {
             "h" => 3_600 * 1_000_000_000,
             _ => return Err(err("unknown unit")),
         };
-        total_nanos += scaled(number, unit_nanos).ok_or_else(|| err("bad number"))?;
-        if total_nanos > u64::MAX as u128 {
-            return Err(err("too large"));
+        let value = scaled(number, unit_nanos).ok_or_else(|| err("bad number"))?;
+        total_nanos = total_nanos.saturating_add(value);
+        if total_nanos > MAX.as_nanos() {
+            return Err(err("too large (at most 8760h)"));
         }
         rest = after;
     }
@@ -158,6 +163,20 @@ mod tests {
         for bad in ["", "5", "s", "-5s", "5x", "1..5s", "5 s", "abc", "1m30"] {
             let e = parse(bad).expect_err(bad);
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn refuses_more_than_a_year() {
+        assert_eq!(parse("8760h"), Ok(MAX));
+        for big in [
+            "8760h1ns",
+            "8761h",
+            "18446744073709551615s",
+            "1h340282366920938463463374607431768211455ns",
+        ] {
+            let e = parse(big).expect_err(big);
+            assert!(e.to_string().contains("too large"), "{e}");
         }
     }
 

@@ -3,6 +3,7 @@
 //! Layout, one module per concern:
 //! - [`config`]: flags, env, TOML file and defaults, merged and validated once.
 //! - [`duration`]: Go-style durations (`500ms`, `1m30s`).
+//! - [`app`]: what the app still holds (sockets, processes), attributed by pid.
 //! - [`admin`]: the Envoy admin API client (timeouts, bounded bodies).
 //! - [`stats`]: the parser of Envoy's `/stats` text.
 //! - [`readiness`]: the snapshot the poller writes and the probe reads.
@@ -20,6 +21,7 @@
 #![deny(unsafe_code)]
 
 pub mod admin;
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod drain;

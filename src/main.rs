@@ -1,6 +1,7 @@
 //! The `lifeguard` binary: parses the command line and wires the modules
 //! together. The logic lives in the library.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use tokio::time::Instant;
 
 use lifeguard::admin::{AdminClient, CallOutcome, Endpoint};
 use lifeguard::cli::{Cli, Command};
-use lifeguard::config::Settings;
+use lifeguard::config::{self, Effective, Settings};
 use lifeguard::drain::{exit_code, Drain, Plan};
 use lifeguard::envoy::{self, Envoy};
 use lifeguard::hooks;
@@ -23,19 +24,23 @@ use lifeguard::signals::Signals;
 use lifeguard::{duration::Display as D, poller};
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let matches = match Cli::command().try_get_matches_from(&argv) {
+        Ok(matches) => matches,
+        Err(e) => match config::from_clap_error(&e, &argv) {
+            Some(e) => return config_error(argv.get(1).is_some_and(|a| a == "check"), &e),
+            None => e.exit(),
+        },
+    };
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
     match cli.command {
         Command::Run { args, envoy } => {
-            let (settings, effective) = match Settings::load(&args, matches.subcommand_matches("run")) {
+            let (settings, effective) = match args.load(matches.subcommand_matches("run").expect("run")) {
                 Ok(loaded) => loaded,
-                Err(e) => {
-                    eprintln!("lifeguard: configuration error: {e}");
-                    return ExitCode::from(exit_code::CONFIG);
-                }
+                Err(e) => return config_error(false, &e),
             };
             init_logging(&settings.log);
             for e in &effective {
@@ -50,7 +55,10 @@ fn main() -> ExitCode {
                 .expect("tokio runtime");
             ExitCode::from(runtime.block_on(run(settings, envoy)))
         }
-        Command::Check { args } => ExitCode::from(check(&args, matches.subcommand_matches("check"))),
+        Command::Check { args } => match args.load(matches.subcommand_matches("check").expect("check")) {
+            Ok((settings, effective)) => ExitCode::from(check(&settings, &effective)),
+            Err(e) => config_error(true, &e),
+        },
         Command::Wait {
             url: (url, path),
             timeout,
@@ -94,17 +102,17 @@ fn helper_runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// Reports a bad setting: exit code 2, nothing started.
+fn config_error(check: bool, e: &config::ConfigError) -> ExitCode {
+    let who = if check { "lifeguard check" } else { "lifeguard" };
+    eprintln!("{who}: configuration error: {e}");
+    ExitCode::from(exit_code::CONFIG)
+}
+
 /// `lifeguard check`: prints the effective settings and what is wrong.
-fn check(args: &lifeguard::config::RunArgs, matches: Option<&clap::ArgMatches>) -> u8 {
-    let (settings, effective) = match Settings::load(args, matches) {
-        Ok(loaded) => loaded,
-        Err(e) => {
-            eprintln!("lifeguard check: configuration error: {e}");
-            return exit_code::CONFIG;
-        }
-    };
+fn check(settings: &Settings, effective: &[Effective]) -> u8 {
     let width = effective.iter().map(|e| e.key.len()).max().unwrap_or(0);
-    for e in &effective {
+    for e in effective {
         println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
     }
     println!("{:width$} = {}", "drain deadline", D(settings.drain_deadline()));
@@ -120,11 +128,9 @@ fn check(args: &lifeguard::config::RunArgs, matches: Option<&clap::ArgMatches>) 
     }
 }
 
+/// Starts logging with the filter the configuration validated.
 fn init_logging(filter: &str) {
-    let filter = EnvFilter::try_new(filter).unwrap_or_else(|e| {
-        eprintln!("lifeguard: bad log filter {filter:?} ({e}); using info");
-        EnvFilter::new("info")
-    });
+    let filter = EnvFilter::try_new(filter).expect("the log filter was validated with the settings");
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
