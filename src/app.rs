@@ -226,12 +226,22 @@ pub fn listener_owner(port: u16) -> Option<u32> {
 }
 
 /// Scans the app's work, with the process rule when `processes` is set.
-pub fn scan(proxy: &Proxy, processes: bool) -> std::io::Result<Work> {
+/// With `envoy_admin_port`, the process that owns that listener is the
+/// proxy's too (an Envoy lifeguard did not launch).
+pub fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>) -> std::io::Result<Work> {
     let sockets = sockets::sockets()?;
     let owners = sockets::owners();
+    let mut proxy = proxy.clone();
+    if let Some(port) = envoy_admin_port {
+        let envoy = sockets
+            .iter()
+            .filter(|s| s.listening && s.local.port() == port)
+            .find_map(|s| owners.get(&s.inode).map(|o| o.pid));
+        proxy.pids.extend(envoy);
+    }
     Ok(Work {
-        sockets: app_sockets(&sockets, &owners, proxy),
-        processes: if processes { app_processes(proxy) } else { Vec::new() },
+        sockets: app_sockets(&sockets, &owners, &proxy),
+        processes: if processes { app_processes(&proxy) } else { Vec::new() },
     })
 }
 
@@ -241,11 +251,60 @@ pub fn scan(proxy: &Proxy, processes: bool) -> std::io::Result<Work> {
 pub struct Watcher {
     proxy: Proxy,
     processes: bool,
+    /// For an external Envoy: its admin port, whose owner is Envoy.
+    envoy_admin_port: Option<u16>,
 }
 
 impl Watcher {
-    pub fn new(proxy: Proxy, processes: bool) -> Self {
-        Self { proxy, processes }
+    /// The watcher of this pod, for an agent whose status listener is on
+    /// `status_port`. `envoy` is Envoy's pid when lifeguard launched it;
+    /// otherwise Envoy is the owner of the admin listener on `admin_port`.
+    /// Err when sockets cannot be attributed to processes here (no /proc
+    /// access, or an external Envoy whose process cannot be seen).
+    pub fn for_pod(
+        status_port: u16,
+        admin_port: u16,
+        envoy: Option<u32>,
+        ignored_ports: Vec<u16>,
+    ) -> Result<Watcher, String> {
+        let me = std::process::id();
+        match listener_owner(status_port) {
+            Some(pid) if pid == me => {}
+            Some(pid) => {
+                return Err(format!(
+                    "the status port {status_port} belongs to pid {pid}, not to lifeguard"
+                ))
+            }
+            None => return Err("cannot see which process owns lifeguard's own socket in /proc".into()),
+        }
+        if envoy.is_none() {
+            let sockets = sockets::sockets().map_err(|e| e.to_string())?;
+            let admin = sockets.iter().find(|s| s.listening && s.local.port() == admin_port);
+            if admin.is_some_and(|s| !sockets::owners().contains_key(&s.inode)) {
+                return Err(format!(
+                    "Envoy's admin listener (port {admin_port}) is held by a process lifeguard cannot see"
+                ));
+            }
+        }
+        let proxy = Proxy {
+            pids: std::iter::once(me).chain(envoy).collect(),
+            control_ports: vec![status_port, admin_port],
+            ignored_ports,
+        };
+        Ok(Watcher {
+            proxy,
+            processes: shares_pod_process_namespace(),
+            envoy_admin_port: envoy.is_none().then_some(admin_port),
+        })
+    }
+
+    /// A watcher for drains whose policy does not look at the app.
+    pub fn inert() -> Watcher {
+        Watcher {
+            proxy: Proxy::default(),
+            processes: false,
+            envoy_admin_port: None,
+        }
     }
 
     /// Whether the process rule applies.
@@ -257,7 +316,8 @@ impl Watcher {
     pub async fn scan(&self) -> Result<Work, String> {
         let proxy = self.proxy.clone();
         let processes = self.processes;
-        tokio::task::spawn_blocking(move || scan(&proxy, processes))
+        let admin = self.envoy_admin_port;
+        tokio::task::spawn_blocking(move || scan(&proxy, processes, admin))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot read /proc/net/tcp: {e}"))
@@ -370,7 +430,7 @@ mod tests {
         let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let (_server, _) = listener.accept().unwrap();
         let mine = |proxy: &Proxy| {
-            scan(proxy, false)
+            scan(proxy, false, None)
                 .unwrap()
                 .sockets
                 .into_iter()

@@ -106,10 +106,23 @@ pub struct Settings {
     #[serde(with = "span")]
     pub minimum_drain_duration: Duration,
 
-    /// What the drain waits for: time (fixed), connections or requests (zero
-    /// active); connections when --exit-on-zero-active-connections is true.
-    #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT", default_value = "time")]
+    /// What the drain waits for: app-exit (Envoy idle and the app gone),
+    /// time (fixed), connections or requests (zero active). When not given:
+    /// connections if --exit-on-zero-active-connections is true, time if
+    /// --termination-drain-duration is given, app-exit otherwise.
+    #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT", default_value = "app-exit")]
     pub drain_until: DrainUntil,
+
+    /// Which of Envoy's listeners drain: inbound (a sidecar) or all (an
+    /// ingress gateway, whose listeners carry no traffic direction).
+    #[arg(long, env = "LIFEGUARD_DRAIN_SCOPE", value_name = "SCOPE", default_value = "inbound")]
+    pub drain_scope: DrainScope,
+
+    /// Local port of another sidecar whose sockets the app-exit policy and
+    /// wait-app-exit leave out (repeatable).
+    #[arg(long = "ignore-app-port", env = "LIFEGUARD_IGNORE_APP_PORTS", value_name = "PORT", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
+    #[serde(deserialize_with = "ports")]
+    pub ignore_app_ports: Vec<u16>,
 
     /// Listener port whose connections the drain does not wait for
     /// (repeatable; 15021 and 15090 are always left out).
@@ -229,6 +242,21 @@ pub enum DrainUntil {
     /// Zero active downstream HTTP requests (after the minimum duration):
     /// idle keep-alive connections do not hold the pod.
     Requests,
+    /// After the minimum duration, no request (HTTP or TCP proxy, inbound
+    /// or outbound) active in Envoy and nothing left of the app in the pod:
+    /// no socket, and with a shared process namespace no process.
+    #[serde(rename = "app-exit")]
+    AppExit,
+}
+
+/// Which listeners Envoy drains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainScope {
+    /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.
+    Inbound,
+    /// Every listener (gateways).
+    All,
 }
 
 impl fmt::Display for XdsCheck {
@@ -362,8 +390,12 @@ impl Settings {
                 ),
             });
         }
-        if self.exit_on_zero_active_connections && named("drain_until").1 == Source::Default {
-            self.drain_until = DrainUntil::Connections;
+        if named("drain_until").1 == Source::Default {
+            if self.exit_on_zero_active_connections {
+                self.drain_until = DrainUntil::Connections;
+            } else if named("termination_drain_duration").1 != Source::Default {
+                self.drain_until = DrainUntil::Time;
+            }
         }
         self.ignore_listener_ports.extend(ALWAYS_IGNORED_PORTS);
         self.ignore_listener_ports.sort_unstable();
@@ -626,7 +658,7 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(s.stale_after(), Duration::from_secs(4));
-        assert_eq!(eff.len(), 16);
+        assert_eq!(eff.len(), 18);
         assert!(eff.iter().all(|e| e.source == Source::Default));
     }
 
@@ -788,8 +820,24 @@ pub(crate) mod tests {
     #[test]
     fn drain_policy_follows_istio_names() {
         let s = settings(&[]);
-        assert_eq!(s.drain_until, DrainUntil::Time);
+        assert_eq!(s.drain_until, DrainUntil::AppExit);
+        assert_eq!(s.drain_scope, DrainScope::Inbound);
         assert_eq!(s.termination_drain_duration, Duration::from_secs(5));
+        let s = settings(&["--termination-drain-duration", "5s"]);
+        assert_eq!(s.drain_until, DrainUntil::Time);
+        let s = settings(&[
+            "--drain-until",
+            "app-exit",
+            "--drain-scope",
+            "all",
+            "--ignore-app-port",
+            "9901",
+        ]);
+        assert_eq!(s.drain_until, DrainUntil::AppExit);
+        assert_eq!(s.drain_scope, DrainScope::All);
+        assert_eq!(s.ignore_app_ports, [9901]);
+        let file = TempFile::new("appexit.toml", "drain_until = \"app-exit\"\ndrain_scope = \"all\"\n");
+        assert_eq!(settings(&["--config", file.arg()]).drain_until, DrainUntil::AppExit);
         assert_eq!(s.drain_deadline(), Duration::from_secs(28));
         assert_eq!(s.ignore_listener_ports, ALWAYS_IGNORED_PORTS);
         assert!(s.warnings().is_empty());

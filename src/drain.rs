@@ -37,6 +37,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep_until, Instant};
 
 use crate::admin::AdminError;
+use crate::app::{self, Work};
 use crate::config::{DrainUntil, Settings};
 use crate::duration::Display as D;
 use crate::envoy::Exit;
@@ -60,7 +61,8 @@ pub mod exit_code {
     pub const CLEAN: u8 = 0;
     /// Bad configuration or a start-up error: nothing was started.
     pub const CONFIG: u8 = 2;
-    /// The deadline cut the drain while connections or requests were active.
+    /// Envoy was stopped with work in flight: the deadline cut the drain,
+    /// or the fixed policy's time ran out with requests still active.
     pub const CUT_BY_DEADLINE: u8 = 3;
     /// Envoy exited on its own (crash, OOM kill, bad config) or vanished.
     pub const ENVOY_EXITED: u8 = 4;
@@ -80,6 +82,25 @@ pub trait EnvoyControl {
     fn exited(&self) -> impl Future<Output = ExitStatus> + Send;
     /// Whether Envoy is lifeguard's child (its exit is seen directly).
     fn is_child(&self) -> bool;
+}
+
+/// What the app still holds, for the `app-exit` policy. [`app::Watcher`]
+/// is the real one.
+pub trait AppControl {
+    fn work(&self) -> impl Future<Output = Result<Work, String>> + Send;
+}
+
+impl AppControl for app::Watcher {
+    fn work(&self) -> impl Future<Output = Result<Work, String>> + Send {
+        self.scan()
+    }
+}
+
+/// For drains whose policy never looks at the app.
+impl AppControl for () {
+    async fn work(&self) -> Result<Work, String> {
+        Ok(Work::default())
+    }
 }
 
 /// What the drain machine is told.
@@ -127,14 +148,22 @@ pub struct Status {
     pub waiting_for: String,
     pub active_connections: Option<u64>,
     pub active_requests: Option<u64>,
+    /// TCP-proxy (non-HTTP) connections active in Envoy.
+    pub active_tcp: Option<u64>,
+    /// Sockets and processes the app still holds (`app-exit`).
+    pub app_sockets: Option<u64>,
+    pub app_processes: Option<u64>,
+    /// What the drain waits on right now, e.g. `3 requests` or
+    /// `2 app sockets (127.0.0.1:8080 listening; ...)`.
+    pub waiting_on: Option<String>,
     /// Why the last read of the active counts failed, if it did.
     pub last_read_error: Option<String>,
     /// Whether a signal asked for Envoy to be stopped once drained.
     pub stop_requested: bool,
     /// Whether the deadline cut the drain.
     pub cut_by_deadline: bool,
-    /// Connections (or requests, by the policy) still active when Envoy
-    /// was stopped.
+    /// What the policy counts (connections, requests, or work in flight and
+    /// app sockets and processes) still active when Envoy was stopped.
     pub left_at_stop: Option<u64>,
     /// Seconds from the start of the drain to Envoy's stop.
     pub duration_seconds: Option<f64>,
@@ -152,6 +181,10 @@ impl Status {
             waiting_for,
             active_connections: None,
             active_requests: None,
+            active_tcp: None,
+            app_sockets: None,
+            app_processes: None,
+            waiting_on: None,
             last_read_error: None,
             stop_requested: false,
             cut_by_deadline: false,
@@ -168,6 +201,8 @@ pub enum Outcome {
     Drained(Exit),
     /// The deadline cut the drain with `left` still active (None: unknown).
     Cut { left: Option<u64>, exit: Exit },
+    /// The fixed policy's time ran out with `left` requests in flight.
+    Unfinished { left: u64, exit: Exit },
     /// `POST /quitquitquit`.
     Quit(Exit),
     /// Envoy exited on its own.
@@ -181,7 +216,7 @@ impl Outcome {
         match self {
             Outcome::Drained(_) | Outcome::Quit(_) => exit_code::CLEAN,
             Outcome::Cut { left: Some(0), .. } => exit_code::CLEAN,
-            Outcome::Cut { .. } => exit_code::CUT_BY_DEADLINE,
+            Outcome::Cut { .. } | Outcome::Unfinished { .. } => exit_code::CUT_BY_DEADLINE,
             Outcome::EnvoyExited(_) | Outcome::EnvoyGone => exit_code::ENVOY_EXITED,
         }
     }
@@ -225,23 +260,29 @@ impl Plan {
     pub fn waiting_for(&self) -> String {
         match self.policy {
             DrainUntil::Time => format!("{} of drain time", D(self.drain_time)),
+            DrainUntil::AppExit => format!(
+                "no request in Envoy and no socket or process of the app, after at least {}",
+                D(self.minimum)
+            ),
             until => format!("zero active {until}, after at least {}", D(self.minimum)),
         }
     }
 
-    /// What the active count counts under this policy (the fixed policy
-    /// reports connections).
+    /// What the count counts under this policy. The fixed policy counts the
+    /// work it would cut: requests and TCP-proxy connections.
     fn counted(&self) -> &'static str {
         match self.policy {
+            DrainUntil::Connections => "connections",
             DrainUntil::Requests => "requests",
-            DrainUntil::Time | DrainUntil::Connections => "connections",
+            DrainUntil::Time | DrainUntil::AppExit => "requests in flight",
         }
     }
 
     fn count(&self, active: &Active) -> u64 {
         match self.policy {
+            DrainUntil::Connections => active.connections,
             DrainUntil::Requests => active.requests,
-            DrainUntil::Time | DrainUntil::Connections => active.connections,
+            DrainUntil::Time | DrainUntil::AppExit => active.work(),
         }
     }
 }
@@ -296,9 +337,10 @@ enum Interrupt {
 
 /// The drain state machine. Build it with [`Drain::new`], run it with
 /// [`Drain::run`].
-pub struct Drain<E> {
+pub struct Drain<E, A = ()> {
     plan: Plan,
     envoy: E,
+    app: A,
     inbox: Inbox,
     started: Option<Instant>,
 }
@@ -314,8 +356,10 @@ struct Inbox {
     quit_reply: Option<oneshot::Sender<()>>,
 }
 
-impl<E: EnvoyControl> Drain<E> {
-    pub fn new(plan: Plan, envoy: E) -> (Drain<E>, DrainHandle) {
+impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
+    /// The machine and its handle. `app` is what the `app-exit` policy
+    /// watches (`()` for the other policies).
+    pub fn new(plan: Plan, envoy: E, app: A) -> (Drain<E, A>, DrainHandle) {
         let (events_tx, events) = mpsc::channel(64);
         let (status, status_rx) = watch::channel(Status::initial(plan.policy, plan.waiting_for()));
         let handle = DrainHandle {
@@ -334,6 +378,7 @@ impl<E: EnvoyControl> Drain<E> {
         let drain = Drain {
             plan,
             envoy,
+            app,
             inbox,
             started: None,
         };
@@ -442,6 +487,17 @@ impl<E: EnvoyControl> Drain<E> {
         // 5. Stop Envoy.
         let exit = self.stop_envoy().await;
         self.inbox.publish(|s| s.left_at_stop = left);
+        let unfinished = match (self.plan.policy, left) {
+            (DrainUntil::Time, Some(n)) if !cut && n > 0 => Some(n),
+            _ => None,
+        };
+        if let Some(n) = unfinished {
+            tracing::warn!(
+                left_at_stop = n,
+                "the drain time ran out with requests in flight: Envoy stopped with them"
+            );
+            return Ok(Outcome::Unfinished { left: n, exit });
+        }
         if cut {
             match left {
                 Some(n) => tracing::warn!(
@@ -487,10 +543,14 @@ impl<E: EnvoyControl> Drain<E> {
         Ok(())
     }
 
-    /// Waits as the policy says, or until the deadline. Returns the active
-    /// count (by the policy; connections for the fixed policy) at the last
-    /// successful read, and whether the policy was satisfied (false: the
-    /// deadline came first).
+    /// Waits as the policy says, or until the deadline. Returns the count
+    /// the policy counts at the last successful read, and whether the policy
+    /// was satisfied (false: the deadline came first).
+    ///
+    /// Envoy answers admin calls on its main thread, the one that applies
+    /// xDS: reads are spaced so they take at most a tenth of its time
+    /// (a read starts at least ten times as long as the last one took after it), and
+    /// never closer than [`ZERO_POLL_INTERVAL`].
     async fn wait_for_policy(
         &mut self,
         drain_began: Instant,
@@ -501,24 +561,38 @@ impl<E: EnvoyControl> Drain<E> {
             DrainUntil::Time => (plan.report_every, drain_began + plan.drain_time),
             _ => (ZERO_POLL_INTERVAL, drain_began + plan.minimum),
         };
+        let watch_app = plan.policy == DrainUntil::AppExit;
         let mut left: Option<u64> = None;
         let mut refused_since: Option<Instant> = None;
         let mut progress = Progress::default();
         let mut read_warning = Throttle::new(WARN_EVERY);
         let mut skipped_warning = Throttle::new(WARN_EVERY);
+        let mut app_warning = Throttle::new(WARN_EVERY);
         loop {
             let read_timeout = plan
                 .read_timeout
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(Duration::from_millis(10));
-            let read = self
+            let read_started = Instant::now();
+            let envoy_read = async {
+                let started = Instant::now();
+                let read = tokio::time::timeout(read_timeout, self.envoy.active()).await;
+                (read, started.elapsed())
+            };
+            let app_read = async {
+                match watch_app {
+                    true => Some(tokio::time::timeout(read_timeout, self.app.work()).await),
+                    false => None,
+                }
+            };
+            let ((read, took), app_read) = self
                 .inbox
-                .race(&self.envoy, tokio::time::timeout(read_timeout, self.envoy.active()))
+                .race(&self.envoy, async { tokio::join!(envoy_read, app_read) })
                 .await?;
             let now = Instant::now();
-            // Only a count read now may end the drain: an older zero may
-            // be stale (a graceful drain still accepts connections).
-            let mut read_now = None;
+            // Only counts read now may end the drain: an older zero may be
+            // stale (a graceful drain still accepts connections).
+            let mut envoy_now = None;
             match read {
                 Ok(Ok(active)) => {
                     refused_since = None;
@@ -527,13 +601,11 @@ impl<E: EnvoyControl> Drain<E> {
                             tracing::warn!("not counted: {skipped}");
                         }
                     }
-                    let count = plan.count(&active);
-                    progress.observe(now, count, plan.counted());
-                    left = Some(count);
-                    read_now = Some(count);
+                    envoy_now = Some(plan.count(&active));
                     self.inbox.publish(|s| {
                         s.active_connections = Some(active.connections);
                         s.active_requests = Some(active.requests);
+                        s.active_tcp = Some(active.tcp);
                         s.last_read_error = None;
                     });
                 }
@@ -557,15 +629,51 @@ impl<E: EnvoyControl> Drain<E> {
                     self.inbox.publish(|s| s.last_read_error = Some(e));
                 }
             }
+            let app_now: Option<Work> = match app_read {
+                None => Some(Work::default()),
+                Some(Ok(Ok(work))) => Some(work),
+                Some(Ok(Err(e))) => {
+                    if app_warning.due(now) {
+                        tracing::warn!(error = %e, "cannot see the app's sockets; the drain goes on");
+                    }
+                    None
+                }
+                Some(Err(_)) => None,
+            };
+            if watch_app {
+                if let Some(work) = &app_now {
+                    let sockets = work.sockets.len() as u64;
+                    let processes = work.processes.len() as u64;
+                    self.inbox.publish(|s| {
+                        s.app_sockets = Some(sockets);
+                        s.app_processes = Some(processes);
+                    });
+                }
+            }
+            // The count the policy counts, read now (None: unknown now).
+            let count_now = match (envoy_now, &app_now) {
+                (Some(n), Some(work)) => Some(n + work.count()),
+                _ => None,
+            };
+            if let Some(count) = count_now {
+                let on = waiting_on(&plan, envoy_now.unwrap_or(0), app_now.as_ref());
+                if Some(count) != left || self.inbox.status.borrow().waiting_on.as_deref() != on.as_deref() {
+                    self.inbox.publish(|s| s.waiting_on = on);
+                }
+                progress.observe(now, count, plan.counted());
+                left = Some(count);
+            }
             let done = match plan.policy {
                 DrainUntil::Time => now >= min_end,
-                _ => now >= min_end && read_now == Some(0),
+                _ => now >= min_end && count_now == Some(0),
             };
             if done {
                 match plan.policy {
-                    DrainUntil::Time => {
-                        tracing::info!(connections = left, "drain time ({}) is over", D(plan.drain_time))
-                    }
+                    DrainUntil::Time => tracing::info!(in_flight = left, "drain time ({}) is over", D(plan.drain_time)),
+                    DrainUntil::AppExit => tracing::info!(
+                        took = %D(now.duration_since(drain_began)),
+                        "the app is done and Envoy is idle"
+                    ),
                     until => tracing::info!(took = %D(now.duration_since(drain_began)), "zero active {until}"),
                 }
                 return Ok((left, true));
@@ -573,7 +681,8 @@ impl<E: EnvoyControl> Drain<E> {
             if now >= deadline {
                 return Ok((left, false));
             }
-            let mut next = deadline.min(now + period);
+            let gap = period.max(took * 10);
+            let mut next = deadline.min(read_started + gap).max(now);
             if plan.policy == DrainUntil::Time {
                 next = next.min(min_end);
             }
@@ -711,6 +820,18 @@ impl Throttle {
     }
 }
 
+/// What the drain waits on now, in words; None when nothing.
+fn waiting_on(plan: &Plan, envoy: u64, app: Option<&Work>) -> Option<String> {
+    let mut parts = Vec::new();
+    if envoy > 0 {
+        parts.push(format!("{envoy} {}", plan.counted()));
+    }
+    if let Some(work) = app.filter(|w| !w.is_done()) {
+        parts.push(work.to_string());
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
 fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -760,6 +881,7 @@ mod tests {
             Ok(Active {
                 connections: n,
                 requests: n,
+                tcp: 0,
                 skipped: Vec::new(),
             }),
         )
@@ -868,7 +990,7 @@ mod tests {
 
     /// Starts the drain machine on `envoy`; the fake sees the published phase.
     fn start(plan: Plan, envoy: &FakeEnvoy) -> (tokio::task::JoinHandle<Outcome>, DrainHandle) {
-        let (drain, handle) = Drain::new(plan, envoy.clone());
+        let (drain, handle) = Drain::new(plan, envoy.clone(), ());
         *envoy.0.phase.lock().unwrap() = Some(handle.watch());
         (tokio::spawn(drain.run()), handle)
     }
@@ -1179,7 +1301,9 @@ mod tests {
         );
         assert_eq!(status.active_connections, None);
         assert_eq!(task.await.unwrap().exit_code(), exit_code::CLEAN);
-        assert_between(envoy.stops()[0], 6.0, 6.05);
+        // Not before the first zero that was really read (after 6 s); a read
+        // that timed out spaces the next one by ten times the timeout.
+        assert_between(envoy.stops()[0], 6.0, 10.05);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1191,5 +1315,125 @@ mod tests {
         assert_eq!(handle.status().active_connections, Some(5));
         task.await.unwrap();
         assert_eq!(handle.status().active_connections, Some(1));
+    }
+
+    /// The app, scripted like Envoy: its sockets as a function of time.
+    #[derive(Clone)]
+    struct FakeApp {
+        t0: Instant,
+        sockets: Arc<dyn Fn(Duration) -> usize + Send + Sync>,
+    }
+
+    impl AppControl for FakeApp {
+        async fn work(&self) -> Result<Work, String> {
+            let n = (self.sockets)(self.t0.elapsed());
+            let socket = app::AppSocket {
+                local: "127.0.0.1:41234".parse().unwrap(),
+                remote: Some("127.0.0.1:15001".parse().unwrap()),
+                pid: Some(7),
+            };
+            Ok(Work {
+                sockets: vec![socket; n],
+                processes: Vec::new(),
+            })
+        }
+    }
+
+    fn start_with_app(
+        plan: Plan,
+        envoy: &FakeEnvoy,
+        sockets: impl Fn(Duration) -> usize + Send + Sync + 'static,
+    ) -> (tokio::task::JoinHandle<Outcome>, DrainHandle) {
+        let app = FakeApp {
+            t0: envoy.0.t0,
+            sockets: Arc::new(sockets),
+        };
+        let (drain, handle) = Drain::new(plan, envoy.clone(), app);
+        (tokio::spawn(drain.run()), handle)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
+        // Inbound requests end at 1 s; the app calls out through Envoy until
+        // 4 s (one request in Envoy, one socket of the app's), then exits.
+        let envoy = FakeEnvoy::new(true, |t| {
+            conns(u64::from(t < secs(1.0) || (t >= secs(2.0) && t < secs(4.0))))
+        });
+        let mut p = plan(DrainUntil::AppExit);
+        p.minimum = secs(1.0);
+        let (task, handle) = start_with_app(p, &envoy, |t| usize::from(t < secs(4.2)));
+        handle.signal("SIGTERM");
+        at(&envoy, 3.0).await;
+        let status = handle.status();
+        assert_eq!(
+            status.waiting_on.as_deref(),
+            Some("1 requests in flight; 1 app socket (127.0.0.1:41234 -> 127.0.0.1:15001)")
+        );
+        assert_eq!(status.app_sockets, Some(1));
+        let outcome = task.await.unwrap();
+        assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+        // Stopped within one read period of the app's exit.
+        assert_between(envoy.stops()[0], 4.2, 4.25);
+        let status = handle.status();
+        assert_eq!(status.left_at_stop, Some(0));
+        assert_eq!(status.waiting_on, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
+        let envoy = FakeEnvoy::new(true, |_| conns(0));
+        let mut p = plan(DrainUntil::AppExit);
+        p.deadline = secs(8.0);
+        let (task, handle) = start_with_app(p, &envoy, |_| 2);
+        handle.signal("SIGTERM");
+        let outcome = task.await.unwrap();
+        assert!(matches!(outcome, Outcome::Cut { left: Some(2), .. }), "{outcome:?}");
+        assert_eq!(outcome.exit_code(), exit_code::CUT_BY_DEADLINE);
+        assert_eq!(envoy.stops(), [secs(8.0)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_fixed_policy_stopping_envoy_with_requests_in_flight_exits_3() {
+        let envoy = FakeEnvoy::new(true, |_| conns(1));
+        let (task, handle) = start(plan(DrainUntil::Time), &envoy);
+        handle.signal("SIGTERM");
+        let outcome = task.await.unwrap();
+        assert!(matches!(outcome, Outcome::Unfinished { left: 1, .. }), "{outcome:?}");
+        assert_eq!(outcome.exit_code(), exit_code::CUT_BY_DEADLINE);
+        let status = handle.status();
+        assert_eq!(status.left_at_stop, Some(1));
+        assert!(!status.cut_by_deadline);
+        assert_eq!(envoy.stops(), [secs(5.0)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
+        // Every read takes 200 ms: reads start 2 s apart, not every 50 ms.
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let seen = starts.clone();
+        let t0 = Instant::now();
+        let envoy = FakeEnvoy::new(true, move |t| {
+            seen.lock().unwrap().push(t);
+            (Duration::from_millis(200), conns(u64::from(t < secs(9.0))).1)
+        });
+        assert_eq!(envoy.0.t0, t0);
+        let mut p = plan(DrainUntil::Connections);
+        p.minimum = secs(1.0);
+        let (task, handle) = start(p, &envoy);
+        handle.signal("SIGTERM");
+        task.await.unwrap();
+        let starts = starts.lock().unwrap().clone();
+        for pair in starts.windows(2) {
+            assert!(pair[1] - pair[0] >= secs(2.0), "{starts:?}");
+        }
+        // Each read and the pause after it: Envoy busy a tenth of the time.
+        let busy = Duration::from_millis(200) * (starts.len() as u32 - 1);
+        let span = *starts.last().unwrap() - starts[0];
+        assert!(
+            busy.as_secs_f64() / span.as_secs_f64() <= 0.1001,
+            "{busy:?} of {span:?}"
+        );
+        // The drain still ends at the first zero read after 9 s.
+        assert_between(envoy.stops()[0], 9.0, 11.3);
     }
 }

@@ -22,6 +22,7 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use crate::admin::{AdminClient, AdminError, Endpoint};
+use crate::config::DrainScope;
 use crate::drain::EnvoyControl;
 use crate::stats::{self, Active};
 
@@ -32,6 +33,8 @@ pub struct Envoy {
     process: Option<Child>,
     /// Listener ports left out of the active counts.
     ignored_ports: Vec<u16>,
+    /// Which listeners drain.
+    scope: DrainScope,
 }
 
 impl Envoy {
@@ -41,6 +44,7 @@ impl Envoy {
             admin,
             process: None,
             ignored_ports,
+            scope: DrainScope::Inbound,
         }
     }
 
@@ -50,7 +54,18 @@ impl Envoy {
             admin,
             process: Some(child),
             ignored_ports,
+            scope: DrainScope::Inbound,
         }
+    }
+
+    /// The same Envoy, draining `scope` listeners.
+    pub fn with_scope(self, scope: DrainScope) -> Self {
+        Self { scope, ..self }
+    }
+
+    /// The pid of the Envoy lifeguard launched.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|c| c.pid as u32)
     }
 }
 
@@ -170,10 +185,11 @@ impl Child {
 
 impl EnvoyControl for Envoy {
     async fn drain_listeners(&self, skip_exit: bool) -> Result<(), AdminError> {
-        let path = if skip_exit {
-            "/drain_listeners?inboundonly&graceful&skip_exit"
-        } else {
-            "/drain_listeners?inboundonly&graceful"
+        let path = match (self.scope, skip_exit) {
+            (DrainScope::Inbound, true) => "/drain_listeners?inboundonly&graceful&skip_exit",
+            (DrainScope::Inbound, false) => "/drain_listeners?inboundonly&graceful",
+            (DrainScope::All, true) => "/drain_listeners?graceful&skip_exit",
+            (DrainScope::All, false) => "/drain_listeners?graceful",
         };
         self.admin.post(Endpoint::DrainListeners, path).await.map(drop)
     }

@@ -12,8 +12,9 @@ use tracing_subscriber::EnvFilter;
 use tokio::time::Instant;
 
 use lifeguard::admin::{AdminClient, CallOutcome, Endpoint};
+use lifeguard::app;
 use lifeguard::cli::{Cli, Command};
-use lifeguard::config::{self, Effective, Settings};
+use lifeguard::config::{self, DrainUntil, Effective, Settings};
 use lifeguard::drain::{exit_code, Drain, Plan};
 use lifeguard::envoy::{self, Envoy};
 use lifeguard::hooks;
@@ -164,10 +165,12 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
             return exit_code::CONFIG;
         }
     };
+    let local = server.local_addr().expect("bound listener has an address");
+    let local_port = local.port();
 
     let ignored_ports = settings.ignore_listener_ports.clone();
     let envoy = if envoy_command.is_empty() {
-        Envoy::external(admin.clone(), ignored_ports)
+        Envoy::external(admin.clone(), ignored_ports).with_scope(settings.drain_scope)
     } else {
         let mut command = envoy_command;
         let extra = envoy::drain_flags(&command, settings.termination_grace_period);
@@ -178,7 +181,7 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         match envoy::Child::spawn(&command) {
             Ok(child) => {
                 tracing::info!(pid = child.pid(), command = %command.join(" "), "Envoy started");
-                Envoy::child(child, admin.clone(), ignored_ports)
+                Envoy::child(child, admin.clone(), ignored_ports).with_scope(settings.drain_scope)
             }
             Err(e) => {
                 tracing::error!(program = %command[0], error = %e, "cannot start Envoy");
@@ -187,7 +190,36 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         }
     };
 
-    let (drain, handle) = Drain::new(Plan::new(&settings), envoy);
+    let mut plan = Plan::new(&settings);
+    let envoy_pid = envoy.pid();
+    let app = app::Watcher::for_pod(
+        local_port,
+        settings.admin_url.addr().port(),
+        envoy_pid,
+        settings.ignore_app_ports.clone(),
+    );
+    let app = match app {
+        Ok(app) => app,
+        Err(why) => {
+            if plan.policy == DrainUntil::AppExit {
+                tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
+                plan.policy = DrainUntil::Requests;
+            }
+            app::Watcher::inert()
+        }
+    };
+    if plan.policy == DrainUntil::AppExit {
+        tracing::info!(
+            processes = app.watches_processes(),
+            "app-exit: waiting for the app's sockets{}",
+            if app.watches_processes() {
+                " and processes (shared process namespace)"
+            } else {
+                ""
+            }
+        );
+    }
+    let (drain, handle) = Drain::new(plan, envoy, app);
     let readiness = Readiness::new(settings.stale_after(), handle.watch());
     let envoy_metrics = settings
         .merge_envoy_metrics
@@ -195,12 +227,11 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let service = StatusService::new(readiness.clone())
         .with_drain(handle.clone())
         .with_metrics(metrics.clone(), envoy_metrics);
-    let local = server.local_addr().expect("bound listener has an address");
     tracing::info!(
         status_addr = %local,
         admin_url = %settings.admin_url,
         poll_interval = %D(settings.poll_interval),
-        drain_until = %settings.drain_until,
+        drain_until = %handle.status().policy,
         deadline = %D(settings.drain_deadline()),
         "lifeguard listening"
     );

@@ -471,7 +471,7 @@ mod tests {
             report_every: Duration::from_secs(1),
         };
         let admin = AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
-        let (drain, handle) = Drain::new(plan, crate::envoy::Envoy::external(admin, vec![]));
+        let (drain, handle) = Drain::new(plan, crate::envoy::Envoy::external(admin, vec![]), ());
         let r = Readiness::new(Duration::from_secs(4), handle.watch());
         r.store(Verdict::ready(Instant::now()));
         (StatusService::new(r.clone()).with_drain(handle), r, drain)

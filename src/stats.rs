@@ -157,6 +157,10 @@ pub struct Active {
     /// Sum of `http.<prefix>.downstream_rq_active` over the HTTP connection
     /// managers that count.
     pub requests: u64,
+    /// Connections that no HTTP connection manager holds (TCP proxy and
+    /// other network filters): the listeners' connections less the HTTP
+    /// managers' `downstream_cx_active`. Each is work in flight.
+    pub tcp: u64,
     /// Lines that were not counted because their value made no sense
     /// (wrapped or unparsable), as text for the log.
     pub skipped: Vec<String>,
@@ -170,11 +174,21 @@ pub const IGNORED_HTTP_PREFIXES: [&str; 4] = ["admin", "agent", "status", "stats
 /// The admin query for [`active`]: both families in one read.
 pub const ACTIVE_STATS: &str = "/stats?usedonly&filter=downstream_%28cx%7Crq%29_active%24";
 
+impl Active {
+    /// Work in flight in Envoy: HTTP requests and TCP-proxy connections.
+    pub fn work(&self) -> u64 {
+        self.requests.saturating_add(self.tcp)
+    }
+}
+
 /// Counts active downstream connections and requests in an answer to
-/// [`ACTIVE_STATS`], leaving out the admin listener, listeners on
-/// `ignored_ports` (IPv4 and IPv6 alike) and the agent-facing HTTP prefixes.
+/// [`ACTIVE_STATS`], leaving out the admin listener, internal listeners
+/// (`envoy_internal_*`: their connections come from Envoy itself and are
+/// already counted where they entered), listeners on `ignored_ports` (IPv4
+/// and IPv6 alike) and the agent-facing HTTP prefixes.
 pub fn active(body: &str, ignored_ports: &[u16]) -> Active {
     let mut out = Active::default();
+    let mut http_connections = 0u64;
     for line in lines(body) {
         let counted = if let Some(listener) = line
             .name
@@ -188,6 +202,7 @@ pub fn active(body: &str, ignored_ports: &[u16]) -> Active {
                 .is_some_and(|(_, last)| last.starts_with("worker_") || last == "main_thread");
             let ignored = listener == "admin"
                 || listener.starts_with("admin.")
+                || listener.starts_with("envoy_internal_")
                 || listener_port(listener).is_some_and(|p| ignored_ports.contains(&p));
             (!per_thread && !ignored).then_some(&mut out.connections)
         } else if let Some(prefix) = line
@@ -196,6 +211,12 @@ pub fn active(body: &str, ignored_ports: &[u16]) -> Active {
             .and_then(|rest| rest.strip_suffix(".downstream_rq_active"))
         {
             (!IGNORED_HTTP_PREFIXES.contains(&prefix)).then_some(&mut out.requests)
+        } else if let Some(prefix) = line
+            .name
+            .strip_prefix("http.")
+            .and_then(|rest| rest.strip_suffix(".downstream_cx_active"))
+        {
+            (!IGNORED_HTTP_PREFIXES.contains(&prefix)).then_some(&mut http_connections)
         } else {
             None
         };
@@ -208,6 +229,7 @@ pub fn active(body: &str, ignored_ports: &[u16]) -> Active {
             Value::Unparsable(text) => out.skipped.push(format!("{} = {text:?} (not a number)", line.name)),
         }
     }
+    out.tcp = out.connections.saturating_sub(http_connections);
     out
 }
 
@@ -244,6 +266,26 @@ listener.admin.main_thread.downstream_cx_active: 1
         let a = active(CAPTURED, &[15021, 15090]);
         assert_eq!((a.connections, a.requests), (1, 1));
         assert!(a.skipped.is_empty());
+    }
+
+    #[test]
+    fn internal_listeners_are_not_counted_and_tcp_proxy_connections_are_work() {
+        // A tcp_proxy listener on 15001 forwarding into an internal listener
+        // with an HTTP manager: the connection is counted once, as TCP work.
+        let body = "listener.127.0.0.1_15001.downstream_cx_active: 1\n\
+                    listener.envoy_internal_inner.downstream_cx_active: 1\n\
+                    http.inner.downstream_cx_active: 0\n\
+                    http.inner.downstream_rq_active: 0\n";
+        let a = active(body, &[15021, 15090]);
+        assert_eq!((a.connections, a.requests, a.tcp, a.work()), (1, 0, 1, 1));
+        // An idle pooled HTTP connection into the internal listener: not work.
+        let body = "listener.envoy_internal_inner.downstream_cx_active: 1\n\
+                    http.inner.downstream_cx_active: 1\n\
+                    http.inner.downstream_rq_active: 0\n";
+        let a = active(body, &[15021, 15090]);
+        assert_eq!((a.connections, a.requests, a.tcp), (0, 0, 0));
+        // The captured sidecar: one HTTP request, no TCP work.
+        assert_eq!(active(CAPTURED, &[15021, 15090]).tcp, 0);
     }
 
     #[test]

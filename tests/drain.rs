@@ -19,7 +19,13 @@ fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {
         Ok((status, _)) => assert!(status >= 500, "expected a failure, got {status}"),
         Err(_) => {} // reset or closed: the failure users see
     }
-    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0, "{}", pod.agent.output());
+    // lifeguard says so: exit 3, and the request it cut in the log.
+    assert_eq!(pod.exit_code(Duration::from_secs(10)), 3, "{}", pod.agent.output());
+    let out = pod.agent.output();
+    assert!(
+        out.contains("the drain time ran out with requests in flight") && out.contains("left_at_stop=1"),
+        "{out}"
+    );
 }
 
 #[test]
