@@ -125,6 +125,11 @@ pub struct AdminClient {
 /// Largest `/stats` answer accepted for the small filtered queries.
 pub const STATS_LIMIT: usize = 1 << 20;
 
+/// Largest answer to the drain's active-count read. It has a few lines per
+/// listener (one per worker too): about 150 bytes a listener with two
+/// workers, so 64 MiB is some 400,000 listeners, far past any real config.
+pub const ACTIVE_LIMIT: usize = 64 << 20;
+
 impl AdminClient {
     pub fn new(url: LoopbackUrl, timeout: Duration) -> Self {
         Self {

@@ -88,30 +88,46 @@ impl Work {
     }
 }
 
+impl Work {
+    /// Every socket and process, none left out of the list.
+    pub fn listed_in_full(&self) -> String {
+        Listed(self, usize::MAX).to_string()
+    }
+}
+
 /// `2 app sockets (127.0.0.1:8080 listening; 127.0.0.1:41234 -> 127.0.0.1:15001)`,
 /// at most a few listed.
 impl fmt::Display for Work {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const LISTED: usize = 4;
+        Listed(self, 4).fmt(f)
+    }
+}
+
+/// Work, listing at most `.1` sockets and processes.
+struct Listed<'a>(&'a Work, usize);
+
+impl fmt::Display for Listed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (work, listed) = (self.0, self.1);
         let mut parts = Vec::new();
-        if !self.sockets.is_empty() {
-            let n = self.sockets.len();
-            let mut list: Vec<String> = self.sockets.iter().take(LISTED).map(ToString::to_string).collect();
-            if n > LISTED {
-                list.push(format!("{} more", n - LISTED));
+        if !work.sockets.is_empty() {
+            let n = work.sockets.len();
+            let mut list: Vec<String> = work.sockets.iter().take(listed).map(ToString::to_string).collect();
+            if n > listed {
+                list.push(format!("{} more", n - listed));
             }
             parts.push(format!("{n} app socket{} ({})", plural(n), list.join("; ")));
         }
-        if !self.processes.is_empty() {
-            let n = self.processes.len();
-            let mut list: Vec<String> = self
+        if !work.processes.is_empty() {
+            let n = work.processes.len();
+            let mut list: Vec<String> = work
                 .processes
                 .iter()
-                .take(LISTED)
+                .take(listed)
                 .map(|p| format!("{} pid {}", p.name, p.pid))
                 .collect();
-            if n > LISTED {
-                list.push(format!("{} more", n - LISTED));
+            if n > listed {
+                list.push(format!("{} more", n - listed));
             }
             parts.push(format!(
                 "{n} app process{} ({})",

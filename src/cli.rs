@@ -56,8 +56,10 @@ pub enum Command {
         request_timeout: Duration,
     },
 
-    /// preStop helper: wait until no process but Envoy and lifeguard listens
-    /// on a TCP port in the pod (IPv4 and IPv6), reporting what it waits for.
+    /// preStop helper: tell the agent that termination began, then wait
+    /// until the app holds no TCP socket in the pod (IPv4 and IPv6, listening
+    /// or connected) and, with a shared process namespace, no process; the
+    /// proxy is known by pid. Reports what it waits for.
     WaitAppExit {
         /// Give up (exit 1) after this long; 0 waits until the kubelet ends
         /// the hook.
@@ -66,12 +68,17 @@ pub enum Command {
         /// Time between checks.
         #[arg(long, default_value = "500ms", value_parser = positive_duration)]
         period: Duration,
-        /// A port whose listeners never count (repeatable).
+        /// A local port whose sockets never count: another sidecar's
+        /// (repeatable).
         #[arg(long = "ignore-port", value_name = "PORT")]
         ignore_ports: Vec<u16>,
-        /// A process name whose sockets never count (repeatable).
-        #[arg(long = "ignore-process", value_name = "NAME")]
-        ignore_processes: Vec<String>,
+        /// The agent's status address: told that termination began; the
+        /// process that owns it is the proxy's (loopback only).
+        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = base_url)]
+        agent_url: LoopbackUrl,
+        /// Envoy's admin API: the process that owns it is Envoy (loopback only).
+        #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = base_url)]
+        admin_url: LoopbackUrl,
     },
 
     /// Native-sidecar preStop hook: `POST /drain` on the agent and wait until

@@ -308,6 +308,22 @@ impl DrainHandle {
         rx.await.ok()
     }
 
+    /// Starts a drain (or joins the one under way) without waiting for it:
+    /// resolves once the phase has left `serving` (readiness is 503), with
+    /// the status then. None when the drain machine has ended.
+    pub async fn begin(&self) -> Option<Status> {
+        let (tx, _unanswered) = oneshot::channel();
+        self.events.send(Event::Drain(tx)).await.ok()?;
+        let mut status = self.status.clone();
+        let begun = status.wait_for(|s| s.phase != Phase::Serving);
+        let status = tokio::time::timeout(Duration::from_secs(1), begun)
+            .await
+            .ok()?
+            .ok()?
+            .clone();
+        Some(status)
+    }
+
     /// Stops Envoy now; resolves once it has stopped.
     pub async fn quit(&self) -> bool {
         let (tx, rx) = oneshot::channel();
@@ -1435,5 +1451,23 @@ mod tests {
         );
         // The drain still ends at the first zero read after 9 s.
         assert_between(envoy.stops()[0], 9.0, 11.3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hook_starts_the_pods_clock_before_sigterm() {
+        // wait-app-exit tells the agent at 0 s; SIGTERM comes at 5 s (when
+        // the hook returns). The deadline counts from the hook.
+        let envoy = FakeEnvoy::new(true, |_| conns(1));
+        let mut p = plan(DrainUntil::Connections);
+        p.deadline = secs(10.0);
+        let (task, handle) = start(p, &envoy);
+        let status = handle.begin().await.expect("the drain began");
+        assert_eq!(status.phase, Phase::Draining, "readiness is 503 when begin() answers");
+        assert_eq!(status.trigger, Some("POST /drain"));
+        at(&envoy, 5.0).await;
+        handle.signal("SIGTERM");
+        let outcome = task.await.unwrap();
+        assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
+        assert_eq!(envoy.stops(), [secs(10.0)]);
     }
 }

@@ -197,7 +197,7 @@ impl EnvoyControl for Envoy {
     async fn active(&self) -> Result<Active, AdminError> {
         let body = self
             .admin
-            .get_text(Endpoint::Stats, stats::ACTIVE_STATS, crate::admin::STATS_LIMIT)
+            .get_text(Endpoint::Stats, stats::ACTIVE_STATS, crate::admin::ACTIVE_LIMIT)
             .await?;
         Ok(stats::active(&body, &self.ignored_ports))
     }

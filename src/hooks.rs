@@ -3,23 +3,24 @@
 //!
 //! - [`wait`]: the postStart hook that holds the app until the proxy is
 //!   ready (`holdApplicationUntilProxyStarts`).
-//! - [`wait_app_exit`]: a preStop helper that waits until no process but
-//!   Envoy and lifeguard listens on a TCP port (replaces `netstat` loops that
-//!   count the agent's own port and never end).
+//! - [`wait_app_exit`]: a preStop helper that tells the agent termination
+//!   began, then waits until the app holds no socket (listening or
+//!   connected) and, with a shared process namespace, no process; the proxy
+//!   is known by pid (replaces `netstat` loops that count the agent's own
+//!   port and never end, and trust process names).
 //! - [`drain`]: a client for `POST /drain`, the native-sidecar preStop hook.
 //!
 //! Each returns the process exit code: 0 success, 1 gave up or refused.
 //! Every network call has a timeout, and every URL must be loopback.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
 
 use crate::admin::{fetch, AdminError};
+use crate::app;
 use crate::config::LoopbackUrl;
 use crate::duration::Display as D;
-use crate::sockets::{self, Listening, Owner};
 
 /// Exit code when a helper gives up or is refused.
 pub const FAILED: u8 = 1;
@@ -128,12 +129,6 @@ pub async fn drain(opts: &DrainOptions) -> u8 {
     }
 }
 
-/// Ports Envoy and lifeguard listen on in a sidecar: admin, outbound,
-/// inbound, status (agent), status (Envoy), Prometheus.
-pub const PROXY_PORTS: [u16; 6] = [15000, 15001, 15006, 15020, 15021, 15090];
-/// Process names whose sockets are the proxy's, not the app's.
-pub const PROXY_PROCESSES: [&str; 3] = ["envoy", "lifeguard", "pilot-agent"];
-
 /// Options of `lifeguard wait-app-exit`.
 #[derive(Debug, Clone)]
 pub struct AppExitOptions {
@@ -141,82 +136,75 @@ pub struct AppExitOptions {
     pub timeout: Duration,
     pub period: Duration,
     pub ignore_ports: Vec<u16>,
-    pub ignore_processes: Vec<String>,
+    /// The agent: told that termination began; its status listener's owner
+    /// is the proxy's.
+    pub agent: LoopbackUrl,
+    /// Envoy's admin API: its listener's owner is Envoy.
+    pub admin: LoopbackUrl,
 }
 
-/// A listening socket the helper waits for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppSocket {
-    pub addr: std::net::SocketAddr,
-    pub owner: Option<Owner>,
-}
-
-impl std::fmt::Display for AppSocket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.owner {
-            Some(o) => write!(f, "{} ({} pid {})", self.addr, o.name, o.pid),
-            None => write!(f, "{} (owner not visible)", self.addr),
+/// Tells the agent that termination began (`POST /drain?nowait`): readiness
+/// turns 503 and the pod's deadline clock starts now, not at SIGTERM.
+/// Best effort: a missing agent is reported, not fatal.
+async fn tell_agent(agent: &LoopbackUrl) {
+    let call = fetch(agent, Method::POST, "/drain?nowait", 64 * 1024);
+    match tokio::time::timeout(Duration::from_secs(1), call).await {
+        Ok(Ok((status, _))) if status.is_success() => {
+            eprintln!("lifeguard wait-app-exit: told the agent at {agent} that termination began")
         }
+        Ok(Ok((status, body))) => eprintln!(
+            "lifeguard wait-app-exit: the agent at {agent} answered {}: {}",
+            status.as_u16(),
+            String::from_utf8_lossy(&body).trim()
+        ),
+        Ok(Err(e)) => eprintln!("lifeguard wait-app-exit: could not tell the agent: {e}"),
+        Err(_) => eprintln!("lifeguard wait-app-exit: the agent at {agent} did not answer within 1s"),
     }
 }
 
-/// The app's listening sockets among `listening`: a socket is the proxy's
-/// when its owner is a proxy process or ignored by name, or — when its owner
-/// cannot be seen — when it is on a proxy port. Ignored ports never count.
-pub fn app_sockets(
-    listening: &[Listening],
-    owners: &std::collections::HashMap<u64, Owner>,
-    opts: &AppExitOptions,
-) -> Vec<AppSocket> {
-    let mut seen = HashSet::new();
-    listening
-        .iter()
-        .filter(|l| seen.insert(l.inode))
-        .filter(|l| !opts.ignore_ports.contains(&l.addr.port()))
-        .filter_map(|l| {
-            let owner = owners.get(&l.inode).cloned();
-            let proxy = match &owner {
-                Some(o) => PROXY_PROCESSES.contains(&o.name.as_str()) || opts.ignore_processes.contains(&o.name),
-                None => PROXY_PORTS.contains(&l.addr.port()),
-            };
-            (!proxy).then_some(AppSocket { addr: l.addr, owner })
-        })
-        .collect()
-}
-
-/// Waits until no app socket is listening.
+/// Waits until the app holds no socket (and, in a pod that shares its
+/// process namespace, no process), by the rules of [`crate::app`]: the
+/// proxy is this helper, the agent and Envoy, known by the pids that own
+/// their listeners.
 pub async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
     let started = Instant::now();
+    tell_agent(&opts.agent).await;
+    let processes = app::shares_pod_process_namespace();
     let mut last_report: Option<Instant> = None;
     loop {
-        let listening = match sockets::listening() {
-            Ok(l) => l,
+        let (agent_port, admin_port) = (opts.agent.addr().port(), opts.admin.addr().port());
+        let proxy = app::Proxy {
+            pids: std::iter::once(std::process::id())
+                .chain(app::listener_owner(agent_port))
+                .collect(),
+            control_ports: vec![agent_port, admin_port],
+            ignored_ports: opts.ignore_ports.clone(),
+        };
+        let work = match app::scan(&proxy, processes, Some(admin_port)) {
+            Ok(work) => work,
             Err(e) => {
                 eprintln!("lifeguard wait-app-exit: cannot read /proc/net/tcp: {e}");
                 return FAILED;
             }
         };
-        let app = app_sockets(&listening, &sockets::owners(), opts);
-        if app.is_empty() {
+        if work.is_done() {
             eprintln!(
-                "lifeguard wait-app-exit: no app socket is listening (after {})",
+                "lifeguard wait-app-exit: the app holds no socket{} (after {})",
+                if processes { " and no process" } else { "" },
                 D(round_ms(started.elapsed()))
             );
             return 0;
         }
-        let list = app.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
         if !opts.timeout.is_zero() && started.elapsed() >= opts.timeout {
+            let all = work.listed_in_full();
             eprintln!(
-                "lifeguard wait-app-exit: gave up after {}; still listening: {list}",
+                "lifeguard wait-app-exit: gave up after {}; still: {all}",
                 D(opts.timeout)
             );
             return FAILED;
         }
         if last_report.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
-            eprintln!(
-                "lifeguard wait-app-exit: waiting for {} listening socket(s): {list}",
-                app.len()
-            );
+            eprintln!("lifeguard wait-app-exit: waiting for {work}");
             last_report = Some(Instant::now());
         }
         tokio::time::sleep(opts.period).await;
@@ -225,87 +213,4 @@ pub async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
 
 fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis() as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn listening(addr: &str, inode: u64) -> Listening {
-        Listening {
-            addr: addr.parse().unwrap(),
-            inode,
-        }
-    }
-
-    fn opts() -> AppExitOptions {
-        AppExitOptions {
-            timeout: Duration::ZERO,
-            period: Duration::from_millis(100),
-            ignore_ports: vec![],
-            ignore_processes: vec![],
-        }
-    }
-
-    #[test]
-    fn proxy_sockets_by_owner_and_by_port_when_owner_is_hidden() {
-        let sockets = [
-            listening("0.0.0.0:15006", 1),   // envoy, by owner
-            listening("0.0.0.0:15020", 2),   // owner hidden, proxy port
-            listening("0.0.0.0:8080", 3),    // the app
-            listening("[::]:9090", 4),       // owner hidden, not a proxy port
-            listening("127.0.0.1:15000", 5), // a python app on a proxy port: counted
-        ];
-        let owners = HashMap::from([
-            (
-                1,
-                Owner {
-                    pid: 10,
-                    name: "envoy".into(),
-                },
-            ),
-            (
-                3,
-                Owner {
-                    pid: 11,
-                    name: "java".into(),
-                },
-            ),
-            (
-                5,
-                Owner {
-                    pid: 12,
-                    name: "python3".into(),
-                },
-            ),
-        ]);
-        let got: Vec<_> = app_sockets(&sockets, &owners, &opts())
-            .into_iter()
-            .map(|s| s.addr.port())
-            .collect();
-        assert_eq!(got, vec![8080, 9090, 15000]);
-    }
-
-    #[test]
-    fn ignored_ports_and_processes_do_not_count() {
-        let sockets = [listening("0.0.0.0:8080", 3), listening("0.0.0.0:9000", 4)];
-        let owners = HashMap::from([(
-            4,
-            Owner {
-                pid: 11,
-                name: "sidekick".into(),
-            },
-        )]);
-        let mut o = opts();
-        o.ignore_ports = vec![8080];
-        o.ignore_processes = vec!["sidekick".into()];
-        assert!(app_sockets(&sockets, &owners, &o).is_empty());
-    }
-
-    #[test]
-    fn a_socket_listed_twice_counts_once() {
-        let sockets = [listening("0.0.0.0:8080", 3), listening("[::]:8080", 3)];
-        assert_eq!(app_sockets(&sockets, &HashMap::new(), &opts()).len(), 1);
-    }
 }

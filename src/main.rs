@@ -79,13 +79,15 @@ fn main() -> ExitCode {
             timeout,
             period,
             ignore_ports,
-            ignore_processes,
+            agent_url,
+            admin_url,
         } => {
             let opts = hooks::AppExitOptions {
                 timeout,
                 period,
                 ignore_ports,
-                ignore_processes,
+                agent: agent_url,
+                admin: admin_url,
             };
             ExitCode::from(helper_runtime().block_on(hooks::wait_app_exit(&opts)))
         }

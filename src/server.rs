@@ -7,6 +7,9 @@
 //! - `POST /drain` — loopback only: start the drain (readiness 503 at once)
 //!   or join the one under way; answers with the status once drained. Envoy
 //!   keeps running until a signal. The native-sidecar preStop hook.
+//!   `POST /drain?nowait` starts it the same way and answers 202 at once,
+//!   once readiness is 503 (how `wait-app-exit` tells the agent that
+//!   termination began, so the deadline counts from then).
 //! - `POST /quitquitquit` — loopback only: stop Envoy now and exit cleanly.
 //! - `GET /stats/prometheus` (alias `/metrics`) — lifeguard's metrics, then
 //!   Envoy's own (any caller).
@@ -224,6 +227,7 @@ impl StatusService {
                     );
                 }
                 let quit = req.uri().path() == "/quitquitquit";
+                let nowait = req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "nowait"));
                 return ResponseFuture::Waiting(Box::pin(async move {
                     let mut headers = headers;
                     let answer = if quit {
@@ -231,6 +235,14 @@ impl StatusService {
                             (StatusCode::OK, Bytes::from_static(b"OK\n"))
                         } else {
                             stopping()
+                        }
+                    } else if nowait {
+                        match drain.begin().await {
+                            Some(status) => {
+                                headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
+                                (StatusCode::ACCEPTED, status_json(&status))
+                            }
+                            None => stopping(),
                         }
                     } else {
                         match drain.drain().await {

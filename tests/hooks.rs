@@ -157,7 +157,7 @@ while not os.path.exists("{end}") and time.time() < deadline: time.sleep(0.02)
 
     let out = wait_for("the helper to name the app's sockets", Duration::from_secs(10), || {
         let out = helper.output();
-        if out.contains("127.0.0.1:9999 (python3") && out.contains("[::]:9997") {
+        if out.contains("127.0.0.1:9999 listening") && out.contains("[::]:9997 listening") {
             Ok(out)
         } else {
             Err(out)
@@ -171,7 +171,11 @@ while not os.path.exists("{end}") and time.time() < deadline: time.sleep(0.02)
         .wait_exit(Duration::from_secs(5))
         .expect("the helper ends once the app stopped listening");
     assert_eq!(status.code(), Some(0), "{}", helper.output());
-    assert!(helper.output().contains("no app socket is listening"));
+    assert!(
+        helper.output().contains("the app holds no socket"),
+        "{}",
+        helper.output()
+    );
 }
 
 #[test]
