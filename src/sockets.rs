@@ -7,13 +7,6 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
-/// One listening socket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listening {
-    pub addr: SocketAddr,
-    pub inode: u64,
-}
-
 /// A process that holds a socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
@@ -73,30 +66,6 @@ pub fn sockets() -> std::io::Result<Vec<Socket>> {
     Ok(out)
 }
 
-/// Parses the text of `/proc/net/tcp` or `/proc/net/tcp6`, keeping the
-/// sockets in state LISTEN. Lines that do not parse are skipped.
-pub fn parse_listening(text: &str) -> Vec<Listening> {
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let _slot = fields.next()?;
-            let local = fields.next()?;
-            let _remote = fields.next()?;
-            let state = fields.next()?;
-            if state != LISTEN {
-                return None;
-            }
-            // tx_queue:rx_queue, tr:tm->when, retrnsmt, uid, timeout, inode
-            let inode = fields.nth(5)?.parse().ok()?;
-            Some(Listening {
-                addr: parse_hex_addr(local)?,
-                inode,
-            })
-        })
-        .collect()
-}
-
 /// `0100007F:1F90` → 127.0.0.1:8080; `00000000000000000000000001000000:20FB`
 /// → [::1]:8443. The address is written as 32-bit words in the host's byte
 /// order (little-endian here), the port in big-endian hex.
@@ -118,20 +87,6 @@ fn parse_hex_addr(text: &str) -> Option<SocketAddr> {
         _ => return None,
     };
     Some(SocketAddr::new(ip, port))
-}
-
-/// The listening sockets of this network namespace, IPv4 and IPv6.
-pub fn listening() -> std::io::Result<Vec<Listening>> {
-    let mut out = Vec::new();
-    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        match std::fs::read_to_string(file) {
-            Ok(text) => out.extend(parse_listening(&text)),
-            // No IPv6 in this kernel: only tcp6 may be missing.
-            Err(e) if file.ends_with('6') && e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(out)
 }
 
 /// Socket inode → owning process, for every process whose file descriptors
@@ -192,30 +147,34 @@ mod tests {
    1: 00000000000000000000000001000000:20FB 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 88408 1 000000002f267418 100 0 0 10 0
 ";
 
+    fn socket(local: &str, remote: &str, listening: bool, inode: u64) -> Socket {
+        Socket {
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+            listening,
+            inode,
+        }
+    }
+
     #[test]
-    fn keeps_only_listening_sockets_ipv4() {
+    fn reads_every_socket_with_its_state_and_inode() {
         assert_eq!(
-            parse_listening(TCP),
-            vec![Listening {
-                addr: "0.0.0.0:8080".parse().unwrap(),
-                inode: 88410
-            }]
+            parse_sockets(TCP),
+            vec![
+                socket("0.0.0.0:8080", "0.0.0.0:0", true, 88410),
+                socket("127.0.0.1:60836", "127.0.0.1:8080", false, 88411),
+                socket("127.0.0.1:8080", "127.0.0.1:60836", false, 0),
+            ]
         );
     }
 
     #[test]
     fn reads_ipv6_any_and_loopback() {
         assert_eq!(
-            parse_listening(TCP6),
+            parse_sockets(TCP6),
             vec![
-                Listening {
-                    addr: "[::]:15006".parse().unwrap(),
-                    inode: 88409
-                },
-                Listening {
-                    addr: "[::1]:8443".parse().unwrap(),
-                    inode: 88408
-                },
+                socket("[::]:15006", "[::]:0", true, 88409),
+                socket("[::1]:8443", "[::]:0", true, 88408),
             ]
         );
     }
@@ -224,11 +183,8 @@ mod tests {
     fn loopback_v4_address_and_garbage() {
         let text = "header\n   0: 0100007F:3A98 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 7 1 0 100 0 0 10 0\n   1: nonsense\n   2: ZZZZ:0050 00000000:0000 0A 0 0 0 0 0 9\n";
         assert_eq!(
-            parse_listening(text),
-            vec![Listening {
-                addr: "127.0.0.1:15000".parse().unwrap(),
-                inode: 7
-            }]
+            parse_sockets(text),
+            vec![socket("127.0.0.1:15000", "0.0.0.0:0", true, 7)]
         );
     }
 
@@ -236,10 +192,10 @@ mod tests {
     fn finds_its_own_listening_socket_and_owner() {
         let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = socket.local_addr().unwrap().port();
-        let found = listening().unwrap();
+        let found = sockets().unwrap();
         let mine = found
             .iter()
-            .find(|l| l.addr.port() == port)
+            .find(|s| s.listening && s.local.port() == port)
             .expect("our socket is listed");
         let owner = owners().remove(&mine.inode).expect("our own fds are readable");
         assert_eq!(owner.pid, std::process::id());
