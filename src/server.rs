@@ -24,6 +24,10 @@
 //! [`ConnectionSlots`]: a cap per remote peer and a reserve only loopback
 //! peers may use, so no peer from another host can starve the probes that
 //! come through Envoy. A connection that gets no slot is closed at once.
+//! With a wildcard address (`0.0.0.0:15020`, as in a pod), loopback
+//! connections also get an accept queue of their own (a second listener on
+//! 127.0.0.1, same port), accepted first: a flood of connections from other
+//! hosts cannot make a probe wait in the kernel's queue behind it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -363,22 +367,36 @@ impl hyper::service::Service<Request<Incoming>> for StatusService {
 /// A status server bound to its address, not yet serving.
 pub struct StatusServer {
     listener: TcpListener,
+    /// With a wildcard status address: a second listener on 127.0.0.1 and
+    /// the same port, so loopback connections (Envoy's probes) have an
+    /// accept queue of their own that no remote flood can fill.
+    loopback: Option<TcpListener>,
 }
 
 impl StatusServer {
     pub async fn bind(addr: SocketAddr) -> std::io::Result<Self> {
-        let socket = if addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
+        if !addr.ip().is_unspecified() {
+            return Ok(Self {
+                listener: listen(addr, false)?,
+                loopback: None,
+            });
+        }
+        // The kernel gives a connection to the listener bound to its exact
+        // destination before a wildcard one; two listeners on one port
+        // need SO_REUSEPORT on both. That would also let a second process
+        // of the same user share the port unnoticed: a plain bind first
+        // still fails when anything holds the port.
+        drop(listen(addr, false)?);
+        let listener = listen(addr, true)?;
+        let loopback_addr = SocketAddr::from(([127, 0, 0, 1], listener.local_addr()?.port()));
+        let loopback = match listen(loopback_addr, true) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(addr = %loopback_addr, error = %e, "no separate loopback listener; probes share the accept queue");
+                None
+            }
         };
-        // Like std's bind: reuse a port whose old connections are in TIME_WAIT.
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        // A deep accept queue: a burst of probes or connections is queued
-        // by the kernel rather than dropped into SYN retries.
-        let listener = socket.listen(LISTEN_BACKLOG)?;
-        Ok(Self { listener })
+        Ok(Self { listener, loopback })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -400,7 +418,17 @@ impl StatusServer {
             .keep_alive(true);
         loop {
             let (stream, peer) = tokio::select! {
+                // Loopback first: a probe waits behind no remote connection.
+                biased;
                 _ = shutdown.cancelled() => break,
+                accepted = accept(self.loopback.as_ref()) => match accepted {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                },
                 accepted = self.listener.accept() => match accepted {
                     Ok(pair) => pair,
                     Err(e) => {
@@ -438,6 +466,32 @@ impl StatusServer {
         }
         tracker.close();
         tracker.wait().await;
+    }
+}
+
+/// A listening socket on `addr`, with a deep accept queue: a burst of
+/// probes or connections is queued by the kernel rather than dropped into
+/// SYN retries.
+fn listen(addr: SocketAddr, reuseport: bool) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // Like std's bind: reuse a port whose old connections are in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    if reuseport {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// The next connection of an optional listener; never resolves without one.
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
     }
 }
 
