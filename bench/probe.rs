@@ -1,7 +1,8 @@
 //! The probe hot path in-process: `GET /healthz/ready` through the tower
 //! service (ready and not ready, probe counters registered as in
 //! production), and through hyper's HTTP/1 server over an in-memory pipe
-//! (keep-alive), so a regression in either shows without a network.
+//! (keep-alive, through the status server's write-timeout wrapper), so a
+//! regression in either shows without a network.
 //!
 //! Run: `cargo bench --bench probe`. Prints the heap allocations per probe
 //! (counted by a wrapping global allocator) before the timings.
@@ -19,9 +20,10 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use http_body_util::{BodyExt, Empty};
 use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
+use lifeguard::connections::WriteTimeout;
 use lifeguard::metrics::Metrics;
 use lifeguard::readiness::{Readiness, Verdict};
-use lifeguard::server::StatusService;
+use lifeguard::server::{StatusService, RESPONSE_WRITE_TIMEOUT};
 use tower::Service;
 
 struct Counting;
@@ -116,7 +118,7 @@ fn over_hyper(c: &mut Criterion) {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         tokio::spawn(async move {
             let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(server_io), svc)
+                .serve_connection(TokioIo::new(WriteTimeout::new(server_io, RESPONSE_WRITE_TIMEOUT)), svc)
                 .await;
         });
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client_io))

@@ -12,6 +12,8 @@
 //! - [`envoy`]: the Envoy process (child or external).
 //! - [`metrics`]: our Prometheus metrics and the merged scrape.
 //! - [`server`]: the status server on 15020 (tower service on hyper).
+//! - [`connections`]: connection slots shared fairly between peers, and the
+//!   write timeout of a status connection.
 //! - [`hooks`]: the pod hook helpers (`wait`, `wait-app-exit`, `drain`).
 //! - [`sockets`]: listening sockets and their owners, from /proc.
 //! - [`cli`]: the command line of the `lifeguard` binary.
@@ -24,6 +26,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod connections;
 pub mod drain;
 pub mod duration;
 pub mod envoy;

@@ -171,6 +171,8 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let local_port = local.port();
 
     let ignored_ports = settings.ignore_listener_ports.clone();
+    // Children lifeguard waits for itself: never reaped as orphans.
+    let mut own_children = Vec::new();
     let envoy = if envoy_command.is_empty() {
         Envoy::external(admin.clone(), ignored_ports).with_scope(settings.drain_scope)
     } else {
@@ -183,6 +185,7 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         match envoy::Child::spawn(&command) {
             Ok(child) => {
                 tracing::info!(pid = child.pid(), command = %command.join(" "), "Envoy started");
+                own_children.push(child.pid());
                 Envoy::child(child, admin.clone(), ignored_ports).with_scope(settings.drain_scope)
             }
             Err(e) => {
@@ -239,7 +242,7 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     );
     let server = tokio::spawn(server.serve(service, shutdown.clone()));
     let poller = tokio::spawn(poller::run(settings, admin, readiness, metrics, shutdown.clone()));
-    let signals = tokio::spawn(signals.forward(handle, shutdown.clone()));
+    let signals = tokio::spawn(signals.forward(handle, own_children, shutdown.clone()));
 
     let outcome = drain.run().await;
     let code = outcome.exit_code();

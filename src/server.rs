@@ -21,8 +21,16 @@
 //! listener (so a test can ask for its address), and [`StatusServer::serve`]
 //! runs it until the shutdown token is cancelled. Connections get
 //! `TCP_NODELAY`, a header-read timeout (a slow client cannot hold a
-//! connection open by trickling bytes) and a cap on how many are open at
-//! once; past the cap new connections are closed at once.
+//! connection open by trickling bytes; it also closes a keep-alive
+//! connection idle between requests), a write timeout (a peer that takes no
+//! bytes of its response for a while is closed), and a slot from
+//! [`ConnectionSlots`]: a cap per remote peer and a reserve only loopback
+//! peers may use, so no peer from another host can starve the probes that
+//! come through Envoy. A connection that gets no slot is closed at once.
+//! With a wildcard address (`0.0.0.0:15020`, as in a pod), loopback
+//! connections also get an accept queue of their own (a second listener on
+//! 127.0.0.1, same port), accepted first: a flood of connections from other
+//! hosts cannot make a probe wait in the kernel's queue behind it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -39,11 +47,11 @@ use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::{AdminClient, Endpoint};
+use crate::connections::{ConnectionSlots, Refused, SlotLimits, WriteTimeout};
 use crate::drain::DrainHandle;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
@@ -57,11 +65,15 @@ pub const ENVOY_METRICS_LIMIT: usize = 32 << 20;
 /// Timeout of the Envoy part of a scrape (Prometheus' own default is 10 s).
 pub const ENVOY_METRICS_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a client may take to send a request's headers.
+/// How long a client may take to send a request's headers; also how long
+/// a keep-alive connection may stay idle between requests.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a write may wait for the peer to take a single byte of its
+/// response before the connection is closed.
+pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many connections may be open at once; more are closed on accept.
 /// Fewer when the process may not open that many files: see
-/// [`connection_limit`].
+/// [`connection_limit`]. How they are shared: [`SlotLimits::for_total`].
 pub const MAX_CONNECTIONS: usize = 4096;
 /// The listen backlog (the kernel caps it at `net.core.somaxconn`).
 const LISTEN_BACKLOG: u32 = 4096;
@@ -335,10 +347,7 @@ fn method_not_allowed() -> (StatusCode, Bytes) {
 
 /// Whether an address is on this host.
 pub fn is_loopback(addr: &SocketAddr) -> bool {
-    match addr {
-        SocketAddr::V4(a) => a.ip().is_loopback(),
-        SocketAddr::V6(a) => a.ip().is_loopback() || a.ip().to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
-    }
+    crate::connections::is_loopback(addr.ip())
 }
 
 impl<B> tower::Service<Request<B>> for StatusService {
@@ -370,22 +379,36 @@ impl hyper::service::Service<Request<Incoming>> for StatusService {
 /// A status server bound to its address, not yet serving.
 pub struct StatusServer {
     listener: TcpListener,
+    /// With a wildcard status address: a second listener on 127.0.0.1 and
+    /// the same port, so loopback connections (Envoy's probes) have an
+    /// accept queue of their own that no remote flood can fill.
+    loopback: Option<TcpListener>,
 }
 
 impl StatusServer {
     pub async fn bind(addr: SocketAddr) -> std::io::Result<Self> {
-        let socket = if addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
+        if !addr.ip().is_unspecified() {
+            return Ok(Self {
+                listener: listen(addr, false)?,
+                loopback: None,
+            });
+        }
+        // The kernel gives a connection to the listener bound to its exact
+        // destination before a wildcard one; two listeners on one port
+        // need SO_REUSEPORT on both. That would also let a second process
+        // of the same user share the port unnoticed: a plain bind first
+        // still fails when anything holds the port.
+        drop(listen(addr, false)?);
+        let listener = listen(addr, true)?;
+        let loopback_addr = SocketAddr::from(([127, 0, 0, 1], listener.local_addr()?.port()));
+        let loopback = match listen(loopback_addr, true) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(addr = %loopback_addr, error = %e, "no separate loopback listener; probes share the accept queue");
+                None
+            }
         };
-        // Like std's bind: reuse a port whose old connections are in TIME_WAIT.
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        // A deep accept queue: a burst of probes or connections is queued
-        // by the kernel rather than dropped into SYN retries.
-        let listener = socket.listen(LISTEN_BACKLOG)?;
-        Ok(Self { listener })
+        Ok(Self { listener, loopback })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -395,9 +418,8 @@ impl StatusServer {
     /// Serves until `shutdown` is cancelled, then gives open connections
     /// a short grace to finish and returns.
     pub async fn serve(self, service: StatusService, shutdown: CancellationToken) {
-        let max = connection_limit();
-        let limit = Arc::new(Semaphore::new(max));
-        let mut last_refusal_log = None;
+        let slots = ConnectionSlots::new(SlotLimits::for_total(connection_limit()));
+        let mut refusals = RefusalLog::default();
         let tracker = TaskTracker::new();
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
@@ -408,7 +430,17 @@ impl StatusServer {
             .keep_alive(true);
         loop {
             let (stream, peer) = tokio::select! {
+                // Loopback first: a probe waits behind no remote connection.
+                biased;
                 _ = shutdown.cancelled() => break,
+                accepted = accept(self.loopback.as_ref()) => match accepted {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                },
                 accepted = self.listener.accept() => match accepted {
                     Ok(pair) => pair,
                     Err(e) => {
@@ -419,20 +451,21 @@ impl StatusServer {
                     }
                 },
             };
-            let Ok(permit) = limit.clone().try_acquire_owned() else {
-                drop(stream);
-                if last_refusal_log.is_none_or(|t: std::time::Instant| t.elapsed() >= Duration::from_secs(10)) {
-                    tracing::warn!(max, "status connections at the cap; closing new ones");
-                    last_refusal_log = Some(std::time::Instant::now());
+            let slot = match slots.try_acquire(peer.ip()) {
+                Ok(slot) => slot,
+                Err(refused) => {
+                    drop(stream);
+                    refusals.note(refused, peer, &slots);
+                    continue;
                 }
-                continue;
             };
             let _ = stream.set_nodelay(true);
             let service = service.for_peer(peer);
-            let conn = http.serve_connection(TokioIo::new(stream), service);
+            let io = TokioIo::new(WriteTimeout::new(stream, RESPONSE_WRITE_TIMEOUT));
+            let conn = http.serve_connection(io, service);
             let shutdown = shutdown.clone();
             tracker.spawn(async move {
-                let _permit = permit;
+                let _slot = slot;
                 tokio::pin!(conn);
                 tokio::select! {
                     _ = conn.as_mut() => {}
@@ -445,6 +478,70 @@ impl StatusServer {
         }
         tracker.close();
         tracker.wait().await;
+    }
+}
+
+/// A listening socket on `addr`, with a deep accept queue: a burst of
+/// probes or connections is queued by the kernel rather than dropped into
+/// SYN retries.
+fn listen(addr: SocketAddr, reuseport: bool) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // Like std's bind: reuse a port whose old connections are in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    if reuseport {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// The next connection of an optional listener; never resolves without one.
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Logs refused connections at most once per reason every 10 s, with how
+/// many were refused since the last line: a flood of them is one line.
+#[derive(Default)]
+struct RefusalLog {
+    last: [Option<(std::time::Instant, u64)>; 3],
+}
+
+impl RefusalLog {
+    fn note(&mut self, refused: Refused, peer: SocketAddr, slots: &ConnectionSlots) {
+        let i = match refused {
+            Refused::Full => 0,
+            Refused::RemoteFull => 1,
+            Refused::PeerFull => 2,
+        };
+        let now = std::time::Instant::now();
+        match &mut self.last[i] {
+            Some((at, count)) if now.duration_since(*at) < Duration::from_secs(10) => *count += 1,
+            last => {
+                let since = last.map_or(1, |(_, count)| count + 1);
+                let (open, from_peer) = slots.held(Some(peer.ip()));
+                let limits = slots.limits();
+                tracing::warn!(
+                    peer = %peer.ip(),
+                    open,
+                    from_peer,
+                    total = limits.total,
+                    per_peer = limits.per_peer,
+                    loopback_reserve = limits.loopback_reserve,
+                    refused = since,
+                    "closing a new status connection: {}",
+                    refused.reason()
+                );
+                *last = Some((now, 0));
+            }
+        }
     }
 }
 

@@ -55,3 +55,11 @@ pub(crate) fn kill_child_when_parent_dies(cmd: &mut tokio::process::Command) {
         });
     }
 }
+
+/// Reaps process `pid` if it has exited (`waitpid` without blocking);
+/// whether it was reaped. Only for a child no one else waits for.
+pub(crate) fn reap(pid: i32) -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid(2) writes only the status int we pass.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
+}

@@ -1,0 +1,429 @@
+//! What one status connection may hold, and for how long.
+//!
+//! - [`ConnectionSlots`]: the connection slots of the status server, shared
+//!   fairly. Loopback peers (Envoy's `agent` cluster, the pod's hooks, the
+//!   app) may take any free slot; peers from other hosts share what is left
+//!   after a reserve kept for loopback, and each of them (an IPv4 address,
+//!   an IPv6 /64) may hold only a few. So no remote peer, nor all of them
+//!   together, can take the slots the probe path needs.
+//! - [`WriteTimeout`]: an IO wrapper that fails a write which makes no
+//!   progress for a while, so a peer that does not take its response cannot
+//!   hold the connection (and the response's memory) open. hyper has a
+//!   header-read timeout, which also bounds a keep-alive connection idle
+//!   between requests, but nothing for writes.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// How the status server's connection slots are shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotLimits {
+    /// Open connections at most, all peers together.
+    pub total: usize,
+    /// Slots only loopback peers may take: remote peers together hold at
+    /// most `total - loopback_reserve`.
+    pub loopback_reserve: usize,
+    /// Open connections at most from one remote peer.
+    pub per_peer: usize,
+}
+
+impl SlotLimits {
+    /// The limits for a server that may hold `total` connections: an
+    /// eighth kept for loopback, and at most 128 per remote peer (a
+    /// Prometheus server or a load balancer needs a handful).
+    pub fn for_total(total: usize) -> SlotLimits {
+        let total = total.max(2);
+        let loopback_reserve = (total / 8).max(1);
+        SlotLimits {
+            total,
+            loopback_reserve,
+            per_peer: 128.min(total - loopback_reserve),
+        }
+    }
+}
+
+/// Why a connection got no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Every slot is taken.
+    Full,
+    /// Remote peers hold every slot they may; the rest is loopback's reserve.
+    RemoteFull,
+    /// This remote peer holds its share already.
+    PeerFull,
+}
+
+impl Refused {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refused::Full => "every status connection slot is taken",
+            Refused::RemoteFull => "remote peers hold every slot outside the loopback reserve",
+            Refused::PeerFull => "this peer holds its share of status connections",
+        }
+    }
+}
+
+/// The connection slots of the status server. Cheap to clone; every clone
+/// counts the same slots.
+#[derive(Clone)]
+pub struct ConnectionSlots {
+    limits: SlotLimits,
+    counts: Arc<Mutex<Counts>>,
+}
+
+#[derive(Default)]
+struct Counts {
+    total: usize,
+    remote: usize,
+    /// Open connections per remote peer; an entry is removed at zero, so
+    /// the map is as large as the number of peers connected now.
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+/// One taken slot; given back on drop.
+pub struct Slot {
+    counts: Arc<Mutex<Counts>>,
+    /// The peer's key, for a remote peer.
+    remote: Option<IpAddr>,
+}
+
+impl ConnectionSlots {
+    pub fn new(limits: SlotLimits) -> ConnectionSlots {
+        ConnectionSlots {
+            limits,
+            counts: Arc::default(),
+        }
+    }
+
+    pub fn limits(&self) -> SlotLimits {
+        self.limits
+    }
+
+    /// Takes a slot for a connection from `peer`, if its share allows.
+    pub fn try_acquire(&self, peer: IpAddr) -> Result<Slot, Refused> {
+        let remote = (!is_loopback(peer)).then(|| peer_key(peer));
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if counts.total >= self.limits.total {
+            return Err(Refused::Full);
+        }
+        if let Some(key) = remote {
+            if counts.remote >= self.limits.total - self.limits.loopback_reserve {
+                return Err(Refused::RemoteFull);
+            }
+            let held = counts.per_peer.entry(key).or_insert(0);
+            if *held >= self.limits.per_peer {
+                return Err(Refused::PeerFull);
+            }
+            *held += 1;
+            counts.remote += 1;
+        }
+        counts.total += 1;
+        Ok(Slot {
+            counts: self.counts.clone(),
+            remote,
+        })
+    }
+
+    /// Open connections: all, and from `peer`.
+    pub fn held(&self, peer: Option<IpAddr>) -> (usize, usize) {
+        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let from = peer.map_or(0, |p| {
+            if is_loopback(p) {
+                counts.total - counts.remote
+            } else {
+                counts.per_peer.get(&peer_key(p)).copied().unwrap_or(0)
+            }
+        });
+        (counts.total, from)
+    }
+
+    /// How many remote peers hold a connection now.
+    pub fn remote_peers(&self) -> usize {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner()).per_peer.len()
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.total -= 1;
+        if let Some(key) = self.remote {
+            counts.remote -= 1;
+            if let Some(held) = counts.per_peer.get_mut(&key) {
+                *held -= 1;
+                if *held == 0 {
+                    counts.per_peer.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Whether an address is on this host (127.0.0.0/8, ::1, or either as an
+/// IPv4-mapped IPv6 address).
+pub fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_loopback(),
+        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+    }
+}
+
+/// Which peer an address counts as: an IPv4 address (also when mapped into
+/// IPv6), or an IPv6 /64, which one host usually holds whole.
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = a.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+/// An IO stream whose writes fail with `TimedOut` once one has waited
+/// `limit` without the peer taking a single byte (nginx's `send_timeout`
+/// works the same way: between two successive writes, not for the whole
+/// response). Reads pass through untouched.
+///
+/// A write that completes at once costs a flag reset: the timer is made on
+/// the first write that has to wait, and reused after that.
+pub struct WriteTimeout<S> {
+    io: S,
+    limit: Duration,
+    /// Armed while a write waits; None until the first write ever waits.
+    timer: Option<Pin<Box<Sleep>>>,
+    waiting: bool,
+}
+
+impl<S> WriteTimeout<S> {
+    pub fn new(io: S, limit: Duration) -> Self {
+        WriteTimeout {
+            io,
+            limit,
+            timer: None,
+            waiting: false,
+        }
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.io
+    }
+
+    /// Handles a write (or flush) that returned `poll`: progress disarms
+    /// the timer, a wait arms it (once), and a wait past the limit fails.
+    fn watch<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.waiting = false;
+            return poll;
+        }
+        if !self.waiting {
+            self.waiting = true;
+            let deadline = Instant::now() + self.limit;
+            match &mut self.timer {
+                Some(timer) => timer.as_mut().reset(deadline),
+                None => self.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+        }
+        let timer = self.timer.as_mut().expect("armed above");
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the peer took no response bytes for {:?}", self.limit),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.io).poll_flush(cx);
+        this.watch(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.io).poll_shutdown(cx);
+        this.watch(cx, poll)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn limits() -> SlotLimits {
+        SlotLimits {
+            total: 10,
+            loopback_reserve: 3,
+            per_peer: 4,
+        }
+    }
+
+    #[test]
+    fn one_remote_peer_gets_its_share_and_no_more() {
+        let slots = ConnectionSlots::new(limits());
+        let held: Vec<_> = (0..4).map(|_| slots.try_acquire(ip("10.0.0.9")).unwrap()).collect();
+        assert_eq!(slots.try_acquire(ip("10.0.0.9")).err(), Some(Refused::PeerFull));
+        // The same peer as an IPv4-mapped IPv6 address is the same peer.
+        assert_eq!(slots.try_acquire(ip("::ffff:10.0.0.9")).err(), Some(Refused::PeerFull));
+        // Another peer is not affected.
+        let other = slots.try_acquire(ip("10.0.0.10")).unwrap();
+        assert_eq!(slots.held(Some(ip("10.0.0.9"))), (5, 4));
+        drop(held);
+        assert_eq!(slots.held(Some(ip("10.0.0.9"))), (1, 0));
+        assert_eq!(slots.remote_peers(), 1, "the entry at zero is removed");
+        drop(other);
+        assert_eq!(slots.remote_peers(), 0);
+        assert_eq!(slots.held(None), (0, 0));
+    }
+
+    #[test]
+    fn remote_peers_together_never_take_the_loopback_reserve() {
+        let slots = ConnectionSlots::new(limits());
+        let mut held = Vec::new();
+        // 7 = total - reserve, spread over peers within their share.
+        for i in 0..7 {
+            held.push(slots.try_acquire(ip(&format!("10.0.1.{}", i % 2))).unwrap());
+        }
+        assert_eq!(slots.try_acquire(ip("10.0.2.1")).err(), Some(Refused::RemoteFull));
+        // Loopback still gets the reserve, then nothing is left for anyone.
+        for _ in 0..3 {
+            held.push(slots.try_acquire(ip("127.0.0.1")).unwrap());
+        }
+        assert_eq!(slots.try_acquire(ip("127.0.0.1")).err(), Some(Refused::Full));
+        assert_eq!(slots.try_acquire(ip("::1")).err(), Some(Refused::Full));
+        // One remote slot back: a remote peer may take it again.
+        held.remove(0);
+        assert!(slots.try_acquire(ip("10.0.2.1")).is_ok());
+    }
+
+    #[test]
+    fn loopback_may_take_every_slot() {
+        let slots = ConnectionSlots::new(limits());
+        let held: Vec<_> = (0..10)
+            .map(|i| {
+                slots
+                    .try_acquire(ip(if i % 2 == 0 { "127.0.0.1" } else { "::1" }))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(slots.try_acquire(ip("127.0.0.2")).err(), Some(Refused::Full));
+        assert_eq!(slots.try_acquire(ip("10.0.0.1")).err(), Some(Refused::Full));
+        assert_eq!(slots.held(Some(ip("127.0.0.1"))), (10, 10));
+        drop(held);
+        assert_eq!(slots.held(None), (0, 0));
+    }
+
+    #[test]
+    fn an_ipv6_peer_is_its_slash_64() {
+        let slots = ConnectionSlots::new(limits());
+        let _held: Vec<_> = (1..=4)
+            .map(|i| slots.try_acquire(ip(&format!("2001:db8:0:1::{i}"))).unwrap())
+            .collect();
+        assert_eq!(
+            slots.try_acquire(ip("2001:db8:0:1:ffff::5")).err(),
+            Some(Refused::PeerFull)
+        );
+        assert!(slots.try_acquire(ip("2001:db8:0:2::1")).is_ok());
+    }
+
+    #[test]
+    fn limits_for_a_total() {
+        assert_eq!(
+            SlotLimits::for_total(4096),
+            SlotLimits {
+                total: 4096,
+                loopback_reserve: 512,
+                per_peer: 128
+            }
+        );
+        let small = SlotLimits::for_total(16);
+        assert_eq!((small.loopback_reserve, small.per_peer), (2, 14));
+        let tiny = SlotLimits::for_total(0);
+        assert_eq!((tiny.total, tiny.loopback_reserve, tiny.per_peer), (2, 1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_makes_no_progress_fails_after_the_limit() {
+        let (mut peer, ours) = tokio::io::duplex(64);
+        let mut io = WriteTimeout::new(ours, Duration::from_secs(5));
+        let started = Instant::now();
+        // The peer takes 64 bytes (the pipe's capacity), then nothing.
+        let err = io.write_all(&[b'x'; 1000]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        let mut got = [0u8; 64];
+        peer.read_exact(&mut got).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_reader_that_keeps_taking_bytes_is_not_cut_off() {
+        let (mut peer, ours) = tokio::io::duplex(64);
+        let mut io = WriteTimeout::new(ours, Duration::from_secs(5));
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 64];
+            let mut total = 0;
+            while total < 1000 {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                total += peer.read(&mut buf).await.unwrap();
+            }
+            total
+        });
+        let started = Instant::now();
+        io.write_all(&[b'x'; 1000]).await.unwrap();
+        assert!(started.elapsed() > Duration::from_secs(40));
+        assert_eq!(reader.await.unwrap(), 1000);
+        // Reads pass through.
+        let (mut peer, ours) = tokio::io::duplex(64);
+        let mut io = WriteTimeout::new(ours, Duration::from_secs(5));
+        peer.write_all(b"hello").await.unwrap();
+        let mut buf = [0u8; 5];
+        io.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"hello");
+    }
+}

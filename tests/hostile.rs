@@ -1,0 +1,773 @@
+//! Hostile peers and hostile input: a peer on another host cannot drain or
+//! stop the pod, cannot starve the probes, cannot grow lifeguard's memory;
+//! signals never kill lifeguard without a drain; as PID 1 it reaps orphans.
+//!
+//! "Another host" is a network namespace the test creates: a pod namespace
+//! (Envoy and lifeguard, bound on 0.0.0.0 as in a pod) and a peer namespace
+//! joined by a veth pair whose addresses exist only inside the two. Both are
+//! removed at the end, also when the test fails. Needs root.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The user-facing bound on one probe (the issue's): every probe must be
+/// answered within it, whatever a remote peer does.
+const PROBE_BOUND: Duration = Duration::from_millis(100);
+/// lifeguard's resident memory must stay under this.
+const RSS_BOUND_KB: u64 = 64 * 1024;
+
+// ---------------------------------------------------------------------------
+// Network namespaces
+
+/// Two network namespaces, `pod` and `peer`, joined by a veth pair:
+/// `pod_ip` in the pod, `peer_ip` in the peer, a /30 of 10/8 chosen at
+/// random, which exists nowhere but inside these two namespaces. Deleted on
+/// drop (the namespaces go once the last process in them has exited; the
+/// veth pair goes with them).
+struct Netns {
+    pod: String,
+    peer: String,
+    pod_ip: Ipv4Addr,
+    peer_ip: Ipv4Addr,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("the ip command");
+    assert!(
+        out.status.success(),
+        "ip {}: {} (this test needs root)",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Netns {
+    fn create() -> Netns {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let tag = format!("{:x}{:04x}", std::process::id(), nanos & 0xffff);
+        let (a, b) = ((nanos >> 16) as u8, ((nanos >> 8) as u8) & 0xfc);
+        let ns = Netns {
+            pod: format!("lg-{tag}-pod"),
+            peer: format!("lg-{tag}-peer"),
+            pod_ip: Ipv4Addr::new(10, a, 200u8.wrapping_add(b >> 6), b | 1),
+            peer_ip: Ipv4Addr::new(10, a, 200u8.wrapping_add(b >> 6), b | 2),
+        };
+        ip(&["netns", "add", &ns.pod]);
+        ip(&["netns", "add", &ns.peer]);
+        // Created inside the pod namespace, one end moved to the peer's:
+        // the test's own namespace never sees the pair.
+        let (vpod, vpeer) = (format!("lg{tag}a"), format!("lg{tag}b"));
+        let (vpod, vpeer) = (&vpod[..vpod.len().min(15)], &vpeer[..vpeer.len().min(15)]);
+        ip(&[
+            "-n", &ns.pod, "link", "add", vpod, "type", "veth", "peer", "name", vpeer, "netns", &ns.peer,
+        ]);
+        let pod_cidr = format!("{}/30", ns.pod_ip);
+        let peer_cidr = format!("{}/30", ns.peer_ip);
+        ip(&["-n", &ns.pod, "addr", "add", &pod_cidr, "dev", vpod]);
+        ip(&["-n", &ns.peer, "addr", "add", &peer_cidr, "dev", vpeer]);
+        for (n, dev) in [(&ns.pod, vpod), (&ns.peer, vpeer)] {
+            ip(&["-n", n, "link", "set", "lo", "up"]);
+            ip(&["-n", n, "link", "set", dev, "up"]);
+        }
+        ns
+    }
+
+    /// A command run inside namespace `ns` (`ip netns exec` execs it: the
+    /// process's pid is the command's).
+    fn command(ns: &str, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, program]);
+        cmd
+    }
+
+    /// Runs `f` on a thread that has joined namespace `ns` (a network
+    /// namespace is per thread: sockets it opens are in `ns`).
+    fn spawn<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
+        let path = format!("/run/netns/{ns}");
+        thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap();
+            // SAFETY: setns on a namespace file we hold open; it affects
+            // only this thread.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+
+    fn run<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        Netns::spawn(ns, f).join().unwrap()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in [&self.pod, &self.peer] {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Measuring
+
+/// lifeguard's resident memory now and at its peak, in KiB.
+fn rss_kb(pid: i32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// A TCP counter (`TcpExt` in /proc/<pid>/net/netstat) of the namespace
+/// `pid` lives in.
+fn tcp_ext(pid: i32, name: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/netstat")).unwrap_or_default();
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find_map(|(n, v)| (n == name).then(|| v.parse().unwrap_or(0)))
+        .unwrap_or(0)
+}
+
+/// Latencies of probes, by target.
+#[derive(Default)]
+struct Probes {
+    through_envoy: Vec<Duration>,
+    direct: Vec<Duration>,
+    failures: Vec<String>,
+}
+
+impl Probes {
+    fn summary(&self) -> String {
+        fn stats(v: &[Duration]) -> String {
+            let mut v = v.to_vec();
+            v.sort();
+            let at = |q: f64| v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1)));
+            format!(
+                "{} probes, p50 {:?}, p99 {:?}, max {:?}",
+                v.len(),
+                at(0.5).copied().unwrap_or_default(),
+                at(0.99).copied().unwrap_or_default(),
+                v.last().copied().unwrap_or_default()
+            )
+        }
+        format!(
+            "through Envoy's 15021: {}; direct on loopback 15020: {}",
+            stats(&self.through_envoy),
+            stats(&self.direct)
+        )
+    }
+
+    /// The 99th percentile of all probes.
+    fn p99(&self) -> Duration {
+        let mut all: Vec<Duration> = self.through_envoy.iter().chain(&self.direct).copied().collect();
+        all.sort();
+        all.get(all.len() * 99 / 100).copied().unwrap_or_default()
+    }
+
+    fn slowest(&self) -> Duration {
+        self.through_envoy
+            .iter()
+            .chain(&self.direct)
+            .max()
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// Probes from inside the pod, kubelet-style (a new connection each),
+/// alternating Envoy's status listener and lifeguard's port on loopback,
+/// every 10 ms until stopped; a second thread samples lifeguard's memory
+/// every 100 ms meanwhile.
+struct Prober {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<Probes>>,
+    sampler: Option<thread::JoinHandle<u64>>,
+}
+
+impl Prober {
+    fn start(ns: &Netns, agent_pid: i32) -> Prober {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = Netns::spawn(&ns.pod, move || {
+            let mut probes = Probes::default();
+            let envoy: SocketAddr = "127.0.0.1:15021".parse().unwrap();
+            let direct: SocketAddr = "127.0.0.1:15020".parse().unwrap();
+            let mut n = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                n += 1;
+                let (target, into) = if n % 2 == 0 {
+                    (envoy, &mut probes.through_envoy)
+                } else {
+                    (direct, &mut probes.direct)
+                };
+                let started = Instant::now();
+                match http_timeout("GET", target, "/healthz/ready", Duration::from_secs(2)) {
+                    Ok((200, _)) => into.push(started.elapsed()),
+                    other => probes
+                        .failures
+                        .push(format!("{target}: {other:?} after {:?}", started.elapsed())),
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            probes
+        });
+        let flag = stop.clone();
+        let sampler = thread::spawn(move || {
+            let mut max_rss = 0;
+            while !flag.load(Ordering::Relaxed) {
+                max_rss = max_rss.max(rss_kb(agent_pid).0);
+                thread::sleep(Duration::from_millis(100));
+            }
+            max_rss
+        });
+        Prober {
+            stop,
+            thread: Some(thread),
+            sampler: Some(sampler),
+        }
+    }
+
+    /// The probes, and lifeguard's largest RSS seen (KiB).
+    fn finish(mut self) -> (Probes, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let probes = self.thread.take().unwrap().join().unwrap();
+        let rss = self.sampler.take().unwrap().join().unwrap();
+        (probes, rss)
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.sampler.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The hostile peer
+
+/// The peer's clients, in Python (one process holds thousands of sockets):
+/// `idle N`: N connections that send nothing, each reopened when closed;
+/// `slow N PATH`: N connections that request PATH with a 4 KiB receive
+/// buffer and never read the answer; a connection that got no answer is
+/// reopened at once, one whose answer started is dropped and replaced after
+/// HOLD seconds (after lifeguard's write timeout), so N slow readers are
+/// always trying. Runs SECS seconds, prints its counts as it ends.
+const PEER_PY: &str = r#"
+import resource, selectors, socket, sys, time
+mode, host, port, n, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+path = sys.argv[6] if len(sys.argv) > 6 else "/"
+HOLD = 6.0
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+sel = selectors.DefaultSelector()
+counts = dict(opened=0, closed_by_server=0, answer_started=0, connect_failed=0)
+request = ("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode()
+held = []
+def open_one():
+    s = socket.socket()
+    if mode == "slow":
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(2)
+    try:
+        s.connect((host, port))
+        if mode == "slow":
+            s.sendall(request)
+    except OSError:
+        counts["connect_failed"] += 1
+        s.close()
+        return
+    s.setblocking(False)
+    sel.register(s, selectors.EVENT_READ)
+    counts["opened"] += 1
+end = time.monotonic() + secs
+for _ in range(n):
+    open_one()
+print("opened", counts, flush=True)
+while time.monotonic() < end:
+    for key, _ in sel.select(timeout=0.1):
+        s = key.fileobj
+        try:
+            data = s.recv(1, socket.MSG_PEEK)
+        except OSError:
+            data = b""
+        sel.unregister(s)
+        if data and mode == "slow":
+            counts["answer_started"] += 1
+            held.append((time.monotonic(), s))
+            continue
+        counts["closed_by_server"] += 1
+        s.close()
+        open_one()
+    now = time.monotonic()
+    while held and now - held[0][0] > HOLD:
+        held.pop(0)[1].close()
+        open_one()
+print("done", counts, flush=True)
+"#;
+
+/// Starts the peer's clients in the peer namespace against `target`.
+fn peer_clients(ns: &Netns, dir: &TempDir, args: &[String]) -> Proc {
+    let script = dir.path().join("peer.py");
+    std::fs::write(&script, PEER_PY).unwrap();
+    let mut cmd = Netns::command(&ns.peer, "python3");
+    cmd.arg(&script).args(args);
+    Proc::spawn("peer", cmd, TempDir::new("peer"))
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+
+#[test]
+fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
+    let ns = Netns::create();
+    // Envoy and lifeguard inside the pod namespace, on the pod's real ports
+    // (nothing else listens there), bound on 0.0.0.0 like pilot-agent.
+    let dir = TempDir::new("hostile-pod");
+    let yaml =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml"))
+            .unwrap();
+    let envoy = envoy_command(&yaml, &dir);
+    let mut cmd = Netns::command(&ns.pod, env!("CARGO_BIN_EXE_lifeguard"));
+    cmd.args([
+        "run",
+        "--status-addr",
+        "0.0.0.0:15020",
+        "--admin-url",
+        "http://127.0.0.1:15000",
+        "--",
+    ])
+    .args(&envoy)
+    .env("LIFEGUARD_LOG", "info");
+    let mut agent = Proc::spawn("lifeguard", cmd, TempDir::new("hostile-agent"));
+    let pid = agent.pid();
+    Netns::run(&ns.pod, || {
+        wait_status(
+            "127.0.0.1:15021".parse().unwrap(),
+            "/healthz/ready",
+            200,
+            Duration::from_secs(30),
+        )
+    });
+    let remote = SocketAddr::from((ns.pod_ip, 15020));
+
+    // The peer reaches the status port (readiness, metrics are public)...
+    let (status, body) = Netns::run(&ns.peer, move || get(remote, "/healthz/ready").unwrap());
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    // ...but may not drain or stop the pod: 403, and nothing happens.
+    for path in ["/drain", "/quitquitquit"] {
+        let (status, body) = Netns::run(&ns.peer, move || http("POST", remote, path).unwrap());
+        assert_eq!(status, 403, "POST {path} from the peer: {body}");
+    }
+    let (status, body) = Netns::run(&ns.pod, || get("127.0.0.1:15020".parse().unwrap(), "/drain").unwrap());
+    assert_eq!(status, 200);
+    assert!(body.contains("\"phase\":\"serving\""), "{body}");
+    assert!(agent.is_running());
+    assert!(!agent.output().contains("drain started"), "{}", agent.output());
+
+    // A peer holding 5,000 idle connections, reopening each one closed.
+    let peer_dir = TempDir::new("hostile-peer");
+    let host = ns.pod_ip.to_string();
+    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (rss_before, _) = rss_kb(pid);
+    let prober = Prober::start(&ns, pid);
+    let mut idle = peer_clients(&ns, &peer_dir, &args(&["idle", &host, "15020", "5000", "12"]));
+    wait_for("the peer's 5,000 connections", Duration::from_secs(30), || {
+        if idle.output().contains("opened") {
+            Ok(())
+        } else {
+            Err(idle.output())
+        }
+    });
+    // Past one header-read timeout: the peer's connections are cut and
+    // reopened meanwhile.
+    thread::sleep(Duration::from_secs(8));
+    let (idle_probes, idle_rss) = prober.finish();
+    idle.kill();
+    eprintln!("5,000 idle connections from the peer: {}", idle_probes.summary());
+    eprintln!(
+        "  RSS at most {idle_rss} KiB; accept queue overflows {}; peer: {}",
+        tcp_ext(pid, "ListenOverflows"),
+        idle.output().lines().last().unwrap_or_default()
+    );
+
+    // Then 1,000 slow readers of /stats/prometheus.
+    let prober = Prober::start(&ns, pid);
+    let mut slow = peer_clients(
+        &ns,
+        &peer_dir,
+        &args(&["slow", &host, "15020", "1000", "15", "/stats/prometheus"]),
+    );
+    wait_for("the peer's 1,000 slow readers", Duration::from_secs(30), || {
+        if slow.output().contains("opened") {
+            Ok(())
+        } else {
+            Err(slow.output())
+        }
+    });
+    thread::sleep(Duration::from_secs(12));
+    let (slow_probes, slow_rss) = prober.finish();
+    let finished = slow.wait_exit(Duration::from_secs(20));
+    let (rss_now, rss_peak) = rss_kb(pid);
+    eprintln!(
+        "1,000 slow readers of /stats/prometheus from the peer: {}",
+        slow_probes.summary()
+    );
+    eprintln!(
+        "  RSS at most {slow_rss} KiB sampled, peak (VmHWM) {rss_peak} KiB, {rss_before} KiB before the peer, \
+         {rss_now} KiB after; accept queue overflows {}; peer: {}",
+        tcp_ext(pid, "ListenOverflows"),
+        slow.output().lines().last().unwrap_or_default()
+    );
+    assert!(finished.is_some(), "the peer's clients did not end");
+
+    for (what, probes) in [("idle", &idle_probes), ("slow readers", &slow_probes)] {
+        assert!(
+            probes.failures.is_empty(),
+            "{what}: {} probes failed: {:?}",
+            probes.failures.len(),
+            &probes.failures[..probes.failures.len().min(10)]
+        );
+        assert!(
+            probes.through_envoy.len() > 50 && probes.direct.len() > 50,
+            "{what}: too few probes: {}",
+            probes.summary()
+        );
+        // The bound holds for 99 % of probes on a busy 2-core machine; the
+        // slowest is printed, and must show no starvation (no SYN retry, no
+        // queueing behind the peer: those cost a second or more).
+        assert!(probes.p99() < PROBE_BOUND, "{what}: {}", probes.summary());
+        assert!(probes.slowest() < 5 * PROBE_BOUND, "{what}: {}", probes.summary());
+    }
+    assert!(rss_peak < RSS_BOUND_KB, "lifeguard's RSS peaked at {rss_peak} KiB");
+    // The peer got its share and no more.
+    let out = agent.output();
+    assert!(
+        out.contains("this peer holds its share of status connections") && out.contains("from_peer=128 "),
+        "{out}"
+    );
+    assert!(agent.is_running(), "{}", agent.output());
+    assert!(!agent.output().contains("drain started"));
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait_exit(Duration::from_secs(20)).is_some());
+}
+
+/// A TCP connection to `addr` whose receive buffer is about 4 KiB: a peer
+/// that reads slowly, if at all.
+fn small_buffer_connection(addr: SocketAddr) -> TcpStream {
+    // SAFETY: a new socket we own; the option is an int.
+    let fd = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let size: libc::c_int = 4096;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        std::os::fd::OwnedFd::from_raw_fd(fd)
+    };
+    let socket = std::net::TcpStream::from(fd);
+    let std::net::SocketAddr::V4(v4) = addr else {
+        panic!("IPv4 only")
+    };
+    let sa = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: v4.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(v4.ip().octets()),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: connect on our socket with a valid sockaddr_in.
+    let rc = unsafe {
+        libc::connect(
+            socket.as_raw_fd(),
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+    socket
+}
+
+/// The state of lifeguard's side of the connection whose client end is
+/// `client` (a hex TCP state from /proc/<pid>/net/tcp), or None once gone.
+fn server_side_state(pid: i32, client: SocketAddr) -> Option<String> {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).ok()?;
+    let remote = format!(":{:04X}", client.port());
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 3 && f[2].ends_with(&remote) && f[2].starts_with("0100007F")).then(|| f[3].to_owned())
+    })
+}
+
+#[test]
+fn a_peer_that_takes_no_response_bytes_is_closed_and_an_idle_keepalive_one_too() {
+    let mut pod = Pod::start(&[]);
+    let agent = pod.ports.agent.addr();
+    let pid = pod.agent.pid();
+
+    // A slow reader of the merged metrics: 1,000 scrapes pipelined (at
+    // least 5 MB of answers even when Envoy's part is left out, more than
+    // the kernel's buffers take: the send buffer grows to 4 MB), never read.
+    // lifeguard fills the buffers, then waits; 5 s without progress ends it.
+    const SCRAPES: usize = 1000;
+    let mut slow = small_buffer_connection(agent);
+    slow.write_all(&b"GET /stats/prometheus HTTP/1.1\r\nHost: x\r\n\r\n".repeat(SCRAPES))
+        .unwrap();
+    let sent = Instant::now();
+    let client = slow.local_addr().unwrap();
+    wait_for(
+        "lifeguard to close the slow reader",
+        Duration::from_secs(30),
+        || match server_side_state(pid, client) {
+            Some(state) if state == "01" => Err(state),
+            _ => Ok(()),
+        },
+    );
+    let closed_after = sent.elapsed();
+    // What it got is cut short: fewer answers than it asked for (after
+    // the last one, only the idle timeout would have closed it).
+    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let _ = slow.read_to_end(&mut got);
+    let answers = got.windows(12).filter(|w| w == b"HTTP/1.1 200").count();
+    eprintln!(
+        "a peer taking no response bytes was closed after {closed_after:?}, with {answers} of {SCRAPES} answers ({} bytes) sent",
+        got.len()
+    );
+    assert!(answers < SCRAPES, "every answer was sent: no stall");
+    assert!(
+        closed_after >= Duration::from_secs(4) && closed_after < Duration::from_secs(20),
+        "{closed_after:?}"
+    );
+
+    // An idle keep-alive connection: closed 5 s after its last answer.
+    let mut idle = TcpStream::connect(agent).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    idle.write_all(b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = idle.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let answered = Instant::now();
+    let mut rest = Vec::new();
+    let _ = idle.read_to_end(&mut rest);
+    let idle_for = answered.elapsed();
+    eprintln!("an idle keep-alive connection was closed after {idle_for:?}");
+    assert!(
+        idle_for >= Duration::from_secs(4) && idle_for < Duration::from_secs(10),
+        "{idle_for:?}"
+    );
+    assert!(pod.agent.is_running(), "{}", pod.agent.output());
+}
+
+fn agent_on(admin: &FakeAdmin, extra: &[&str]) -> (Proc, Port) {
+    let status = port();
+    let addr = status.addr().to_string();
+    let url = admin.url();
+    let mut args = vec![
+        "--status-addr",
+        addr.as_str(),
+        "--admin-url",
+        url.as_str(),
+        "--termination-drain-duration",
+        "200ms",
+    ];
+    args.extend_from_slice(extra);
+    let agent = start_agent(&args);
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
+    (agent, status)
+}
+
+#[test]
+fn hup_usr1_usr2_are_logged_and_ignored_and_quit_drains() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (mut agent, status) = agent_on(&admin, &[]);
+    for (sig, name) in [
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGUSR2, "SIGUSR2"),
+    ] {
+        agent.signal(sig);
+        wait_for(&format!("{name} in the log"), Duration::from_secs(5), || {
+            let out = agent.output();
+            if out.contains(&format!("signal received; ignored signal=\"{name}\"")) {
+                Ok(())
+            } else {
+                Err(out)
+            }
+        });
+        assert!(agent.is_running(), "{name} killed lifeguard");
+        assert_eq!(get(status.addr(), "/healthz/ready").unwrap().0, 200, "{name}");
+    }
+    assert!(!agent.output().contains("drain started"));
+    agent.signal(libc::SIGQUIT);
+    let code = agent.wait_exit(Duration::from_secs(10)).expect("an exit after SIGQUIT");
+    assert_eq!(code.code(), Some(0), "{}", agent.output());
+    let out = agent.output();
+    assert!(out.contains("drain started"), "{out}");
+    assert!(
+        admin.quit_called.load(Ordering::Relaxed) || out.contains("Envoy"),
+        "{out}"
+    );
+}
+
+#[test]
+fn term_int_and_quit_each_start_the_drain_and_repeats_are_logged() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    for (first, then) in [
+        (libc::SIGTERM, libc::SIGQUIT),
+        (libc::SIGINT, libc::SIGTERM),
+        (libc::SIGQUIT, libc::SIGINT),
+    ] {
+        let (mut agent, _status) = agent_on(&admin, &["--drain-delay", "1s"]);
+        agent.signal(first);
+        wait_for("the drain to start", Duration::from_secs(5), || {
+            let out = agent.output();
+            if out.contains("drain started") {
+                Ok(())
+            } else {
+                Err(out)
+            }
+        });
+        agent.signal(then);
+        let code = agent.wait_exit(Duration::from_secs(10)).expect("one exit");
+        assert_eq!(code.code(), Some(0), "{}", agent.output());
+        let out = agent.output();
+        assert_eq!(out.matches("drain started").count(), 1, "{out}");
+        assert_eq!(out.matches("signal received again").count(), 1, "{out}");
+    }
+}
+
+/// Pids of the processes whose parent is `parent`, with their state letter.
+fn children_of(parent: i32) -> Vec<(i32, char)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        if f.next().and_then(|p| p.parse::<i32>().ok()) == Some(parent) {
+            out.push((pid, state));
+        }
+    }
+    out
+}
+
+/// The "Envoy" of the PID 1 test: makes `ORPHANS` orphans (each outlives
+/// the subshell that started it, so the kernel hands it to PID 1), each of
+/// which writes its parent's pid to the file given and exits; then waits.
+const ORPHANS: usize = 20;
+const ORPHAN_MAKER: &str = r#"
+out="$1"
+i=0
+while [ "$i" -lt 20 ]; do
+  ( sh -c 'sleep 0.3; read -r _ _ _ ppid _ < /proc/$$/stat; echo "$ppid" >> "$0"' "$out" & )
+  i=$((i + 1))
+done
+exec sleep 600
+"#;
+
+#[test]
+fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let status = port();
+    let dir = TempDir::new("pid1");
+    let script = dir.path().join("orphans.sh");
+    std::fs::write(&script, ORPHAN_MAKER).unwrap();
+    let parents = dir.path().join("parents");
+    let mut cmd = Command::new("unshare");
+    // --kill-child: when unshare dies (the Proc is dropped), so does
+    // lifeguard, PID 1 of the namespace, and with it every process inside.
+    cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(env!("CARGO_BIN_EXE_lifeguard"))
+        .args(["run", "--status-addr", &status.addr().to_string(), "--admin-url"])
+        .arg(admin.url())
+        .args(["--termination-drain-duration", "200ms", "--", "sh"])
+        .arg(&script)
+        .arg(&parents)
+        .env("LIFEGUARD_LOG", "info");
+    let mut unshare = Proc::spawn("unshare+lifeguard", cmd, TempDir::new("pid1-agent"));
+    let lifeguard = wait_for("lifeguard as PID 1", Duration::from_secs(10), || {
+        children_of(unshare.pid()).first().map(|c| c.0).ok_or(())
+    });
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
+    assert!(unshare.output().contains("running as PID 1"), "{}", unshare.output());
+
+    // Every orphan was handed to lifeguard (PID 1 inside)...
+    let lines = wait_for("the orphans to report", Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&parents).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() == ORPHANS {
+            Ok(lines)
+        } else {
+            Err(lines)
+        }
+    });
+    assert!(lines.iter().all(|l| l == "1"), "{lines:?}");
+    // ...and once they exited, lifeguard reaped them: no zombie children,
+    // only the "Envoy" (sleep) left.
+    let started = Instant::now();
+    wait_for("lifeguard to reap its orphans", Duration::from_secs(10), || {
+        let children = children_of(lifeguard);
+        if children.iter().all(|c| c.1 != 'Z') && children.len() == 1 {
+            Ok(())
+        } else {
+            Err(children)
+        }
+    });
+    eprintln!(
+        "{ORPHANS} orphans reaped by lifeguard as PID 1 (the last within {:?} of the check)",
+        started.elapsed()
+    );
+    // Envoy's own exit is still seen by its waiter (not stolen by the
+    // reaper): the drain stops it and lifeguard exits.
+    // SAFETY: our grandchild (unshare's only child), alive as checked.
+    unsafe {
+        libc::kill(lifeguard, libc::SIGTERM);
+    }
+    let exit = unshare.wait_exit(Duration::from_secs(20)).expect("lifeguard exits");
+    let out = unshare.output();
+    assert!(!out.contains("cannot wait for Envoy"), "{out}");
+    assert!(out.contains("lifeguard exiting"), "{out}");
+    eprintln!("lifeguard as PID 1 exited: {exit:?}");
+}
