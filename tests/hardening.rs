@@ -334,7 +334,7 @@ fn odd_requests_get_a_correct_answer_or_a_clean_error() {
 
 #[test]
 fn every_bad_value_stops_start_up_naming_the_field_and_value() {
-    let dir = TempDir::new("badcfg");
+    let dir = temp_dir("badcfg");
     let toml = dir.path().join("bad.toml");
     std::fs::write(&toml, "status_addr = \"127.0.0.1:15020\"\ndrain_dealy = \"1s\"\n").unwrap();
     let toml = toml.display().to_string();
@@ -389,7 +389,7 @@ fn every_bad_value_stops_start_up_naming_the_field_and_value() {
         for (k, v) in &env {
             cmd.env(k, v);
         }
-        let mut proc = Proc::spawn("lifeguard", cmd, TempDir::new("badcfg"));
+        let mut proc = Proc::spawn("lifeguard", cmd, temp_dir("badcfg"));
         let status = proc.wait_exit(Duration::from_secs(10));
         let err = proc.output();
         assert_eq!(status.and_then(|s| s.code()), Some(2), "{args:?} {env:?}: {err}");

