@@ -340,7 +340,7 @@ fn peer_clients(ns: &Netns, dir: &TempDir, args: &[String]) -> Proc {
     std::fs::write(&script, PEER_PY).unwrap();
     let mut cmd = Netns::command(&ns.peer, "python3");
     cmd.arg(&script).args(args);
-    Proc::spawn("peer", cmd, TempDir::new("peer"))
+    Proc::spawn("peer", cmd, temp_dir("peer"))
 }
 
 // ---------------------------------------------------------------------------
@@ -351,7 +351,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     let ns = Netns::create();
     // Envoy and lifeguard inside the pod namespace, on the pod's real ports
     // (nothing else listens there), bound on 0.0.0.0 like pilot-agent.
-    let dir = TempDir::new("hostile-pod");
+    let dir = temp_dir("hostile-pod");
     let yaml =
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml"))
             .unwrap();
@@ -367,7 +367,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     ])
     .args(&envoy)
     .env("LIFEGUARD_LOG", "info");
-    let mut agent = Proc::spawn("lifeguard", cmd, TempDir::new("hostile-agent"));
+    let mut agent = Proc::spawn("lifeguard", cmd, temp_dir("hostile-agent"));
     let pid = agent.pid();
     Netns::run(&ns.pod, || {
         wait_status(
@@ -394,7 +394,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     assert!(!agent.output().contains("drain started"), "{}", agent.output());
 
     // A peer holding 5,000 idle connections, reopening each one closed.
-    let peer_dir = TempDir::new("hostile-peer");
+    let peer_dir = temp_dir("hostile-peer");
     let host = ns.pod_ip.to_string();
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let (rss_before, _) = rss_kb(pid);
@@ -711,7 +711,7 @@ exec sleep 600
 fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
     let admin = FakeAdmin::start(AdminMode::Live);
     let status = port();
-    let dir = TempDir::new("pid1");
+    let dir = temp_dir("pid1");
     let script = dir.path().join("orphans.sh");
     std::fs::write(&script, ORPHAN_MAKER).unwrap();
     let parents = dir.path().join("parents");
@@ -726,7 +726,7 @@ fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
         .arg(&script)
         .arg(&parents)
         .env("LIFEGUARD_LOG", "info");
-    let mut unshare = Proc::spawn("unshare+lifeguard", cmd, TempDir::new("pid1-agent"));
+    let mut unshare = Proc::spawn("unshare+lifeguard", cmd, temp_dir("pid1-agent"));
     let lifeguard = wait_for("lifeguard as PID 1", Duration::from_secs(10), || {
         children_of(unshare.pid()).first().map(|c| c.0).ok_or(())
     });
