@@ -275,14 +275,20 @@ fn drain_families(out: &mut Exposition, status: &Status) {
     if let Some(deadline) = status.deadline {
         out.single(DRAIN_DEADLINE, "Unix time by which the drain stops Envoy.", deadline);
     }
-    let duration = status
-        .duration_seconds
-        .unwrap_or_else(|| (unix_now() - started).max(0.0));
-    out.single(
-        DRAIN_DURATION,
-        "Seconds the drain has taken: so far while it runs, to drained (or Envoy's stop) once over.",
-        duration,
-    );
+    // Envoy exiting mid-drain leaves no final duration: no series then,
+    // rather than a figure that keeps growing while lifeguard lingers.
+    let duration = match status.duration_seconds {
+        Some(took) => Some(took),
+        None if status.phase != Phase::Stopped => Some((unix_now() - started).max(0.0)),
+        None => None,
+    };
+    if let Some(duration) = duration {
+        out.single(
+            DRAIN_DURATION,
+            "Seconds the drain has taken: so far while it runs, to drained (or Envoy's stop) once over.",
+            duration,
+        );
+    }
     let counts = [
         (
             DRAIN_ACTIVE_CONNECTIONS,
@@ -423,5 +429,54 @@ impl Registrar<'_> {
     fn counter(&self, name: &'static str, labels: &[(&'static str, &'static str)], help: &'static str) -> Counter {
         self.recorder.describe_counter(name.into(), None, help.into());
         self.recorder.register_counter(&Self::key(name, labels), &META)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(status: &Status) -> String {
+        let metrics = Metrics::new(Instant::now());
+        metrics.render(&Readiness::standalone(Duration::from_secs(4)), Some(status))
+    }
+
+    fn has(text: &str, name: &str) -> bool {
+        text.lines().any(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+    }
+
+    #[test]
+    fn values_that_do_not_exist_yet_have_no_series() {
+        let status = Status::initial(DrainUntil::Requests, String::new());
+        let text = render(&status);
+        assert!(text.contains("lifeguard_drain_phase{phase=\"serving\"} 1\n"), "{text}");
+        assert!(text.contains("lifeguard_drain_policy{policy=\"requests\"} 1\n"), "{text}");
+        for absent in [
+            TIME_TO_FIRST_READY,
+            ADMIN_LAST_SUCCESS,
+            DRAIN_STARTED,
+            DRAIN_DEADLINE,
+            DRAIN_DURATION,
+            DRAIN_ACTIVE_CONNECTIONS,
+            DRAIN_ACTIVE_REQUESTS,
+            DRAIN_CUT,
+            DRAIN_LEFT_AT_STOP,
+        ] {
+            assert!(!has(&text, absent), "{absent} before a drain:\n{text}");
+        }
+    }
+
+    #[test]
+    fn envoy_exiting_mid_drain_leaves_no_growing_duration() {
+        let mut status = Status::initial(DrainUntil::Requests, String::new());
+        status.phase = Phase::Stopped;
+        status.started_at = Some(unix_now() - 5.0);
+        let text = render(&status);
+        assert!(has(&text, DRAIN_STARTED) && !has(&text, DRAIN_DURATION), "{text}");
+        status.phase = Phase::Draining;
+        let text = render(&status);
+        let line = text.lines().find(|l| l.starts_with(DRAIN_DURATION)).unwrap();
+        let so_far: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((4.9..6.0).contains(&so_far), "{line}");
     }
 }
