@@ -74,6 +74,11 @@ pub struct Settings {
     #[serde(with = "filter")]
     pub log: String,
 
+    /// Log line format: text (for people) or json (one JSON object a line,
+    /// for log pipelines).
+    #[arg(long, env = "LIFEGUARD_LOG_FORMAT", value_name = "FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+
     /// The pod's terminationGracePeriodSeconds (a bare number counts as
     /// seconds); the drain ends by this minus the shutdown margin.
     #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION", default_value = "30s", value_parser = grace::parse)]
@@ -134,6 +139,20 @@ pub struct Settings {
     /// Append Envoy's own metrics to `/stats/prometheus` (true or false).
     #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
     pub merge_envoy_metrics: bool,
+
+    /// After Envoy stops, keep the status port answering until one scrape of
+    /// /stats/prometheus has seen the final state, or this long at most;
+    /// never past the grace period.
+    #[arg(long, env = "LIFEGUARD_LINGER", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub linger: Duration,
+
+    /// Where the exit summary (one line of JSON, at most 4 KiB) is written
+    /// for Kubernetes to show as the container's termination message: auto
+    /// (/dev/termination-log when that file exists), none, or a path.
+    #[arg(long, env = "LIFEGUARD_TERMINATION_MESSAGE_PATH", value_name = "PATH", default_value = "auto", value_parser = message_path::parse)]
+    #[serde(with = "message_path")]
+    pub termination_message_path: MessagePath,
 }
 
 /// Declares a parser that clap (`NAME::parse`) and serde (`with = "NAME"`)
@@ -162,6 +181,7 @@ shared_parser!(poll: Duration = |s| at_least(s, Duration::from_millis(10)), show
 shared_parser!(positive: Duration = |s| at_least(s, Duration::from_nanos(1)), shown as |d: &Duration| D(*d));
 shared_parser!(span: Duration = |s| at_least(s, Duration::ZERO), shown as |d: &Duration| D(*d));
 shared_parser!(grace: Duration = grace_period, shown as |d: &Duration| D(*d));
+shared_parser!(message_path: MessagePath = MessagePath::from_str, shown as |p: &MessagePath| p.clone());
 
 /// A Go duration (at most [`duration::MAX`]) no shorter than `min`.
 fn at_least(s: &str, min: Duration) -> Result<Duration, String> {
@@ -247,6 +267,70 @@ pub enum DrainUntil {
     /// no socket, and with a shared process namespace no process.
     #[serde(rename = "app-exit")]
     AppExit,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// `2026-11-22T05:21:00Z  INFO message key=value`, for people.
+    Text,
+    /// One JSON object a line (timestamp, level, fields), for log pipelines.
+    Json,
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
+    }
+}
+
+/// Where the exit summary goes (Kubernetes' termination message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessagePath {
+    /// [`MessagePath::KUBERNETES_DEFAULT`] when that file exists (the
+    /// kubelet mounts it), else nowhere.
+    Auto,
+    /// Nowhere.
+    Off,
+    /// This file (created if missing, replaced if present).
+    File(PathBuf),
+}
+
+impl MessagePath {
+    /// Where the kubelet mounts the termination-message file by default.
+    pub const KUBERNETES_DEFAULT: &'static str = "/dev/termination-log";
+
+    /// The file to write, decided now: `auto` looks for the kubelet's file.
+    pub fn resolve(&self) -> Option<PathBuf> {
+        match self {
+            MessagePath::Auto => Some(PathBuf::from(Self::KUBERNETES_DEFAULT)).filter(|p| p.exists()),
+            MessagePath::Off => None,
+            MessagePath::File(path) => Some(path.clone()),
+        }
+    }
+}
+
+impl FromStr for MessagePath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(MessagePath::Auto),
+            "none" | "" => Ok(MessagePath::Off),
+            path if path.contains('\0') => Err("a path cannot contain NUL".into()),
+            path => Ok(MessagePath::File(path.into())),
+        }
+    }
+}
+
+impl fmt::Display for MessagePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MessagePath::Auto => f.write_str("auto"),
+            MessagePath::Off => f.write_str("none"),
+            MessagePath::File(path) => write!(f, "{}", path.display()),
+        }
+    }
 }
 
 /// Which listeners Envoy drains.
@@ -658,7 +742,10 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(s.stale_after(), Duration::from_secs(4));
-        assert_eq!(eff.len(), 18);
+        assert_eq!(eff.len(), 21);
+        assert_eq!(s.log_format, LogFormat::Text);
+        assert_eq!(s.linger, Duration::ZERO);
+        assert_eq!(s.termination_message_path, MessagePath::Auto);
         assert!(eff.iter().all(|e| e.source == Source::Default));
     }
 
@@ -785,6 +872,31 @@ pub(crate) mod tests {
             settings(&["--poll-interval", "10ms"]).poll_interval,
             Duration::from_millis(10)
         );
+    }
+
+    #[test]
+    fn outcome_settings_take_their_forms() {
+        let s = settings(&[
+            "--log-format",
+            "json",
+            "--linger",
+            "20s",
+            "--termination-message-path",
+            "none",
+        ]);
+        assert_eq!(s.log_format, LogFormat::Json);
+        assert_eq!(s.linger, Duration::from_secs(20));
+        assert_eq!(s.termination_message_path.resolve(), None);
+        let s = settings(&["--termination-message-path", "/tmp/msg"]);
+        assert_eq!(s.termination_message_path.resolve(), Some(PathBuf::from("/tmp/msg")));
+        let file = TempFile::new(
+            "outcome.toml",
+            "termination_message_path = \"\"\nlog_format = \"json\"\n",
+        );
+        let s = settings(&["--config", file.arg()]);
+        assert_eq!(s.termination_message_path, MessagePath::Off);
+        refused(&["--log-format", "xml"], "--log-format", "xml");
+        refused(&["--linger=-1s"], "--linger", "-1s");
     }
 
     #[test]

@@ -114,8 +114,7 @@ pub enum Event {
     Quit(oneshot::Sender<()>),
 }
 
-/// The drain's phases, in order. The number is the `lifeguard_drain_phase`
-/// gauge's value.
+/// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
@@ -156,6 +155,9 @@ pub struct Status {
     /// What the drain waits on right now, e.g. `3 requests` or
     /// `2 app sockets (127.0.0.1:8080 listening; ...)`.
     pub waiting_on: Option<String>,
+    /// What the drain waited on last, kept once the count reached zero (the
+    /// exit summary's "waited for last").
+    pub waited_on_last: Option<String>,
     /// Why the last read of the active counts failed, if it did.
     pub last_read_error: Option<String>,
     /// Whether a signal asked for Envoy to be stopped once drained.
@@ -185,6 +187,7 @@ impl Status {
             app_sockets: None,
             app_processes: None,
             waiting_on: None,
+            waited_on_last: None,
             last_read_error: None,
             stop_requested: false,
             cut_by_deadline: false,
@@ -501,8 +504,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         }
 
         // 5. Stop Envoy.
-        let exit = self.stop_envoy().await;
-        self.inbox.publish(|s| s.left_at_stop = left);
+        let exit = self.stop_envoy(left).await;
         let unfinished = match (self.plan.policy, left) {
             (DrainUntil::Time, Some(n)) if !cut && n > 0 => Some(n),
             _ => None,
@@ -674,7 +676,12 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             if let Some(count) = count_now {
                 let on = waiting_on(&plan, envoy_now.unwrap_or(0), app_now.as_ref());
                 if Some(count) != left || self.inbox.status.borrow().waiting_on.as_deref() != on.as_deref() {
-                    self.inbox.publish(|s| s.waiting_on = on);
+                    self.inbox.publish(|s| {
+                        if on.is_some() {
+                            s.waited_on_last.clone_from(&on);
+                        }
+                        s.waiting_on = on;
+                    });
                 }
                 progress.observe(now, count, plan.counted());
                 left = Some(count);
@@ -706,20 +713,23 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         }
     }
 
-    async fn stop_envoy(&mut self) -> Exit {
+    /// Stops Envoy; `left` is what the policy counted still active, which
+    /// is published with the `stopped` phase (one consistent final status).
+    async fn stop_envoy(&mut self, left: Option<u64>) -> Exit {
         self.inbox.publish(|s| s.phase = Phase::Stopping);
         let exit = self.envoy.stop(self.plan.stop_bound).await;
         let took = self.started.map(|t| t.elapsed().as_secs_f64());
         self.inbox.publish(|s| {
             s.phase = Phase::Stopped;
             s.duration_seconds = took;
+            s.left_at_stop = left;
         });
         exit
     }
 
     async fn quit(&mut self) -> Outcome {
         tracing::info!("POST /quitquitquit: stopping Envoy now");
-        let exit = self.stop_envoy().await;
+        let exit = self.stop_envoy(None).await;
         tracing::info!("Envoy stopped ({exit})");
         if let Some(reply) = self.inbox.quit_reply.take() {
             let _ = reply.send(());

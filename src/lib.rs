@@ -11,6 +11,9 @@
 //! - [`drain`]: the drain state machine: phase, deadline, policy, stopping Envoy.
 //! - [`envoy`]: the Envoy process (child or external).
 //! - [`metrics`]: our Prometheus metrics and the merged scrape.
+//! - [`outcome`]: the exit summary, kept in the termination message.
+//! - [`linger`]: after Envoy stops, waiting for a last scrape.
+//! - [`logging`]: log lines as text or JSON.
 //! - [`server`]: the status server on 15020 (tower service on hyper).
 //! - [`connections`]: connection slots shared fairly between peers, and the
 //!   write timeout of a status connection.
@@ -31,7 +34,10 @@ pub mod drain;
 pub mod duration;
 pub mod envoy;
 pub mod hooks;
+pub mod linger;
+pub mod logging;
 pub mod metrics;
+pub mod outcome;
 pub mod poller;
 pub mod readiness;
 pub mod server;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 use tokio::time::Instant;
 
@@ -18,7 +17,10 @@ use lifeguard::config::{self, DrainUntil, Effective, Settings};
 use lifeguard::drain::{exit_code, Drain, Plan};
 use lifeguard::envoy::{self, Envoy};
 use lifeguard::hooks;
+use lifeguard::linger::{self, Linger};
+use lifeguard::logging;
 use lifeguard::metrics::Metrics;
+use lifeguard::outcome::{self, Summary};
 use lifeguard::readiness::Readiness;
 use lifeguard::server::{StatusServer, StatusService, ENVOY_METRICS_TIMEOUT};
 use lifeguard::signals::Signals;
@@ -43,7 +45,7 @@ fn main() -> ExitCode {
                 Ok(loaded) => loaded,
                 Err(e) => return config_error(false, &e),
             };
-            init_logging(&settings.log);
+            logging::init(&settings.log, settings.log_format);
             for e in &effective {
                 tracing::debug!(key = e.key, value = %e.value, source = %e.source, "setting");
             }
@@ -131,17 +133,6 @@ fn check(settings: &Settings, effective: &[Effective]) -> u8 {
     }
 }
 
-/// Starts logging with the filter the configuration validated.
-fn init_logging(filter: &str) {
-    let filter = EnvFilter::try_new(filter).expect("the log filter was validated with the settings");
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .init();
-}
-
 /// Runs the agent; returns the process exit code. Runs on the main thread
 /// (inside `block_on`), which Envoy's parent-death signal relies on.
 async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
@@ -224,29 +215,50 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
             }
         );
     }
+    let message_path = settings.termination_message_path.resolve();
+    let (linger_for, grace) = (settings.linger, settings.termination_grace_period);
     let (drain, handle) = Drain::new(plan, envoy, app);
+    let linger = Linger::new(handle.watch());
     let readiness = Readiness::new(settings.stale_after(), handle.watch());
     let envoy_metrics = settings
         .merge_envoy_metrics
         .then(|| admin.clone().with_timeout(ENVOY_METRICS_TIMEOUT));
     let service = StatusService::new(readiness.clone())
         .with_drain(handle.clone())
-        .with_metrics(metrics.clone(), envoy_metrics);
+        .with_metrics(metrics.clone(), envoy_metrics)
+        .with_linger(linger.clone());
     tracing::info!(
         status_addr = %local,
         admin_url = %settings.admin_url,
         poll_interval = %D(settings.poll_interval),
         drain_until = %handle.status().policy,
         deadline = %D(settings.drain_deadline()),
+        termination_message = %message_path.as_deref().map_or("none".into(), |p| p.display().to_string()),
         "lifeguard listening"
     );
     let server = tokio::spawn(server.serve(service, shutdown.clone()));
     let poller = tokio::spawn(poller::run(settings, admin, readiness, metrics, shutdown.clone()));
-    let signals = tokio::spawn(signals.forward(handle, own_children, shutdown.clone()));
+    let signals = tokio::spawn(signals.forward(handle.clone(), own_children, shutdown.clone()));
 
     let outcome = drain.run().await;
-    let code = outcome.exit_code();
-    tracing::info!(?outcome, exit_code = code, "lifeguard exiting");
+    let status = handle.status();
+    let summary = Summary::new(&outcome, &status);
+    // Written before the linger: a SIGKILL then cannot lose it.
+    if let Some(path) = &message_path {
+        if let Err(e) = outcome::write_message(path, &summary.to_json()) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the termination message");
+        }
+    }
+    let bound = linger::bound(linger_for, &status, grace);
+    if !bound.is_zero() {
+        tracing::info!(up_to = %D(bound), "Envoy stopped; lingering for a last scrape of /stats/prometheus");
+        match linger.wait(bound).await {
+            linger::Ended::Scraped => tracing::info!("a scrape saw the final state"),
+            linger::Ended::TimeUp => tracing::info!("no scrape came while lingering"),
+        }
+    }
+    summary.log();
+    let code = summary.exit_code;
     shutdown.cancel();
     let _ = tokio::join!(poller, server, signals);
     code

@@ -1,24 +1,35 @@
 //! lifeguard's own Prometheus metrics, and the merged scrape.
 //!
-//! Every metric handle is registered once, here, on a recorder that belongs
-//! to the agent (no global recorder): the probe path increments a stored
-//! counter, with no name lookup or label formatting per request. The drain
-//! gauges are taken from the drain's published status at scrape time, so
-//! they can never disagree with `GET /drain`.
+//! Two kinds of families, both named by the Prometheus conventions:
 //!
-//! `GET /stats/prometheus` renders our families (all named `lifeguard_*`)
+//! - **Events**, counted as they happen on a recorder that belongs to the
+//!   agent (no global recorder), with handles registered once: probe
+//!   answers, admin requests and their durations (by `endpoint`), changes
+//!   of Envoy's readiness. The probe path increments a stored counter, with
+//!   no name lookup or label formatting per request.
+//! - **State**, written at scrape time from what it describes, so it can
+//!   never disagree with it: the drain's published status (the same one
+//!   `GET /drain` shows), the readiness answer, build info and the process
+//!   (`process_*`, read from /proc by the `metrics-process` crate). A state
+//!   is one series per value with a label set to 1 (`lifeguard_drain_phase
+//!   {phase="draining"} 1`), never a number standing for a name; a value
+//!   that does not exist yet (no drain, never ready, nothing stopped) has no
+//!   series, rather than a 0 that reads as a real value.
+//!
+//! `GET /stats/prometheus` renders our families (`lifeguard_*`, `process_*`)
 //! and appends Envoy's own `/stats/prometheus` (families named `envoy_*`),
 //! which the status server reads and hands over: this module knows nothing
 //! of the admin client, and the admin client knows nothing of metrics (the
 //! binary wires its call observer to [`Metrics::admin_call`]). If Envoy
 //! cannot be read, our part is still served and the failure is counted.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use metrics::{Counter, Gauge, Key, Label, Metadata, Recorder, Unit};
+use metrics::{Counter, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tokio::time::Instant;
 
@@ -41,27 +52,63 @@ struct Inner {
     probe_ok: Counter,
     /// `lifeguard_probe_responses_total{code="503"}`.
     probe_unavailable: Counter,
-    ready: Gauge,
-    time_to_first_ready: Gauge,
-    first_ready_seen: AtomicBool,
-    answer_age: Gauge,
-    server_state: Gauge,
-    drain_phase: Gauge,
-    drain_started: Gauge,
-    drain_deadline: Gauge,
-    drain_duration: Gauge,
-    drain_active_connections: Gauge,
-    drain_active_requests: Gauge,
-    drain_left_at_stop: Gauge,
-    drain_cut: Gauge,
-    drain_policy: [Gauge; 3],
+    /// `lifeguard_envoy_readiness_changes_total{to="ready"}` and `{to="not_ready"}`.
+    became_ready: Counter,
+    became_not_ready: Counter,
+    /// Envoy's readiness at the last read: 0 no read yet, 1 ready, 2 not.
+    last_envoy_ready: AtomicU8,
+    /// Seconds from start to the first ready read, once there was one.
+    first_ready: OnceLock<f64>,
+    /// Unix time of the last admin read Envoy answered, as f64 bits (0: none).
+    last_success: AtomicU64,
 }
 
-const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
-const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
+/// The metric names, once. Tests check the README, the alerting rules and
+/// the dashboard against this list.
+pub mod names {
+    pub const BUILD_INFO: &str = "lifeguard_build_info";
+    pub const READY: &str = "lifeguard_ready";
+    pub const PROBE_RESPONSES: &str = "lifeguard_probe_responses_total";
+    pub const TIME_TO_FIRST_READY: &str = "lifeguard_time_to_first_ready_seconds";
+    pub const READINESS_CHANGES: &str = "lifeguard_envoy_readiness_changes_total";
+    pub const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
+    pub const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
+    pub const ADMIN_LAST_SUCCESS: &str = "lifeguard_envoy_admin_last_success_timestamp_seconds";
+    pub const DRAIN_PHASE: &str = "lifeguard_drain_phase";
+    pub const DRAIN_POLICY: &str = "lifeguard_drain_policy";
+    pub const DRAIN_STARTED: &str = "lifeguard_drain_started_timestamp_seconds";
+    pub const DRAIN_DEADLINE: &str = "lifeguard_drain_deadline_timestamp_seconds";
+    pub const DRAIN_DURATION: &str = "lifeguard_drain_duration_seconds";
+    pub const DRAIN_ACTIVE_CONNECTIONS: &str = "lifeguard_drain_active_connections";
+    pub const DRAIN_ACTIVE_REQUESTS: &str = "lifeguard_drain_active_requests";
+    pub const DRAIN_ACTIVE_TCP: &str = "lifeguard_drain_active_tcp_connections";
+    pub const DRAIN_APP_SOCKETS: &str = "lifeguard_drain_app_sockets";
+    pub const DRAIN_APP_PROCESSES: &str = "lifeguard_drain_app_processes";
+    pub const DRAIN_CUT: &str = "lifeguard_drain_cut_by_deadline";
+    pub const DRAIN_LEFT_AT_STOP: &str = "lifeguard_drain_left_at_stop";
+    pub const PROCESS_CPU: &str = "process_cpu_seconds_total";
+    pub const PROCESS_RSS: &str = "process_resident_memory_bytes";
+    pub const PROCESS_VSZ: &str = "process_virtual_memory_bytes";
+    pub const PROCESS_OPEN_FDS: &str = "process_open_fds";
+    pub const PROCESS_MAX_FDS: &str = "process_max_fds";
+    pub const PROCESS_START: &str = "process_start_time_seconds";
+    pub const PROCESS_THREADS: &str = "process_threads";
+}
+use names::*;
+
+/// The drain phases and their `phase` label values, in order.
+const PHASES: [(Phase, &str); 6] = [
+    (Phase::Serving, "serving"),
+    (Phase::Delaying, "delaying"),
+    (Phase::Draining, "draining"),
+    (Phase::Drained, "drained"),
+    (Phase::Stopping, "stopping"),
+    (Phase::Stopped, "stopped"),
+];
 
 /// The drain policies and their `policy` label values.
-const POLICIES: [(DrainUntil, &str); 3] = [
+const POLICIES: [(DrainUntil, &str); 4] = [
+    (DrainUntil::AppExit, "app-exit"),
     (DrainUntil::Time, "time"),
     (DrainUntil::Connections, "connections"),
     (DrainUntil::Requests, "requests"),
@@ -86,6 +133,7 @@ impl Metrics {
         let r = Registrar { recorder: &recorder };
 
         let probe_help = "Answers of the readiness probe (/healthz/ready), by status code.";
+        let changes_help = "Changes of Envoy's readiness as lifeguard's reads saw it, by the state changed to.";
         recorder.describe_counter(
             ADMIN_REQUESTS.into(),
             None,
@@ -100,86 +148,14 @@ impl Metrics {
             recorder: recorder.clone(),
             handle,
             started,
-            probe_ok: r.counter("lifeguard_probe_responses_total", &[("code", "200")], probe_help),
-            probe_unavailable: r.counter("lifeguard_probe_responses_total", &[("code", "503")], probe_help),
-            ready: r.gauge("lifeguard_ready", &[], None, "1 when the readiness probe answers 200, else 0."),
-            time_to_first_ready: r.gauge(
-                "lifeguard_time_to_first_ready_seconds",
-                &[],
-                Some(Unit::Seconds),
-                "Seconds from lifeguard's start to the first ready answer (0 until then).",
-            ),
-            first_ready_seen: AtomicBool::new(false),
-            answer_age: r.gauge(
-                "lifeguard_envoy_admin_answer_age_seconds",
-                &[],
-                Some(Unit::Seconds),
-                "Age of the readiness answer the probe serves: seconds since the poller's last admin read.",
-            ),
-            server_state: r.gauge(
-                "lifeguard_envoy_server_state",
-                &[],
-                None,
-                "Envoy's server.state at the last successful read: 0 LIVE, 1 DRAINING, 2 PRE_INITIALIZING, 3 INITIALIZING; -1 unknown.",
-            ),
-            drain_phase: r.gauge(
-                "lifeguard_drain_phase",
-                &[],
-                None,
-                "Drain phase: 0 serving, 1 delaying, 2 draining, 3 drained (waiting for SIGTERM), 4 stopping Envoy, 5 Envoy stopped.",
-            ),
-            drain_started: r.gauge(
-                "lifeguard_drain_started_timestamp_seconds",
-                &[],
-                Some(Unit::Seconds),
-                "Unix time the drain began (0: no drain).",
-            ),
-            drain_deadline: r.gauge(
-                "lifeguard_drain_deadline_timestamp_seconds",
-                &[],
-                Some(Unit::Seconds),
-                "Unix time by which Envoy is stopped (0: no drain).",
-            ),
-            drain_duration: r.gauge(
-                "lifeguard_drain_duration_seconds",
-                &[],
-                Some(Unit::Seconds),
-                "Seconds the drain has taken: so far while it runs, to Envoy's stop once stopped.",
-            ),
-            drain_active_connections: r.gauge(
-                "lifeguard_drain_active_connections",
-                &[],
-                None,
-                "Envoy's active downstream connections as last read by the drain (agent listeners left out).",
-            ),
-            drain_active_requests: r.gauge(
-                "lifeguard_drain_active_requests",
-                &[],
-                None,
-                "Envoy's active downstream HTTP requests as last read by the drain (agent prefixes left out).",
-            ),
-            drain_left_at_stop: r.gauge(
-                "lifeguard_drain_left_at_stop",
-                &[],
-                None,
-                "Connections (or requests, by the policy) still active when Envoy was stopped.",
-            ),
-            drain_cut: r.gauge(
-                "lifeguard_drain_cut_by_deadline",
-                &[],
-                None,
-                "1 when the deadline cut the drain before the policy was satisfied.",
-            ),
-            drain_policy: POLICIES.map(|(_, p)| {
-                r.gauge(
-                    "lifeguard_drain_policy",
-                    &[("policy", p)],
-                    None,
-                    "The drain policy in force: 1 for the one configured (time, connections or requests).",
-                )
-            }),
+            probe_ok: r.counter(PROBE_RESPONSES, &[("code", "200")], probe_help),
+            probe_unavailable: r.counter(PROBE_RESPONSES, &[("code", "503")], probe_help),
+            became_ready: r.counter(READINESS_CHANGES, &[("to", "ready")], changes_help),
+            became_not_ready: r.counter(READINESS_CHANGES, &[("to", "not_ready")], changes_help),
+            last_envoy_ready: AtomicU8::new(0),
+            first_ready: OnceLock::new(),
+            last_success: AtomicU64::new(0),
         };
-        inner.server_state.set(-1.0);
         Metrics { inner: Arc::new(inner) }
     }
 
@@ -202,49 +178,59 @@ impl Metrics {
             .record(took.as_secs_f64());
     }
 
-    /// Records what the poller read from Envoy: whether Envoy said ready,
-    /// and its `server.state`. (The `lifeguard_ready` gauge is not set here:
-    /// it is the probe's own answer, taken at scrape time.)
-    pub fn envoy_read(&self, ready: bool, server_state: Option<u64>) {
+    /// Records one readiness read of the poller: whether Envoy answered at
+    /// all, and whether it said ready. (The `lifeguard_ready` gauge is not
+    /// set here: it is the probe's own answer, taken at scrape time.)
+    pub fn envoy_read(&self, answered: bool, ready: bool) {
         let inner = &*self.inner;
-        inner.server_state.set(server_state.map_or(-1.0, |s| s as f64));
-        if ready && !inner.first_ready_seen.swap(true, Ordering::Relaxed) {
-            inner
-                .time_to_first_ready
-                .set(inner.started.elapsed().as_secs_f64().max(1e-9));
+        if answered {
+            inner.last_success.store(unix_now().to_bits(), Ordering::Relaxed);
+        }
+        let now = if ready { 1 } else { 2 };
+        match inner.last_envoy_ready.swap(now, Ordering::Relaxed) {
+            1 if !ready => inner.became_not_ready.increment(1),
+            2 if ready => inner.became_ready.increment(1),
+            _ => {}
+        }
+        if ready {
+            inner.first_ready.get_or_init(|| inner.started.elapsed().as_secs_f64());
         }
     }
 
-    /// Renders lifeguard's families, with the gauges that are read at
-    /// scrape time brought up to date first.
+    /// Renders lifeguard's families: the state read now, then the events.
     pub fn render(&self, readiness: &Readiness, drain: Option<&Status>) -> String {
         let inner = &*self.inner;
-        inner.answer_age.set(readiness.verdict().at().elapsed().as_secs_f64());
-        inner.ready.set(if readiness.answer().ready { 1.0 } else { 0.0 });
-        if let Some(status) = drain {
-            inner.drain_phase.set(status.phase as u8 as f64);
-            inner.drain_started.set(status.started_at.unwrap_or(0.0));
-            inner.drain_deadline.set(status.deadline.unwrap_or(0.0));
-            let duration = match (status.duration_seconds, status.started_at) {
-                (Some(d), _) => d,
-                (None, Some(started)) if status.phase != Phase::Serving => (unix_now() - started).max(0.0),
-                _ => 0.0,
-            };
-            inner.drain_duration.set(duration);
-            inner
-                .drain_active_connections
-                .set(status.active_connections.unwrap_or(0) as f64);
-            inner
-                .drain_active_requests
-                .set(status.active_requests.unwrap_or(0) as f64);
-            inner.drain_left_at_stop.set(status.left_at_stop.unwrap_or(0) as f64);
-            inner.drain_cut.set(if status.cut_by_deadline { 1.0 } else { 0.0 });
-            for (gauge, (policy, _)) in inner.drain_policy.iter().zip(POLICIES) {
-                gauge.set(if status.policy == policy { 1.0 } else { 0.0 });
-            }
+        let mut out = Exposition::default();
+        out.gauge(BUILD_INFO, "lifeguard's version; always 1.");
+        out.sample(BUILD_INFO, &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
+        out.gauge(
+            READY,
+            "1 when the readiness probe answers 200 (Envoy ready and no drain), else 0.",
+        );
+        out.sample(READY, &[], f64::from(u8::from(readiness.answer().ready)));
+        if let Some(&took) = inner.first_ready.get() {
+            out.single(
+                TIME_TO_FIRST_READY,
+                "Seconds from lifeguard's start to Envoy's first ready read.",
+                took,
+            );
         }
+        let last_success = f64::from_bits(inner.last_success.load(Ordering::Relaxed));
+        if last_success > 0.0 {
+            out.single(
+                ADMIN_LAST_SUCCESS,
+                "Unix time of the last readiness read Envoy's admin API answered.",
+                last_success,
+            );
+        }
+        if let Some(status) = drain {
+            drain_families(&mut out, status);
+        }
+        process_families(&mut out);
         inner.handle.run_upkeep();
-        inner.handle.render()
+        let mut text = out.0;
+        text.push_str(&inner.handle.render());
+        text
     }
 
     /// The merged scrape: our families, then Envoy's body (when given).
@@ -260,6 +246,169 @@ impl Metrics {
             out.extend_from_slice(&body);
         }
         Bytes::from(out)
+    }
+}
+
+/// The drain's families, from its published status. Values that do not
+/// exist yet have no series.
+fn drain_families(out: &mut Exposition, status: &Status) {
+    out.gauge(
+        DRAIN_PHASE,
+        "1 for the drain's current phase: serving, delaying (pre-drain delay), draining, drained (waiting for SIGTERM), stopping (Envoy), stopped (Envoy has stopped).",
+    );
+    for (phase, label) in PHASES {
+        out.sample(
+            DRAIN_PHASE,
+            &[("phase", label)],
+            f64::from(u8::from(status.phase == phase)),
+        );
+    }
+    out.gauge(
+        DRAIN_POLICY,
+        "1 for the drain policy in force: app-exit, time, connections or requests.",
+    );
+    for (policy, label) in POLICIES {
+        out.sample(
+            DRAIN_POLICY,
+            &[("policy", label)],
+            f64::from(u8::from(status.policy == policy)),
+        );
+    }
+    let Some(started) = status.started_at else {
+        return;
+    };
+    out.single(DRAIN_STARTED, "Unix time the drain began.", started);
+    if let Some(deadline) = status.deadline {
+        out.single(DRAIN_DEADLINE, "Unix time by which the drain stops Envoy.", deadline);
+    }
+    // Envoy exiting mid-drain leaves no final duration: no series then,
+    // rather than a figure that keeps growing while lifeguard lingers.
+    let duration = match status.duration_seconds {
+        Some(took) => Some(took),
+        None if status.phase != Phase::Stopped => Some((unix_now() - started).max(0.0)),
+        None => None,
+    };
+    if let Some(duration) = duration {
+        out.single(
+            DRAIN_DURATION,
+            "Seconds the drain has taken: so far while it runs, to drained (or Envoy's stop) once over.",
+            duration,
+        );
+    }
+    let counts = [
+        (
+            DRAIN_ACTIVE_CONNECTIONS,
+            "Envoy's active downstream connections at the drain's last read (agent listeners left out).",
+            status.active_connections,
+        ),
+        (
+            DRAIN_ACTIVE_REQUESTS,
+            "Envoy's active downstream HTTP requests at the drain's last read (agent prefixes left out).",
+            status.active_requests,
+        ),
+        (
+            DRAIN_ACTIVE_TCP,
+            "Envoy's active TCP-proxy (non-HTTP) connections at the drain's last read.",
+            status.active_tcp,
+        ),
+        (
+            DRAIN_APP_SOCKETS,
+            "TCP sockets the app still held at the drain's last look (app-exit policy).",
+            status.app_sockets,
+        ),
+        (
+            DRAIN_APP_PROCESSES,
+            "App processes still running at the drain's last look (app-exit policy, shared process namespace).",
+            status.app_processes,
+        ),
+    ];
+    for (name, help, value) in counts {
+        if let Some(n) = value {
+            out.single(name, help, n as f64);
+        }
+    }
+    if status.duration_seconds.is_some() {
+        out.single(
+            DRAIN_CUT,
+            "1 when the deadline cut the drain before its policy was satisfied, 0 when it was satisfied.",
+            f64::from(u8::from(status.cut_by_deadline)),
+        );
+    }
+    if let Some(left) = status.left_at_stop {
+        out.single(
+            DRAIN_LEFT_AT_STOP,
+            "What the policy counts (connections, requests, or work in flight and app sockets and processes) still active when Envoy was stopped.",
+            left as f64,
+        );
+    }
+}
+
+/// The standard process families, read from /proc now.
+fn process_families(out: &mut Exposition) {
+    let p = metrics_process::collector::collect();
+    if let Some(cpu) = p.cpu_seconds_total {
+        out.family(
+            PROCESS_CPU,
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+        );
+        out.sample(PROCESS_CPU, &[], cpu);
+    }
+    let gauges = [
+        (PROCESS_RSS, "Resident memory size in bytes.", p.resident_memory_bytes),
+        (PROCESS_VSZ, "Virtual memory size in bytes.", p.virtual_memory_bytes),
+        (PROCESS_OPEN_FDS, "Number of open file descriptors.", p.open_fds),
+        // 0 is how the collector says "unlimited": no series then.
+        (
+            PROCESS_MAX_FDS,
+            "Maximum number of open file descriptors.",
+            p.max_fds.filter(|&n| n > 0),
+        ),
+        (
+            PROCESS_START,
+            "Start time of the process since unix epoch in seconds.",
+            p.start_time_seconds,
+        ),
+        (PROCESS_THREADS, "Number of OS threads in the process.", p.threads),
+    ];
+    for (name, help, value) in gauges {
+        if let Some(v) = value {
+            out.single(name, help, v as f64);
+        }
+    }
+}
+
+/// Prometheus text format 0.0.4, written by hand for the state families.
+#[derive(Default)]
+struct Exposition(String);
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn gauge(&mut self, name: &str, help: &str) {
+        self.family(name, "gauge", help);
+    }
+
+    /// A gauge family with one unlabelled sample.
+    fn single(&mut self, name: &str, help: &str, value: f64) {
+        self.gauge(name, help);
+        self.sample(name, &[], value);
+    }
+
+    /// Label values here are our own constants: nothing to escape.
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                let sep = if i == 0 { "" } else { "," };
+                let _ = write!(self.0, "{sep}{k}=\"{v}\"");
+            }
+            self.0.push('}');
+        }
+        let _ = writeln!(self.0, " {value}");
     }
 }
 
@@ -291,17 +440,57 @@ impl Registrar<'_> {
         self.recorder.describe_counter(name.into(), None, help.into());
         self.recorder.register_counter(&Self::key(name, labels), &META)
     }
+}
 
-    fn gauge(
-        &self,
-        name: &'static str,
-        labels: &[(&'static str, &'static str)],
-        unit: Option<Unit>,
-        help: &'static str,
-    ) -> Gauge {
-        self.recorder.describe_gauge(name.into(), unit, help.into());
-        let gauge = self.recorder.register_gauge(&Self::key(name, labels), &META);
-        gauge.set(0.0);
-        gauge
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(status: &Status) -> String {
+        let metrics = Metrics::new(Instant::now());
+        metrics.render(&Readiness::standalone(Duration::from_secs(4)), Some(status))
+    }
+
+    fn has(text: &str, name: &str) -> bool {
+        text.lines()
+            .any(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+    }
+
+    #[test]
+    fn values_that_do_not_exist_yet_have_no_series() {
+        let status = Status::initial(DrainUntil::Requests, String::new());
+        let text = render(&status);
+        assert!(text.contains("lifeguard_drain_phase{phase=\"serving\"} 1\n"), "{text}");
+        assert!(
+            text.contains("lifeguard_drain_policy{policy=\"requests\"} 1\n"),
+            "{text}"
+        );
+        for absent in [
+            TIME_TO_FIRST_READY,
+            ADMIN_LAST_SUCCESS,
+            DRAIN_STARTED,
+            DRAIN_DEADLINE,
+            DRAIN_DURATION,
+            DRAIN_ACTIVE_CONNECTIONS,
+            DRAIN_ACTIVE_REQUESTS,
+            DRAIN_CUT,
+            DRAIN_LEFT_AT_STOP,
+        ] {
+            assert!(!has(&text, absent), "{absent} before a drain:\n{text}");
+        }
+    }
+
+    #[test]
+    fn envoy_exiting_mid_drain_leaves_no_growing_duration() {
+        let mut status = Status::initial(DrainUntil::Requests, String::new());
+        status.phase = Phase::Stopped;
+        status.started_at = Some(unix_now() - 5.0);
+        let text = render(&status);
+        assert!(has(&text, DRAIN_STARTED) && !has(&text, DRAIN_DURATION), "{text}");
+        status.phase = Phase::Draining;
+        let text = render(&status);
+        let line = text.lines().find(|l| l.starts_with(DRAIN_DURATION)).unwrap();
+        let so_far: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((4.9..6.0).contains(&so_far), "{line}");
     }
 }

@@ -26,21 +26,15 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     loop {
-        let (verdict, server_state) = match admin
+        let (verdict, answered) = match admin
             .get_text(Endpoint::Stats, admin::READINESS_STATS, admin::STATS_LIMIT)
             .await
         {
-            Ok(body) => {
-                let state = match stats::find(&body, SERVER_STATE) {
-                    Some(Value::Number(n)) => Some(n),
-                    _ => None,
-                };
-                (evaluate(&body, settings.xds_check, Instant::now()), state)
-            }
-            Err(e) => (Verdict::not_ready(&e.to_string(), Instant::now()), None),
+            Ok(body) => (evaluate(&body, settings.xds_check, Instant::now()), true),
+            Err(e) => (Verdict::not_ready(&e.to_string(), Instant::now()), false),
         };
         let ready = verdict.is_ready();
-        metrics.envoy_read(ready, server_state);
+        metrics.envoy_read(answered, ready);
         let previous = readiness.store(verdict);
         let current = readiness.verdict();
         if previous.text() != current.text() {

@@ -53,6 +53,7 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{AdminClient, Endpoint};
 use crate::connections::{ConnectionSlots, Refused, SlotLimits, WriteTimeout};
 use crate::drain::DrainHandle;
+use crate::linger::Linger;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use metrics::Counter;
@@ -131,6 +132,8 @@ struct Shared {
     metrics: Option<Metrics>,
     /// Where Envoy's own metrics are read for the merged scrape (None: off).
     envoy_metrics: Option<AdminClient>,
+    /// Told of each scrape, so a last one can end the linger.
+    linger: Option<Linger>,
     probe_ok: Counter,
     probe_unavailable: Counter,
 }
@@ -143,6 +146,7 @@ impl StatusService {
                 drain: None,
                 metrics: None,
                 envoy_metrics: None,
+                linger: None,
                 probe_ok: Counter::noop(),
                 probe_unavailable: Counter::noop(),
             }),
@@ -157,6 +161,12 @@ impl StatusService {
         (shared.probe_ok, shared.probe_unavailable) = metrics.probe_counters();
         shared.metrics = Some(metrics);
         shared.envoy_metrics = envoy;
+        self
+    }
+
+    /// Reports each scrape to `linger`.
+    pub fn with_linger(mut self, linger: Linger) -> Self {
+        Arc::make_mut(&mut self.shared).linger = Some(linger);
         self
     }
 
@@ -205,6 +215,7 @@ impl StatusService {
                 let readiness = shared.readiness.clone();
                 let drain = shared.drain.clone();
                 let envoy = shared.envoy_metrics.clone();
+                let scrape = shared.linger.as_ref().map(Linger::scrape_begins);
                 return ResponseFuture::Waiting(Box::pin(async move {
                     let envoy_part = match envoy {
                         Some(admin) => envoy_metrics(&admin).await,
@@ -212,6 +223,9 @@ impl StatusService {
                     };
                     let status = drain.as_ref().map(DrainHandle::status);
                     let body = metrics.merge(&readiness, status.as_ref(), envoy_part);
+                    if let Some(scrape) = scrape {
+                        scrape.served();
+                    }
                     let mut headers = headers;
                     headers.insert(CONTENT_TYPE, PROMETHEUS_TEXT.clone());
                     respond(headers, &method, (StatusCode::OK, body))

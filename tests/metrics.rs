@@ -46,6 +46,11 @@ fn ours_only(scrape: &str) -> String {
         .collect()
 }
 
+/// A family of lifeguard's part: its own, or its process's.
+fn ours(family: &str) -> bool {
+    family.starts_with("lifeguard_") || family.starts_with("process_")
+}
+
 fn families(scrape: &str) -> Vec<&str> {
     scrape
         .lines()
@@ -79,15 +84,44 @@ fn merged_scrape_passes_promtool_and_names_each_family_once() {
         fams.iter().any(|f| f.starts_with("envoy_")),
         "Envoy's families are missing"
     );
-    assert!(
-        fams.iter()
-            .all(|f| f.starts_with("lifeguard_") || f.starts_with("envoy_")),
-        "{fams:?}"
-    );
+    assert!(fams.iter().all(|f| ours(f) || f.starts_with("envoy_")), "{fams:?}");
     let unique: HashSet<_> = fams.iter().collect();
     assert_eq!(unique.len(), fams.len(), "a family appears twice");
     assert_eq!(sample(&merged, "lifeguard_ready"), Some(1.0));
     assert!(sample(&merged, "lifeguard_probe_responses_total{code=\"200\"}").unwrap() >= 1.0);
+    let version = format!("lifeguard_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(sample(&merged, &version), Some(1.0));
+    // Ready: the time it took and the last answered read are known.
+    assert!(sample(&merged, "lifeguard_time_to_first_ready_seconds").unwrap() > 0.0);
+    let last = sample(&merged, "lifeguard_envoy_admin_last_success_timestamp_seconds").unwrap();
+    assert!(last > 1.7e9, "{last}");
+    // The admin latency histogram names its endpoint.
+    assert!(
+        merged
+            .lines()
+            .any(|l| l.starts_with("lifeguard_envoy_admin_request_duration_seconds_bucket{endpoint=\"stats\",")),
+        "{}",
+        ours_only(&merged)
+    );
+    // Process metrics of lifeguard itself.
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(sample(&merged, name).is_some(), "{name} missing");
+    }
+    // No duplicate of Envoy's own server state, and no drain values before a drain.
+    for absent in [
+        "lifeguard_envoy_server_state",
+        "lifeguard_drain_started_timestamp_seconds",
+        "lifeguard_drain_active_connections",
+        "lifeguard_drain_left_at_stop",
+        "lifeguard_drain_cut_by_deadline",
+    ] {
+        assert!(!merged.contains(absent), "{absent} before any drain");
+    }
 
     // promtool parses it (exit 1 is a parse error). Envoy's own names break
     // Prometheus naming conventions (exit 3, lint findings); ours never do.
@@ -124,10 +158,7 @@ fn our_part_alone_passes_promtool_when_merging_is_off() {
     ]);
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     let body = scrape(ports.agent.addr());
-    assert!(
-        families(&body).iter().all(|f| f.starts_with("lifeguard_")),
-        "merging is off"
-    );
+    assert!(families(&body).iter().all(|f| ours(f)), "merging is off");
     let (code, out) = promtool(&body);
     assert_eq!(code, 0, "{out}");
     // /metrics is the same scrape.
@@ -156,7 +187,12 @@ fn with_envoy_down_the_scrape_still_answers_and_counts_the_failure() {
     assert!(failures(&first) >= 1.0, "{first}");
     assert!(failures(&second) > failures(&first));
     assert_eq!(sample(&second, "lifeguard_ready"), Some(0.0));
-    assert_eq!(sample(&second, "lifeguard_envoy_server_state"), Some(-1.0));
+    // Never answered, never ready: no value rather than a 0 that reads as 1970.
+    assert_eq!(
+        sample(&second, "lifeguard_envoy_admin_last_success_timestamp_seconds"),
+        None
+    );
+    assert_eq!(sample(&second, "lifeguard_time_to_first_ready_seconds"), None);
     let (code, out) = promtool(&second);
     assert_eq!(code, 0, "{out}");
 }
@@ -171,7 +207,9 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
     ]);
     let ports = &pod.ports;
     let before = scrape(ports.agent.addr());
-    assert_eq!(sample(&before, "lifeguard_drain_phase"), Some(0.0));
+    assert_eq!(sample(&before, "lifeguard_drain_phase{phase=\"serving\"}"), Some(1.0));
+    assert_eq!(sample(&before, "lifeguard_drain_phase{phase=\"draining\"}"), Some(0.0));
+    assert_eq!(sample(&before, "lifeguard_drain_active_connections"), None);
     assert_eq!(
         sample(&before, "lifeguard_drain_policy{policy=\"connections\"}"),
         Some(1.0)
@@ -190,10 +228,10 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
         || {
             let s = scrape(agent_addr);
             match (
-                sample(&s, "lifeguard_drain_phase"),
+                sample(&s, "lifeguard_drain_phase{phase=\"draining\"}"),
                 sample(&s, "lifeguard_drain_active_connections"),
             ) {
-                (Some(2.0), Some(1.0)) => Ok(s),
+                (Some(1.0), Some(1.0)) => Ok(s),
                 other => Err(other),
             }
         },
@@ -208,12 +246,14 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
 
     // Drained: the count fell to zero, the duration is known, nothing was cut.
     let after = scrape(agent_addr);
-    assert_eq!(sample(&after, "lifeguard_drain_phase"), Some(3.0));
+    assert_eq!(sample(&after, "lifeguard_drain_phase{phase=\"drained\"}"), Some(1.0));
+    assert_eq!(sample(&after, "lifeguard_drain_phase{phase=\"draining\"}"), Some(0.0));
     assert_eq!(sample(&after, "lifeguard_drain_active_connections"), Some(0.0));
     let took = sample(&after, "lifeguard_drain_duration_seconds").unwrap();
     assert!(took > 0.2 && took < 10.0, "drain duration {took}");
     assert_eq!(sample(&after, "lifeguard_drain_cut_by_deadline"), Some(0.0));
-    assert_eq!(sample(&after, "lifeguard_drain_left_at_stop"), Some(0.0));
+    // Envoy is not stopped yet: nothing was left at a stop.
+    assert_eq!(sample(&after, "lifeguard_drain_left_at_stop"), None);
     let (code, out) = promtool(&ours_only(&after));
     assert_eq!(code, 0, "{out}");
 

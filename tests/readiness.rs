@@ -25,7 +25,16 @@ fn agent_for(ports: &Ports, extra: &[&str]) -> Proc {
 fn not_ready_with_a_reason_while_envoy_is_not_running() {
     let ports = Ports::new();
     let _agent = agent_for(&ports, &[]);
-    let body = wait_status(ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(5));
+    // The port answers before the poller's first read has completed ("no
+    // answer from Envoy admin yet"): wait for the read's reason.
+    let body = wait_for(
+        "the reason of the first admin read",
+        Duration::from_secs(5),
+        || match get(ports.agent.addr(), "/healthz/ready") {
+            Ok((503, body)) if !body.contains("no answer from Envoy admin yet") => Ok(body),
+            other => Err(other),
+        },
+    );
     assert!(
         body.contains("cannot connect to Envoy admin") && body.contains(&ports.admin.port.to_string()),
         "reason should say the admin API is unreachable: {body:?}"

@@ -1,0 +1,216 @@
+//! The drain's outcome, kept where Kubernetes keeps it.
+//!
+//! lifeguard exits moments after Envoy stops, so whatever a scrape or a
+//! `GET /drain` did not catch would be lost with the pod. On exit the
+//! agent writes a one-line JSON [`Summary`] — trigger, policy, duration,
+//! cut by the deadline or not, work left at stop, what it waited for last,
+//! exit code — to the container's termination-message file, which the
+//! kubelet copies into the pod's status (at most 4 KiB):
+//!
+//! ```text
+//! kubectl get pod P -o jsonpath='{.status.containerStatuses[*].state.terminated.message}'
+//! ```
+//!
+//! (`initContainerStatuses` for a native sidecar.) The same summary is the
+//! last log line.
+
+use std::io;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::config::DrainUntil;
+use crate::drain::{Outcome, Status};
+use crate::envoy::Exit;
+
+/// The most the kubelet keeps of a termination message.
+pub const MESSAGE_LIMIT: usize = 4096;
+
+/// How the agent ended, in one line of JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// `drained`, `cut` (the deadline), `unfinished` (the fixed policy's time
+    /// ran out with requests in flight), `quit` (`POST /quitquitquit`),
+    /// `envoy_exited` (on its own) or `envoy_gone` (an external Envoy
+    /// stopped answering).
+    pub outcome: &'static str,
+    /// lifeguard's exit code (0, 3 or 4; see the README).
+    pub exit_code: u8,
+    /// What started the drain: `SIGTERM`, `SIGINT`, `POST /drain`; None
+    /// when there was no drain.
+    pub trigger: Option<&'static str>,
+    pub policy: DrainUntil,
+    /// Unix time the drain began.
+    pub started_at: Option<f64>,
+    /// From the start of the drain to drained (or Envoy's stop), in seconds.
+    pub duration_seconds: Option<f64>,
+    pub cut_by_deadline: bool,
+    /// What the policy counts still active when Envoy was stopped.
+    pub left_at_stop: Option<u64>,
+    /// What the drain waited on last, e.g. `1 connections` or
+    /// `2 app sockets (…)`; None when it never waited on anything.
+    pub waited_for_last: Option<String>,
+    /// How Envoy ended, e.g. `exit status: 0` or `signal: 9 (SIGKILL)`.
+    pub envoy: String,
+}
+
+impl Summary {
+    /// The summary of `outcome`, with the drain's final `status`.
+    pub fn new(outcome: &Outcome, status: &Status) -> Summary {
+        let (kind, envoy) = match outcome {
+            Outcome::Drained(exit) => ("drained", exit_text(exit)),
+            Outcome::Cut { exit, .. } => ("cut", exit_text(exit)),
+            Outcome::Unfinished { exit, .. } => ("unfinished", exit_text(exit)),
+            Outcome::Quit(exit) => ("quit", exit_text(exit)),
+            Outcome::EnvoyExited(status) => ("envoy_exited", status.to_string()),
+            Outcome::EnvoyGone => ("envoy_gone", "its admin API stopped answering".to_owned()),
+        };
+        let left_at_stop = match outcome {
+            Outcome::Cut { left, .. } => left.or(status.left_at_stop),
+            Outcome::Unfinished { left, .. } => Some(*left),
+            _ => status.left_at_stop,
+        };
+        Summary {
+            outcome: kind,
+            exit_code: outcome.exit_code(),
+            trigger: status.trigger,
+            policy: status.policy,
+            started_at: status.started_at.map(millis),
+            duration_seconds: status.duration_seconds.map(millis),
+            cut_by_deadline: status.cut_by_deadline || matches!(outcome, Outcome::Cut { .. }),
+            left_at_stop,
+            waited_for_last: status.waited_on_last.clone(),
+            envoy,
+        }
+    }
+
+    /// The summary as one line of JSON of at most [`MESSAGE_LIMIT`] bytes:
+    /// the one free-text field that can be long (what the drain waited for,
+    /// which may list app sockets) is shortened to fit.
+    pub fn to_json(&self) -> String {
+        let json = serde_json::to_string(self).expect("a summary serializes");
+        if json.len() <= MESSAGE_LIMIT {
+            return json;
+        }
+        let mut short = self.clone();
+        let waited = self.waited_for_last.as_deref().unwrap_or("");
+        let over = json.len() - MESSAGE_LIMIT;
+        // "…" is 3 bytes in UTF-8 (and in JSON, unescaped).
+        let keep = waited.len().saturating_sub(over + 3);
+        let cut = (0..=keep).rev().find(|&i| waited.is_char_boundary(i)).unwrap_or(0);
+        short.waited_for_last = Some(format!("{}…", &waited[..cut]));
+        let json = serde_json::to_string(&short).expect("a summary serializes");
+        if json.len() <= MESSAGE_LIMIT {
+            return json;
+        }
+        // Escapes made the text longer than counted: leave it out.
+        short.waited_for_last = None;
+        serde_json::to_string(&short).expect("a summary serializes")
+    }
+
+    /// The last log line: the summary's fields as the log's own fields (so
+    /// `--log-format json` gives them as JSON fields).
+    pub fn log(&self) {
+        tracing::info!(
+            outcome = self.outcome,
+            exit_code = self.exit_code,
+            trigger = self.trigger,
+            policy = %self.policy,
+            started_at = self.started_at,
+            duration_seconds = self.duration_seconds,
+            cut_by_deadline = self.cut_by_deadline,
+            left_at_stop = self.left_at_stop,
+            waited_for_last = self.waited_for_last.as_deref(),
+            envoy = %self.envoy,
+            "lifeguard exiting"
+        );
+    }
+}
+
+/// Writes the summary line to the termination-message file (replacing what
+/// was there, as Kubernetes reads the whole file).
+pub fn write_message(path: &Path, line: &str) -> io::Result<()> {
+    debug_assert!(line.len() <= MESSAGE_LIMIT);
+    std::fs::write(path, line)
+}
+
+fn exit_text(exit: &Exit) -> String {
+    exit.to_string()
+}
+
+/// Seconds rounded to the millisecond: the summary is for people.
+fn millis(secs: f64) -> f64 {
+    (secs * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    use super::*;
+
+    fn stopped() -> Status {
+        let mut s = Status::initial(DrainUntil::Connections, "zero active connections".into());
+        s.phase = crate::drain::Phase::Stopped;
+        s.trigger = Some("SIGTERM");
+        s.started_at = Some(1_800_000_000.123_456);
+        s.duration_seconds = Some(3.014_6);
+        s.cut_by_deadline = true;
+        s.left_at_stop = Some(1);
+        s.waited_on_last = Some("1 connections".into());
+        s
+    }
+
+    #[test]
+    fn a_cut_drain_reads_as_one_line_of_json() {
+        let exit = Exit::Status(ExitStatus::from_raw(0));
+        let summary = Summary::new(&Outcome::Cut { left: Some(1), exit }, &stopped());
+        let line = summary.to_json();
+        assert!(!line.contains('\n'));
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(json["outcome"], "cut");
+        assert_eq!(json["exit_code"], 3);
+        assert_eq!(json["trigger"], "SIGTERM");
+        assert_eq!(json["policy"], "connections");
+        assert_eq!(json["duration_seconds"], 3.015);
+        assert_eq!(json["cut_by_deadline"], true);
+        assert_eq!(json["left_at_stop"], 1);
+        assert_eq!(json["waited_for_last"], "1 connections");
+        assert_eq!(json["envoy"], "exit status: 0");
+    }
+
+    #[test]
+    fn envoy_exiting_on_its_own_is_exit_4_without_a_drain() {
+        let status = Status::initial(DrainUntil::AppExit, String::new());
+        let summary = Summary::new(&Outcome::EnvoyExited(ExitStatus::from_raw(9)), &status);
+        let json: serde_json::Value = serde_json::from_str(&summary.to_json()).unwrap();
+        assert_eq!(json["outcome"], "envoy_exited");
+        assert_eq!(json["exit_code"], 4);
+        assert_eq!(json["trigger"], serde_json::Value::Null);
+        assert_eq!(json["policy"], "app-exit");
+        assert!(json["envoy"].as_str().unwrap().contains("9"), "{json}");
+    }
+
+    #[test]
+    fn a_long_summary_is_shortened_to_4_kib_and_stays_json() {
+        let mut status = stopped();
+        // Multi-byte characters and escapes, so cuts must respect both.
+        status.waited_on_last = Some("é\"sockét; ".repeat(2000));
+        let exit = Exit::Status(ExitStatus::from_raw(0));
+        let line = Summary::new(&Outcome::Cut { left: Some(1), exit }, &status).to_json();
+        assert!(line.len() <= MESSAGE_LIMIT, "{}", line.len());
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(json["left_at_stop"], 1);
+        assert_eq!(json["cut_by_deadline"], true);
+    }
+
+    #[test]
+    fn the_message_file_is_replaced_not_appended() {
+        let path = std::env::temp_dir().join(format!("lifeguard-msg-{}", std::process::id()));
+        std::fs::write(&path, "an older, longer message from a previous run").unwrap();
+        write_message(&path, "{\"outcome\":\"drained\"}").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"outcome\":\"drained\"}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}

@@ -1,0 +1,338 @@
+//! What config/ ships for the people who run lifeguard: the alerting rules
+//! (promtool), the Grafana dashboard (names only metrics lifeguard
+//! exports), the README's metric table, and the Kubernetes manifests
+//! (validated against the Kubernetes API schemas).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use lifeguard::config::DrainUntil;
+use lifeguard::drain::{Phase, Status};
+use lifeguard::metrics::Metrics;
+use lifeguard::readiness::{Readiness, Verdict};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs a tool the suite depends on; a missing tool fails the test, naming
+/// how to install it (scripts/test does).
+fn run(program: &str, install: &str, args: &[&str], dir: &Path) -> (bool, String) {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} ({e}): install it with `{install}` (scripts/test does)"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Every family lifeguard's scrape can hold, with every value present:
+/// a drain stopped with work left, an admin call, a ready read.
+fn exported() -> BTreeSet<String> {
+    let metrics = Metrics::new(tokio::time::Instant::now());
+    metrics.admin_call("stats", "ok", Duration::from_millis(1));
+    metrics.envoy_read(true, true);
+    metrics.envoy_read(true, false);
+    let readiness = Readiness::standalone(Duration::from_secs(4));
+    readiness.store(Verdict::ready(tokio::time::Instant::now()));
+    let mut status = Status::initial(DrainUntil::AppExit, String::new());
+    status.phase = Phase::Stopped;
+    status.trigger = Some("SIGTERM");
+    status.started_at = Some(1.8e9);
+    status.deadline = Some(1.8e9 + 28.0);
+    status.duration_seconds = Some(28.0);
+    status.active_connections = Some(1);
+    status.active_requests = Some(1);
+    status.active_tcp = Some(0);
+    status.app_sockets = Some(1);
+    status.app_processes = Some(1);
+    status.cut_by_deadline = true;
+    status.left_at_stop = Some(2);
+    let text = metrics.render(&readiness, Some(&status));
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut parts = rest.split(' ');
+        let (name, kind) = (parts.next().unwrap(), parts.next().unwrap());
+        names.insert(name.to_owned());
+        if kind == "histogram" {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                names.insert(format!("{name}{suffix}"));
+            }
+        }
+    }
+    names
+}
+
+/// Words that are never metric names: binary operators, modifiers, and the
+/// aggregation operators (which may be followed by `by (...)` rather than
+/// their parenthesis).
+const KEYWORDS: [&str; 24] = [
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "inf",
+    "nan",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+];
+
+/// The metric names a PromQL expression reads: identifiers that are not
+/// functions, keywords, label names, durations, strings or `$variables`.
+fn metric_names(expr: &str) -> Vec<String> {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut names = Vec::new();
+    let mut i = 0;
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let mut skip_list = false;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '"' | '\'' | '`' => {
+                i += 1;
+                while i < chars.len() && chars[i] != c {
+                    i += if chars[i] == '\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            '{' | '[' => {
+                let close = if c == '{' { '}' } else { ']' };
+                while i < chars.len() && chars[i] != close {
+                    i += 1;
+                }
+                i += 1;
+            }
+            '(' if skip_list => {
+                // The label list after by/without/on/ignoring/group_*.
+                while i < chars.len() && chars[i] != ')' {
+                    i += 1;
+                }
+                i += 1;
+                skip_list = false;
+            }
+            '$' => {
+                i += 1;
+                while i < chars.len() && (ident(chars[i]) || chars[i] == '{' || chars[i] == '}') {
+                    i += 1;
+                }
+            }
+            c if c.is_ascii_digit() || c == '.' => {
+                while i < chars.len() && (ident(chars[i]) || chars[i] == '.') {
+                    i += 1;
+                }
+            }
+            c if ident(c) => {
+                let start = i;
+                while i < chars.len() && ident(chars[i]) {
+                    i += 1;
+                }
+                let word: String = chars[start..i].iter().collect();
+                let next = chars[i..].iter().find(|c| !c.is_whitespace());
+                if ["by", "without", "on", "ignoring", "group_left", "group_right"].contains(&word.as_str()) {
+                    skip_list = true;
+                } else if next != Some(&'(') && !KEYWORDS.contains(&word.to_lowercase().as_str()) {
+                    names.push(word);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    names
+}
+
+#[test]
+fn the_metric_name_reader_reads_promql() {
+    assert_eq!(
+        metric_names(
+            r#"histogram_quantile(0.99, sum by (le, endpoint) (rate(a_bucket{x=~"$ns",y!="b c"}[$__rate_interval]))) * on (pod) group_left () b or vector(0) > 2e3"#
+        ),
+        ["a_bucket", "b"]
+    );
+    assert_eq!(
+        metric_names("(time() - c > 30) and ignoring (phase) (d{phase=\"serving\"} == 1)"),
+        ["c", "d"]
+    );
+}
+
+/// Every string under a key named `expr` (panel targets) in a JSON value.
+fn exprs(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("expr", serde_json::Value::String(s)) => out.push(s.clone()),
+                    _ => exprs(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| exprs(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_dashboard_names_only_metrics_lifeguard_exports() {
+    let exported = exported();
+    let text = std::fs::read_to_string(root().join("config/grafana/lifeguard-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut found = Vec::new();
+    exprs(&dashboard["panels"], &mut found);
+    assert!(found.len() >= 15, "{} expressions", found.len());
+    // Template variables read label values of a metric too.
+    for var in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = var["definition"].as_str() {
+            let metric = q
+                .strip_prefix("label_values(")
+                .and_then(|r| r.split(',').next())
+                .unwrap_or_else(|| panic!("unexpected variable query {q}"));
+            found.push(metric.trim().to_owned());
+        }
+    }
+    let mut used = BTreeSet::new();
+    for expr in &found {
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "no metric in {expr}");
+        for name in names {
+            assert!(
+                exported.contains(&name),
+                "the dashboard reads {name}, which lifeguard does not export ({expr})\nexported: {exported:?}"
+            );
+            used.insert(name);
+        }
+    }
+    // The panels the issue asks for: phases, durations, cut drains, work
+    // left at stop, probe answers.
+    for needed in [
+        "lifeguard_drain_phase",
+        "lifeguard_drain_duration_seconds",
+        "lifeguard_drain_cut_by_deadline",
+        "lifeguard_drain_left_at_stop",
+        "lifeguard_probe_responses_total",
+    ] {
+        assert!(used.contains(needed), "no panel reads {needed}");
+    }
+}
+
+#[test]
+fn alerting_rules_pass_promtool_and_their_unit_tests() {
+    let dir = root().join("config/prometheus");
+    let install = "apt-get install prometheus";
+    let (ok, out) = run("promtool", install, &["check", "rules", "alerts.yaml"], &dir);
+    assert!(ok, "promtool check rules:\n{out}");
+    let (ok, out) = run("promtool", install, &["test", "rules", "alerts_test.yaml"], &dir);
+    assert!(ok, "promtool test rules:\n{out}");
+    assert!(out.contains("SUCCESS"), "{out}");
+
+    // Each rule reads only metrics lifeguard exports, and each is tested.
+    let exported = exported();
+    let rules: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join("alerts.yaml")).unwrap()).unwrap();
+    let tests = std::fs::read_to_string(dir.join("alerts_test.yaml")).unwrap();
+    for rule in rules["groups"][0]["rules"].as_sequence().unwrap() {
+        let alert = rule["alert"].as_str().unwrap();
+        let expr = rule["expr"].as_str().unwrap();
+        for name in metric_names(expr) {
+            assert!(exported.contains(&name), "{alert} reads {name}, not exported");
+        }
+        assert!(
+            tests.contains(&format!("alertname: {alert}\n")),
+            "{alert} has no promtool test"
+        );
+    }
+}
+
+#[test]
+fn the_readme_metric_table_lists_every_exported_family() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let table = readme
+        .split("\n## Metrics\n")
+        .nth(1)
+        .expect("README has a Metrics section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let listed: BTreeSet<String> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split(['`', '{']).next())
+        .map(str::to_owned)
+        .collect();
+    let exported: BTreeSet<String> = exported()
+        .into_iter()
+        .filter(|n| !n.ends_with("_bucket") && !n.ends_with("_sum") && !n.ends_with("_count"))
+        .collect();
+    let missing: Vec<_> = exported.difference(&listed).collect();
+    assert!(missing.is_empty(), "README's metric table lacks {missing:?}");
+    let stale: Vec<_> = listed.difference(&exported).collect();
+    assert!(
+        stale.is_empty(),
+        "README's metric table lists {stale:?}, which are not exported"
+    );
+}
+
+#[test]
+fn kubernetes_manifests_validate_against_the_api_schemas() {
+    // 1.30: native sidecars (restartPolicy: Always on an init container)
+    // are on by default from 1.29.
+    let install = "pip install kubernetes-validate";
+    let files = ["config/k8s/classic-sidecar.yaml", "config/k8s/native-sidecar.yaml"];
+    let mut args = vec!["--strict", "--kubernetes-version", "1.30.0"];
+    args.extend(files);
+    let (ok, out) = run("kubernetes-validate", install, &args, &root());
+    assert!(ok, "kubernetes-validate:\n{out}");
+    assert_eq!(out.matches("passed for resource").count(), 6, "{out}");
+
+    // The validator does reject a mistake (so a pass means something).
+    let dir = std::env::temp_dir().join(format!("lifeguard-k8s-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.yaml");
+    let text = std::fs::read_to_string(root().join(files[1])).unwrap();
+    std::fs::write(
+        &bad,
+        text.replace("terminationMessagePolicy:", "terminationMessagePolicyy:"),
+    )
+    .unwrap();
+    let (ok, out) = run(
+        "kubernetes-validate",
+        install,
+        &["--strict", "--kubernetes-version", "1.30.0", bad.to_str().unwrap()],
+        &root(),
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!ok && out.contains("terminationMessagePolicyy"), "{out}");
+
+    // The proxy containers keep their summary where the kubelet reads it.
+    for file in files {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        assert!(
+            text.contains("terminationMessagePath: /dev/termination-log") && text.contains("LIFEGUARD_LINGER"),
+            "{file}"
+        );
+    }
+}

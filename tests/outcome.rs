@@ -1,0 +1,194 @@
+//! The drain's outcome outlives the pod: the termination message, the last
+//! log line, and the linger that lets a last scrape see the final state.
+//! Against the real Envoy and a real slow app.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The value of the sample named exactly `series` (name and labels).
+fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Waits until `GET /drain` says Envoy has stopped (the port still answers:
+/// lifeguard lingers); returns when that was first seen.
+fn wait_stopped(pod: &Pod) -> Instant {
+    wait_for(
+        "GET /drain to show phase stopped",
+        Duration::from_secs(15),
+        || match get(pod.ports.agent.addr(), "/drain") {
+            Ok((200, body)) if body.contains("\"phase\":\"stopped\"") => Ok(Instant::now()),
+            other => Err(other),
+        },
+    )
+}
+
+fn message(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(text.len() <= 4096 && !text.contains('\n'), "{text:?}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_within_the_grace_period() {
+    let dir = temp_dir("termination");
+    let msg = dir.path().join("termination-log");
+    let msg_arg = msg.display().to_string();
+    let mut pod = Pod::start(&[
+        "--termination-grace-period",
+        "4s",
+        "--shutdown-margin",
+        "1s",
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "1s",
+        "--termination-message-path",
+        &msg_arg,
+        // Far longer than what the grace period leaves after the cut.
+        "--linger",
+        "30s",
+    ]);
+    let req = pod.request("/delay/10");
+    pod.wait_inflight(1);
+    let sent = pod.sigterm();
+    let stopped = wait_stopped(&pod);
+    // Written as Envoy stopped, before the linger.
+    let json = message(&msg);
+    let code = pod.exit_code(Duration::from_secs(10));
+    let took = sent.elapsed();
+    eprintln!(
+        "cut drain: Envoy stopped {:?} after SIGTERM, lifeguard exited {took:?} after (grace 4s)",
+        stopped - sent
+    );
+    assert_eq!(code, 3, "{}", pod.agent.output());
+    assert!(
+        took < Duration::from_millis(4300),
+        "lingered past the grace period: {took:?}"
+    );
+    assert!(took >= Duration::from_millis(3800), "did not linger: {took:?}");
+
+    assert_eq!(json["outcome"], "cut", "{json}");
+    assert_eq!(json["exit_code"], 3, "{json}");
+    assert_eq!(json["cut_by_deadline"], true, "{json}");
+    assert!(json["left_at_stop"].as_u64().unwrap() >= 1, "{json}");
+    assert_eq!(json["trigger"], "SIGTERM", "{json}");
+    assert_eq!(json["policy"], "connections", "{json}");
+    assert!(
+        json["waited_for_last"].as_str().unwrap().contains("connections"),
+        "{json}"
+    );
+    let duration = json["duration_seconds"].as_f64().unwrap();
+    assert!((2.9..3.6).contains(&duration), "{json}");
+
+    // The same summary is the last log line.
+    let out = pod.agent.output();
+    let last = out.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
+    assert!(
+        last.contains("lifeguard exiting")
+            && last.contains("outcome=\"cut\"")
+            && last.contains("cut_by_deadline=true")
+            && last.contains("exit_code=3"),
+        "{last}"
+    );
+    let (result, _) = req.join().unwrap();
+    assert!(!matches!(result, Ok((200, _))), "the 10s request cannot have finished");
+}
+
+#[test]
+fn a_scrape_after_envoy_stopped_sees_the_cut_and_ends_the_linger() {
+    let mut pod = Pod::start(&[
+        "--termination-grace-period",
+        "30s",
+        "--shutdown-margin",
+        "27s",
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "1s",
+        "--linger",
+        "20s",
+        "--termination-message-path",
+        "none",
+    ]);
+    let req = pod.request("/delay/10");
+    pod.wait_inflight(1);
+    pod.sigterm();
+    wait_stopped(&pod);
+    // Lingering: the probe says 503, the process is still there.
+    assert_eq!(get(pod.ports.agent.addr(), "/healthz/ready").unwrap().0, 503);
+    assert!(pod.agent.is_running());
+
+    let (status, scrape) = get(pod.ports.agent.addr(), "/stats/prometheus").unwrap();
+    let scraped = Instant::now();
+    assert_eq!(status, 200);
+    assert_eq!(
+        sample(&scrape, "lifeguard_drain_phase{phase=\"stopped\"}"),
+        Some(1.0),
+        "{scrape}"
+    );
+    assert_eq!(sample(&scrape, "lifeguard_drain_phase{phase=\"draining\"}"), Some(0.0));
+    assert_eq!(sample(&scrape, "lifeguard_drain_cut_by_deadline"), Some(1.0));
+    assert!(sample(&scrape, "lifeguard_drain_left_at_stop").unwrap() >= 1.0);
+    assert_eq!(sample(&scrape, "lifeguard_drain_active_connections"), Some(1.0));
+    let duration = sample(&scrape, "lifeguard_drain_duration_seconds").unwrap();
+    assert!((2.9..4.0).contains(&duration), "{duration}");
+
+    let code = pod.exit_code(Duration::from_secs(10));
+    let after = scraped.elapsed();
+    eprintln!("scrape after Envoy's stop -> lifeguard exited {after:?} later");
+    assert_eq!(code, 3);
+    assert!(
+        after < Duration::from_secs(2),
+        "exit did not follow the scrape: {after:?}"
+    );
+    let _ = req.join();
+}
+
+#[test]
+fn without_a_scrape_the_linger_ends_after_its_time_and_json_logs_carry_the_summary() {
+    let mut pod = Pod::start(&[
+        "--drain-until",
+        "requests",
+        "--minimum-drain-duration",
+        "0s",
+        "--linger",
+        "1500ms",
+        "--log-format",
+        "json",
+        "--termination-message-path",
+        "none",
+    ]);
+    let sent = pod.sigterm();
+    let stopped = wait_stopped(&pod);
+    // GET /drain is not a scrape: the linger goes on.
+    assert_eq!(get(pod.ports.agent.addr(), "/drain").unwrap().0, 200);
+    let code = pod.exit_code(Duration::from_secs(10));
+    let (since_signal, since_seen) = (sent.elapsed(), stopped.elapsed());
+    eprintln!("linger 1.5s without a scrape: exited {since_seen:?} after the stop was seen");
+    assert_eq!(code, 0, "{}", pod.agent.output());
+    assert!(since_signal >= Duration::from_millis(1500), "{since_signal:?}");
+    assert!(since_seen < Duration::from_millis(2500), "{since_seen:?}");
+
+    let out = pod.agent.output();
+    let lifeguard_lines: Vec<serde_json::Value> = out
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let last = lifeguard_lines.last().expect("JSON log lines");
+    let fields = &last["fields"];
+    assert_eq!(fields["message"], "lifeguard exiting", "{last}");
+    assert_eq!(fields["outcome"], "drained", "{last}");
+    assert_eq!(fields["exit_code"], 0, "{last}");
+    assert_eq!(fields["cut_by_deadline"], false, "{last}");
+    assert_eq!(fields["left_at_stop"], 0, "{last}");
+    assert_eq!(fields["policy"], "requests", "{last}");
+    assert!(out.contains("no scrape came while lingering"), "{out}");
+}
