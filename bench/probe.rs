@@ -21,6 +21,7 @@ use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
 use lifeguard::metrics::Metrics;
 use lifeguard::readiness::{Readiness, Verdict};
+use lifeguard::scrape::Scraper;
 use lifeguard::server::StatusService;
 use tower::Service;
 
@@ -75,7 +76,9 @@ fn service(ready: bool) -> StatusService {
             Instant::now(),
         ));
     }
-    StatusService::new(readiness).with_metrics(Metrics::new(Instant::now()), None)
+    let metrics = Metrics::new(Instant::now());
+    let scraper = Scraper::new(metrics.clone(), readiness.clone(), None);
+    StatusService::new(readiness).with_metrics(&metrics, scraper)
 }
 
 /// Heap allocations made by the handler alone (requests built before,

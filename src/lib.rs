@@ -9,7 +9,8 @@
 //! - [`poller`]: the background task that reads Envoy and writes the snapshot.
 //! - [`drain`]: the drain state machine: phase, deadline, policy, stopping Envoy.
 //! - [`envoy`]: the Envoy process (child or external).
-//! - [`metrics`]: our Prometheus metrics and the merged scrape.
+//! - [`metrics`]: our Prometheus metrics.
+//! - [`scrape`]: the merged scrape: Envoy's metrics streamed, shared, gzipped.
 //! - [`server`]: the status server on 15020 (tower service on hyper).
 //! - [`hooks`]: the pod hook helpers (`wait`, `wait-app-exit`, `drain`).
 //! - [`sockets`]: listening sockets and their owners, from /proc.
@@ -29,6 +30,7 @@ pub mod hooks;
 pub mod metrics;
 pub mod poller;
 pub mod readiness;
+pub mod scrape;
 pub mod server;
 pub mod signals;
 pub mod sockets;

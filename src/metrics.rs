@@ -6,18 +6,18 @@
 //! gauges are taken from the drain's published status at scrape time, so
 //! they can never disagree with `GET /drain`.
 //!
-//! `GET /stats/prometheus` renders our families (all named `lifeguard_*`)
-//! and appends Envoy's own `/stats/prometheus` (families named `envoy_*`),
-//! which the status server reads and hands over: this module knows nothing
-//! of the admin client, and the admin client knows nothing of metrics (the
-//! binary wires its call observer to [`Metrics::admin_call`]). If Envoy
-//! cannot be read, our part is still served and the failure is counted.
+//! `GET /stats/prometheus` streams Envoy's own `/stats/prometheus`
+//! (families named `envoy_*`) and ends with our families (all named
+//! `lifeguard_*`, rendered here): the merge is [`crate::scrape`]'s. This
+//! module knows nothing of the admin client, and the admin client knows
+//! nothing of metrics (the binary wires its call observer to
+//! [`Metrics::admin_call`]). If Envoy cannot be read, our part is still
+//! served and the failure is counted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use metrics::{Counter, Gauge, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tokio::time::Instant;
@@ -55,6 +55,32 @@ struct Inner {
     drain_left_at_stop: Gauge,
     drain_cut: Gauge,
     drain_policy: [Gauge; 3],
+    readiness_kept: Counter,
+    /// `lifeguard_readiness_changes_total{to="ready"}`, `{to="not_ready"}`.
+    readiness_changes: [Counter; 2],
+    /// `lifeguard_scrape_envoy_reads_total{read="new"}`, `{read="joined"}`.
+    scrape_reads: [Counter; 2],
+    /// `lifeguard_scrape_envoy_incomplete_total{reason}`, by [`Incomplete`].
+    scrape_incomplete: [Counter; 4],
+}
+
+/// Why a merged scrape carries less than Envoy's whole body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incomplete {
+    /// The scrape's time budget ran out first.
+    Timeout = 0,
+    /// Envoy could not be read, answered an error, or broke off.
+    Error = 1,
+    /// Envoy's body passed the size cap.
+    Cap = 2,
+    /// Too many Envoy reads were already held for slow clients.
+    Busy = 3,
+}
+
+impl Incomplete {
+    pub fn label(self) -> &'static str {
+        ["timeout", "error", "cap", "busy"][self as usize]
+    }
 }
 
 const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
@@ -178,6 +204,32 @@ impl Metrics {
                     "The drain policy in force: 1 for the one configured (time, connections or requests).",
                 )
             }),
+            readiness_kept: r.counter(
+                "lifeguard_readiness_kept_total",
+                &[],
+                "Readiness reads that timed out while the last answer was kept (it is trusted until older than the staleness bound).",
+            ),
+            readiness_changes: ["ready", "not_ready"].map(|to| {
+                r.counter(
+                    "lifeguard_readiness_changes_total",
+                    &[("to", to)],
+                    "Changes of the readiness answer, by the answer changed to.",
+                )
+            }),
+            scrape_reads: ["new", "joined"].map(|read| {
+                r.counter(
+                    "lifeguard_scrape_envoy_reads_total",
+                    &[("read", read)],
+                    "Merged scrapes by how they got Envoy's metrics: a new Envoy read, or one shared with other scrapes.",
+                )
+            }),
+            scrape_incomplete: [Incomplete::Timeout, Incomplete::Error, Incomplete::Cap, Incomplete::Busy].map(|why| {
+                r.counter(
+                    "lifeguard_scrape_envoy_incomplete_total",
+                    &[("reason", why.label())],
+                    "Merged scrapes whose Envoy part is missing or cut short, by reason (timeout, error, cap, busy).",
+                )
+            }),
         };
         inner.server_state.set(-1.0);
         Metrics { inner: Arc::new(inner) }
@@ -215,6 +267,26 @@ impl Metrics {
         }
     }
 
+    /// A readiness read timed out and the last answer was kept.
+    pub fn readiness_kept(&self) {
+        self.inner.readiness_kept.increment(1);
+    }
+
+    /// The readiness answer changed to `ready` (or not).
+    pub fn readiness_changed(&self, ready: bool) {
+        self.inner.readiness_changes[usize::from(!ready)].increment(1);
+    }
+
+    /// A merged scrape started a new Envoy read (or joined one under way).
+    pub fn scrape_read(&self, joined: bool) {
+        self.inner.scrape_reads[usize::from(joined)].increment(1);
+    }
+
+    /// A merged scrape carried less than Envoy's whole body.
+    pub fn scrape_incomplete(&self, why: Incomplete) {
+        self.inner.scrape_incomplete[why as usize].increment(1);
+    }
+
     /// Renders lifeguard's families, with the gauges that are read at
     /// scrape time brought up to date first.
     pub fn render(&self, readiness: &Readiness, drain: Option<&Status>) -> String {
@@ -245,21 +317,6 @@ impl Metrics {
         }
         inner.handle.run_upkeep();
         inner.handle.render()
-    }
-
-    /// The merged scrape: our families, then Envoy's body (when given).
-    /// Render after the Envoy read, so its outcome is already counted.
-    pub fn merge(&self, readiness: &Readiness, drain: Option<&Status>, envoy: Option<Bytes>) -> Bytes {
-        let ours = self.render(readiness, drain);
-        let mut out = Vec::with_capacity(ours.len() + envoy.as_ref().map_or(0, |b| b.len() + 1));
-        out.extend_from_slice(ours.as_bytes());
-        if let Some(body) = envoy {
-            if !out.ends_with(b"\n") && !out.is_empty() {
-                out.push(b'\n');
-            }
-            out.extend_from_slice(&body);
-        }
-        Bytes::from(out)
     }
 }
 
