@@ -15,15 +15,19 @@
 //!   counted, never silent.
 //! - **One Envoy read for concurrent scrapes.** A scrape joins the newest
 //!   read for the same query string while it runs, or, once it completed,
-//!   for [`REUSE_MIN`] or as long as it took (whichever is longer). Under
-//!   a scrape flood Envoy's admin thread is therefore busy with scrapes at
-//!   most about half the time, however many clients there are.
+//!   for [`REUSE_MIN`] or as long as it took (whichever is longer; the read
+//!   is kept that long even with no client on it). Under a scrape flood or
+//!   a tight scrape loop, Envoy's admin thread is therefore busy with
+//!   scrapes at most about half the time, however many clients there are.
 //! - **The client's query string is passed to Envoy** (`?usedonly`,
 //!   `?filter=...`): reads are shared only between equal query strings.
 //! - **`X-Prometheus-Scrape-Timeout-Seconds` bounds the Envoy part**: each
 //!   client stops taking Envoy's chunks at its budget (the timeout less a
 //!   tenth, at least 200 ms less) and then gets lifeguard's part, whatever
-//!   Envoy does. A read runs until the latest budget of its clients.
+//!   Envoy does. A read runs until the latest budget of its clients; one
+//!   cut by the timeout is shared like a complete one (scrapes meanwhile
+//!   get what it got), so an Envoy too slow for the timeout is not asked
+//!   again at once.
 //! - **gzip** when the client accepts it: one compressor per shared read
 //!   (started by the first client that wants gzip, and walking the same
 //!   list) produces a second shared list of deflate blocks, each ending on
@@ -33,11 +37,13 @@
 //!   read.
 //!
 //! Memory bound: a read (its chunks, and its compressed copy, about a
-//! tenth of the size) lives while its producer runs or a client still
-//! walks it, and is freed with its last client. At most
-//! [`MAX_LIVE_READS`] reads are alive at once: past that, a scrape joins
-//! the newest read for its query even if it is older, or (another query)
-//! gets lifeguard's part alone, counted as `busy`. So lifeguard holds at
+//! twentieth of the size) lives while its producer runs, while it may be
+//! shared, or while a client still walks it, and is freed after the last
+//! of these. At most
+//! [`MAX_LIVE_READS`] reads are alive at once: past that, a read kept only
+//! to be shared (no client on it) is let go to make room; if none is, a
+//! scrape joins the newest read for its query even if it is older, or
+//! (another query) gets lifeguard's part alone, counted as `busy`. So lifeguard holds at
 //! most 2 × (Envoy's body + its gzip copy), whatever the number of
 //! clients; a client holds a position in a list, its own part (a few KB)
 //! and, while it compresses that part, a deflate state.
@@ -226,6 +232,8 @@ struct Read {
     started: Instant,
     /// When the read ended (with `plain`'s end).
     finished: Mutex<Option<Instant>>,
+    /// Cancelled to free a read kept only to be shared, when room is needed.
+    release: CancellationToken,
     _live: Live,
 }
 
@@ -243,7 +251,10 @@ impl Read {
     fn shareable(&self, now: Instant) -> bool {
         match self.plain.ended() {
             None => true,
-            Some(End::Complete) => {
+            // A read that timed out is shared (with what it got) as long as
+            // a complete one: Envoy's admin thread, still busy with it, is
+            // not handed the next one at once.
+            Some(End::Complete | End::Cut(Incomplete::Timeout)) => {
                 let finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
                 finished.is_some_and(|f| now.duration_since(f) < REUSE_MIN.max(f.duration_since(self.started)))
             }
@@ -363,15 +374,20 @@ impl Scraper {
         let newest = reads.get(query).and_then(Weak::upgrade);
         let joined = match newest {
             Some(read) if read.shareable(now) => Some(read),
-            Some(read) if inner.live.load(Ordering::Relaxed) >= MAX_LIVE_READS => Some(read),
-            _ if inner.live.load(Ordering::Relaxed) >= MAX_LIVE_READS => {
-                drop(reads);
-                inner.metrics.scrape_incomplete(Incomplete::Busy);
-                tracing::debug!(
-                    query,
-                    "Envoy's metrics left out of a scrape: {MAX_LIVE_READS} reads already held for other queries"
-                );
-                return None;
+            newest if inner.live.load(Ordering::Relaxed) >= MAX_LIVE_READS => {
+                if release_idle(&reads) {
+                    None
+                } else if let Some(read) = newest {
+                    Some(read)
+                } else {
+                    drop(reads);
+                    inner.metrics.scrape_incomplete(Incomplete::Busy);
+                    tracing::debug!(
+                        query,
+                        "Envoy's metrics left out of a scrape: {MAX_LIVE_READS} reads already held for other clients"
+                    );
+                    return None;
+                }
             }
             _ => None,
         };
@@ -389,6 +405,7 @@ impl Scraper {
                     deadline: Mutex::new(deadline),
                     started: now,
                     finished: Mutex::new(None),
+                    release: CancellationToken::new(),
                     _live: Live(inner.live.clone()),
                 });
                 reads.insert(query.to_owned(), Arc::downgrade(&read));
@@ -420,6 +437,19 @@ impl Scraper {
     }
 }
 
+/// Lets go of one read kept only to be shared (ended, no client on it),
+/// making room for a new one; false when there is none.
+fn release_idle(reads: &HashMap<String, Weak<Read>>) -> bool {
+    for read in reads.values().filter_map(Weak::upgrade) {
+        // Held here and by its producer, which only waits to let it go.
+        if read.plain.ended().is_some() && Arc::strong_count(&read) == 2 && !read.release.is_cancelled() {
+            read.release.cancel();
+            return true;
+        }
+    }
+    false
+}
+
 /// Reads Envoy's body into `read.plain` until it ends, the read's deadline
 /// passes, the cap is hit, or lifeguard shuts down.
 async fn produce(read: Arc<Read>, admin: AdminClient, path: String, heartbeat: Heartbeat, shutdown: CancellationToken) {
@@ -439,6 +469,10 @@ async fn produce(read: Arc<Read>, admin: AdminClient, path: String, heartbeat: H
         End::Cut(_) => CallOutcome::Error,
     };
     admin.observe(Endpoint::Prometheus, outcome, took);
+    let retain = match end {
+        End::Complete | End::Cut(Incomplete::Timeout) => REUSE_MIN.max(took),
+        End::Cut(_) => Duration::ZERO,
+    };
     match end {
         End::Complete => tracing::debug!(path, bytes, took_ms = took.as_millis() as u64, "Envoy's metrics read"),
         End::Cut(Incomplete::Cap) => tracing::warn!(
@@ -455,6 +489,15 @@ async fn produce(read: Arc<Read>, admin: AdminClient, path: String, heartbeat: H
         ),
         End::Cut(_) => {}
     }
+    // A complete (or timed-out) read stays shareable for a while, also
+    // when no client is left on it: scrapes in a tight loop then cost
+    // Envoy's admin thread at most about half its time.
+    tokio::select! {
+        _ = tokio::time::sleep(retain) => {}
+        _ = read.release.cancelled() => {}
+        _ = shutdown.cancelled() => {}
+    }
+    drop(read);
 }
 
 async fn fill(
