@@ -23,6 +23,7 @@ use hyper_util::rt::TokioIo;
 use lifeguard::connections::WriteTimeout;
 use lifeguard::metrics::Metrics;
 use lifeguard::readiness::{Readiness, Verdict};
+use lifeguard::scrape::Scraper;
 use lifeguard::server::{StatusService, RESPONSE_WRITE_TIMEOUT};
 use tower::Service;
 
@@ -77,7 +78,9 @@ fn service(ready: bool) -> StatusService {
             Instant::now(),
         ));
     }
-    StatusService::new(readiness).with_metrics(Metrics::new(Instant::now()), None)
+    let metrics = Metrics::new(Instant::now());
+    let scraper = Scraper::new(metrics.clone(), readiness.clone(), None);
+    StatusService::new(readiness).with_metrics(&metrics, scraper)
 }
 
 /// Heap allocations made by the handler alone (requests built before,

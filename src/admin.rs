@@ -9,6 +9,8 @@
 //! The connection is driven inside the caller's future rather than in a
 //! spawned task, so nothing outlives the call.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +52,14 @@ pub enum AdminError {
     NotText { path: String },
     #[error("{path:?} is not a valid request path")]
     BadPath { path: String },
+}
+
+impl AdminError {
+    /// Whether the call got no answer in time (as opposed to a definite one:
+    /// refused, an error status, a broken body).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, AdminError::Timeout { .. })
+    }
 }
 
 /// The admin endpoints lifeguard calls. The caller names the endpoint of
@@ -171,38 +181,155 @@ impl AdminClient {
         path: &str,
         limit: usize,
     ) -> Result<Bytes, AdminError> {
+        self.timed(endpoint, async {
+            let (status, body) = fetch(&self.url, method, path, limit).await?;
+            check_status(status, body, path)
+        })
+        .await
+    }
+
+    /// `GET path` under `self.timeout`: the status, whatever it is, and up
+    /// to `limit` bytes of body (`/ready` answers 503 with a state name).
+    pub async fn get_any(
+        &self,
+        endpoint: Endpoint,
+        path: &str,
+        limit: usize,
+    ) -> Result<(StatusCode, Bytes), AdminError> {
+        self.timed(endpoint, fetch(&self.url, Method::GET, path, limit)).await
+    }
+
+    async fn timed<T>(
+        &self,
+        endpoint: Endpoint,
+        exchange: impl Future<Output = Result<T, AdminError>>,
+    ) -> Result<T, AdminError> {
         let started = tokio::time::Instant::now();
-        let result = match tokio::time::timeout(self.timeout, self.exchange(method, path, limit)).await {
+        let result = match tokio::time::timeout(self.timeout, exchange).await {
             Ok(result) => result,
             Err(_) => Err(AdminError::Timeout {
                 url: self.url.to_string(),
                 timeout: self.timeout,
             }),
         };
-        if let Some(observer) = &self.observer {
-            let outcome = match &result {
-                Ok(_) => CallOutcome::Ok,
-                Err(AdminError::Timeout { .. }) => CallOutcome::Timeout,
-                Err(_) => CallOutcome::Error,
-            };
-            observer(endpoint, outcome, started.elapsed());
-        }
+        let outcome = match &result {
+            Ok(_) => CallOutcome::Ok,
+            Err(AdminError::Timeout { .. }) => CallOutcome::Timeout,
+            Err(_) => CallOutcome::Error,
+        };
+        self.observe(endpoint, outcome, started.elapsed());
         result
     }
 
-    async fn exchange(&self, method: Method, path: &str, limit: usize) -> Result<Bytes, AdminError> {
-        let (status, body) = fetch(&self.url, method, path, limit).await?;
-        if status != StatusCode::OK {
-            let text = String::from_utf8_lossy(&body);
-            let first = text.lines().next().unwrap_or("").chars().take(200).collect();
-            return Err(AdminError::Status {
-                status,
-                path: path.to_owned(),
-                body: first,
-            });
+    /// Tells the observer of a call made outside [`AdminClient::call`]
+    /// (a streamed read, timed by its caller).
+    pub fn observe(&self, endpoint: Endpoint, outcome: CallOutcome, took: Duration) {
+        if let Some(observer) = &self.observer {
+            observer(endpoint, outcome, took);
         }
-        Ok(body)
     }
+
+    /// A timeout error for this client's URL (for callers that time a
+    /// streamed read themselves).
+    pub fn timeout_error(&self, timeout: Duration) -> AdminError {
+        AdminError::Timeout {
+            url: self.url.to_string(),
+            timeout,
+        }
+    }
+
+    /// `GET path` on a fresh connection, answered with its status and a
+    /// body read chunk by chunk ([`BodyStream`]). No timeout and no
+    /// observer: the caller bounds and reports the whole read.
+    pub async fn open(&self, path: &str) -> Result<(StatusCode, BodyStream), AdminError> {
+        let stream = TcpStream::connect(self.url.addr())
+            .await
+            .map_err(|source| AdminError::Connect {
+                url: self.url.to_string(),
+                source,
+            })?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .header(hyper::header::HOST, self.url.authority())
+            .body(Empty::<Bytes>::new())
+            .map_err(|_| AdminError::BadPath { path: path.to_owned() })?;
+        let mut conn = Box::pin(conn);
+        let mut conn_done = false;
+        let response = {
+            let send = sender.send_request(request);
+            tokio::pin!(send);
+            loop {
+                tokio::select! {
+                    biased;
+                    response = &mut send => break response?,
+                    result = &mut conn, if !conn_done => {
+                        conn_done = true;
+                        result?;
+                    }
+                }
+            }
+        };
+        let status = response.status();
+        Ok((
+            status,
+            BodyStream {
+                conn,
+                conn_done,
+                body: response.into_body(),
+            },
+        ))
+    }
+}
+
+/// The body of a response from [`AdminClient::open`], read chunk by chunk
+/// as Envoy sends it (each chunk is hyper's buffer, not a copy). The
+/// connection is driven while chunks are awaited; dropping this closes it.
+pub struct BodyStream {
+    conn: Pin<Box<hyper::client::conn::http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>>>,
+    conn_done: bool,
+    body: hyper::body::Incoming,
+}
+
+impl BodyStream {
+    /// The next chunk of the body, or None at its end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, AdminError> {
+        loop {
+            tokio::select! {
+                biased;
+                frame = self.body.frame() => match frame {
+                    None => return Ok(None),
+                    Some(Err(e)) => return Err(AdminError::Http(e)),
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Ok(Some(data));
+                        }
+                    }
+                },
+                result = &mut self.conn, if !self.conn_done => {
+                    self.conn_done = true;
+                    result?;
+                }
+            }
+        }
+    }
+}
+
+/// The body of a 200 answer, or the error naming the status and the first
+/// line of the body.
+pub fn check_status(status: StatusCode, body: Bytes, path: &str) -> Result<Bytes, AdminError> {
+    if status != StatusCode::OK {
+        let text = String::from_utf8_lossy(&body);
+        let first = text.lines().next().unwrap_or("").chars().take(200).collect();
+        return Err(AdminError::Status {
+            status,
+            path: path.to_owned(),
+            body: first,
+        });
+    }
+    Ok(body)
 }
 
 /// One HTTP/1.1 request to a loopback URL on a fresh connection: the status

@@ -10,7 +10,8 @@
 //! - [`poller`]: the background task that reads Envoy and writes the snapshot.
 //! - [`drain`]: the drain state machine: phase, deadline, policy, stopping Envoy.
 //! - [`envoy`]: the Envoy process (child or external).
-//! - [`metrics`]: our Prometheus metrics and the merged scrape.
+//! - [`metrics`]: our Prometheus metrics.
+//! - [`scrape`]: the merged scrape: Envoy's metrics streamed, shared, gzipped.
 //! - [`outcome`]: the exit summary, kept in the termination message.
 //! - [`linger`]: after Envoy stops, waiting for a last scrape.
 //! - [`logging`]: log lines as text or JSON.
@@ -40,6 +41,7 @@ pub mod metrics;
 pub mod outcome;
 pub mod poller;
 pub mod readiness;
+pub mod scrape;
 pub mod server;
 pub mod signals;
 pub mod sockets;

@@ -22,7 +22,8 @@ use lifeguard::logging;
 use lifeguard::metrics::Metrics;
 use lifeguard::outcome::{self, Summary};
 use lifeguard::readiness::Readiness;
-use lifeguard::server::{StatusServer, StatusService, ENVOY_METRICS_TIMEOUT};
+use lifeguard::scrape::Scraper;
+use lifeguard::server::{StatusServer, StatusService};
 use lifeguard::signals::Signals;
 use lifeguard::{duration::Display as D, poller};
 
@@ -220,12 +221,18 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let (drain, handle) = Drain::new(plan, envoy, app);
     let linger = Linger::new(handle.watch());
     let readiness = Readiness::new(settings.stale_after(), handle.watch());
-    let envoy_metrics = settings
-        .merge_envoy_metrics
-        .then(|| admin.clone().with_timeout(ENVOY_METRICS_TIMEOUT));
+    let heartbeat = poller::Heartbeat::default();
+    let scraper = Scraper::new(
+        metrics.clone(),
+        readiness.clone(),
+        settings.merge_envoy_metrics.then(|| admin.clone()),
+    )
+    .with_drain(handle.clone())
+    .with_heartbeat(heartbeat.clone())
+    .with_shutdown(shutdown.clone());
     let service = StatusService::new(readiness.clone())
         .with_drain(handle.clone())
-        .with_metrics(metrics.clone(), envoy_metrics)
+        .with_metrics(&metrics, scraper)
         .with_linger(linger.clone());
     tracing::info!(
         status_addr = %local,
@@ -237,7 +244,14 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         "lifeguard listening"
     );
     let server = tokio::spawn(server.serve(service, shutdown.clone()));
-    let poller = tokio::spawn(poller::run(settings, admin, readiness, metrics, shutdown.clone()));
+    let poller = tokio::spawn(poller::run(
+        poller::Schedule::new(&settings),
+        admin,
+        readiness,
+        metrics,
+        heartbeat,
+        shutdown.clone(),
+    ));
     let signals = tokio::spawn(signals.forward(handle.clone(), own_children, shutdown.clone()));
 
     let outcome = drain.run().await;

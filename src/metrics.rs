@@ -16,19 +16,19 @@
 //!   that does not exist yet (no drain, never ready, nothing stopped) has no
 //!   series, rather than a 0 that reads as a real value.
 //!
-//! `GET /stats/prometheus` renders our families (`lifeguard_*`, `process_*`)
-//! and appends Envoy's own `/stats/prometheus` (families named `envoy_*`),
-//! which the status server reads and hands over: this module knows nothing
-//! of the admin client, and the admin client knows nothing of metrics (the
-//! binary wires its call observer to [`Metrics::admin_call`]). If Envoy
-//! cannot be read, our part is still served and the failure is counted.
+//! `GET /stats/prometheus` streams Envoy's own `/stats/prometheus`
+//! (families named `envoy_*`) and ends with our families (`lifeguard_*`,
+//! `process_*`, rendered here): the merge is [`crate::scrape`]'s. This module
+//! knows nothing of the admin client, and the admin client knows nothing of
+//! metrics (the binary wires its call observer to [`Metrics::admin_call`]).
+//! If Envoy cannot be read, our part is still served and the failure is
+//! counted.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use metrics::{Counter, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tokio::time::Instant;
@@ -55,12 +55,35 @@ struct Inner {
     /// `lifeguard_envoy_readiness_changes_total{to="ready"}` and `{to="not_ready"}`.
     became_ready: Counter,
     became_not_ready: Counter,
-    /// Envoy's readiness at the last read: 0 no read yet, 1 ready, 2 not.
-    last_envoy_ready: AtomicU8,
+    /// `lifeguard_readiness_kept_total`.
+    readiness_kept: Counter,
+    /// `lifeguard_scrape_envoy_reads_total{read="new"}`, `{read="joined"}`.
+    scrape_reads: [Counter; 2],
+    /// `lifeguard_scrape_envoy_incomplete_total{reason}`, by [`Incomplete`].
+    scrape_incomplete: [Counter; 4],
     /// Seconds from start to the first ready read, once there was one.
     first_ready: OnceLock<f64>,
     /// Unix time of the last admin read Envoy answered, as f64 bits (0: none).
     last_success: AtomicU64,
+}
+
+/// Why a merged scrape carries less than Envoy's whole body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incomplete {
+    /// The scrape's time budget ran out first.
+    Timeout = 0,
+    /// Envoy could not be read, answered an error, or broke off.
+    Error = 1,
+    /// Envoy's body passed the size cap.
+    Cap = 2,
+    /// Too many Envoy reads were already held for slow clients.
+    Busy = 3,
+}
+
+impl Incomplete {
+    pub fn label(self) -> &'static str {
+        ["timeout", "error", "cap", "busy"][self as usize]
+    }
 }
 
 /// The metric names, once. Tests check the README, the alerting rules and
@@ -71,6 +94,9 @@ pub mod names {
     pub const PROBE_RESPONSES: &str = "lifeguard_probe_responses_total";
     pub const TIME_TO_FIRST_READY: &str = "lifeguard_time_to_first_ready_seconds";
     pub const READINESS_CHANGES: &str = "lifeguard_envoy_readiness_changes_total";
+    pub const READINESS_KEPT: &str = "lifeguard_readiness_kept_total";
+    pub const SCRAPE_ENVOY_READS: &str = "lifeguard_scrape_envoy_reads_total";
+    pub const SCRAPE_ENVOY_INCOMPLETE: &str = "lifeguard_scrape_envoy_incomplete_total";
     pub const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
     pub const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
     pub const ADMIN_LAST_SUCCESS: &str = "lifeguard_envoy_admin_last_success_timestamp_seconds";
@@ -152,7 +178,25 @@ impl Metrics {
             probe_unavailable: r.counter(PROBE_RESPONSES, &[("code", "503")], probe_help),
             became_ready: r.counter(READINESS_CHANGES, &[("to", "ready")], changes_help),
             became_not_ready: r.counter(READINESS_CHANGES, &[("to", "not_ready")], changes_help),
-            last_envoy_ready: AtomicU8::new(0),
+            readiness_kept: r.counter(
+                READINESS_KEPT,
+                &[],
+                "Readiness reads that timed out while the last answer was kept (it is trusted until older than the staleness bound).",
+            ),
+            scrape_reads: ["new", "joined"].map(|read| {
+                r.counter(
+                    SCRAPE_ENVOY_READS,
+                    &[("read", read)],
+                    "Merged scrapes by how they got Envoy's metrics: a new Envoy read, or one shared with other scrapes.",
+                )
+            }),
+            scrape_incomplete: [Incomplete::Timeout, Incomplete::Error, Incomplete::Cap, Incomplete::Busy].map(|why| {
+                r.counter(
+                    SCRAPE_ENVOY_INCOMPLETE,
+                    &[("reason", why.label())],
+                    "Merged scrapes whose Envoy part is missing or cut short, by reason (timeout, error, cap, busy).",
+                )
+            }),
             first_ready: OnceLock::new(),
             last_success: AtomicU64::new(0),
         };
@@ -186,15 +230,33 @@ impl Metrics {
         if answered {
             inner.last_success.store(unix_now().to_bits(), Ordering::Relaxed);
         }
-        let now = if ready { 1 } else { 2 };
-        match inner.last_envoy_ready.swap(now, Ordering::Relaxed) {
-            1 if !ready => inner.became_not_ready.increment(1),
-            2 if ready => inner.became_ready.increment(1),
-            _ => {}
-        }
         if ready {
             inner.first_ready.get_or_init(|| inner.started.elapsed().as_secs_f64());
         }
+    }
+
+    /// The readiness answer changed (a read's verdict, or the kept answer
+    /// going stale).
+    pub fn readiness_changed(&self, ready: bool) {
+        match ready {
+            true => self.inner.became_ready.increment(1),
+            false => self.inner.became_not_ready.increment(1),
+        }
+    }
+
+    /// A read timed out and the last answer was kept.
+    pub fn readiness_kept(&self) {
+        self.inner.readiness_kept.increment(1);
+    }
+
+    /// A merged scrape got Envoy's metrics from a new read or a shared one.
+    pub fn scrape_read(&self, joined: bool) {
+        self.inner.scrape_reads[usize::from(joined)].increment(1);
+    }
+
+    /// A merged scrape's Envoy part is missing or cut short.
+    pub fn scrape_incomplete(&self, why: Incomplete) {
+        self.inner.scrape_incomplete[why as usize].increment(1);
     }
 
     /// Renders lifeguard's families: the state read now, then the events.
@@ -231,21 +293,6 @@ impl Metrics {
         let mut text = out.0;
         text.push_str(&inner.handle.render());
         text
-    }
-
-    /// The merged scrape: our families, then Envoy's body (when given).
-    /// Render after the Envoy read, so its outcome is already counted.
-    pub fn merge(&self, readiness: &Readiness, drain: Option<&Status>, envoy: Option<Bytes>) -> Bytes {
-        let ours = self.render(readiness, drain);
-        let mut out = Vec::with_capacity(ours.len() + envoy.as_ref().map_or(0, |b| b.len() + 1));
-        out.extend_from_slice(ours.as_bytes());
-        if let Some(body) = envoy {
-            if !out.ends_with(b"\n") && !out.is_empty() {
-                out.push(b'\n');
-            }
-            out.extend_from_slice(&body);
-        }
-        Bytes::from(out)
     }
 }
 

@@ -13,6 +13,8 @@
 //! - **staleness**: a verdict older than the stale bound is not trusted. If
 //!   the poller stopped producing answers, a probe that reaches the agent
 //!   directly must not be told "ready" about an Envoy that may be gone.
+//!   When the poller kept a ready answer through reads that timed out, the
+//!   verdict carries the stale body to send then, naming the last error.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +42,9 @@ pub struct Verdict {
     body: Bytes,
     /// When the read that produced this verdict completed.
     at: Instant,
+    /// The body once a ready verdict is too old, when it says more than the
+    /// generic one (the error of the reads that timed out since).
+    stale_body: Option<Bytes>,
 }
 
 impl Verdict {
@@ -48,6 +53,7 @@ impl Verdict {
             ready: true,
             body: Bytes::from_static(b"ready\n"),
             at,
+            stale_body: None,
         }
     }
 
@@ -56,6 +62,24 @@ impl Verdict {
             ready: false,
             body: Bytes::from(format!("not ready: {reason}\n")),
             at,
+            stale_body: None,
+        }
+    }
+
+    /// `previous` kept through a read that failed with `error` (a timeout:
+    /// no answer, so nothing new is known), trusted until `at` is older than
+    /// `stale_after`, then answered as stale with `error` named. `at` is the
+    /// last evidence that Envoy's admin is alive: `previous.at()`, or later
+    /// when Envoy was seen streaming a scrape since.
+    pub fn kept(previous: &Verdict, error: &str, stale_after: Duration, at: Instant) -> Self {
+        Self {
+            ready: previous.ready,
+            body: previous.body.clone(),
+            at,
+            stale_body: Some(Bytes::from(format!(
+                "not ready: no successful Envoy admin read in the last {}: {error}\n",
+                D(stale_after)
+            ))),
         }
     }
 
@@ -130,7 +154,7 @@ impl Readiness {
         if verdict.ready && verdict.at.elapsed() > inner.stale_after {
             return Answer {
                 ready: false,
-                body: inner.stale_body.clone(),
+                body: verdict.stale_body.as_ref().unwrap_or(&inner.stale_body).clone(),
             };
         }
         Answer {
@@ -225,5 +249,19 @@ mod tests {
         let a = r.answer();
         assert!(!a.ready);
         assert_eq!(a.body, "not ready: no successful Envoy admin read in the last 50ms\n");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_verdict_names_the_error_once_stale() {
+        let (_tx, r) = readiness(Duration::from_millis(50));
+        r.store(Verdict::ready(Instant::now()));
+        let kept = Verdict::kept(&r.verdict(), "timed out", r.stale_after(), r.verdict().at());
+        r.store(kept);
+        assert!(r.answer().ready);
+        tokio::time::advance(Duration::from_millis(51)).await;
+        assert_eq!(
+            r.answer().body,
+            "not ready: no successful Envoy admin read in the last 50ms: timed out\n"
+        );
     }
 }

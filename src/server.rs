@@ -11,8 +11,9 @@
 //!   once readiness is 503 (how `wait-app-exit` tells the agent that
 //!   termination began, so the deadline counts from then).
 //! - `POST /quitquitquit` — loopback only: stop Envoy now and exit cleanly.
-//! - `GET /stats/prometheus` (alias `/metrics`) — lifeguard's metrics, then
-//!   Envoy's own (any caller).
+//! - `GET /stats/prometheus` (alias `/metrics`) — Envoy's own metrics,
+//!   streamed, then lifeguard's (any caller); the query string goes to
+//!   Envoy, gzip when accepted. The machinery is [`crate::scrape`]'s.
 //!
 //! Callers of the POST routes from other hosts get 403 and nothing happens.
 //! Unknown paths get 404, known paths with another method 405.
@@ -41,30 +42,62 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::Stream;
 use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, VARY};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::{AdminClient, Endpoint};
 use crate::connections::{ConnectionSlots, Refused, SlotLimits, WriteTimeout};
 use crate::drain::DrainHandle;
 use crate::linger::Linger;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
+use crate::scrape::{ScrapeRequest, Scraper};
 use metrics::Counter;
 
-/// The response body type of every route.
-pub type Body = Full<Bytes>;
+/// The response body of every route: a whole body (every route but one,
+/// the probe's with no allocation), or the merged scrape's stream.
+pub enum Body {
+    Full(Full<Bytes>),
+    Stream(Pin<Box<dyn Stream<Item = Bytes> + Send>>),
+}
 
-/// Largest Envoy `/stats/prometheus` answer merged into a scrape.
-pub const ENVOY_METRICS_LIMIT: usize = 32 << 20;
-/// Timeout of the Envoy part of a scrape (Prometheus' own default is 10 s).
-pub const ENVOY_METRICS_TIMEOUT: Duration = Duration::from_secs(5);
+impl Body {
+    fn full(bytes: Bytes) -> Self {
+        Body::Full(Full::new(bytes))
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(full) => hyper::body::Body::poll_frame(Pin::new(full), cx),
+            Body::Stream(stream) => stream.as_mut().poll_next(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Full(full) => hyper::body::Body::is_end_stream(full),
+            Body::Stream(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Full(full) => hyper::body::Body::size_hint(full),
+            Body::Stream(_) => SizeHint::default(),
+        }
+    }
+}
 
 /// How long a client may take to send a request's headers; also how long
 /// a keep-alive connection may stay idle between requests.
@@ -97,6 +130,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 static PROMETHEUS_TEXT: HeaderValue = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+static GZIP: HeaderValue = HeaderValue::from_static("gzip");
+static ACCEPT_ENCODING_VALUE: HeaderValue = HeaderValue::from_static("accept-encoding");
 
 /// The future of one response: ready at once for every route but the two
 /// that wait on the drain.
@@ -129,9 +164,8 @@ pub struct StatusService {
 struct Shared {
     readiness: Readiness,
     drain: Option<DrainHandle>,
-    metrics: Option<Metrics>,
-    /// Where Envoy's own metrics are read for the merged scrape (None: off).
-    envoy_metrics: Option<AdminClient>,
+    /// The merged scrape (None: no metrics route).
+    scraper: Option<Scraper>,
     /// Told of each scrape, so a last one can end the linger.
     linger: Option<Linger>,
     probe_ok: Counter,
@@ -144,8 +178,7 @@ impl StatusService {
             shared: Arc::new(Shared {
                 readiness,
                 drain: None,
-                metrics: None,
-                envoy_metrics: None,
+                scraper: None,
                 linger: None,
                 probe_ok: Counter::noop(),
                 probe_unavailable: Counter::noop(),
@@ -154,13 +187,12 @@ impl StatusService {
         }
     }
 
-    /// Counts probes in `metrics` and serves `/stats/prometheus`, merged
-    /// with Envoy's metrics read through `envoy` when given.
-    pub fn with_metrics(mut self, metrics: Metrics, envoy: Option<AdminClient>) -> Self {
+    /// Counts probes in `metrics` and serves `/stats/prometheus` through
+    /// `scraper`.
+    pub fn with_metrics(mut self, metrics: &Metrics, scraper: Scraper) -> Self {
         let shared = Arc::make_mut(&mut self.shared);
         (shared.probe_ok, shared.probe_unavailable) = metrics.probe_counters();
-        shared.metrics = Some(metrics);
-        shared.envoy_metrics = envoy;
+        shared.scraper = Some(scraper);
         self
     }
 
@@ -194,6 +226,9 @@ impl StatusService {
         let shared = &*self.shared;
         // Reuse the request's header map for the response: no allocation.
         let mut headers = std::mem::take(req.headers_mut());
+        let path = req.uri().path();
+        let scrape = (path == "/stats/prometheus" || path == "/metrics")
+            .then(|| ScrapeRequest::new(req.uri().query(), &headers));
         headers.clear();
         let method = req.method().clone();
         let (status, body) = match (req.uri().path(), &method) {
@@ -209,27 +244,26 @@ impl StatusService {
                 (status, answer.body)
             }
             ("/stats/prometheus" | "/metrics", &Method::GET | &Method::HEAD) => {
-                let Some(metrics) = shared.metrics.clone() else {
+                let (Some(scraper), Some(scrape)) = (&shared.scraper, scrape) else {
                     return finish(headers, &method, not_found());
                 };
-                let readiness = shared.readiness.clone();
-                let drain = shared.drain.clone();
-                let envoy = shared.envoy_metrics.clone();
-                let scrape = shared.linger.as_ref().map(Linger::scrape_begins);
-                return ResponseFuture::Waiting(Box::pin(async move {
-                    let envoy_part = match envoy {
-                        Some(admin) => envoy_metrics(&admin).await,
-                        None => None,
-                    };
-                    let status = drain.as_ref().map(DrainHandle::status);
-                    let body = metrics.merge(&readiness, status.as_ref(), envoy_part);
-                    if let Some(scrape) = scrape {
-                        scrape.served();
-                    }
-                    let mut headers = headers;
-                    headers.insert(CONTENT_TYPE, PROMETHEUS_TEXT.clone());
-                    respond(headers, &method, (StatusCode::OK, body))
-                }));
+                headers.insert(CONTENT_TYPE, PROMETHEUS_TEXT.clone());
+                headers.insert(VARY, ACCEPT_ENCODING_VALUE.clone());
+                if scrape.gzip {
+                    headers.insert(CONTENT_ENCODING, GZIP.clone());
+                }
+                let body = if method == Method::HEAD {
+                    Body::full(Bytes::new())
+                } else {
+                    let ticket = shared.linger.as_ref().map(Linger::scrape_begins);
+                    Body::Stream(Box::pin(ServedAtEnd {
+                        stream: Box::pin(scraper.body(scrape)),
+                        ticket,
+                    }))
+                };
+                let mut response = Response::new(body);
+                *response.headers_mut() = headers;
+                return ResponseFuture::Ready(Some(response));
             }
             ("/drain", &Method::GET | &Method::HEAD) => match &shared.drain {
                 Some(drain) => {
@@ -301,22 +335,24 @@ impl StatusService {
     }
 }
 
-/// Envoy's own `/stats/prometheus`, or None (logged) when it cannot be read.
-async fn envoy_metrics(admin: &AdminClient) -> Option<Bytes> {
-    match admin
-        .call(
-            Endpoint::Prometheus,
-            Method::GET,
-            "/stats/prometheus",
-            ENVOY_METRICS_LIMIT,
-        )
-        .await
-    {
-        Ok(body) => Some(body),
-        Err(e) => {
-            tracing::debug!(error = %e, "Envoy's metrics left out of the scrape");
-            None
+/// A scrape's body that tells the linger the scrape was served once its
+/// last byte has been produced.
+struct ServedAtEnd {
+    stream: Pin<Box<dyn Stream<Item = Bytes> + Send>>,
+    ticket: Option<crate::linger::Scrape>,
+}
+
+impl Stream for ServedAtEnd {
+    type Item = Bytes;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let next = self.stream.as_mut().poll_next(cx);
+        if let Poll::Ready(None) = next {
+            if let Some(ticket) = self.ticket.take() {
+                ticket.served();
+            }
         }
+        next
     }
 }
 
@@ -329,7 +365,7 @@ fn respond(mut headers: HeaderMap, method: &Method, (status, body): (StatusCode,
         headers.insert(CONTENT_TYPE, TEXT_PLAIN.clone());
     }
     let body = if method == Method::HEAD { Bytes::new() } else { body };
-    let mut response = Response::new(Full::new(body));
+    let mut response = Response::new(Body::full(body));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
@@ -562,6 +598,7 @@ impl RefusalLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admin::AdminClient;
     use crate::readiness::Verdict;
     use tokio::time::Instant;
 

@@ -1,0 +1,837 @@
+//! The merged scrape (`GET /stats/prometheus` on the status port): Envoy's
+//! own `/stats/prometheus`, streamed through, then lifeguard's families.
+//!
+//! Envoy's body grows with its config (134 KB at 10 clusters, 63 MB at
+//! 5,000, about 250 MB at 20,000) and its admin thread is busy for the
+//! whole read (1.7 s at 5,000). So:
+//!
+//! - **Streamed, not buffered per client.** Each chunk hyper reads from
+//!   Envoy is pushed, as it is, onto a shared list ([`Read`]); clients walk
+//!   the list at their own pace and send the same `Bytes` (a reference
+//!   count, never a copy). Only the partial line at the end of a chunk is
+//!   copied (so every entry ends at a newline and a scrape cut short is
+//!   still valid text). The size cap ([`ENVOY_BODY_CAP`], 1 GiB) is far
+//!   above what a 20,000-cluster Envoy sends; hitting it is logged and
+//!   counted, never silent.
+//! - **One Envoy read for concurrent scrapes.** A scrape joins the newest
+//!   read for the same query string while it runs, or, once it completed,
+//!   for [`REUSE_MIN`] or as long as it took (whichever is longer; the read
+//!   is kept that long even with no client on it). Under a scrape flood or
+//!   a tight scrape loop, Envoy's admin thread is therefore busy with
+//!   scrapes at most about half the time, however many clients there are.
+//! - **The client's query string is passed to Envoy** (`?usedonly`,
+//!   `?filter=...`): reads are shared only between equal query strings.
+//! - **`X-Prometheus-Scrape-Timeout-Seconds` bounds the Envoy part**: each
+//!   client stops taking Envoy's chunks at its budget (the timeout less a
+//!   tenth, at least 200 ms less) and then gets lifeguard's part, whatever
+//!   Envoy does. A read runs until the latest budget of its clients; one
+//!   cut by the timeout is shared like a complete one (scrapes meanwhile
+//!   get what it got), so an Envoy too slow for the timeout is not asked
+//!   again at once.
+//! - **gzip** when the client accepts it: one compressor per shared read
+//!   (started by the first client that wants gzip, and walking the same
+//!   list) produces a second shared list of deflate blocks, each ending on
+//!   a sync flush. A client sends the gzip header, the shared blocks, then
+//!   its own part compressed as the final block, and a trailer whose CRC
+//!   continues the shared stream's: one gzip member, compressed once per
+//!   read.
+//!
+//! Memory bound: a read (its chunks, and its compressed copy, about a
+//! twentieth of the size) lives while its producer runs, while it may be
+//! shared, or while a client still walks it, and is freed after the last
+//! of these. At most
+//! [`MAX_LIVE_READS`] reads are alive at once: past that, a read kept only
+//! to be shared (no client on it) is let go to make room; if none is, a
+//! scrape joins the newest read for its query even if it is older, or
+//! (another query) gets lifeguard's part alone, counted as `busy`. So lifeguard holds at
+//! most 2 × (Envoy's body + its gzip copy), whatever the number of
+//! clients; a client holds a position in a list, its own part (a few KB)
+//! and, while it compresses that part, a deflate state.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use flate2::write::DeflateEncoder;
+use flate2::Compression;
+use futures_util::stream::{self, Stream, StreamExt};
+use hyper::header::{HeaderMap, ACCEPT_ENCODING};
+use hyper::StatusCode;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{AdminClient, CallOutcome, Endpoint};
+use crate::drain::DrainHandle;
+use crate::metrics::{Incomplete, Metrics};
+use crate::poller::Heartbeat;
+use crate::readiness::Readiness;
+
+/// Largest Envoy body taken into a scrape: far above a 20,000-cluster
+/// Envoy's (about 250 MB). Past it the rest is left out, logged and counted.
+pub const ENVOY_BODY_CAP: usize = 1 << 30;
+/// Longest line of Envoy's body (a line is the unit a cut scrape keeps).
+pub const LINE_CAP: usize = 1 << 20;
+/// The Envoy part's budget when the client sends no scrape timeout
+/// (Prometheus' default scrape timeout).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest scrape timeout honoured.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(120);
+/// A completed read is shared for at least this long.
+pub const REUSE_MIN: Duration = Duration::from_secs(1);
+/// How many Envoy reads may be held in memory at once.
+pub const MAX_LIVE_READS: usize = 2;
+/// The header Prometheus sends with its scrape timeout.
+pub const SCRAPE_TIMEOUT_HEADER: &str = "x-prometheus-scrape-timeout-seconds";
+
+/// The gzip member header: deflate, no name, no time, unknown OS.
+const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+
+/// What a scrape request asks for, taken from its query and headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScrapeRequest {
+    /// The query string, passed to Envoy as it came (without the `?`).
+    pub query: String,
+    /// How long Envoy's part may take.
+    pub budget: Duration,
+    /// Whether the client accepts gzip.
+    pub gzip: bool,
+}
+
+impl ScrapeRequest {
+    pub fn new(query: Option<&str>, headers: &HeaderMap) -> Self {
+        let timeout = headers
+            .get(SCRAPE_TIMEOUT_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map_or(DEFAULT_TIMEOUT, |s| {
+                Duration::from_secs_f64(s.min(MAX_TIMEOUT.as_secs_f64()))
+            });
+        Self {
+            query: query.unwrap_or("").to_owned(),
+            budget: envoy_budget(timeout),
+            gzip: accepts_gzip(headers),
+        }
+    }
+}
+
+/// The Envoy part's share of a scrape timeout: a tenth (at least 200 ms)
+/// is kept for lifeguard's part and the transfer; at least 50 ms.
+pub fn envoy_budget(timeout: Duration) -> Duration {
+    let margin = (timeout / 10).max(Duration::from_millis(200));
+    timeout.saturating_sub(margin).max(Duration::from_millis(50))
+}
+
+/// Whether `Accept-Encoding` lists gzip (or `*`) with a non-zero weight.
+pub fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';');
+            let coding = parts.next().unwrap_or("").trim();
+            let refused = parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        })
+}
+
+/// How a list ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Complete,
+    Cut(Incomplete),
+}
+
+/// A shared, append-only list that readers walk at their own pace.
+struct List<T> {
+    tx: watch::Sender<Chunks<T>>,
+}
+
+struct Chunks<T> {
+    items: Vec<T>,
+    end: Option<End>,
+}
+
+/// What a reader gets next.
+enum Next<T> {
+    Item(T),
+    End(End),
+    Timeout,
+}
+
+impl<T: Clone> List<T> {
+    fn new() -> Self {
+        Self {
+            tx: watch::Sender::new(Chunks {
+                items: Vec::new(),
+                end: None,
+            }),
+        }
+    }
+
+    fn push(&self, item: T) {
+        self.tx.send_modify(|c| c.items.push(item));
+    }
+
+    fn end(&self, end: End) {
+        self.tx.send_modify(|c| {
+            c.end.get_or_insert(end);
+        });
+    }
+
+    fn ended(&self) -> Option<End> {
+        self.tx.borrow().end
+    }
+
+    /// Item `i`, waiting for it until `deadline` (None: no deadline).
+    async fn get(&self, rx: &mut watch::Receiver<Chunks<T>>, i: usize, deadline: Option<Instant>) -> Next<T> {
+        let wait = rx.wait_for(|c| c.items.len() > i || c.end.is_some());
+        let chunks = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, wait).await {
+                Ok(chunks) => chunks,
+                Err(_) => return Next::Timeout,
+            },
+            None => wait.await,
+        };
+        // The sender lives in the list we hold: it cannot be gone.
+        let Ok(chunks) = chunks else {
+            return Next::End(End::Cut(Incomplete::Error));
+        };
+        match chunks.items.get(i) {
+            Some(item) => Next::Item(item.clone()),
+            None => Next::End(chunks.end.unwrap_or(End::Cut(Incomplete::Error))),
+        }
+    }
+}
+
+/// A run of deflate blocks ending on a sync flush, with the CRC-32 and
+/// length of all the plain text compressed up to its end.
+#[derive(Clone)]
+struct GzChunk {
+    data: Bytes,
+    crc: u32,
+    len: u64,
+}
+
+/// One read of Envoy's `/stats/prometheus`, shared by the scrapes that
+/// join it, freed with the last of them.
+struct Read {
+    plain: List<Bytes>,
+    gzip: OnceLock<Arc<List<GzChunk>>>,
+    /// The latest budget end among its clients: the read stops there.
+    deadline: Mutex<Instant>,
+    started: Instant,
+    /// When the read ended (with `plain`'s end).
+    finished: Mutex<Option<Instant>>,
+    /// Cancelled to free a read kept only to be shared, when room is needed.
+    release: CancellationToken,
+    _live: Live,
+}
+
+impl Read {
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn extend(&self, deadline: Instant) {
+        let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        *d = (*d).max(deadline);
+    }
+
+    /// Whether a new scrape may share it: running, or complete and fresh.
+    fn shareable(&self, now: Instant) -> bool {
+        match self.plain.ended() {
+            None => true,
+            // A read that timed out is shared (with what it got) as long as
+            // a complete one: Envoy's admin thread, still busy with it, is
+            // not handed the next one at once.
+            Some(End::Complete | End::Cut(Incomplete::Timeout)) => {
+                let finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+                finished.is_some_and(|f| now.duration_since(f) < REUSE_MIN.max(f.duration_since(self.started)))
+            }
+            Some(End::Cut(_)) => false,
+        }
+    }
+}
+
+/// Counts live reads: one per [`Read`] value.
+struct Live(Arc<AtomicUsize>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The merged scrape's shared state. Cloning shares it.
+#[derive(Clone)]
+pub struct Scraper {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Envoy's admin (None: merging is off, lifeguard's part alone).
+    admin: Option<AdminClient>,
+    metrics: Metrics,
+    readiness: Readiness,
+    drain: Option<DrainHandle>,
+    heartbeat: Heartbeat,
+    shutdown: CancellationToken,
+    /// The newest read per query string.
+    reads: Mutex<HashMap<String, Weak<Read>>>,
+    live: Arc<AtomicUsize>,
+}
+
+impl Scraper {
+    pub fn new(metrics: Metrics, readiness: Readiness, admin: Option<AdminClient>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                admin,
+                metrics,
+                readiness,
+                drain: None,
+                heartbeat: Heartbeat::default(),
+                shutdown: CancellationToken::new(),
+                reads: Mutex::new(HashMap::new()),
+                live: Arc::new(AtomicUsize::new(0)),
+            }),
+        }
+    }
+
+    fn inner_mut(&mut self) -> &mut Inner {
+        Arc::get_mut(&mut self.inner).expect("configured before it is shared")
+    }
+
+    /// Takes the drain gauges from `drain`'s status.
+    pub fn with_drain(mut self, drain: DrainHandle) -> Self {
+        self.inner_mut().drain = Some(drain);
+        self
+    }
+
+    /// Tells `heartbeat` each time Envoy sends a chunk (the poller's proof
+    /// that a busy admin thread is alive).
+    pub fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Self {
+        self.inner_mut().heartbeat = heartbeat;
+        self
+    }
+
+    /// Stops Envoy reads under way when `shutdown` is cancelled.
+    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
+        self.inner_mut().shutdown = shutdown;
+        self
+    }
+
+    /// How many Envoy reads are held in memory now.
+    pub fn live_reads(&self) -> usize {
+        self.inner.live.load(Ordering::Relaxed)
+    }
+
+    /// Lifeguard's part, rendered now.
+    fn ours(&self) -> Bytes {
+        let inner = &*self.inner;
+        let status = inner.drain.as_ref().map(DrainHandle::status);
+        Bytes::from(inner.metrics.render(&inner.readiness, status.as_ref()))
+    }
+
+    /// The body of one scrape: Envoy's part, then lifeguard's, gzipped when
+    /// `req.gzip`. Nothing is read from Envoy until the body is polled.
+    pub fn body(&self, req: ScrapeRequest) -> impl Stream<Item = Bytes> + Send + 'static {
+        let deadline = Instant::now() + req.budget;
+        let client = Client {
+            scraper: self.clone(),
+            req,
+            deadline,
+            read: None,
+            step: Step::Start,
+            i: 0,
+            crc: 0,
+            len: 0,
+        };
+        stream::unfold(client, |mut client| async move {
+            let frame = client.next().await?;
+            Some((frame, client))
+        })
+        .filter(|b| std::future::ready(!b.is_empty()))
+    }
+
+    /// The read this scrape takes Envoy's part from: joined, started, or
+    /// none (merging off, or too many reads held).
+    fn join(&self, query: &str, deadline: Instant, gzip: bool) -> Option<Arc<Read>> {
+        let inner = &*self.inner;
+        let admin = inner.admin.as_ref()?;
+        let now = Instant::now();
+        let mut reads = inner.reads.lock().unwrap_or_else(|e| e.into_inner());
+        reads.retain(|_, r| r.strong_count() > 0);
+        let newest = reads.get(query).and_then(Weak::upgrade);
+        let joined = match newest {
+            Some(read) if read.shareable(now) => Some(read),
+            newest if inner.live.load(Ordering::Relaxed) >= MAX_LIVE_READS => {
+                if release_idle(&reads) {
+                    None
+                } else if let Some(read) = newest {
+                    Some(read)
+                } else {
+                    drop(reads);
+                    inner.metrics.scrape_incomplete(Incomplete::Busy);
+                    tracing::debug!(
+                        query,
+                        "Envoy's metrics left out of a scrape: {MAX_LIVE_READS} reads already held for other clients"
+                    );
+                    return None;
+                }
+            }
+            _ => None,
+        };
+        let read = match joined {
+            Some(read) => {
+                read.extend(deadline);
+                inner.metrics.scrape_read(true);
+                read
+            }
+            None => {
+                inner.live.fetch_add(1, Ordering::Relaxed);
+                let read = Arc::new(Read {
+                    plain: List::new(),
+                    gzip: OnceLock::new(),
+                    deadline: Mutex::new(deadline),
+                    started: now,
+                    finished: Mutex::new(None),
+                    release: CancellationToken::new(),
+                    _live: Live(inner.live.clone()),
+                });
+                reads.insert(query.to_owned(), Arc::downgrade(&read));
+                inner.metrics.scrape_read(false);
+                let path = if query.is_empty() {
+                    "/stats/prometheus".to_owned()
+                } else {
+                    format!("/stats/prometheus?{query}")
+                };
+                tokio::spawn(produce(
+                    read.clone(),
+                    admin.clone(),
+                    path,
+                    inner.heartbeat.clone(),
+                    inner.shutdown.clone(),
+                ));
+                read
+            }
+        };
+        drop(reads);
+        if gzip {
+            read.gzip.get_or_init(|| {
+                let list = Arc::new(List::new());
+                tokio::spawn(compress(read.clone(), list.clone(), inner.shutdown.clone()));
+                list
+            });
+        }
+        Some(read)
+    }
+}
+
+/// Lets go of one read kept only to be shared (ended, no client on it),
+/// making room for a new one; false when there is none.
+fn release_idle(reads: &HashMap<String, Weak<Read>>) -> bool {
+    for read in reads.values().filter_map(Weak::upgrade) {
+        // Held here and by its producer, which only waits to let it go.
+        if read.plain.ended().is_some() && Arc::strong_count(&read) == 2 && !read.release.is_cancelled() {
+            read.release.cancel();
+            return true;
+        }
+    }
+    false
+}
+
+/// Reads Envoy's body into `read.plain` until it ends, the read's deadline
+/// passes, the cap is hit, or lifeguard shuts down.
+async fn produce(read: Arc<Read>, admin: AdminClient, path: String, heartbeat: Heartbeat, shutdown: CancellationToken) {
+    let started = Instant::now();
+    let mut bytes = 0usize;
+    let mut tail = BytesMut::new();
+    let end = tokio::select! {
+        end = fill(&read, &admin, &path, &heartbeat, &mut bytes, &mut tail) => end,
+        _ = shutdown.cancelled() => End::Cut(Incomplete::Error),
+    };
+    *read.finished.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    read.plain.end(end);
+    let took = started.elapsed();
+    let outcome = match end {
+        End::Complete => CallOutcome::Ok,
+        End::Cut(Incomplete::Timeout) => CallOutcome::Timeout,
+        End::Cut(_) => CallOutcome::Error,
+    };
+    admin.observe(Endpoint::Prometheus, outcome, took);
+    let retain = match end {
+        End::Complete | End::Cut(Incomplete::Timeout) => REUSE_MIN.max(took),
+        End::Cut(_) => Duration::ZERO,
+    };
+    match end {
+        End::Complete => tracing::debug!(path, bytes, took_ms = took.as_millis() as u64, "Envoy's metrics read"),
+        End::Cut(Incomplete::Cap) => tracing::warn!(
+            path,
+            bytes,
+            "Envoy's metrics passed the {} MiB cap: the rest is left out of the scrape",
+            ENVOY_BODY_CAP >> 20
+        ),
+        End::Cut(Incomplete::Timeout) => tracing::warn!(
+            path,
+            bytes,
+            took_ms = took.as_millis() as u64,
+            "Envoy's metrics cut at the scrape timeout"
+        ),
+        End::Cut(_) => {}
+    }
+    // A complete (or timed-out) read stays shareable for a while, also
+    // when no client is left on it: scrapes in a tight loop then cost
+    // Envoy's admin thread at most about half its time.
+    tokio::select! {
+        _ = tokio::time::sleep(retain) => {}
+        _ = read.release.cancelled() => {}
+        _ = shutdown.cancelled() => {}
+    }
+    drop(read);
+}
+
+async fn fill(
+    read: &Read,
+    admin: &AdminClient,
+    path: &str,
+    heartbeat: &Heartbeat,
+    bytes: &mut usize,
+    tail: &mut BytesMut,
+) -> End {
+    let (status, mut body) = match bounded(read, admin.open(path)).await {
+        None => return End::Cut(Incomplete::Timeout),
+        Some(Err(e)) => {
+            tracing::debug!(error = %e, "Envoy's metrics left out of the scrape");
+            return End::Cut(Incomplete::Error);
+        }
+        Some(Ok(answer)) => answer,
+    };
+    if status != StatusCode::OK {
+        let mut text = Vec::new();
+        while let Some(Ok(Some(chunk))) = bounded(read, body.chunk()).await {
+            text.extend_from_slice(&chunk[..chunk.len().min(4096 - text.len().min(4096))]);
+            if text.len() >= 4096 {
+                break;
+            }
+        }
+        let error = crate::admin::check_status(status, Bytes::from(text), path).err();
+        tracing::debug!(error = %error.map(|e| e.to_string()).unwrap_or_default(), "Envoy's metrics left out of the scrape");
+        return End::Cut(Incomplete::Error);
+    }
+    loop {
+        let chunk = match bounded(read, body.chunk()).await {
+            None => return End::Cut(Incomplete::Timeout),
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "Envoy's metrics broke off");
+                return End::Cut(Incomplete::Error);
+            }
+            Some(Ok(None)) => {
+                if !tail.is_empty() {
+                    tail.extend_from_slice(b"\n");
+                    read.plain.push(tail.split().freeze());
+                }
+                return End::Complete;
+            }
+            Some(Ok(Some(chunk))) => chunk,
+        };
+        heartbeat.beat();
+        *bytes += chunk.len();
+        if *bytes > ENVOY_BODY_CAP {
+            return End::Cut(Incomplete::Cap);
+        }
+        if !push_lines(&read.plain, tail, chunk) {
+            tracing::warn!(path, "a line of Envoy's metrics is longer than {} KiB", LINE_CAP >> 10);
+            return End::Cut(Incomplete::Error);
+        }
+    }
+}
+
+/// Pushes the complete lines of `chunk` (after the partial line in
+/// `tail`) onto `list`; keeps the new partial line in `tail`. Whole lines
+/// are slices of `chunk`; only a line split across chunks is copied.
+/// False when a line is longer than [`LINE_CAP`].
+fn push_lines(list: &List<Bytes>, tail: &mut BytesMut, mut chunk: Bytes) -> bool {
+    if !tail.is_empty() {
+        match chunk.iter().position(|&b| b == b'\n') {
+            None => {
+                tail.extend_from_slice(&chunk);
+                return tail.len() <= LINE_CAP;
+            }
+            Some(nl) => {
+                tail.extend_from_slice(&chunk.split_to(nl + 1));
+                list.push(tail.split().freeze());
+            }
+        }
+    }
+    match chunk.iter().rposition(|&b| b == b'\n') {
+        Some(last) => {
+            let lines = chunk.split_to(last + 1);
+            list.push(lines);
+            tail.extend_from_slice(&chunk);
+        }
+        None => tail.extend_from_slice(&chunk),
+    }
+    tail.len() <= LINE_CAP
+}
+
+/// Runs `fut` until the read's deadline, which may move later meanwhile.
+async fn bounded<F: std::future::Future>(read: &Read, fut: F) -> Option<F::Output> {
+    tokio::pin!(fut);
+    loop {
+        let deadline = read.deadline();
+        tokio::select! {
+            out = &mut fut => return Some(out),
+            _ = tokio::time::sleep_until(deadline) => {
+                if read.deadline() <= deadline {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Compresses `read.plain` into `out` as it grows, once for every client
+/// of the read that wants gzip.
+async fn compress(read: Arc<Read>, out: Arc<List<GzChunk>>, shutdown: CancellationToken) {
+    let mut rx = read.plain.tx.subscribe();
+    let mut encoder = DeflateEncoder::new(Vec::new(), Compression::fast());
+    let mut crc = crc32fast::Hasher::new();
+    let mut len = 0u64;
+    let mut i = 0;
+    loop {
+        let next = tokio::select! {
+            next = read.plain.get(&mut rx, i, None) => next,
+            _ = shutdown.cancelled() => Next::End(End::Cut(Incomplete::Error)),
+        };
+        match next {
+            Next::Item(chunk) => {
+                i += 1;
+                crc.update(&chunk);
+                len += chunk.len() as u64;
+                // Writing to a Vec cannot fail; flush() is a sync flush.
+                let _ = encoder.write_all(&chunk);
+                let _ = encoder.flush();
+                let data = Bytes::from(std::mem::take(encoder.get_mut()));
+                out.push(GzChunk {
+                    data,
+                    crc: crc.clone().finalize(),
+                    len,
+                });
+                if i % 16 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            Next::End(end) => {
+                out.end(end);
+                return;
+            }
+            Next::Timeout => {
+                out.end(End::Cut(Incomplete::Error));
+                return;
+            }
+        }
+    }
+}
+
+/// Where one client's body is.
+enum Step {
+    Start,
+    Envoy,
+    Ours,
+    Done,
+}
+
+/// One client's walk through a scrape.
+struct Client {
+    scraper: Scraper,
+    req: ScrapeRequest,
+    deadline: Instant,
+    read: Option<Arc<Read>>,
+    step: Step,
+    /// The next item of the list walked.
+    i: usize,
+    /// CRC-32 and length of the plain text sent compressed so far.
+    crc: u32,
+    len: u64,
+}
+
+impl Client {
+    /// The next piece of the body (possibly empty), or None at its end.
+    async fn next(&mut self) -> Option<Bytes> {
+        match self.step {
+            Step::Start => {
+                self.read = self.scraper.join(&self.req.query, self.deadline, self.req.gzip);
+                self.step = if self.read.is_some() { Step::Envoy } else { Step::Ours };
+                Some(if self.req.gzip {
+                    Bytes::from_static(&GZIP_HEADER)
+                } else {
+                    Bytes::new()
+                })
+            }
+            Step::Envoy => {
+                let read = self.read.clone()?;
+                let next = if self.req.gzip {
+                    let list = read.gzip.get()?.clone();
+                    let mut rx = list.tx.subscribe();
+                    match list.get(&mut rx, self.i, Some(self.deadline)).await {
+                        Next::Item(chunk) => {
+                            self.crc = chunk.crc;
+                            self.len = chunk.len;
+                            Next::Item(chunk.data)
+                        }
+                        Next::End(end) => Next::End(end),
+                        Next::Timeout => Next::Timeout,
+                    }
+                } else {
+                    let mut rx = read.plain.tx.subscribe();
+                    read.plain.get(&mut rx, self.i, Some(self.deadline)).await
+                };
+                match next {
+                    Next::Item(chunk) => {
+                        self.i += 1;
+                        return Some(chunk);
+                    }
+                    Next::End(End::Complete) => {}
+                    Next::End(End::Cut(why)) => self.scraper.inner.metrics.scrape_incomplete(why),
+                    Next::Timeout => {
+                        self.scraper.inner.metrics.scrape_incomplete(Incomplete::Timeout);
+                        tracing::debug!(
+                            budget_ms = self.req.budget.as_millis() as u64,
+                            "a scrape took what Envoy had sent by its timeout"
+                        );
+                    }
+                }
+                // Done with Envoy: let the read go (it is freed with its
+                // last client).
+                self.read = None;
+                self.step = Step::Ours;
+                Some(Bytes::new())
+            }
+            Step::Ours => {
+                self.step = Step::Done;
+                let ours = self.scraper.ours();
+                if !self.req.gzip {
+                    return Some(ours);
+                }
+                Some(finish_gzip(&ours, self.crc, self.len))
+            }
+            Step::Done => None,
+        }
+    }
+}
+
+/// `ours` as the final deflate block of a gzip member whose earlier blocks
+/// (plain text of CRC `crc` and length `len`) were sent, and the trailer.
+fn finish_gzip(ours: &[u8], crc: u32, len: u64) -> Bytes {
+    let mut encoder = DeflateEncoder::new(Vec::with_capacity(ours.len() / 4 + 64), Compression::default());
+    let _ = encoder.write_all(ours);
+    let mut out = encoder.finish().unwrap_or_default();
+    let mut hasher = crc32fast::Hasher::new_with_initial_len(crc, len);
+    hasher.update(ours);
+    let total = len + ours.len() as u64;
+    out.extend_from_slice(&hasher.finalize().to_le_bytes());
+    out.extend_from_slice(&(total as u32).to_le_bytes());
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+    use std::io::Read as _;
+
+    #[test]
+    fn scrape_timeout_header_sets_the_budget() {
+        let mut h = HeaderMap::new();
+        assert_eq!(ScrapeRequest::new(None, &h).budget, Duration::from_secs(9));
+        h.insert(SCRAPE_TIMEOUT_HEADER, HeaderValue::from_static("1"));
+        assert_eq!(ScrapeRequest::new(None, &h).budget, Duration::from_millis(800));
+        h.insert(SCRAPE_TIMEOUT_HEADER, HeaderValue::from_static("2.5"));
+        assert_eq!(ScrapeRequest::new(None, &h).budget, Duration::from_millis(2250));
+        h.insert(SCRAPE_TIMEOUT_HEADER, HeaderValue::from_static("0.1"));
+        assert_eq!(ScrapeRequest::new(None, &h).budget, Duration::from_millis(50));
+        for bad in ["-1", "0", "nan", "soon"] {
+            h.insert(SCRAPE_TIMEOUT_HEADER, HeaderValue::from_static(bad));
+            assert_eq!(ScrapeRequest::new(None, &h).budget, Duration::from_secs(9), "{bad}");
+        }
+        h.insert(SCRAPE_TIMEOUT_HEADER, HeaderValue::from_static("3600"));
+        assert_eq!(ScrapeRequest::new(None, &h).budget, Duration::from_secs(108));
+    }
+
+    #[test]
+    fn gzip_is_accepted_unless_refused() {
+        for (value, want) in [
+            ("gzip", true),
+            ("deflate, gzip;q=1.0, *;q=0.5", true),
+            ("GZIP", true),
+            ("*", true),
+            ("gzip;q=0", false),
+            ("identity", false),
+            ("br, deflate", false),
+            ("", false),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(ACCEPT_ENCODING, HeaderValue::from_static(value));
+            assert_eq!(accepts_gzip(&h), want, "{value:?}");
+        }
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn lines_are_pushed_whole_and_split_lines_joined() {
+        let list = List::new();
+        let mut tail = BytesMut::new();
+        for chunk in ["a 1\nb ", "2\nc", " 3", "\nd 4\ne 5\n", "f"] {
+            assert!(push_lines(&list, &mut tail, Bytes::from_static(chunk.as_bytes())));
+        }
+        let items: Vec<Bytes> = list.tx.borrow().items.clone();
+        assert_eq!(items, ["a 1\n", "b 2\n", "c 3\n", "d 4\ne 5\n"]);
+        assert!(items.iter().all(|b| b.ends_with(b"\n")));
+        assert_eq!(&tail[..], b"f");
+        let mut long = BytesMut::new();
+        assert!(!push_lines(&list, &mut long, Bytes::from(vec![b'x'; LINE_CAP + 1])));
+    }
+
+    #[test]
+    fn a_gzip_member_built_from_shared_blocks_and_a_final_part_decodes() {
+        // Shared blocks, each ending on a sync flush, as compress() makes.
+        let parts: [&[u8]; 3] = [b"envoy_a 1\n", b"envoy_b 2\nenvoy_c 3\n", b"envoy_d 4\n"];
+        let mut encoder = DeflateEncoder::new(Vec::new(), Compression::fast());
+        let mut crc = crc32fast::Hasher::new();
+        let mut body = GZIP_HEADER.to_vec();
+        let mut len = 0;
+        for p in parts {
+            encoder.write_all(p).unwrap();
+            encoder.flush().unwrap();
+            body.extend_from_slice(&std::mem::take(encoder.get_mut()));
+            crc.update(p);
+            len += p.len() as u64;
+        }
+        body.extend_from_slice(&finish_gzip(b"lifeguard_ready 1\n", crc.finalize(), len));
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "envoy_a 1\nenvoy_b 2\nenvoy_c 3\nenvoy_d 4\nlifeguard_ready 1\n");
+        // With no Envoy part at all.
+        let mut body = GZIP_HEADER.to_vec();
+        body.extend_from_slice(&finish_gzip(b"x 1\n", 0, 0));
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "x 1\n");
+    }
+}

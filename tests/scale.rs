@@ -1,0 +1,462 @@
+//! A production-scale Envoy (a generated 2,000-cluster bootstrap, every
+//! stat on): readiness holds while the merged scrape is read in a loop,
+//! every merged scrape carries Envoy's series, the query string reaches
+//! Envoy, gzip round-trips. And, against a fake admin (what a real Envoy
+//! will not do on demand): a hung `/stats/prometheus` with a 1 s scrape
+//! timeout, a hung admin and the staleness bound.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The kit's bootstrap with `n` more STATIC clusters (each to the app).
+fn bootstrap_with_clusters(ports: &Ports, n: usize) -> String {
+    let mut yaml = bootstrap(ports);
+    assert!(yaml.trim_end().ends_with('}'), "the clusters list ends the bootstrap");
+    yaml.push('\n');
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - name: gen_{i}\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: gen_{i}\n      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }} }}] }}]\n",
+            ports.app.port
+        ));
+    }
+    yaml
+}
+
+/// An HTTP/1.1 answer with its headers (lower-case names) and raw body.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).expect("a UTF-8 body")
+    }
+}
+
+/// `GET path` with extra headers on a fresh connection; the body is
+/// de-chunked, not decoded.
+fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)], timeout: Duration) -> std::io::Result<Answer> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes())?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let status = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line)?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            line.clear();
+            reader.read_line(&mut line)?;
+            let size = usize::from_str_radix(line.trim(), 16)
+                .map_err(|_| std::io::Error::other(format!("bad chunk size {line:?}")))?;
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk)?;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else if let Some(len) = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+    {
+        body.resize(len, 0);
+        reader.read_exact(&mut body)?;
+    } else {
+        reader.read_to_end(&mut body)?;
+    }
+    Ok(Answer { status, headers, body })
+}
+
+/// The bytes of the lines of `text` whose name starts with `prefix`.
+fn part_size(text: &str, prefix: &str) -> usize {
+    text.lines()
+        .filter(|l| {
+            l.starts_with(prefix)
+                || l.strip_prefix("# TYPE ")
+                    .or(l.strip_prefix("# HELP "))
+                    .is_some_and(|r| r.starts_with(prefix))
+        })
+        .map(|l| l.len() + 1)
+        .sum()
+}
+
+fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[test]
+fn a_2000_cluster_envoy_stays_ready_while_its_merged_scrape_is_read_in_a_loop() {
+    let ports = Ports::new();
+    let _envoy = start_envoy(&bootstrap_with_clusters(&ports, 2000));
+    let args = ports.agent_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _agent = start_agent(&args);
+    let agent = ports.agent.addr();
+    wait_status(agent, "/healthz/ready", 200, Duration::from_secs(120));
+
+    // Probes every 50 ms, straight at the agent, while scrapes run.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (probes, not_200) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
+    let prober = {
+        let (stop, probes, not_200) = (stop.clone(), probes.clone(), not_200.clone());
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let answer = http_timeout("GET", agent, "/healthz/ready", Duration::from_secs(3));
+                probes.fetch_add(1, Ordering::Relaxed);
+                match answer {
+                    Ok((200, _)) => {}
+                    other => not_200.lock().unwrap().push(format!("{other:?}")),
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+
+    // 5 s of scrapes: several Envoy reads (each is shared for 1 s after it).
+    let mut sizes = Vec::new();
+    let started = Instant::now();
+    let mut i = 0;
+    while i < 6 || started.elapsed() < Duration::from_secs(5) {
+        i += 1;
+        let t = Instant::now();
+        let scrape = get_with(agent, "/stats/prometheus", &[], Duration::from_secs(30)).unwrap();
+        assert_eq!(scrape.status, 200);
+        let text = scrape.text();
+        // Envoy's series, to the last generated cluster, and ours after them.
+        assert!(
+            text.contains("envoy_cluster_upstream_cx_total{envoy_cluster_name=\"gen_1999\"}"),
+            "scrape {i} lacks Envoy's series ({} bytes)",
+            text.len()
+        );
+        assert_eq!(sample(&text, "lifeguard_ready"), Some(1.0), "scrape {i}");
+        assert!(text.ends_with('\n'));
+        eprintln!("merged scrape {i}: {} bytes in {:?}", text.len(), t.elapsed());
+        sizes.push(text.len());
+    }
+    let scraping = started.elapsed();
+
+    // ?usedonly reaches Envoy: its part shrinks, ours is whole.
+    let full = get_with(agent, "/stats/prometheus", &[], Duration::from_secs(30))
+        .unwrap()
+        .text();
+    let used = get_with(agent, "/stats/prometheus?usedonly", &[], Duration::from_secs(30))
+        .unwrap()
+        .text();
+    let (full_envoy, used_envoy) = (part_size(&full, "envoy_"), part_size(&used, "envoy_"));
+    eprintln!("Envoy's part: {full_envoy} bytes, with ?usedonly {used_envoy} bytes");
+    assert!(
+        used_envoy > 0 && used_envoy * 4 < full_envoy,
+        "{used_envoy} vs {full_envoy}"
+    );
+    assert_eq!(sample(&used, "lifeguard_ready"), Some(1.0));
+    // ?filter= too.
+    let filtered = get_with(
+        agent,
+        "/stats/prometheus?filter=gen_7%5C.",
+        &[],
+        Duration::from_secs(30),
+    )
+    .unwrap()
+    .text();
+    assert!(filtered.contains("envoy_name=\"gen_7\"") || filtered.contains("envoy_cluster_name=\"gen_7\""));
+    assert!(
+        !filtered.contains("envoy_cluster_name=\"gen_8\""),
+        "the filter did not reach Envoy"
+    );
+
+    // gzip round-trips: one gzip member holding Envoy's part and ours.
+    let gz = get_with(
+        agent,
+        "/stats/prometheus",
+        &[
+            ("Accept-Encoding", "gzip"),
+            ("X-Prometheus-Scrape-Timeout-Seconds", "20"),
+        ],
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert_eq!(gz.status, 200);
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz.body[..])
+        .read_to_string(&mut text)
+        .expect("a valid gzip member");
+    eprintln!(
+        "gzip scrape: {} bytes on the wire, {} decoded",
+        gz.body.len(),
+        text.len()
+    );
+    assert!(text.contains("envoy_cluster_upstream_cx_total{envoy_cluster_name=\"gen_1999\"}"));
+    assert_eq!(sample(&text, "lifeguard_ready"), Some(1.0));
+    assert!(
+        gz.body.len() * 5 < text.len(),
+        "compressed {} of {}",
+        gz.body.len(),
+        text.len()
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    prober.join().unwrap();
+    let not_200 = not_200.lock().unwrap();
+    eprintln!(
+        "{} probes during {scraping:?} of scrapes and the checks after; not 200: {}",
+        probes.load(Ordering::Relaxed),
+        not_200.len()
+    );
+    assert!(not_200.is_empty(), "probes not 200 while scraped: {not_200:?}");
+}
+
+// ---------------------------------------------------------------------------
+// A fake admin: every path answers as a live Envoy does, until told to hang.
+
+struct Fake {
+    port: Port,
+    /// Every request is read and never answered.
+    hang_all: Arc<AtomicBool>,
+    /// `/stats/prometheus` is read and never answered.
+    hang_prometheus: Arc<AtomicBool>,
+    /// When `/ready` was last answered LIVE.
+    last_live: Arc<Mutex<Option<Instant>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Fake {
+    fn start() -> Fake {
+        let port = port();
+        let listener = TcpListener::bind(port.addr()).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let hang_all = Arc::new(AtomicBool::new(false));
+        let hang_prometheus = Arc::new(AtomicBool::new(false));
+        let last_live = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (hang_all, hang_prometheus, last_live, stop) = (
+                hang_all.clone(),
+                hang_prometheus.clone(),
+                last_live.clone(),
+                stop.clone(),
+            );
+            thread::spawn(move || {
+                let mut workers = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            let (hang_all, hang_prometheus, last_live, stop) = (
+                                hang_all.clone(),
+                                hang_prometheus.clone(),
+                                last_live.clone(),
+                                stop.clone(),
+                            );
+                            workers.push(thread::spawn(move || {
+                                serve_fake(stream, &hang_all, &hang_prometheus, &last_live, &stop)
+                            }));
+                        }
+                        Err(_) => thread::sleep(Duration::from_millis(2)),
+                    }
+                }
+                for w in workers {
+                    let _ = w.join();
+                }
+            })
+        };
+        Fake {
+            port,
+            hang_all,
+            hang_prometheus,
+            last_live,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port.port)
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_fake(
+    mut stream: TcpStream,
+    hang_all: &AtomicBool,
+    hang_prometheus: &AtomicBool,
+    last_live: &Mutex<Option<Instant>>,
+    stop: &AtomicBool,
+) {
+    stream.set_nonblocking(false).unwrap();
+    stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head = loop {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break String::from_utf8_lossy(&buf[..end]).to_string();
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return,
+        }
+    };
+    let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+    let prometheus = path.starts_with("/stats/prometheus");
+    if hang_all.load(Ordering::Relaxed) || (prometheus && hang_prometheus.load(Ordering::Relaxed)) {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            thread::sleep(Duration::from_millis(10));
+        }
+        return;
+    }
+    let body = if path == "/ready" {
+        *last_live.lock().unwrap() = Some(Instant::now());
+        "LIVE\n"
+    } else if prometheus {
+        "# TYPE envoy_server_live gauge\nenvoy_server_live 1\n"
+    } else {
+        "listener_manager.workers_started: 1\nserver.state: 0\n"
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+fn agent_on_fake(fake: &Fake, extra: &[&str]) -> (Proc, Port) {
+    let status = port();
+    let addr = status.addr().to_string();
+    let url = fake.url();
+    let mut args = vec!["--status-addr", addr.as_str(), "--admin-url", url.as_str()];
+    args.extend_from_slice(extra);
+    let agent = start_agent(&args);
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
+    (agent, status)
+}
+
+#[test]
+fn a_hung_envoy_scrape_with_a_1s_scrape_timeout_still_serves_lifeguards_part_within_it() {
+    let fake = Fake::start();
+    let (_agent, status) = agent_on_fake(&fake, &[]);
+    // Envoy's part arrives while it answers.
+    let scrape = get_with(status.addr(), "/stats/prometheus", &[], Duration::from_secs(5)).unwrap();
+    assert_eq!(sample(&scrape.text(), "envoy_server_live"), Some(1.0));
+
+    fake.hang_prometheus.store(true, Ordering::Relaxed);
+    // Another query string each time: a new Envoy read, not the one above
+    // (still shared for a second after it completed).
+    for (gzip, path) in [
+        (false, "/stats/prometheus?usedonly"),
+        (true, "/stats/prometheus?usedonly&x=gzip"),
+    ] {
+        let mut headers = vec![("X-Prometheus-Scrape-Timeout-Seconds", "1")];
+        if gzip {
+            headers.push(("Accept-Encoding", "gzip"));
+        }
+        let t = Instant::now();
+        let scrape = get_with(status.addr(), path, &headers, Duration::from_secs(5)).unwrap();
+        let took = t.elapsed();
+        eprintln!("hung Envoy, 1 s scrape timeout, gzip {gzip}: answered in {took:?}");
+        assert_eq!(scrape.status, 200);
+        assert!(took < Duration::from_secs(1), "took {took:?}, past the scrape timeout");
+        let text = if gzip {
+            let mut text = String::new();
+            flate2::read::GzDecoder::new(&scrape.body[..])
+                .read_to_string(&mut text)
+                .unwrap();
+            text
+        } else {
+            scrape.text()
+        };
+        assert_eq!(sample(&text, "lifeguard_ready"), Some(1.0), "{text}");
+        assert_eq!(part_size(&text, "envoy_"), 0, "{text}");
+        assert!(
+            sample(&text, "lifeguard_scrape_envoy_incomplete_total{reason=\"timeout\"}").unwrap() >= 1.0,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_hung_admin_turns_readiness_503_within_the_staleness_bound_not_before() {
+    let fake = Fake::start();
+    // Stale after 3 × 200 ms + 300 ms = 900 ms.
+    let bound = Duration::from_millis(900);
+    let (_agent, status) = agent_on_fake(&fake, &["--poll-interval", "200ms", "--admin-timeout", "300ms"]);
+    wait_for("a LIVE answer from the fake", Duration::from_secs(5), || {
+        fake.last_live.lock().unwrap().ok_or(())
+    });
+    fake.hang_all.store(true, Ordering::Relaxed);
+    // The agent's last answer came at or after the fake's last LIVE.
+    let (first_503, body) = wait_for("readiness 503", Duration::from_secs(5), || {
+        match http_timeout("GET", status.addr(), "/healthz/ready", Duration::from_secs(2)) {
+            Ok((503, body)) => Ok((Instant::now(), body)),
+            other => Err(other),
+        }
+    });
+    let last_live = fake.last_live.lock().unwrap().unwrap();
+    let after = first_503.duration_since(last_live);
+    eprintln!("hung admin: 503 {after:?} after the last LIVE answer (bound {bound:?})");
+    assert!(after >= bound, "503 before the staleness bound: {after:?}");
+    assert!(after < bound + Duration::from_secs(2), "{after:?}");
+    assert!(
+        body.contains("no successful Envoy admin read in the last 900ms")
+            && body.contains("did not answer within 300ms"),
+        "{body}"
+    );
+}
