@@ -278,6 +278,15 @@ impl Plan {
         }
     }
 
+    /// What the count that ends the drain counts: with `app-exit`, the
+    /// app's sockets and processes too.
+    fn counted_in_all(&self) -> &'static str {
+        match self.policy {
+            DrainUntil::AppExit => "requests in flight, app sockets and app processes",
+            _ => self.counted(),
+        }
+    }
+
     fn count(&self, active: &Active) -> u64 {
         match self.policy {
             DrainUntil::Connections => active.connections,
@@ -500,9 +509,10 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             self.inbox.wait_for_signal(&self.envoy).await?;
         }
 
-        // 5. Stop Envoy.
-        let exit = self.stop_envoy().await;
+        // 5. Stop Envoy. What it is stopped with is known now: published
+        // before the stop, so `GET /drain` shows it while Envoy exits.
         self.inbox.publish(|s| s.left_at_stop = left);
+        let exit = self.stop_envoy().await;
         let unfinished = match (self.plan.policy, left) {
             (DrainUntil::Time, Some(n)) if !cut && n > 0 => Some(n),
             _ => None,
@@ -518,7 +528,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             match left {
                 Some(n) => tracing::warn!(
                     left = n,
-                    counting = self.plan.counted(),
+                    counting = self.plan.counted_in_all(),
                     "the deadline cut the drain: Envoy stopped with {n} still active"
                 ),
                 None => tracing::warn!("the deadline cut the drain; the active count was unknown"),
@@ -676,7 +686,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
                 if Some(count) != left || self.inbox.status.borrow().waiting_on.as_deref() != on.as_deref() {
                     self.inbox.publish(|s| s.waiting_on = on);
                 }
-                progress.observe(now, count, plan.counted());
+                progress.observe(now, count, plan.counted_in_all());
                 left = Some(count);
             }
             let done = match plan.policy {
