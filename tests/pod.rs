@@ -20,8 +20,11 @@ use pod::*;
 use serde_json::Value;
 
 /// Generous bounds for timings on a shared 2-core machine; the figures the
-/// tests print are the measurement.
-const PROMPT: Duration = Duration::from_secs(1);
+/// tests print are the measurement (tens of milliseconds). The drain spaces
+/// its reads by ten times the last read's duration, so one read slowed by
+/// CPU contention (80 ms seen with two pods running at once) delays the
+/// stop by up to ten times that.
+const PROMPT: Duration = Duration::from_secs(2);
 
 fn s(v: &Value, key: &str) -> String {
     v[key].as_str().unwrap_or_default().to_owned()
@@ -69,18 +72,31 @@ fn app_finishes_then_calls_out(shared_pids: bool, mode: AppMode, idle_client: bo
     assert_eq!(failed, 0, "outbound calls failed:\n{out}");
     assert!(ok >= 10, "only {ok} outbound calls in 2s:\n{out}");
     assert_eq!(app_status.and_then(|s| s.code()), Some(0), "{out}");
-    assert!(
-        envoy_gone > app_gone,
-        "Envoy was stopped {:?} before the app exited",
-        app_gone - envoy_gone
-    );
-    let lag = envoy_gone - app_gone;
+    // With a shared process namespace Envoy outlives the app's process.
+    // Without one the app's sockets are the only signal: Envoy may stop
+    // while the process is still tearing down after its last close (every
+    // call has been answered by then, as checked above).
+    if shared_pids {
+        assert!(
+            envoy_gone > app_gone,
+            "Envoy was stopped {:?} before the app exited",
+            app_gone - envoy_gone
+        );
+    }
+    let lag = if envoy_gone >= app_gone {
+        format!("{:?}", envoy_gone - app_gone)
+    } else {
+        format!("-{:?}", app_gone - envoy_gone)
+    };
     eprintln!(
         "app-exit ({mode:?}, shared pids {shared_pids}, idle client {idle_client}): SIGTERM -> app exit {:?}, \
-         app exit -> Envoy stopped {lag:?}; {ok} outbound calls, all answered",
+         app exit -> Envoy stopped {lag}; {ok} outbound calls, all answered",
         app_gone - sigterm
     );
-    assert!(lag < PROMPT, "Envoy stopped {lag:?} after the app exited");
+    assert!(
+        envoy_gone.saturating_duration_since(app_gone) < PROMPT,
+        "Envoy stopped {lag} after the app exited"
+    );
     assert_eq!(code, 0, "{}", pod.agent.output());
     if let Some(stream) = idle {
         // The idle client was still connected when Envoy stopped: it did
@@ -225,6 +241,17 @@ fn a_listener_of_a_process_named_envoy_that_is_not_envoy_is_the_apps() {
         }
     });
     assert!(hook.is_running() && !envoy_exit.has_exited());
+    // Past the minimum drain, so the figure below is the reaction alone.
+    let minimum_over = held["started_at"].as_f64().unwrap() + 0.5;
+    wait_for("the minimum drain to pass", Duration::from_secs(5), || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        if now.as_secs_f64() >= minimum_over {
+            Ok(())
+        } else {
+            Err(now)
+        }
+    });
+    assert!(!envoy_exit.has_exited(), "Envoy was stopped while the fake envoy listened");
 
     let app_exit = ExitWatch::new(app, Duration::from_secs(30));
     signal(app, libc::SIGKILL);

@@ -898,8 +898,7 @@ impl TestPod {
                 "warning".into(),
                 "--concurrency".into(),
                 "1".into(),
-            ]
-            .into_iter(),
+            ],
         );
         let how = match &pause {
             Some((_, pid)) => Enter::Join(*pid),
