@@ -25,7 +25,14 @@ fn agent_for(ports: &Ports, extra: &[&str]) -> Proc {
 fn not_ready_with_a_reason_while_envoy_is_not_running() {
     let ports = Ports::new();
     let _agent = agent_for(&ports, &[]);
-    let body = wait_status(ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(5));
+    // Until the poller's first read has failed, the reason is "no answer
+    // from Envoy admin yet"; then it says why.
+    let body = wait_for("the reason of the first failed read", Duration::from_secs(5), || {
+        match get(ports.agent.addr(), "/healthz/ready") {
+            Ok((503, body)) if !body.contains("no answer from Envoy admin yet") => Ok(body),
+            other => Err(other),
+        }
+    });
     assert!(
         body.contains("cannot connect to Envoy admin") && body.contains(&ports.admin.port.to_string()),
         "reason should say the admin API is unreachable: {body:?}"
