@@ -281,6 +281,15 @@ impl Plan {
         }
     }
 
+    /// What the count that ends the drain counts: with `app-exit`, the
+    /// app's sockets and processes too.
+    fn counted_in_all(&self) -> &'static str {
+        match self.policy {
+            DrainUntil::AppExit => "requests in flight, app sockets and app processes",
+            _ => self.counted(),
+        }
+    }
+
     fn count(&self, active: &Active) -> u64 {
         match self.policy {
             DrainUntil::Connections => active.connections,
@@ -503,7 +512,8 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             self.inbox.wait_for_signal(&self.envoy).await?;
         }
 
-        // 5. Stop Envoy.
+        // 5. Stop Envoy. What it is stopped with is published with the
+        // `stopping` phase, so `GET /drain` shows it while Envoy exits.
         let exit = self.stop_envoy(left).await;
         let unfinished = match (self.plan.policy, left) {
             (DrainUntil::Time, Some(n)) if !cut && n > 0 => Some(n),
@@ -520,7 +530,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             match left {
                 Some(n) => tracing::warn!(
                     left = n,
-                    counting = self.plan.counted(),
+                    counting = self.plan.counted_in_all(),
                     "the deadline cut the drain: Envoy stopped with {n} still active"
                 ),
                 None => tracing::warn!("the deadline cut the drain; the active count was unknown"),
@@ -683,7 +693,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
                         s.waiting_on = on;
                     });
                 }
-                progress.observe(now, count, plan.counted());
+                progress.observe(now, count, plan.counted_in_all());
                 left = Some(count);
             }
             let done = match plan.policy {
@@ -716,7 +726,10 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     /// Stops Envoy; `left` is what the policy counted still active, which
     /// is published with the `stopped` phase (one consistent final status).
     async fn stop_envoy(&mut self, left: Option<u64>) -> Exit {
-        self.inbox.publish(|s| s.phase = Phase::Stopping);
+        self.inbox.publish(|s| {
+            s.phase = Phase::Stopping;
+            s.left_at_stop = left;
+        });
         let exit = self.envoy.stop(self.plan.stop_bound).await;
         let took = self.started.map(|t| t.elapsed().as_secs_f64());
         self.inbox.publish(|s| {

@@ -266,6 +266,8 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
 
         let pod = &docs[1]["spec"]["template"]["spec"];
         let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+        // app-exit sees the app's processes only in a shared process namespace.
+        assert_eq!(pod["shareProcessNamespace"], true, "{file}");
         let proxy = if native {
             &pod["initContainers"][0]
         } else {
@@ -298,6 +300,9 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
             assert_eq!(hooks["preStop"]["exec"]["command"][1], "drain", "{file}");
         } else {
             assert_eq!(hooks["postStart"]["exec"]["command"][1], "wait", "{file}");
+            // SIGTERM reaches lifeguard and the app together; app-exit needs
+            // no hook to hold the proxy.
+            assert!(hooks["preStop"].is_null(), "{file}: the proxy has a preStop hook");
         }
         // The settings the pod passes are valid for `lifeguard check`.
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
@@ -312,6 +317,9 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
             "{file}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let settings = String::from_utf8_lossy(&out.stdout);
+        let policy = settings.lines().find(|l| l.starts_with("drain_until ")).unwrap_or("");
+        assert!(policy.contains("app-exit"), "{file}: {policy}");
     }
     // And Envoy accepts the bootstrap.
     let out = Command::new(envoy_bin())

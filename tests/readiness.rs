@@ -25,10 +25,10 @@ fn agent_for(ports: &Ports, extra: &[&str]) -> Proc {
 fn not_ready_with_a_reason_while_envoy_is_not_running() {
     let ports = Ports::new();
     let _agent = agent_for(&ports, &[]);
-    // The port answers before the poller's first read has completed ("no
-    // answer from Envoy admin yet"): wait for the read's reason.
+    // Until the poller's first read has failed, the reason is "no answer
+    // from Envoy admin yet"; then it says why.
     let body = wait_for(
-        "the reason of the first admin read",
+        "the reason of the first failed read",
         Duration::from_secs(5),
         || match get(ports.agent.addr(), "/healthz/ready") {
             Ok((503, body)) if !body.contains("no answer from Envoy admin yet") => Ok(body),

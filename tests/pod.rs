@@ -1,0 +1,394 @@
+//! Issue #11, "drain until the app is done", in a pod built from the
+//! kernel's own pieces (see `common/pod.rs`): the real Envoy and lifeguard
+//! in the pod's network namespace, the app in a cgroup of its own, clients
+//! and the peer service in another namespace across a veth pair, and the
+//! kubelet's SIGTERM to the app and to lifeguard at one instant.
+//!
+//! What a user would check: every request and call succeeds, Envoy stops
+//! soon after the app is gone (the figure is printed), hooks and idle
+//! connections do not hold the pod, and the deadline counts from the first
+//! sign of termination. Needs root (namespaces, cgroups).
+
+mod common;
+#[path = "common/pod.rs"]
+mod pod;
+
+use std::time::{Duration, Instant};
+
+use common::{http, idle_keepalive_connection, wait_for, wait_status};
+use pod::*;
+use serde_json::Value;
+
+/// Generous bounds for timings on a shared 2-core machine; the figures the
+/// tests print are the measurement (tens of milliseconds). The drain spaces
+/// its reads by ten times the last read's duration, so one read slowed by
+/// CPU contention (80 ms seen with two pods running at once) delays the
+/// stop by up to ten times that.
+const PROMPT: Duration = Duration::from_secs(2);
+
+fn s(v: &Value, key: &str) -> String {
+    v[key].as_str().unwrap_or_default().to_owned()
+}
+
+/// `calls N ok M failed` from the app's output.
+fn calls(out: &str) -> (u64, u64) {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("calls "))
+        .unwrap_or_else(|| panic!("the app did not report its calls:\n{out}"));
+    let words: Vec<&str> = line.split(' ').collect();
+    (words[1].parse().unwrap(), words[3].parse().unwrap())
+}
+
+/// The scenario of tests 1 and 2: a request in flight at SIGTERM, then two
+/// seconds of outbound calls, with the default policy.
+fn app_finishes_then_calls_out(shared_pids: bool, mode: AppMode, idle_client: bool) -> Vec<Value> {
+    let mut pod = TestPod::start(&PodSpec::new(
+        shared_pids,
+        &["--minimum-drain-duration", "500ms", "--termination-grace-period", "20s"],
+    ));
+    let app = pod.start_app(mode, 2.0, "");
+    let idle = idle_client.then(|| {
+        let addr = pod.net.pod_addr(INBOUND);
+        pod.net.peer.run(move || idle_keepalive_connection(addr, "/work/0"))
+    });
+    let inflight = pod.request("/work/1");
+    pod.wait_app_says("inbound /work/1");
+    let app_exit = ExitWatch::new(app, Duration::from_secs(30));
+    let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
+    let watch = DrainWatch::start(&pod.net, Duration::from_millis(20));
+
+    let sigterm = pod.kubelet_sigterm();
+    let (answer, _) = inflight.join().unwrap();
+    assert_eq!(answer.unwrap(), (200, "done\n".to_owned()), "the request in flight at SIGTERM");
+    let app_gone = app_exit.wait().expect("the app exits");
+    let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
+    let code = pod.agent_exit_code(Duration::from_secs(10));
+    let seen = watch.finish();
+
+    let app_status = pod.app.as_mut().unwrap().wait_exit(Duration::from_secs(5));
+    let out = pod.app_output();
+    let (ok, failed) = calls(&out);
+    assert_eq!(failed, 0, "outbound calls failed:\n{out}");
+    assert!(ok >= 10, "only {ok} outbound calls in 2s:\n{out}");
+    assert_eq!(app_status.and_then(|s| s.code()), Some(0), "{out}");
+    // With a shared process namespace Envoy outlives the app's process.
+    // Without one the app's sockets are the only signal: Envoy may stop
+    // while the process is still tearing down after its last close (every
+    // call has been answered by then, as checked above).
+    if shared_pids {
+        assert!(
+            envoy_gone > app_gone,
+            "Envoy was stopped {:?} before the app exited",
+            app_gone - envoy_gone
+        );
+    }
+    let lag = if envoy_gone >= app_gone {
+        format!("{:?}", envoy_gone - app_gone)
+    } else {
+        format!("-{:?}", app_gone - envoy_gone)
+    };
+    eprintln!(
+        "app-exit ({mode:?}, shared pids {shared_pids}, idle client {idle_client}): SIGTERM -> app exit {:?}, \
+         app exit -> Envoy stopped {lag}; {ok} outbound calls, all answered",
+        app_gone - sigterm
+    );
+    assert!(
+        envoy_gone.saturating_duration_since(app_gone) < PROMPT,
+        "Envoy stopped {lag} after the app exited"
+    );
+    assert_eq!(code, 0, "{}", pod.agent.output());
+    if let Some(stream) = idle {
+        // The idle client was still connected when Envoy stopped: it did
+        // not hold the pod, and it was no app socket.
+        assert!(
+            seen.iter().any(|v| v["active_connections"].as_u64() >= Some(1)),
+            "{seen:#?}"
+        );
+        drop(stream);
+    }
+    seen
+}
+
+/// Issue #11, test 1.
+#[test]
+fn app_exit_lets_the_app_finish_its_request_and_its_outbound_calls() {
+    let seen = app_finishes_then_calls_out(false, AppMode::Pooled, false);
+    // The drain waited on the app's outbound connection through Envoy.
+    assert!(
+        seen.iter().any(|v| s(v, "waiting_on").contains("-> 127.0.0.1:15001")),
+        "{seen:#?}"
+    );
+}
+
+/// Issue #11, test 2.
+#[test]
+fn app_exit_is_not_held_by_an_idle_keepalive_client() {
+    app_finishes_then_calls_out(false, AppMode::Pooled, true);
+}
+
+/// Issue #11, test 3: between two calls the app holds no socket at all;
+/// with a shared process namespace its process still holds the drain.
+#[test]
+fn app_exit_with_a_shared_process_namespace_waits_for_an_app_between_calls() {
+    let seen = app_finishes_then_calls_out(true, AppMode::Fresh, false);
+    assert!(
+        seen.iter().any(|v| s(v, "phase") == "draining"
+            && v["app_sockets"] == 0
+            && v["app_processes"] == 1
+            && v["active_requests"] == 0),
+        "the drain never waited on the app's process alone: {seen:#?}"
+    );
+}
+
+/// Issue #11, test 4: `wait-app-exit` (which starts the drain) and
+/// `lifeguard drain` (connected to the agent until drained) run as hooks of
+/// the proxy container; neither holds the drain: it ends when the app is
+/// gone.
+#[test]
+fn hooks_connected_to_the_agent_do_not_hold_the_drain() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        true,
+        &["--minimum-drain-duration", "500ms", "--termination-grace-period", "20s"],
+    ));
+    let app = pod.start_app(AppMode::Pooled, 0.5, "");
+    let mut wait_hook = pod.hook("wait-app-exit", &["wait-app-exit", "--period", "100ms"]);
+    let status = pod.net.pod_addr(AGENT);
+    pod.net
+        .peer
+        .run(move || wait_status(status, "/healthz/ready", 503, Duration::from_secs(5)));
+    let mut drain_hook = pod.hook("drain", &["drain"]);
+    let watch = DrainWatch::start(&pod.net, Duration::from_millis(20));
+    // The drain waits on the app, and on nothing of the hooks'.
+    wait_for("the drain to wait on the app", Duration::from_secs(10), || {
+        let seen = watch.seen();
+        match seen.last() {
+            Some(v) if s(v, "waiting_on").contains("8080 listening") => Ok(()),
+            other => Err(other.cloned()),
+        }
+    });
+    let (drain_exit, wait_exit) = (
+        ExitWatch::new(drain_hook.pid(), Duration::from_secs(30)),
+        ExitWatch::new(wait_hook.pid(), Duration::from_secs(30)),
+    );
+    assert!(!drain_exit.has_exited() && !wait_exit.has_exited());
+    let app_exit = ExitWatch::new(app, Duration::from_secs(30));
+    signal(app, libc::SIGTERM);
+    let app_gone = app_exit.wait().expect("the app exits");
+    let drained = drain_exit.wait().expect("lifeguard drain returns");
+    let waited = wait_exit.wait().expect("wait-app-exit returns");
+    eprintln!(
+        "hooks: app exit -> `lifeguard drain` returned {:?}, -> `wait-app-exit` returned {:?}",
+        drained.saturating_duration_since(app_gone),
+        waited.saturating_duration_since(app_gone)
+    );
+    assert!(drained.saturating_duration_since(app_gone) < PROMPT);
+    assert!(waited.saturating_duration_since(app_gone) < PROMPT);
+    let drain_code = drain_hook.wait_exit(Duration::from_secs(5)).and_then(|s| s.code());
+    assert_eq!(drain_code, Some(0), "{}", drain_hook.output());
+    assert!(drain_hook.output().contains("\"phase\":\"drained\""), "{}", drain_hook.output());
+    let wait_code = wait_hook.wait_exit(Duration::from_secs(5)).and_then(|s| s.code());
+    assert_eq!(wait_code, Some(0), "{}", wait_hook.output());
+    assert!(
+        wait_hook.output().contains("the app holds no socket and no process"),
+        "{}",
+        wait_hook.output()
+    );
+    // The kubelet's SIGTERM once the hooks returned stops Envoy at once.
+    let sigterm = pod.kubelet_sigterm();
+    assert_eq!(pod.agent_exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
+    eprintln!("hooks: SIGTERM after the hooks -> lifeguard exited {:?}", sigterm.elapsed());
+    let seen = watch.finish();
+    for v in &seen {
+        let on = s(v, "waiting_on");
+        assert!(!on.contains(":15020") && !on.contains("lifeguard"), "a hook was counted: {on}");
+    }
+}
+
+/// Issue #11, test 5: a process named `envoy` that is not Envoy is the
+/// app's, for the drain and for `wait-app-exit` alike.
+#[test]
+fn a_listener_of_a_process_named_envoy_that_is_not_envoy_is_the_apps() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        true,
+        &["--minimum-drain-duration", "500ms", "--termination-grace-period", "20s"],
+    ));
+    let app = pod.start_app(AppMode::Stubborn, 0.0, "envoy");
+    let comm = std::fs::read_to_string(format!("/proc/{app}/comm")).unwrap();
+    assert_eq!(comm.trim(), "envoy");
+    let mut hook = pod.hook("wait-app-exit", &["wait-app-exit", "--period", "100ms"]);
+    let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
+    let watch = DrainWatch::start(&pod.net, Duration::from_millis(20));
+    pod.kubelet_sigterm(); // the stubborn app ignores it
+    let held = wait_for("the drain to wait on the fake envoy", Duration::from_secs(10), || {
+        match watch.seen().last() {
+            Some(v) if v["stop_requested"] == true && s(v, "waiting_on").contains("127.0.0.1:8080 listening") => {
+                Ok(v.clone())
+            }
+            other => Err(other.cloned()),
+        }
+    });
+    assert_eq!(held["app_sockets"], 1, "{held}");
+    assert_eq!(held["app_processes"], 1, "{held}");
+    let in_pod = ns_pid(app);
+    assert!(s(&held, "waiting_on").contains(&format!("envoy pid {in_pod}")), "{held}");
+    wait_for("wait-app-exit to name it", Duration::from_secs(5), || {
+        let out = hook.output();
+        if out.contains("127.0.0.1:8080 listening") {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    });
+    assert!(hook.is_running() && !envoy_exit.has_exited());
+    // Past the minimum drain, so the figure below is the reaction alone.
+    let minimum_over = held["started_at"].as_f64().unwrap() + 0.5;
+    wait_for("the minimum drain to pass", Duration::from_secs(5), || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        if now.as_secs_f64() >= minimum_over {
+            Ok(())
+        } else {
+            Err(now)
+        }
+    });
+    assert!(!envoy_exit.has_exited(), "Envoy was stopped while the fake envoy listened");
+
+    let app_exit = ExitWatch::new(app, Duration::from_secs(30));
+    signal(app, libc::SIGKILL);
+    let app_gone = app_exit.wait().unwrap();
+    let envoy_gone = envoy_exit.wait().expect("Envoy is stopped once the fake envoy is gone");
+    assert!(envoy_gone > app_gone);
+    eprintln!("fake envoy killed -> real Envoy stopped {:?}", envoy_gone - app_gone);
+    assert_eq!(pod.agent_exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
+    let code = hook.wait_exit(Duration::from_secs(5)).and_then(|s| s.code());
+    assert_eq!(code, Some(0), "{}", hook.output());
+}
+
+/// Issue #11, test 6: an internal listener's connections are Envoy's own
+/// plumbing; a pooled connection into one does not hold the drain.
+#[test]
+fn a_pooled_connection_into_an_internal_listener_does_not_hold_the_drain() {
+    let mut spec = PodSpec::new(
+        false,
+        &[
+            "--minimum-drain-duration",
+            "500ms",
+            "--termination-grace-period",
+            "10s",
+            "--shutdown-margin",
+            "1s",
+        ],
+    );
+    spec.internal_listener = true;
+    let mut pod = TestPod::start(&spec);
+    // A call from inside the pod through the internal listener; the client
+    // closes, Envoy keeps its upstream connection into `inner` pooled.
+    let answer = pod.net.pod.run(|| {
+        let outbound = std::net::SocketAddr::from(([127, 0, 0, 1], OUTBOUND));
+        http("GET", outbound, "/via-inner/x")
+    });
+    assert_eq!(answer.unwrap(), (200, "peer\n".to_owned()));
+    let stats = pod.admin_get("/stats?filter=envoy_internal_inner.downstream_cx_active$");
+    assert!(
+        stats.contains("listener.envoy_internal_inner.downstream_cx_active: 1"),
+        "no pooled connection into the internal listener: {stats}"
+    );
+    let watch = DrainWatch::start(&pod.net, Duration::from_millis(20));
+    let sigterm = pod.kubelet_sigterm();
+    let code = pod.agent_exit_code(Duration::from_secs(15));
+    let took = sigterm.elapsed();
+    eprintln!("internal listener with a pooled connection: SIGTERM -> lifeguard exited {took:?} (deadline 9s)");
+    assert_eq!(code, 0, "{}", pod.agent.output());
+    assert!(took < Duration::from_secs(3), "held by the internal connection: {took:?}");
+    let seen = watch.finish();
+    assert!(seen.iter().all(|v| v["active_connections"].as_u64() <= Some(0)), "{seen:#?}");
+}
+
+/// Issue #11, test 7: the fixed policy stops Envoy with a request in
+/// flight, exits 3 and says how many it cut.
+#[test]
+fn the_fixed_policy_cutting_a_request_exits_3_with_left_at_stop() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        false,
+        &["--drain-until", "time", "--termination-drain-duration", "1s"],
+    ));
+    pod.start_app(AppMode::Pooled, 0.2, "");
+    let inflight = pod.request("/work/3");
+    pod.wait_app_says("inbound /work/3");
+    let watch = DrainWatch::start(&pod.net, Duration::ZERO);
+    pod.kubelet_sigterm();
+    let code = pod.agent_exit_code(Duration::from_secs(10));
+    let seen = watch.finish();
+    let (answer, _) = inflight.join().unwrap();
+    assert!(!matches!(answer, Ok((200, _))), "the 3s request survived a 1s drain");
+    assert_eq!(code, 3, "{}", pod.agent.output());
+    assert!(pod.agent.output().contains("left_at_stop=1"), "{}", pod.agent.output());
+    let last = seen.last().expect("GET /drain answered");
+    eprintln!(
+        "fixed policy: last GET /drain before exit: phase {}, left_at_stop {}",
+        last["phase"], last["left_at_stop"]
+    );
+    assert!(seen.iter().any(|v| v["left_at_stop"] == 1), "{seen:#?}");
+}
+
+/// Issue #11, test 8: `wait-app-exit` at t0 tells the agent termination
+/// began; SIGTERM comes 2 s later. With a 6 s grace period and a 1 s
+/// margin, Envoy is stopped at t0 + 5 s, not SIGTERM + 5 s, and lifeguard
+/// exits 3: the app still held its listener.
+#[test]
+fn the_deadline_counts_from_the_hook_not_from_sigterm() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        false,
+        &[
+            "--termination-grace-period",
+            "6s",
+            "--shutdown-margin",
+            "1s",
+            "--minimum-drain-duration",
+            "500ms",
+        ],
+    ));
+    pod.start_app(AppMode::Stubborn, 0.0, "");
+    let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
+    let t0 = Instant::now();
+    let hook = pod.hook("wait-app-exit", &["wait-app-exit", "--period", "100ms"]);
+    let status = pod.net.pod_addr(AGENT);
+    pod.net
+        .peer
+        .run(move || wait_status(status, "/healthz/ready", 503, Duration::from_secs(5)));
+    // Envoy takes tens of milliseconds to exit: a read every 5 ms sees the
+    // `stopping` phase, with what it was stopped with.
+    let watch = DrainWatch::start(&pod.net, Duration::from_millis(5));
+    let at = |secs: u64| {
+        wait_for(&format!("t0 + {secs}s"), Duration::from_secs(10), || {
+            if t0.elapsed() >= Duration::from_secs(secs) {
+                Ok(())
+            } else {
+                Err(t0.elapsed())
+            }
+        })
+    };
+    at(2);
+    pod.kubelet_sigterm();
+    let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
+    let stopped_at = envoy_gone - t0;
+    eprintln!("hook at t0, SIGTERM at t0+2s, grace 6s, margin 1s: Envoy stopped at t0+{stopped_at:?}");
+    let code = pod.agent_exit_code(Duration::from_secs(5));
+    at(6);
+    pod.kubelet_sigkill();
+    let seen = watch.finish();
+    assert!(
+        stopped_at >= Duration::from_secs(5) && stopped_at < Duration::from_millis(6500),
+        "Envoy stopped at t0+{stopped_at:?}, not t0+5s"
+    );
+    assert_eq!(code, 3, "{}", pod.agent.output());
+    let last = seen.last().expect("GET /drain answered");
+    let window = last["deadline"].as_f64().unwrap() - last["started_at"].as_f64().unwrap();
+    assert!((window - 5.0).abs() < 0.01, "{last}");
+    assert_eq!(s(last, "trigger"), "POST /drain", "{last}");
+    assert!(
+        seen.iter().any(|v| v["left_at_stop"].as_u64() >= Some(1)),
+        "{seen:#?}"
+    );
+    assert!(hook.output().contains("127.0.0.1:8080 listening"), "{}", hook.output());
+}
