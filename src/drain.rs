@@ -576,9 +576,10 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     /// was satisfied (false: the deadline came first).
     ///
     /// Envoy answers admin calls on its main thread, the one that applies
-    /// xDS: reads are spaced so they take at most a tenth of its time
-    /// (a read starts at least ten times as long as the last one took after it), and
-    /// never closer than [`ZERO_POLL_INTERVAL`].
+    /// xDS: reads are spaced so they take at most a tenth of its time (a
+    /// read starts at least ten times what the shortest of the last three
+    /// took after the one before), and never closer than
+    /// [`ZERO_POLL_INTERVAL`].
     async fn wait_for_policy(
         &mut self,
         drain_began: Instant,
@@ -596,6 +597,10 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         let mut read_warning = Throttle::new(WARN_EVERY);
         let mut skipped_warning = Throttle::new(WARN_EVERY);
         let mut app_warning = Throttle::new(WARN_EVERY);
+        // The last three reads' durations: the pause follows the shortest,
+        // so one read slowed by a busy CPU here does not stall the drain,
+        // while a config that makes every read slow is paced by it.
+        let mut recent = [Duration::MAX; 3];
         loop {
             let read_timeout = plan
                 .read_timeout
@@ -714,7 +719,10 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             if now >= deadline {
                 return Ok((left, false));
             }
-            let gap = period.max(took * 10);
+            recent.rotate_right(1);
+            recent[0] = took;
+            let cost = recent.iter().min().copied().unwrap_or(took);
+            let gap = period.max(cost.saturating_mul(10));
             let mut next = deadline.min(read_started + gap).max(now);
             if plan.policy == DrainUntil::Time {
                 next = next.min(min_end);
@@ -1492,5 +1500,21 @@ mod tests {
         let outcome = task.await.unwrap();
         assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
         assert_eq!(envoy.stops(), [secs(10.0)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_slow_read_does_not_stall_the_drain() {
+        // Reads take 2 ms, but one (at 1 s) takes 900 ms: the pause after it
+        // follows the shortest recent read, not the outlier.
+        let envoy = FakeEnvoy::new(true, |t| {
+            let delay = if t >= secs(1.0) && t < secs(1.05) { 900 } else { 2 };
+            (Duration::from_millis(delay), conns(u64::from(t < secs(2.0))).1)
+        });
+        let mut p = plan(DrainUntil::Connections);
+        p.minimum = secs(1.0);
+        let (task, handle) = start(p, &envoy);
+        handle.signal("SIGTERM");
+        task.await.unwrap();
+        assert_between(envoy.stops()[0], 2.0, 2.1);
     }
 }
