@@ -19,14 +19,17 @@
 //! Envoy (its admin thread may be busy with a long `/stats/prometheus`), so
 //! a ready answer is kept, until it is older than the staleness bound
 //! ([`Readiness::answer`] then says 503, naming the timeout). A hung or
-//! dead Envoy is therefore detected within that bound, never before. While
-//! Envoy's admin is seen streaming a merged scrape to lifeguard
-//! ([`Heartbeat`]), that streaming is the evidence it is alive: the kept
-//! answer is dated from the last chunk. A definite answer — connection
-//! refused, an error status, a state other than LIVE — flips at once. Kept
-//! answers and flips are counted (`lifeguard_readiness_kept_total`,
-//! `lifeguard_readiness_changes_total`) and logged, once per change or per
-//! run of timeouts.
+//! dead Envoy is therefore detected within that bound, never before. One
+//! exception, lifeguard's own doing: while lifeguard's merged-scrape read
+//! waits on Envoy or Envoy streams it ([`Heartbeat`]), Envoy's admin thread
+//! is busy with that read (admin requests are served one at a time), and the
+//! kept answer is dated from the last beat; the read is bounded by the
+//! scrape's timeout, so a hung Envoy is then seen within that timeout plus
+//! the staleness bound. A definite answer — connection refused, an error
+//! status, a state other than LIVE — flips at once. Kept answers and flips
+//! are counted (`lifeguard_readiness_kept_total`,
+//! `lifeguard_envoy_readiness_changes_total`) and logged, once per change or
+//! per run of timeouts.
 //!
 //! If `/ready` answers something that is not one of Envoy's state names
 //! (an old or a fake admin), the stats decide, every poll.

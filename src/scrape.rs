@@ -510,7 +510,7 @@ async fn fill(
     bytes: &mut usize,
     tail: &mut BytesMut,
 ) -> End {
-    let (status, mut body) = match bounded(read, admin.open(path)).await {
+    let (status, mut body) = match bounded(read, beating(heartbeat, admin.open(path))).await {
         None => return End::Cut(Incomplete::Timeout),
         Some(Err(e)) => {
             tracing::debug!(error = %e, "Envoy's metrics left out of the scrape");
@@ -531,7 +531,7 @@ async fn fill(
         return End::Cut(Incomplete::Error);
     }
     loop {
-        let chunk = match bounded(read, body.chunk()).await {
+        let chunk = match bounded(read, beating(heartbeat, body.chunk())).await {
             None => return End::Cut(Incomplete::Timeout),
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "Envoy's metrics broke off");
@@ -587,6 +587,26 @@ fn push_lines(list: &List<Bytes>, tail: &mut BytesMut, mut chunk: Bytes) -> bool
 }
 
 /// Runs `fut` until the read's deadline, which may move later meanwhile.
+/// How often a read waiting on Envoy says so to the poller.
+const BEAT_EVERY: Duration = Duration::from_millis(250);
+
+/// Runs `fut` (a wait on Envoy's answer to our own metrics read) and, while
+/// it waits, tells the poller that Envoy's admin thread is busy with that
+/// read: Envoy serves admin requests one at a time, so a `/ready` that
+/// times out meanwhile is queued behind our read, not unanswered by a hung
+/// Envoy. Bounded by the read's deadline (the scrape timeout): a hung Envoy
+/// is then seen within that bound.
+async fn beating<F: std::future::Future>(heartbeat: &Heartbeat, fut: F) -> F::Output {
+    tokio::pin!(fut);
+    let mut beat = tokio::time::interval(BEAT_EVERY);
+    loop {
+        tokio::select! {
+            out = &mut fut => return out,
+            _ = beat.tick() => heartbeat.beat(),
+        }
+    }
+}
+
 async fn bounded<F: std::future::Future>(read: &Read, fut: F) -> Option<F::Output> {
     tokio::pin!(fut);
     loop {

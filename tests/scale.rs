@@ -262,6 +262,8 @@ struct Fake {
     hang_prometheus: Arc<AtomicBool>,
     /// When `/ready` was last answered LIVE.
     last_live: Arc<Mutex<Option<Instant>>>,
+    /// Set once a `/stats/prometheus` request has been read.
+    got_prometheus: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: Option<thread::JoinHandle<()>>,
 }
@@ -274,12 +276,14 @@ impl Fake {
         let hang_all = Arc::new(AtomicBool::new(false));
         let hang_prometheus = Arc::new(AtomicBool::new(false));
         let last_live = Arc::new(Mutex::new(None));
+        let got_prometheus = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (hang_all, hang_prometheus, last_live, stop) = (
+            let (hang_all, hang_prometheus, last_live, got_prometheus, stop) = (
                 hang_all.clone(),
                 hang_prometheus.clone(),
                 last_live.clone(),
+                got_prometheus.clone(),
                 stop.clone(),
             );
             thread::spawn(move || {
@@ -287,14 +291,16 @@ impl Fake {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((stream, _)) => {
-                            let (hang_all, hang_prometheus, last_live, stop) = (
+                            let (hang_all, hang_prometheus, last_live, got_prometheus, stop) = (
                                 hang_all.clone(),
                                 hang_prometheus.clone(),
                                 last_live.clone(),
+                                got_prometheus.clone(),
                                 stop.clone(),
                             );
                             workers.push(thread::spawn(move || {
-                                serve_fake(stream, &hang_all, &hang_prometheus, &last_live, &stop)
+                                let flags = (&*hang_all, &*hang_prometheus, &*got_prometheus);
+                                serve_fake(stream, flags, &last_live, &stop)
                             }));
                         }
                         Err(_) => thread::sleep(Duration::from_millis(2)),
@@ -310,6 +316,7 @@ impl Fake {
             hang_all,
             hang_prometheus,
             last_live,
+            got_prometheus,
             stop,
             thread: Some(thread),
         }
@@ -329,13 +336,11 @@ impl Drop for Fake {
     }
 }
 
-fn serve_fake(
-    mut stream: TcpStream,
-    hang_all: &AtomicBool,
-    hang_prometheus: &AtomicBool,
-    last_live: &Mutex<Option<Instant>>,
-    stop: &AtomicBool,
-) {
+/// Hang everything, hang `/stats/prometheus`, and "a metrics request came".
+type FakeFlags<'a> = (&'a AtomicBool, &'a AtomicBool, &'a AtomicBool);
+
+fn serve_fake(mut stream: TcpStream, flags: FakeFlags<'_>, last_live: &Mutex<Option<Instant>>, stop: &AtomicBool) {
+    let (hang_all, hang_prometheus, got_prometheus) = flags;
     stream.set_nonblocking(false).unwrap();
     stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     let mut buf = Vec::new();
@@ -356,6 +361,9 @@ fn serve_fake(
     };
     let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
     let prometheus = path.starts_with("/stats/prometheus");
+    if prometheus {
+        got_prometheus.store(true, Ordering::Relaxed);
+    }
     if hang_all.load(Ordering::Relaxed) || (prometheus && hang_prometheus.load(Ordering::Relaxed)) {
         let until = Instant::now() + Duration::from_secs(60);
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
@@ -459,4 +467,66 @@ fn a_hung_admin_turns_readiness_503_within_the_staleness_bound_not_before() {
             && body.contains("did not answer within 300ms"),
         "{body}"
     );
+}
+
+#[test]
+fn while_envoy_is_busy_with_lifeguards_own_scrape_readiness_holds_until_that_read_is_cut() {
+    let fake = Fake::start();
+    // Stale after 3 × 200 ms + 300 ms = 900 ms.
+    let (_agent, status) = agent_on_fake(&fake, &["--poll-interval", "200ms", "--admin-timeout", "300ms"]);
+    wait_for("a LIVE answer from the fake", Duration::from_secs(5), || {
+        fake.last_live.lock().unwrap().ok_or(())
+    });
+    // Envoy's admin thread is stuck on our metrics read: nothing else is
+    // answered meanwhile (admin requests are served one at a time).
+    fake.hang_prometheus.store(true, Ordering::Relaxed);
+    let addr = status.addr();
+    let began = Instant::now();
+    let scrape = thread::spawn(move || {
+        let headers = [("X-Prometheus-Scrape-Timeout-Seconds", "4")];
+        get_with(
+            addr,
+            "/stats/prometheus?usedonly&busy",
+            &headers,
+            Duration::from_secs(10),
+        )
+    });
+    wait_for("the scrape read to reach the fake", Duration::from_secs(2), || {
+        fake.got_prometheus.load(Ordering::Relaxed).then_some(()).ok_or(())
+    });
+    fake.hang_all.store(true, Ordering::Relaxed);
+    // Well past the 900 ms staleness bound, still ready: Envoy is busy
+    // with our read, not hung.
+    let held_until = wait_for("2.5 s of a busy Envoy", Duration::from_secs(5), || {
+        let (code, body) = http_timeout("GET", addr, "/healthz/ready", Duration::from_secs(2)).unwrap();
+        assert_eq!(code, 200, "readiness flapped while Envoy served our own read: {body}");
+        if began.elapsed() >= Duration::from_millis(2500) {
+            Ok(began.elapsed())
+        } else {
+            Err(())
+        }
+    });
+    let answered = scrape.join().unwrap().unwrap();
+    assert_eq!(answered.status, 200);
+    let cut = began.elapsed();
+    // Once our read is cut (the 4 s scrape timeout, less a tenth), the
+    // silence is Envoy's own: 503 within the staleness bound.
+    let (code, body) = wait_status_any(addr, 503, Duration::from_secs(5));
+    let turned = began.elapsed();
+    eprintln!(
+        "Envoy busy with our scrape: ready for {held_until:?} (bound 900ms), read cut at {cut:?}, 503 at {turned:?}"
+    );
+    assert_eq!(code, 503);
+    assert!(body.contains("no successful Envoy admin read"), "{body}");
+    assert!(turned < cut + Duration::from_secs(3), "{turned:?}");
+}
+
+/// Waits until the probe answers `code`; returns it with the body.
+fn wait_status_any(addr: SocketAddr, code: u16, timeout: Duration) -> (u16, String) {
+    wait_for("the probe's answer", timeout, || {
+        match http_timeout("GET", addr, "/healthz/ready", Duration::from_secs(2)) {
+            Ok((c, body)) if c == code => Ok((c, body)),
+            other => Err(other),
+        }
+    })
 }
