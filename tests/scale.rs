@@ -264,6 +264,8 @@ struct Fake {
     last_live: Arc<Mutex<Option<Instant>>>,
     /// Set once a `/stats/prometheus` request has been read.
     got_prometheus: Arc<AtomicBool>,
+    /// The drain's active-count reads: when each came in.
+    active_reads: Arc<Mutex<Vec<Instant>>>,
     stop: Arc<AtomicBool>,
     thread: Option<thread::JoinHandle<()>>,
 }
@@ -277,13 +279,15 @@ impl Fake {
         let hang_prometheus = Arc::new(AtomicBool::new(false));
         let last_live = Arc::new(Mutex::new(None));
         let got_prometheus = Arc::new(AtomicBool::new(false));
+        let active_reads = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (hang_all, hang_prometheus, last_live, got_prometheus, stop) = (
+            let (hang_all, hang_prometheus, last_live, got_prometheus, active_reads, stop) = (
                 hang_all.clone(),
                 hang_prometheus.clone(),
                 last_live.clone(),
                 got_prometheus.clone(),
+                active_reads.clone(),
                 stop.clone(),
             );
             thread::spawn(move || {
@@ -291,16 +295,17 @@ impl Fake {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((stream, _)) => {
-                            let (hang_all, hang_prometheus, last_live, got_prometheus, stop) = (
+                            let (hang_all, hang_prometheus, last_live, got_prometheus, active_reads, stop) = (
                                 hang_all.clone(),
                                 hang_prometheus.clone(),
                                 last_live.clone(),
                                 got_prometheus.clone(),
+                                active_reads.clone(),
                                 stop.clone(),
                             );
                             workers.push(thread::spawn(move || {
                                 let flags = (&*hang_all, &*hang_prometheus, &*got_prometheus);
-                                serve_fake(stream, flags, &last_live, &stop)
+                                serve_fake(stream, flags, &last_live, &active_reads, &stop)
                             }));
                         }
                         Err(_) => thread::sleep(Duration::from_millis(2)),
@@ -317,6 +322,7 @@ impl Fake {
             hang_prometheus,
             last_live,
             got_prometheus,
+            active_reads,
             stop,
             thread: Some(thread),
         }
@@ -339,7 +345,19 @@ impl Drop for Fake {
 /// Hang everything, hang `/stats/prometheus`, and "a metrics request came".
 type FakeFlags<'a> = (&'a AtomicBool, &'a AtomicBool, &'a AtomicBool);
 
-fn serve_fake(mut stream: TcpStream, flags: FakeFlags<'_>, last_live: &Mutex<Option<Instant>>, stop: &AtomicBool) {
+/// How long the fake takes to answer an active-count read, and how many
+/// connections it reports until the count is reported as 0 (after
+/// `ACTIVE_READS_BUSY` reads).
+const ACTIVE_READ_TAKES: Duration = Duration::from_millis(200);
+const ACTIVE_READS_BUSY: usize = 4;
+
+fn serve_fake(
+    mut stream: TcpStream,
+    flags: FakeFlags<'_>,
+    last_live: &Mutex<Option<Instant>>,
+    active_reads: &Mutex<Vec<Instant>>,
+    stop: &AtomicBool,
+) {
     let (hang_all, hang_prometheus, got_prometheus) = flags;
     stream.set_nonblocking(false).unwrap();
     stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
@@ -374,6 +392,19 @@ fn serve_fake(mut stream: TcpStream, flags: FakeFlags<'_>, last_live: &Mutex<Opt
     let body = if path == "/ready" {
         *last_live.lock().unwrap() = Some(Instant::now());
         "LIVE\n"
+    } else if path.contains("downstream_") {
+        // The drain's active-count read: slow, as at 20,000 clusters.
+        let n = {
+            let mut reads = active_reads.lock().unwrap();
+            reads.push(Instant::now());
+            reads.len()
+        };
+        thread::sleep(ACTIVE_READ_TAKES);
+        if n <= ACTIVE_READS_BUSY {
+            "listener.127.0.0.1_15006.downstream_cx_active: 1\n"
+        } else {
+            "listener.127.0.0.1_15006.downstream_cx_active: 0\n"
+        }
     } else if prometheus {
         "# TYPE envoy_server_live gauge\nenvoy_server_live 1\n"
     } else {
@@ -529,4 +560,34 @@ fn wait_status_any(addr: SocketAddr, code: u16, timeout: Duration) -> (u16, Stri
             other => Err(other),
         }
     })
+}
+
+#[test]
+fn slow_active_count_reads_make_the_drain_read_less_often() {
+    let fake = Fake::start();
+    let (mut agent, _status) = agent_on_fake(
+        &fake,
+        &["--drain-until", "connections", "--minimum-drain-duration", "100ms"],
+    );
+    agent.signal(libc::SIGTERM);
+    let code = agent.wait_exit(Duration::from_secs(20)).expect("the drain ends").code();
+    assert_eq!(code, Some(0), "{}", agent.output());
+    let reads = fake.active_reads.lock().unwrap().clone();
+    assert_eq!(
+        reads.len(),
+        ACTIVE_READS_BUSY + 1,
+        "one read past the busy ones ends it"
+    );
+    let gaps: Vec<Duration> = reads.windows(2).map(|w| w[1] - w[0]).collect();
+    let busy = ACTIVE_READ_TAKES * gaps.len() as u32;
+    let span = *reads.last().unwrap() - reads[0];
+    eprintln!(
+        "200 ms active-count reads: {} reads {gaps:?} apart, Envoy's admin busy {:.1} % of the drain",
+        reads.len(),
+        100.0 * busy.as_secs_f64() / span.as_secs_f64()
+    );
+    // At the 50 ms cadence of a fast Envoy they would come 250 ms apart.
+    for gap in gaps {
+        assert!(gap >= Duration::from_millis(1900), "reads {gap:?} apart");
+    }
 }
