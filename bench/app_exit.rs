@@ -57,7 +57,10 @@ fn one(policy: &str, shared: bool) -> Run {
     let mode = if shared { AppMode::Fresh } else { AppMode::Pooled };
     let app = pod.start_app(mode, 2.0, "");
     let addr = pod.net.pod_addr(INBOUND);
-    let idle = pod.net.peer.run(move || common::idle_keepalive_connection(addr, "/work/0"));
+    let idle = pod
+        .net
+        .peer
+        .run(move || common::idle_keepalive_connection(addr, "/work/0"));
     let inflight = pod.request("/work/1");
     pod.wait_app_says("inbound /work/1");
     let app_exit = ExitWatch::new(app, Duration::from_secs(30));
@@ -70,7 +73,10 @@ fn one(policy: &str, shared: bool) -> Run {
     let _ = pod.app.as_mut().unwrap().wait_exit(Duration::from_secs(5));
     drop(idle);
     let out = pod.app_output();
-    let line = out.lines().find(|l| l.starts_with("calls ")).unwrap_or("calls 0 ok 0 failed");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("calls "))
+        .unwrap_or("calls 0 ok 0 failed");
     let words: Vec<&str> = line.split(' ').collect();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     Run {

@@ -20,7 +20,7 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::config::LoopbackUrl;
+use crate::url::LoopbackUrl;
 
 /// The admin query that says whether Envoy is live, plus the xDS counters
 /// that say whether its first CDS and LDS updates arrived.

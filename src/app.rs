@@ -31,6 +31,7 @@ use std::net::SocketAddr;
 
 use serde::Serialize;
 
+use crate::drain::DrainUntil;
 use crate::sockets::{self, Owner, Socket};
 
 /// Who the proxy is, and what is never the app's.
@@ -312,6 +313,38 @@ impl Watcher {
             processes: shares_pod_process_namespace(),
             envoy_admin_port: envoy.is_none().then_some(admin_port),
         })
+    }
+
+    /// The watcher the drain policy needs. With `app-exit` and sockets that
+    /// cannot be attributed here, the policy falls back to `requests`, with
+    /// a warning. The other arguments are [`Watcher::for_pod`]'s.
+    pub fn for_policy(
+        policy: &mut DrainUntil,
+        status_port: u16,
+        admin_port: u16,
+        envoy: Option<u32>,
+        ignored_ports: Vec<u16>,
+    ) -> Watcher {
+        if *policy != DrainUntil::AppExit {
+            return Watcher::inert();
+        }
+        match Watcher::for_pod(status_port, admin_port, envoy, ignored_ports) {
+            Ok(app) => {
+                let processes = app.watches_processes();
+                let and = if processes {
+                    " and processes (shared process namespace)"
+                } else {
+                    ""
+                };
+                tracing::info!(processes, "app-exit: waiting for the app's sockets{and}");
+                app
+            }
+            Err(why) => {
+                tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
+                *policy = DrainUntil::Requests;
+                Watcher::inert()
+            }
+        }
     }
 
     /// A watcher for drains whose policy does not look at the app.

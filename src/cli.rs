@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{parse_loopback_url, LoopbackUrl, RunArgs};
+use crate::config::{Effective, RunArgs, Settings};
+use crate::duration::Display as D;
+use crate::url::{parse_loopback_url, LoopbackUrl};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -110,4 +112,25 @@ fn loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
 
 fn base_url(s: &str) -> Result<LoopbackUrl, String> {
     s.parse()
+}
+
+/// `lifeguard check`: prints every effective setting with its source, the
+/// drain deadline and the warnings; returns the exit code (0 good, 1
+/// warnings).
+pub fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
+    let width = effective.iter().map(|e| e.key.len()).max().unwrap_or(0);
+    for e in effective {
+        println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
+    }
+    println!("{:width$} = {}", "drain deadline", D(settings.drain_deadline()));
+    let warnings = settings.warnings();
+    for w in &warnings {
+        eprintln!("lifeguard check: {w}");
+    }
+    if warnings.is_empty() {
+        println!("configuration OK");
+        0
+    } else {
+        1
+    }
 }

@@ -12,7 +12,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io::Read;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -20,10 +20,16 @@ use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
-use clap::{ArgAction, ArgMatches, Args, ValueEnum};
+use clap::{ArgAction, ArgMatches, Args};
 use serde::{de, Deserialize, Deserializer, Serialize};
 
 use crate::duration::{self, Display as D};
+
+pub use crate::drain::{DrainScope, DrainUntil};
+pub use crate::logging::LogFormat;
+pub use crate::outcome::MessagePath;
+pub use crate::poller::XdsCheck;
+pub use crate::url::LoopbackUrl;
 
 /// Options of `lifeguard run` and `check`: the settings file, then the settings.
 #[derive(Debug, Clone, Args)]
@@ -234,197 +240,34 @@ fn ports<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<u16>, De::Error> {
     }
 }
 
-/// When readiness also requires Envoy's first xDS (CDS and LDS) updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum XdsCheck {
-    /// Required for each of CDS and LDS whose counters Envoy reports: a
-    /// static bootstrap has none and is not held back; an xDS-fed Envoy is.
-    Auto,
-    /// Always required (both CDS and LDS).
-    #[value(alias = "on", alias = "true")]
-    #[serde(alias = "on", alias = "true")]
-    Required,
-    /// Never checked.
-    #[value(alias = "false")]
-    #[serde(alias = "false")]
-    Off,
-}
-
-/// What the drain waits for before Envoy is stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DrainUntil {
-    /// A fixed time: `termination_drain_duration`.
-    Time,
-    /// Zero active downstream connections (after the minimum duration).
-    Connections,
-    /// Zero active downstream HTTP requests (after the minimum duration):
-    /// idle keep-alive connections do not hold the pod.
-    Requests,
-    /// After the minimum duration, no request (HTTP or TCP proxy, inbound
-    /// or outbound) active in Envoy and nothing left of the app in the pod:
-    /// no socket, and with a shared process namespace no process.
-    #[serde(rename = "app-exit")]
-    AppExit,
-}
-
-/// The format of log lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LogFormat {
-    /// `2026-11-22T05:21:00Z  INFO message key=value`, for people.
-    Text,
-    /// One JSON object a line (timestamp, level, fields), for log pipelines.
-    Json,
-}
-
-impl fmt::Display for LogFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
-    }
-}
-
-/// Where the exit summary goes (Kubernetes' termination message).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MessagePath {
-    /// [`MessagePath::KUBERNETES_DEFAULT`] when that file exists (the
-    /// kubelet mounts it), else nowhere.
-    Auto,
-    /// Nowhere.
-    Off,
-    /// This file (created if missing, replaced if present).
-    File(PathBuf),
-}
-
-impl MessagePath {
-    /// Where the kubelet mounts the termination-message file by default.
-    pub const KUBERNETES_DEFAULT: &'static str = "/dev/termination-log";
-
-    /// The file to write, decided now: `auto` looks for the kubelet's file.
-    pub fn resolve(&self) -> Option<PathBuf> {
-        match self {
-            MessagePath::Auto => Some(PathBuf::from(Self::KUBERNETES_DEFAULT)).filter(|p| p.exists()),
-            MessagePath::Off => None,
-            MessagePath::File(path) => Some(path.clone()),
-        }
-    }
-}
-
-impl FromStr for MessagePath {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(MessagePath::Auto),
-            "none" | "" => Ok(MessagePath::Off),
-            path if path.contains('\0') => Err("a path cannot contain NUL".into()),
-            path => Ok(MessagePath::File(path.into())),
-        }
-    }
-}
-
-impl fmt::Display for MessagePath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MessagePath::Auto => f.write_str("auto"),
-            MessagePath::Off => f.write_str("none"),
-            MessagePath::File(path) => write!(f, "{}", path.display()),
-        }
-    }
-}
-
-/// Which listeners Envoy drains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DrainScope {
-    /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.
-    Inbound,
-    /// Every listener (gateways).
-    All,
-}
-
-impl fmt::Display for XdsCheck {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
-    }
-}
-
-impl fmt::Display for DrainUntil {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
-    }
-}
-
 /// Listener ports never waited for: Istio's status (15021) and Prometheus
 /// (15090) listeners, whose own probe and scrape traffic never ends.
 pub(crate) const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 
-/// A loopback HTTP address: `http://` plus a loopback host and a port
-/// (Envoy's admin API, the agent, the readiness URL of `wait`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoopbackUrl {
-    addr: SocketAddr,
-    authority: String,
-}
-
-impl LoopbackUrl {
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-    pub fn authority(&self) -> &str {
-        &self.authority
-    }
-}
-
-impl fmt::Display for LoopbackUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}", self.authority)
-    }
-}
-
-impl FromStr for LoopbackUrl {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (url, path) = parse_loopback_url(s)?;
-        if path != "/" {
-            return Err("must not have a path".into());
-        }
-        Ok(url)
-    }
-}
-
-/// Parses `http://HOST:PORT[/PATH]` where HOST is a loopback address (or
-/// `localhost`); returns the address and the path (`/` when none).
-pub(crate) fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
-    let rest = s
-        .strip_prefix("http://")
-        .ok_or("must start with http:// (plain HTTP on loopback)")?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let path = Some(path)
-        .filter(|p| !p.trim_end_matches('/').is_empty())
-        .unwrap_or("/");
-    let addr: SocketAddr = if let Some(port) = authority.strip_prefix("localhost:") {
-        let port: u16 = port.parse().map_err(|_| "bad port")?;
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
-    } else {
-        authority
-            .parse()
-            .map_err(|_| "expected http://IP:PORT, for example http://127.0.0.1:15000")?
-    };
-    if !addr.ip().is_loopback() {
-        return Err("must be a loopback address (127.0.0.0/8, ::1 or localhost)".into());
-    }
-    if addr.port() == 0 {
-        return Err("port 0 is not allowed".into());
-    }
-    let url = LoopbackUrl {
-        addr,
-        authority: authority.to_owned(),
-    };
-    Ok((url, path.to_owned()))
-}
-
 impl Settings {
+    /// The drain's part of the settings.
+    pub fn drain_plan(&self) -> crate::drain::Plan {
+        crate::drain::Plan {
+            policy: self.drain_until,
+            delay: self.drain_delay,
+            drain_time: self.termination_drain_duration,
+            minimum: self.minimum_drain_duration,
+            deadline: self.drain_deadline(),
+            read_timeout: self.admin_timeout,
+            stop_bound: self.shutdown_margin.max(Duration::from_millis(100)),
+            report_every: self.poll_interval,
+        }
+    }
+
+    /// The readiness poller's part of the settings.
+    pub fn poll_schedule(&self) -> crate::poller::Schedule {
+        crate::poller::Schedule {
+            poll_interval: self.poll_interval,
+            startup_poll_interval: self.startup_poll_interval,
+            xds_check: self.xds_check,
+        }
+    }
+
     /// How long after the drain begins Envoy must be stopped: the grace
     /// period less the shutdown margin.
     pub fn drain_deadline(&self) -> Duration {

@@ -38,10 +38,13 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::admin::AdminError;
 use crate::app::{self, Work};
-use crate::config::{DrainUntil, Settings};
 use crate::duration::Display as D;
 use crate::envoy::Exit;
 use crate::stats::Active;
+use std::fmt;
+
+use clap::ValueEnum;
+use serde::Deserialize;
 
 /// How often active connections or requests are read while waiting for zero,
 /// so Envoy stops within about this long after the last one ends.
@@ -225,7 +228,7 @@ impl Outcome {
     }
 }
 
-/// The drain's settings, taken from [`Settings`] once.
+/// The drain's settings (`Settings::drain_plan` in [`crate::config`]).
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub policy: DrainUntil,
@@ -246,19 +249,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn new(settings: &Settings) -> Plan {
-        Plan {
-            policy: settings.drain_until,
-            delay: settings.drain_delay,
-            drain_time: settings.termination_drain_duration,
-            minimum: settings.minimum_drain_duration,
-            deadline: settings.drain_deadline(),
-            read_timeout: settings.admin_timeout,
-            stop_bound: settings.shutdown_margin.max(Duration::from_millis(100)),
-            report_every: settings.poll_interval,
-        }
-    }
-
     /// What the drain waits for, in words.
     pub fn waiting_for(&self) -> String {
         match self.policy {
@@ -883,6 +873,46 @@ fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// What the drain waits for before Envoy is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainUntil {
+    /// A fixed time: `termination_drain_duration`.
+    Time,
+    /// Zero active downstream connections (after the minimum duration).
+    Connections,
+    /// Zero active downstream HTTP requests (after the minimum duration):
+    /// idle keep-alive connections do not hold the pod.
+    Requests,
+    /// After the minimum duration, no request (HTTP or TCP proxy, inbound
+    /// or outbound) active in Envoy and nothing left of the app in the pod:
+    /// no socket, and with a shared process namespace no process.
+    #[serde(rename = "app-exit")]
+    AppExit,
+}
+
+impl fmt::Display for DrainUntil {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
+    }
+}
+
+/// Which listeners Envoy drains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainScope {
+    /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.
+    Inbound,
+    /// Every listener (gateways).
+    All,
+}
+
+impl fmt::Display for DrainScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
+    }
 }
 
 #[cfg(test)]

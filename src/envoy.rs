@@ -22,7 +22,7 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use crate::admin::{AdminClient, AdminError, Endpoint};
-use crate::config::DrainScope;
+use crate::drain::DrainScope;
 use crate::drain::EnvoyControl;
 use crate::stats::{self, Active};
 
@@ -56,6 +56,33 @@ impl Envoy {
             ignored_ports,
             scope: DrainScope::Inbound,
         }
+    }
+
+    /// The Envoy of these settings: launched from `command` (with the drain
+    /// flags added when missing), or, when `command` is empty, the one
+    /// running beside lifeguard.
+    /// `grace` is the pod's grace period; `ignored` the listener ports left
+    /// out of the active counts; `scope` which listeners drain.
+    pub fn start(
+        command: Vec<String>,
+        grace: Duration,
+        admin: AdminClient,
+        ignored: Vec<u16>,
+        scope: DrainScope,
+    ) -> std::io::Result<Envoy> {
+        if command.is_empty() {
+            return Ok(Envoy::external(admin, ignored).with_scope(scope));
+        }
+        let mut command = command;
+        let extra = drain_flags(&command, grace);
+        if !extra.is_empty() {
+            tracing::info!("adding {} to Envoy's command line", extra.join(" "));
+            command.extend(extra);
+        }
+        let child = Child::spawn(&command)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start {}: {e}", command[0])))?;
+        tracing::info!(pid = child.pid(), command = %command.join(" "), "Envoy started");
+        Ok(Envoy::child(child, admin, ignored).with_scope(scope))
     }
 
     /// The same Envoy, draining `scope` listeners.

@@ -19,8 +19,8 @@ use hyper::{Method, StatusCode};
 
 use crate::admin::{fetch, AdminError};
 use crate::app;
-use crate::config::LoopbackUrl;
 use crate::duration::Display as D;
+use crate::url::LoopbackUrl;
 
 /// Exit code when a helper gives up or is refused.
 pub const FAILED: u8 = 1;

@@ -48,3 +48,4 @@ pub mod sockets;
 pub mod stats;
 #[allow(unsafe_code)]
 mod sys;
+pub mod url;

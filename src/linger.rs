@@ -108,7 +108,7 @@ pub fn bound(linger: Duration, status: &Status, grace: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::DrainUntil;
+    use crate::drain::DrainUntil;
 
     fn status(phase: Phase) -> (watch::Sender<Status>, Linger) {
         let mut s = Status::initial(DrainUntil::Time, String::new());

@@ -7,7 +7,10 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+use std::fmt;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
 
 /// Starts logging with the filter the configuration validated.
 pub fn init(filter: &str, format: LogFormat) {
@@ -21,5 +24,21 @@ pub fn init(filter: &str, format: LogFormat) {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
         LogFormat::Json => builder.json().with_ansi(false).with_current_span(false).init(),
+    }
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// `2026-11-22T05:21:00Z  INFO message key=value`, for people.
+    Text,
+    /// One JSON object a line (timestamp, level, fields), for log pipelines.
+    Json,
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
     }
 }

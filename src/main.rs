@@ -13,14 +13,14 @@ use tokio::time::Instant;
 use lifeguard::admin::{AdminClient, CallOutcome, Endpoint};
 use lifeguard::app;
 use lifeguard::cli::{Cli, Command};
-use lifeguard::config::{self, DrainUntil, Effective, Settings};
-use lifeguard::drain::{exit_code, Drain, Plan};
-use lifeguard::envoy::{self, Envoy};
+use lifeguard::config::{self, Settings};
+use lifeguard::drain::{exit_code, Drain};
+use lifeguard::envoy::Envoy;
 use lifeguard::hooks;
-use lifeguard::linger::{self, Linger};
+use lifeguard::linger::Linger;
 use lifeguard::logging;
 use lifeguard::metrics::Metrics;
-use lifeguard::outcome::{self, Summary};
+use lifeguard::outcome;
 use lifeguard::readiness::Readiness;
 use lifeguard::scrape::Scraper;
 use lifeguard::server::{StatusServer, StatusService};
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
             ExitCode::from(runtime.block_on(run(settings, envoy)))
         }
         Command::Check { args } => match args.load(matches.subcommand_matches("check").expect("check")) {
-            Ok((settings, effective)) => ExitCode::from(check(&settings, &effective)),
+            Ok((settings, effective)) => ExitCode::from(lifeguard::cli::check_report(&settings, &effective)),
             Err(e) => config_error(true, &e),
         },
         Command::Wait {
@@ -115,25 +115,6 @@ fn config_error(check: bool, e: &config::ConfigError) -> ExitCode {
     ExitCode::from(exit_code::CONFIG)
 }
 
-/// `lifeguard check`: prints the effective settings and what is wrong.
-fn check(settings: &Settings, effective: &[Effective]) -> u8 {
-    let width = effective.iter().map(|e| e.key.len()).max().unwrap_or(0);
-    for e in effective {
-        println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
-    }
-    println!("{:width$} = {}", "drain deadline", D(settings.drain_deadline()));
-    let warnings = settings.warnings();
-    for w in &warnings {
-        eprintln!("lifeguard check: {w}");
-    }
-    if warnings.is_empty() {
-        println!("configuration OK");
-        0
-    } else {
-        1
-    }
-}
-
 /// Runs the agent; returns the process exit code. Runs on the main thread
 /// (inside `block_on`), which Envoy's parent-death signal relies on.
 async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
@@ -162,60 +143,22 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let local = server.local_addr().expect("bound listener has an address");
     let local_port = local.port();
 
-    let ignored_ports = settings.ignore_listener_ports.clone();
+    let (grace, scope) = (settings.termination_grace_period, settings.drain_scope);
+    let ignored = settings.ignore_listener_ports.clone();
+    let envoy = match Envoy::start(envoy_command, grace, admin.clone(), ignored, scope) {
+        Ok(envoy) => envoy,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start Envoy");
+            return exit_code::CONFIG;
+        }
+    };
     // Children lifeguard waits for itself: never reaped as orphans.
-    let mut own_children = Vec::new();
-    let envoy = if envoy_command.is_empty() {
-        Envoy::external(admin.clone(), ignored_ports).with_scope(settings.drain_scope)
-    } else {
-        let mut command = envoy_command;
-        let extra = envoy::drain_flags(&command, settings.termination_grace_period);
-        if !extra.is_empty() {
-            tracing::info!("adding {} to Envoy's command line", extra.join(" "));
-            command.extend(extra);
-        }
-        match envoy::Child::spawn(&command) {
-            Ok(child) => {
-                tracing::info!(pid = child.pid(), command = %command.join(" "), "Envoy started");
-                own_children.push(child.pid());
-                Envoy::child(child, admin.clone(), ignored_ports).with_scope(settings.drain_scope)
-            }
-            Err(e) => {
-                tracing::error!(program = %command[0], error = %e, "cannot start Envoy");
-                return exit_code::CONFIG;
-            }
-        }
-    };
+    let own_children: Vec<i32> = envoy.pid().map(|p| p as i32).into_iter().collect();
 
-    let mut plan = Plan::new(&settings);
-    let envoy_pid = envoy.pid();
-    let app = app::Watcher::for_pod(
-        local_port,
-        settings.admin_url.addr().port(),
-        envoy_pid,
-        settings.ignore_app_ports.clone(),
-    );
-    let app = match app {
-        Ok(app) => app,
-        Err(why) => {
-            if plan.policy == DrainUntil::AppExit {
-                tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
-                plan.policy = DrainUntil::Requests;
-            }
-            app::Watcher::inert()
-        }
-    };
-    if plan.policy == DrainUntil::AppExit {
-        tracing::info!(
-            processes = app.watches_processes(),
-            "app-exit: waiting for the app's sockets{}",
-            if app.watches_processes() {
-                " and processes (shared process namespace)"
-            } else {
-                ""
-            }
-        );
-    }
+    let mut plan = settings.drain_plan();
+    let admin_port = settings.admin_url.addr().port();
+    let ignored_app = settings.ignore_app_ports.clone();
+    let app = app::Watcher::for_policy(&mut plan.policy, local_port, admin_port, envoy.pid(), ignored_app);
     let message_path = settings.termination_message_path.resolve();
     let (linger_for, grace) = (settings.linger, settings.termination_grace_period);
     let (drain, handle) = Drain::new(plan, envoy, app);
@@ -245,7 +188,7 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     );
     let server = tokio::spawn(server.serve(service, shutdown.clone()));
     let poller = tokio::spawn(poller::run(
-        poller::Schedule::new(&settings),
+        settings.poll_schedule(),
         admin,
         readiness,
         metrics,
@@ -255,24 +198,15 @@ async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let signals = tokio::spawn(signals.forward(handle.clone(), own_children, shutdown.clone()));
 
     let outcome = drain.run().await;
-    let status = handle.status();
-    let summary = Summary::new(&outcome, &status);
-    // Written before the linger: a SIGKILL then cannot lose it.
-    if let Some(path) = &message_path {
-        if let Err(e) = outcome::write_message(path, &summary.to_json()) {
-            tracing::warn!(path = %path.display(), error = %e, "cannot write the termination message");
-        }
-    }
-    let bound = linger::bound(linger_for, &status, grace);
-    if !bound.is_zero() {
-        tracing::info!(up_to = %D(bound), "Envoy stopped; lingering for a last scrape of /stats/prometheus");
-        match linger.wait(bound).await {
-            linger::Ended::Scraped => tracing::info!("a scrape saw the final state"),
-            linger::Ended::TimeUp => tracing::info!("no scrape came while lingering"),
-        }
-    }
-    summary.log();
-    let code = summary.exit_code;
+    let code = outcome::conclude(
+        &outcome,
+        &handle.status(),
+        message_path.as_deref(),
+        &linger,
+        linger_for,
+        grace,
+    )
+    .await;
     shutdown.cancel();
     let _ = tokio::join!(poller, server, signals);
     code

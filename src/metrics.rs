@@ -33,7 +33,7 @@ use metrics::{Counter, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tokio::time::Instant;
 
-use crate::config::DrainUntil;
+use crate::drain::DrainUntil;
 use crate::drain::{Phase, Status};
 use crate::readiness::Readiness;
 

@@ -19,9 +19,15 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::config::DrainUntil;
-use crate::drain::{Outcome, Status};
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::drain::{DrainUntil, Outcome, Status};
+use crate::duration::Display as D;
 use crate::envoy::Exit;
+use crate::linger::{Ended, Linger};
 
 /// The most the kubelet keeps of a termination message.
 pub const MESSAGE_LIMIT: usize = 4096;
@@ -129,6 +135,36 @@ impl Summary {
 
 /// Writes the summary line to the termination-message file (replacing what
 /// was there, as Kubernetes reads the whole file).
+/// How the agent ends, once Envoy has stopped: the summary in the
+/// termination message (written first: a SIGKILL during the linger cannot
+/// lose it), the linger for a last scrape, the summary as the last log line.
+/// Returns the exit code.
+pub async fn conclude(
+    outcome: &Outcome,
+    status: &Status,
+    message_path: Option<&Path>,
+    linger: &Linger,
+    linger_for: Duration,
+    grace: Duration,
+) -> u8 {
+    let summary = Summary::new(outcome, status);
+    if let Some(path) = message_path {
+        if let Err(e) = write_message(path, &summary.to_json()) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the termination message");
+        }
+    }
+    let bound = crate::linger::bound(linger_for, status, grace);
+    if !bound.is_zero() {
+        tracing::info!(up_to = %D(bound), "Envoy stopped; lingering for a last scrape of /stats/prometheus");
+        match linger.wait(bound).await {
+            Ended::Scraped => tracing::info!("a scrape saw the final state"),
+            Ended::TimeUp => tracing::info!("no scrape came while lingering"),
+        }
+    }
+    summary.log();
+    summary.exit_code
+}
+
 pub fn write_message(path: &Path, line: &str) -> io::Result<()> {
     debug_assert!(line.len() <= MESSAGE_LIMIT);
     std::fs::write(path, line)
@@ -141,6 +177,54 @@ fn exit_text(exit: &Exit) -> String {
 /// Seconds rounded to the millisecond: the summary is for people.
 fn millis(secs: f64) -> f64 {
     (secs * 1000.0).round() / 1000.0
+}
+
+/// Where the exit summary goes (Kubernetes' termination message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessagePath {
+    /// [`MessagePath::KUBERNETES_DEFAULT`] when that file exists (the
+    /// kubelet mounts it), else nowhere.
+    Auto,
+    /// Nowhere.
+    Off,
+    /// This file (created if missing, replaced if present).
+    File(PathBuf),
+}
+
+impl MessagePath {
+    /// Where the kubelet mounts the termination-message file by default.
+    pub const KUBERNETES_DEFAULT: &'static str = "/dev/termination-log";
+
+    /// The file to write, decided now: `auto` looks for the kubelet's file.
+    pub fn resolve(&self) -> Option<PathBuf> {
+        match self {
+            MessagePath::Auto => Some(PathBuf::from(Self::KUBERNETES_DEFAULT)).filter(|p| p.exists()),
+            MessagePath::Off => None,
+            MessagePath::File(path) => Some(path.clone()),
+        }
+    }
+}
+
+impl FromStr for MessagePath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(MessagePath::Auto),
+            "none" | "" => Ok(MessagePath::Off),
+            path if path.contains('\0') => Err("a path cannot contain NUL".into()),
+            path => Ok(MessagePath::File(path.into())),
+        }
+    }
+}
+
+impl fmt::Display for MessagePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MessagePath::Auto => f.write_str("auto"),
+            MessagePath::Off => f.write_str("none"),
+            MessagePath::File(path) => write!(f, "{}", path.display()),
+        }
+    }
 }
 
 #[cfg(test)]

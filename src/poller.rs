@@ -49,10 +49,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, AdminClient, AdminError, Endpoint};
-use crate::config::{Settings, XdsCheck};
 use crate::metrics::Metrics;
 use crate::readiness::{Readiness, Verdict};
 use crate::stats::{self, Value};
+use std::fmt;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
 
 /// Envoy's server states, as `GET /ready` names them (the number is the
 /// `server.state` gauge's value).
@@ -150,16 +153,6 @@ pub struct Schedule {
     pub poll_interval: Duration,
     pub startup_poll_interval: Duration,
     pub xds_check: XdsCheck,
-}
-
-impl Schedule {
-    pub fn new(settings: &Settings) -> Self {
-        Self {
-            poll_interval: settings.poll_interval,
-            startup_poll_interval: settings.startup_poll_interval,
-            xds_check: settings.xds_check,
-        }
-    }
 }
 
 /// Runs until `shutdown` is cancelled.
@@ -436,6 +429,29 @@ fn bad_value(name: &str, value: Value<'_>) -> String {
             format!("{name} has a value that is not a number: {text:?}")
         }
         Value::Number(n) => format!("{name} = {n}"),
+    }
+}
+
+/// When readiness also requires Envoy's first xDS (CDS and LDS) updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum XdsCheck {
+    /// Required for each of CDS and LDS whose counters Envoy reports: a
+    /// static bootstrap has none and is not held back; an xDS-fed Envoy is.
+    Auto,
+    /// Always required (both CDS and LDS).
+    #[value(alias = "on", alias = "true")]
+    #[serde(alias = "on", alias = "true")]
+    Required,
+    /// Never checked.
+    #[value(alias = "false")]
+    #[serde(alias = "false")]
+    Off,
+}
+
+impl fmt::Display for XdsCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
     }
 }
 

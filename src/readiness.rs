@@ -136,7 +136,7 @@ impl Readiness {
     /// Readiness with no drain behind it (benchmarks, tests): the phase is
     /// `serving` for good.
     pub fn standalone(stale_after: Duration) -> Self {
-        let (_, rx) = watch::channel(Status::initial(crate::config::DrainUntil::Time, String::new()));
+        let (_, rx) = watch::channel(Status::initial(crate::drain::DrainUntil::Time, String::new()));
         Self::new(stale_after, rx)
     }
 
@@ -187,7 +187,7 @@ impl Readiness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::DrainUntil;
+    use crate::drain::DrainUntil;
 
     fn readiness(stale_after: Duration) -> (watch::Sender<Status>, Readiness) {
         let (tx, rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));

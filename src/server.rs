@@ -621,7 +621,7 @@ mod tests {
     fn with_drain() -> (StatusService, Readiness, crate::drain::Drain<crate::envoy::Envoy>) {
         use crate::drain::{Drain, Plan};
         let plan = Plan {
-            policy: crate::config::DrainUntil::Time,
+            policy: crate::drain::DrainUntil::Time,
             delay: Duration::ZERO,
             drain_time: Duration::from_secs(5),
             minimum: Duration::from_secs(5),
