@@ -44,7 +44,7 @@ pub mod readiness;
 pub mod scrape;
 pub mod server;
 pub mod signals;
-pub mod sockets;
+pub(crate) mod sockets;
 pub mod stats;
 #[allow(unsafe_code)]
 mod sys;
