@@ -108,15 +108,24 @@ pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many connections may be open at once; more are closed on accept.
 /// Fewer when the process may not open that many files: see
 /// [`connection_limit`]. How they are shared: [`SlotLimits::for_total`].
-pub const MAX_CONNECTIONS: usize = 4096;
+///
+/// This is what bounds lifeguard's memory under any number of peers: a
+/// connection hyper serves holds about 16 KiB of read and write buffers
+/// (about 36 KiB per slow reader of the merged scrape with its task and its
+/// own part, measured in a debug build), so 768 of them keep lifeguard
+/// inside 64 MiB; a connection that has sent nothing yet holds no buffer at
+/// all (hyper gets it only once it is readable). Probes, Prometheus and a
+/// load balancer need a handful.
+pub const MAX_CONNECTIONS: usize = 768;
 /// The listen backlog (the kernel caps it at `net.core.somaxconn`).
 const LISTEN_BACKLOG: u32 = 4096;
 /// File descriptors kept free for everything but status connections.
 const SPARE_FDS: u64 = 64;
 
 /// Raises the soft open-files limit to the hard one (so the connection cap,
-/// not the kernel, bounds the status server) and returns the cap: 4096, or
-/// the soft limit less some spare descriptors when that is lower.
+/// not the kernel, bounds the status server) and returns the cap:
+/// [`MAX_CONNECTIONS`], or the soft limit less some spare descriptors when
+/// that is lower.
 pub fn connection_limit() -> usize {
     let Some(soft) = crate::sys::raise_nofile_limit() else {
         return MAX_CONNECTIONS;
@@ -511,11 +520,23 @@ impl StatusServer {
             };
             let _ = stream.set_nodelay(true);
             let service = service.for_peer(peer);
-            let io = TokioIo::new(WriteTimeout::new(stream, RESPONSE_WRITE_TIMEOUT));
-            let conn = http.serve_connection(io, service);
+            let http = http.clone();
             let shutdown = shutdown.clone();
             tracker.spawn(async move {
                 let _slot = slot;
+                // Nothing of hyper's (no buffers) until the peer sends a
+                // byte: an idle connection costs a socket and this task,
+                // and is closed after the header-read timeout.
+                tokio::select! {
+                    ready = tokio::time::timeout(HEADER_READ_TIMEOUT, stream.readable()) => {
+                        if !matches!(ready, Ok(Ok(()))) {
+                            return;
+                        }
+                    }
+                    _ = shutdown.cancelled() => return,
+                }
+                let io = TokioIo::new(WriteTimeout::new(stream, RESPONSE_WRITE_TIMEOUT));
+                let conn = http.serve_connection(io, service);
                 tokio::pin!(conn);
                 tokio::select! {
                     _ = conn.as_mut() => {}

@@ -14,6 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
+use lifeguard::server::MAX_CONNECTIONS;
 
 /// Exit-on-zero connections with a short minimum drain.
 const EXIT_ON_ZERO: [&str; 4] = [
@@ -248,13 +249,15 @@ fn a_slowloris_client_is_cut_off_and_does_not_slow_other_probes() {
 }
 
 #[test]
-fn thousands_of_idle_connections_are_held_without_slowing_probes() {
+fn idle_connections_up_to_the_cap_are_held_without_slowing_probes() {
     let admin = FakeAdmin::start(AdminMode::Live);
     let (mut agent, status) = agent_on(&admin, &[]);
     wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
-    let idle: Vec<TcpStream> = (0..3000).map(|_| TcpStream::connect(status.addr()).unwrap()).collect();
+    // Up to the cap, with room left for the probes.
+    let n = MAX_CONNECTIONS - 64;
+    let idle: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(status.addr()).unwrap()).collect();
     let slowest = probe_many(status.addr(), 200);
-    eprintln!("slowest of 200 probes beside 3000 idle connections: {slowest:?}");
+    eprintln!("slowest of 200 probes beside {n} idle connections: {slowest:?}");
     assert!(agent.is_running());
     drop(idle);
 }
@@ -264,8 +267,10 @@ fn connections_past_the_cap_are_closed_and_idle_ones_time_out() {
     let admin = FakeAdmin::start(AdminMode::Live);
     let (agent, status) = agent_on(&admin, &[]);
     wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
-    // The cap is 4096 connections; hold them all, then one more.
-    let held: Vec<TcpStream> = (0..4096).map(|_| TcpStream::connect(status.addr()).unwrap()).collect();
+    // Hold every slot, then one more.
+    let held: Vec<TcpStream> = (0..MAX_CONNECTIONS)
+        .map(|_| TcpStream::connect(status.addr()).unwrap())
+        .collect();
     wait_for("a connection past the cap to be closed", Duration::from_secs(5), || {
         let mut extra = TcpStream::connect(status.addr()).map_err(|e| e.to_string())?;
         extra.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
