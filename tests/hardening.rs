@@ -381,6 +381,27 @@ fn every_bad_value_stops_start_up_naming_the_field_and_value() {
             "--ignore-listener-port",
             "70000",
         ),
+        // Too large for a deadline: refused when parsed, not a panic later.
+        (
+            vec![],
+            vec![("TERMINATION_GRACE_PERIOD", "18446744073709551615")],
+            "TERMINATION_GRACE_PERIOD",
+            "too large",
+        ),
+        (vec!["--log", "lifeguard=loud"], vec![], "--log", "lifeguard=loud"),
+        (vec!["--config", "/dev/zero"], vec![], "/dev/zero", "not a regular file"),
+        (
+            vec!["--poll-interval", "1ns"],
+            vec![],
+            "--poll-interval",
+            "at least 10ms",
+        ),
+        (
+            vec![],
+            vec![("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", "yes")],
+            "EXIT_ON_ZERO_ACTIVE_CONNECTIONS",
+            "yes",
+        ),
     ];
     let guard = port();
     let guard_addr = guard.addr().to_string();
@@ -399,5 +420,26 @@ fn every_bad_value_stops_start_up_naming_the_field_and_value() {
         let err = proc.output();
         assert_eq!(status.and_then(|s| s.code()), Some(2), "{args:?} {env:?}: {err}");
         assert!(err.contains(field) && err.contains(value), "{args:?} {env:?}: {err}");
+    }
+}
+
+#[test]
+fn go_booleans_from_istio_pod_specs_are_accepted() {
+    let forms = [
+        (["1", "t", "T", "TRUE", "true", "True"], "connections"),
+        (["0", "f", "F", "FALSE", "false", "False"], "app-exit"),
+    ];
+    for (values, policy) in forms {
+        for value in values {
+            let out = Command::new(env!("CARGO_BIN_EXE_lifeguard"))
+                .arg("check")
+                .env("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(0), "{value}: {text}");
+            let line = text.lines().find(|l| l.starts_with("drain_until ")).unwrap_or("");
+            assert!(line.contains(policy), "{value}: {text}");
+        }
     }
 }
