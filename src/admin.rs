@@ -157,11 +157,6 @@ impl AdminClient {
         }
     }
 
-    /// The same client with another timeout.
-    pub fn with_timeout(self, timeout: Duration) -> Self {
-        Self { timeout, ..self }
-    }
-
     /// `GET path`, expecting 200 and a UTF-8 body of at most `limit` bytes.
     pub async fn get_text(&self, endpoint: Endpoint, path: &str, limit: usize) -> Result<String, AdminError> {
         let body = self.call(endpoint, Method::GET, path, limit).await?;
@@ -226,15 +221,6 @@ impl AdminClient {
     pub fn observe(&self, endpoint: Endpoint, outcome: CallOutcome, took: Duration) {
         if let Some(observer) = &self.observer {
             observer(endpoint, outcome, took);
-        }
-    }
-
-    /// A timeout error for this client's URL (for callers that time a
-    /// streamed read themselves).
-    pub fn timeout_error(&self, timeout: Duration) -> AdminError {
-        AdminError::Timeout {
-            url: self.url.to_string(),
-            timeout,
         }
     }
 

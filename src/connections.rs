@@ -217,10 +217,6 @@ impl<S> WriteTimeout<S> {
         }
     }
 
-    pub fn get_ref(&self) -> &S {
-        &self.io
-    }
-
     /// Handles a write (or flush) that returned `poll`: progress disarms
     /// the timer, a wait arms it (once), and a wait past the limit fails.
     fn watch<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {

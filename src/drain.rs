@@ -16,8 +16,9 @@
 //!    propagates;
 //! 3. Envoy's inbound listeners drain gracefully (retried; a failure is
 //!    logged and the sequence goes on);
-//! 4. the policy: a fixed time, or zero active connections or requests after
-//!    a minimum time, read every 50 ms; only a count read *now* can end it;
+//! 4. the policy: a fixed time, or nothing left (connections, requests, or
+//!    the app's work) after a minimum time, read every 50 ms on a small
+//!    Envoy and less often on a slow one; only a count read *now* can end it;
 //! 5. Envoy is stopped gracefully. One deadline (grace period less the
 //!    shutdown margin, counted from the start of the drain) bounds steps 2–4.
 //!
@@ -49,6 +50,11 @@ use serde::Deserialize;
 /// How often active connections or requests are read while waiting for zero,
 /// so Envoy stops within about this long after the last one ends.
 pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// With `app-exit`, how long every read must have found nothing left (no
+/// request in Envoy, no socket or process of the app) before Envoy stops:
+/// an app between two steps of its shutdown may hold no socket for a
+/// moment (with a shared process namespace its processes still show).
+pub const APP_QUIET: Duration = Duration::from_millis(100);
 /// A drain read starts this many times the recent reads' duration after the
 /// one before: Envoy's admin thread spends at most 1/PACE (about 9 %) of its
 /// time on the drain's reads, whatever the size of its config.
@@ -174,7 +180,8 @@ pub struct Status {
     /// What the policy counts (connections, requests, or work in flight and
     /// app sockets and processes) still active when Envoy was stopped.
     pub left_at_stop: Option<u64>,
-    /// Seconds from the start of the drain to Envoy's stop.
+    /// Seconds from the start of the drain to drained, while Envoy keeps
+    /// running after `POST /drain`; to Envoy's stop once it has stopped.
     pub duration_seconds: Option<f64>,
 }
 
@@ -570,7 +577,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     /// was satisfied (false: the deadline came first).
     ///
     /// Envoy answers admin calls on its main thread, the one that applies
-    /// xDS: reads are spaced so they take at most a tenth of its time (a
+    /// xDS: reads are spaced so they take at most about 9 % of its time (a
     /// read starts [`PACE`] times the median of the last three reads' time
     /// after the one before), and never closer than [`ZERO_POLL_INTERVAL`].
     async fn wait_for_policy(
@@ -590,10 +597,14 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         let mut read_warning = Throttle::new(WARN_EVERY);
         let mut skipped_warning = Throttle::new(WARN_EVERY);
         let mut app_warning = Throttle::new(WARN_EVERY);
-        // The last three reads' durations: the pause follows their median,
-        // so one read slowed by a busy CPU here does not stall the drain,
-        // while a config that makes every read slow is paced by it.
-        let mut recent = [Duration::MAX; 3];
+        // The last three answered reads' durations: the pause follows their
+        // median (the shortest, until there are three), so one read slowed
+        // by a busy CPU here does not stall the drain, while a config that
+        // makes every read slow is paced by it. A read that timed out says
+        // nothing of what a read costs Envoy (it may have waited behind
+        // something else) and is left out.
+        let mut recent: Vec<Duration> = Vec::with_capacity(3);
+        let mut zero_since: Option<Instant> = None;
         loop {
             let read_timeout = plan
                 .read_timeout
@@ -615,6 +626,12 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
                 .inbox
                 .race(&self.envoy, async { tokio::join!(envoy_read, app_read) })
                 .await?;
+            if read.is_ok() {
+                if recent.len() == 3 {
+                    recent.remove(0);
+                }
+                recent.push(took);
+            }
             let now = Instant::now();
             // Only counts read now may end the drain: an older zero may be
             // stale (a graceful drain still accepts connections).
@@ -678,7 +695,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             }
             // The count the policy counts, read now (None: unknown now).
             let count_now = match (envoy_now, &app_now) {
-                (Some(n), Some(work)) => Some(n + work.count()),
+                (Some(n), Some(work)) => Some(n.saturating_add(work.count())),
                 _ => None,
             };
             if let Some(count) = count_now {
@@ -694,8 +711,18 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
                 progress.observe(now, count, plan.counted_in_all());
                 left = Some(count);
             }
+            // Since when every read said nothing is left (None: the last
+            // read found work, or failed).
+            zero_since = match count_now {
+                Some(0) => zero_since.or(Some(now)),
+                _ => None,
+            };
             let done = match plan.policy {
                 DrainUntil::Time => now >= min_end,
+                // The app may hold nothing for a moment between two steps
+                // of its shutdown (its last answer, its first call out):
+                // it is done when nothing was seen for APP_QUIET.
+                DrainUntil::AppExit => now >= min_end && zero_since.is_some_and(|t| now.duration_since(t) >= APP_QUIET),
                 _ => now >= min_end && count_now == Some(0),
             };
             if done {
@@ -712,15 +739,11 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             if now >= deadline {
                 return Ok((left, false));
             }
-            recent.rotate_right(1);
-            recent[0] = took;
-            let mut sorted = recent;
+            let mut sorted = recent.clone();
             sorted.sort_unstable();
-            // The median of the last three (the only one so far at first).
-            let cost = if sorted[1] == Duration::MAX {
-                sorted[0]
-            } else {
-                sorted[1]
+            let cost = match sorted.len() {
+                3 => sorted[1],
+                _ => sorted.first().copied().unwrap_or(Duration::ZERO),
             };
             let gap = period.max(cost.saturating_mul(PACE));
             let mut next = deadline.min(read_started + gap).max(now);
@@ -1388,9 +1411,9 @@ mod tests {
         );
         assert_eq!(status.active_connections, None);
         assert_eq!(task.await.unwrap().exit_code(), exit_code::CLEAN);
-        // Not before the first zero that was really read (after 6 s); a read
-        // that timed out spaces the next one by PACE times the timeout.
-        assert_between(envoy.stops()[0], 6.0, 11.05);
+        // Not before the first zero that was really read (after 6 s), and
+        // at once then: reads that timed out do not pace the next ones.
+        assert_between(envoy.stops()[0], 6.0, 6.05);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1459,8 +1482,9 @@ mod tests {
         assert_eq!(status.app_sockets, Some(1));
         let outcome = task.await.unwrap();
         assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
-        // Stopped within one read period of the app's exit.
-        assert_between(envoy.stops()[0], 4.2, 4.25);
+        // Stopped once nothing was seen for APP_QUIET, within one read
+        // period more.
+        assert_between(envoy.stops()[0], 4.3, 4.35);
         let status = handle.status();
         assert_eq!(status.left_at_stop, Some(0));
         assert_eq!(status.waiting_on, None);
@@ -1548,6 +1572,36 @@ mod tests {
         // follows the shortest recent read, not the outlier.
         let envoy = FakeEnvoy::new(true, |t| {
             let delay = if t >= secs(1.0) && t < secs(1.05) { 900 } else { 2 };
+            (Duration::from_millis(delay), conns(u64::from(t < secs(2.0))).1)
+        });
+        let mut p = plan(DrainUntil::Connections);
+        p.minimum = secs(1.0);
+        let (task, handle) = start(p, &envoy);
+        handle.signal("SIGTERM");
+        task.await.unwrap();
+        assert_between(envoy.stops()[0], 2.0, 2.1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn app_exit_is_not_fooled_by_a_moment_without_app_sockets() {
+        // The app answers its last request at 1 s, holds nothing for 60 ms,
+        // then calls out (one socket) until 3 s.
+        let envoy = FakeEnvoy::new(true, |_| conns(0));
+        let mut p = plan(DrainUntil::AppExit);
+        p.minimum = secs(0.5);
+        let gap = |t: Duration| t >= secs(1.0) && t < secs(1.06);
+        let (task, handle) = start_with_app(p, &envoy, move |t| usize::from(t < secs(3.0) && !gap(t)));
+        handle.signal("SIGTERM");
+        task.await.unwrap();
+        assert_between(envoy.stops()[0], 3.1, 3.15);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_read_stuck_behind_a_long_scrape_does_not_stall_the_drain() {
+        // Envoy's admin is busy for the first second (the first read times
+        // out), then answers in 2 ms; the count reaches zero at 2 s.
+        let envoy = FakeEnvoy::new(true, |t| {
+            let delay = if t < secs(1.0) { 2000 } else { 2 };
             (Duration::from_millis(delay), conns(u64::from(t < secs(2.0))).1)
         });
         let mut p = plan(DrainUntil::Connections);

@@ -48,7 +48,7 @@ pub struct Summary {
     pub policy: DrainUntil,
     /// Unix time the drain began.
     pub started_at: Option<f64>,
-    /// From the start of the drain to drained (or Envoy's stop), in seconds.
+    /// From the start of the drain to Envoy's stop, in seconds.
     pub duration_seconds: Option<f64>,
     pub cut_by_deadline: bool,
     /// What the policy counts still active when Envoy was stopped.
@@ -133,8 +133,6 @@ impl Summary {
     }
 }
 
-/// Writes the summary line to the termination-message file (replacing what
-/// was there, as Kubernetes reads the whole file).
 /// How the agent ends, once Envoy has stopped: the summary in the
 /// termination message (written first: a SIGKILL during the linger cannot
 /// lose it), the linger for a last scrape, the summary as the last log line.
@@ -165,6 +163,8 @@ pub async fn conclude(
     summary.exit_code
 }
 
+/// Writes the summary line to the termination-message file (replacing what
+/// was there, as Kubernetes reads the whole file).
 pub fn write_message(path: &Path, line: &str) -> io::Result<()> {
     debug_assert!(line.len() <= MESSAGE_LIMIT);
     std::fs::write(path, line)

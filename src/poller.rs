@@ -23,9 +23,10 @@
 //! exception, lifeguard's own doing: while lifeguard's merged-scrape read
 //! waits on Envoy or Envoy streams it ([`Heartbeat`]), Envoy's admin thread
 //! is busy with that read (admin requests are served one at a time), and the
-//! kept answer is dated from the last beat; the read is bounded by the
-//! scrape's timeout, so a hung Envoy is then seen within that timeout plus
-//! the staleness bound. A definite answer — connection refused, an error
+//! kept answer is dated from the last beat; a read vouches for Envoy for its
+//! first client's scrape timeout at most (30 s at most), so a hung Envoy is
+//! then seen within that plus the staleness bound, and an answer gone stale
+//! is never revived by a beat. A definite answer — connection refused, an error
 //! status, a state other than LIVE — flips at once. Kept answers and flips
 //! are counted (`lifeguard_readiness_kept_total`,
 //! `lifeguard_envoy_readiness_changes_total`) and logged, once per change or
@@ -230,9 +231,11 @@ impl<E: EnvoyReadiness> Poller<E> {
             Found::TimedOut(error) if was_ready => {
                 self.timeouts += 1;
                 self.metrics.readiness_kept();
-                // Envoy streaming a scrape to us since is proof of life.
+                // Envoy busy with our own scrape read since is proof of
+                // life; once the kept answer has gone stale, only an answer
+                // from Envoy makes it fresh again.
                 let at = match self.heartbeat.last() {
-                    Some(beat) if beat > previous.at() => beat,
+                    Some(beat) if beat > previous.at() && !self.stale_logged => beat,
                     _ => previous.at(),
                 };
                 let stale_after = self.readiness.stale_after();

@@ -332,11 +332,6 @@ impl Scraper {
         self
     }
 
-    /// How many Envoy reads are held in memory now.
-    pub fn live_reads(&self) -> usize {
-        self.inner.live.load(Ordering::Relaxed)
-    }
-
     /// Lifeguard's part, rendered now.
     fn ours(&self) -> Bytes {
         let inner = &*self.inner;
@@ -510,7 +505,10 @@ async fn fill(
     bytes: &mut usize,
     tail: &mut BytesMut,
 ) -> End {
-    let (status, mut body) = match bounded(read, beating(heartbeat, admin.open(path))).await {
+    // Envoy's silence is put down to this read for the first client's
+    // budget at most (never past MAX_BEATING), however late others join.
+    let beat_until = read.deadline().min(read.started + MAX_BEATING);
+    let (status, mut body) = match bounded(read, beating(heartbeat, beat_until, admin.open(path))).await {
         None => return End::Cut(Incomplete::Timeout),
         Some(Err(e)) => {
             tracing::debug!(error = %e, "Envoy's metrics left out of the scrape");
@@ -531,7 +529,7 @@ async fn fill(
         return End::Cut(Incomplete::Error);
     }
     loop {
-        let chunk = match bounded(read, beating(heartbeat, body.chunk())).await {
+        let chunk = match bounded(read, beating(heartbeat, beat_until, body.chunk())).await {
             None => return End::Cut(Incomplete::Timeout),
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "Envoy's metrics broke off");
@@ -586,27 +584,34 @@ fn push_lines(list: &List<Bytes>, tail: &mut BytesMut, mut chunk: Bytes) -> bool
     tail.len() <= LINE_CAP
 }
 
-/// Runs `fut` until the read's deadline, which may move later meanwhile.
 /// How often a read waiting on Envoy says so to the poller.
 const BEAT_EVERY: Duration = Duration::from_millis(250);
+/// The longest a read waiting on Envoy vouches for it.
+const MAX_BEATING: Duration = Duration::from_secs(30);
 
 /// Runs `fut` (a wait on Envoy's answer to our own metrics read) and, while
 /// it waits, tells the poller that Envoy's admin thread is busy with that
 /// read: Envoy serves admin requests one at a time, so a `/ready` that
 /// times out meanwhile is queued behind our read, not unanswered by a hung
-/// Envoy. Bounded by the read's deadline (the scrape timeout): a hung Envoy
-/// is then seen within that bound.
-async fn beating<F: std::future::Future>(heartbeat: &Heartbeat, fut: F) -> F::Output {
+/// Envoy. Only until `until` (the first client's budget, at most
+/// [`MAX_BEATING`]): a hung Envoy is then seen within that bound plus the
+/// staleness bound.
+async fn beating<F: std::future::Future>(heartbeat: &Heartbeat, until: Instant, fut: F) -> F::Output {
     tokio::pin!(fut);
     let mut beat = tokio::time::interval(BEAT_EVERY);
     loop {
         tokio::select! {
             out = &mut fut => return out,
-            _ = beat.tick() => heartbeat.beat(),
+            _ = beat.tick(), if Instant::now() < until => heartbeat.beat(),
+            _ = tokio::time::sleep_until(until), if Instant::now() < until => {}
+        }
+        if Instant::now() >= until {
+            return fut.await;
         }
     }
 }
 
+/// Runs `fut` until the read's deadline, which may move later meanwhile.
 async fn bounded<F: std::future::Future>(read: &Read, fut: F) -> Option<F::Output> {
     tokio::pin!(fut);
     loop {

@@ -43,11 +43,6 @@ impl Signals {
         })
     }
 
-    /// Whether orphans are reaped (lifeguard is PID 1).
-    pub fn reaps_orphans(&self) -> bool {
-        self.child.is_some()
-    }
-
     /// Turns signals into drain events, and reaps orphans on SIGCHLD (as
     /// PID 1, leaving `own_children` to their waiters), until shutdown.
     pub async fn forward(mut self, drain: DrainHandle, own_children: Vec<i32>, shutdown: CancellationToken) {
