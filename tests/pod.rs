@@ -60,7 +60,11 @@ fn app_finishes_then_calls_out(shared_pids: bool, mode: AppMode, idle_client: bo
 
     let sigterm = pod.kubelet_sigterm();
     let (answer, _) = inflight.join().unwrap();
-    assert_eq!(answer.unwrap(), (200, "done\n".to_owned()), "the request in flight at SIGTERM");
+    assert_eq!(
+        answer.unwrap(),
+        (200, "done\n".to_owned()),
+        "the request in flight at SIGTERM"
+    );
     let app_gone = app_exit.wait().expect("the app exits");
     let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
     let code = pod.agent_exit_code(Duration::from_secs(10));
@@ -186,7 +190,11 @@ fn hooks_connected_to_the_agent_do_not_hold_the_drain() {
     assert!(waited.saturating_duration_since(app_gone) < PROMPT);
     let drain_code = drain_hook.wait_exit(Duration::from_secs(5)).and_then(|s| s.code());
     assert_eq!(drain_code, Some(0), "{}", drain_hook.output());
-    assert!(drain_hook.output().contains("\"phase\":\"drained\""), "{}", drain_hook.output());
+    assert!(
+        drain_hook.output().contains("\"phase\":\"drained\""),
+        "{}",
+        drain_hook.output()
+    );
     let wait_code = wait_hook.wait_exit(Duration::from_secs(5)).and_then(|s| s.code());
     assert_eq!(wait_code, Some(0), "{}", wait_hook.output());
     assert!(
@@ -197,11 +205,17 @@ fn hooks_connected_to_the_agent_do_not_hold_the_drain() {
     // The kubelet's SIGTERM once the hooks returned stops Envoy at once.
     let sigterm = pod.kubelet_sigterm();
     assert_eq!(pod.agent_exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
-    eprintln!("hooks: SIGTERM after the hooks -> lifeguard exited {:?}", sigterm.elapsed());
+    eprintln!(
+        "hooks: SIGTERM after the hooks -> lifeguard exited {:?}",
+        sigterm.elapsed()
+    );
     let seen = watch.finish();
     for v in &seen {
         let on = s(v, "waiting_on");
-        assert!(!on.contains(":15020") && !on.contains("lifeguard"), "a hook was counted: {on}");
+        assert!(
+            !on.contains(":15020") && !on.contains("lifeguard"),
+            "a hook was counted: {on}"
+        );
     }
 }
 
@@ -220,18 +234,23 @@ fn a_listener_of_a_process_named_envoy_that_is_not_envoy_is_the_apps() {
     let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
     let watch = DrainWatch::start(&pod.net, Duration::from_millis(20));
     pod.kubelet_sigterm(); // the stubborn app ignores it
-    let held = wait_for("the drain to wait on the fake envoy", Duration::from_secs(10), || {
-        match watch.seen().last() {
+    let held = wait_for(
+        "the drain to wait on the fake envoy",
+        Duration::from_secs(10),
+        || match watch.seen().last() {
             Some(v) if v["stop_requested"] == true && s(v, "waiting_on").contains("127.0.0.1:8080 listening") => {
                 Ok(v.clone())
             }
             other => Err(other.cloned()),
-        }
-    });
+        },
+    );
     assert_eq!(held["app_sockets"], 1, "{held}");
     assert_eq!(held["app_processes"], 1, "{held}");
     let in_pod = ns_pid(app);
-    assert!(s(&held, "waiting_on").contains(&format!("envoy pid {in_pod}")), "{held}");
+    assert!(
+        s(&held, "waiting_on").contains(&format!("envoy pid {in_pod}")),
+        "{held}"
+    );
     wait_for("wait-app-exit to name it", Duration::from_secs(5), || {
         let out = hook.output();
         if out.contains("127.0.0.1:8080 listening") {
@@ -244,14 +263,19 @@ fn a_listener_of_a_process_named_envoy_that_is_not_envoy_is_the_apps() {
     // Past the minimum drain, so the figure below is the reaction alone.
     let minimum_over = held["started_at"].as_f64().unwrap() + 0.5;
     wait_for("the minimum drain to pass", Duration::from_secs(5), || {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
         if now.as_secs_f64() >= minimum_over {
             Ok(())
         } else {
             Err(now)
         }
     });
-    assert!(!envoy_exit.has_exited(), "Envoy was stopped while the fake envoy listened");
+    assert!(
+        !envoy_exit.has_exited(),
+        "Envoy was stopped while the fake envoy listened"
+    );
 
     let app_exit = ExitWatch::new(app, Duration::from_secs(30));
     signal(app, libc::SIGKILL);
@@ -299,9 +323,15 @@ fn a_pooled_connection_into_an_internal_listener_does_not_hold_the_drain() {
     let took = sigterm.elapsed();
     eprintln!("internal listener with a pooled connection: SIGTERM -> lifeguard exited {took:?} (deadline 9s)");
     assert_eq!(code, 0, "{}", pod.agent.output());
-    assert!(took < Duration::from_secs(3), "held by the internal connection: {took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "held by the internal connection: {took:?}"
+    );
     let seen = watch.finish();
-    assert!(seen.iter().all(|v| v["active_connections"].as_u64() <= Some(0)), "{seen:#?}");
+    assert!(
+        seen.iter().all(|v| v["active_connections"].as_u64() <= Some(0)),
+        "{seen:#?}"
+    );
 }
 
 /// Issue #11, test 7: the fixed policy stops Envoy with a request in
@@ -386,9 +416,6 @@ fn the_deadline_counts_from_the_hook_not_from_sigterm() {
     let window = last["deadline"].as_f64().unwrap() - last["started_at"].as_f64().unwrap();
     assert!((window - 5.0).abs() < 0.01, "{last}");
     assert_eq!(s(last, "trigger"), "POST /drain", "{last}");
-    assert!(
-        seen.iter().any(|v| v["left_at_stop"].as_u64() >= Some(1)),
-        "{seen:#?}"
-    );
+    assert!(seen.iter().any(|v| v["left_at_stop"].as_u64() >= Some(1)), "{seen:#?}");
     assert!(hook.output().contains("127.0.0.1:8080 listening"), "{}", hook.output());
 }
