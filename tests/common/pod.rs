@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{envoy_bin, temp_dir, wait_for, Proc, TempDir};
+use crate::common::{envoy_command, temp_dir, wait_for, Proc, TempDir};
 
 /// The lifeguard binary under test.
 pub fn lifeguard_bin() -> &'static str {
@@ -895,21 +895,10 @@ impl TestPod {
             (None, None)
         };
 
-        let config = dir.path().join("envoy.yaml");
-        std::fs::write(&config, pod_bootstrap(net.peer_ip, spec.internal_listener)).unwrap();
         let mut argv: Vec<String> = vec![lifeguard_bin().into(), "run".into()];
         argv.extend(spec.agent_args.iter().cloned());
-        argv.extend([
-            "--".into(),
-            envoy_bin().display().to_string(),
-            "-c".into(),
-            config.display().to_string(),
-            "--disable-hot-restart".into(),
-            "-l".into(),
-            "warning".into(),
-            "--concurrency".into(),
-            "1".into(),
-        ]);
+        argv.push("--".into());
+        argv.extend(envoy_command(&pod_bootstrap(net.peer_ip, spec.internal_listener), &dir));
         let how = match &pause {
             Some((_, pid)) => Enter::Join(*pid),
             None => Enter::NewPidNs(&net.pod),
