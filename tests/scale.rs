@@ -8,13 +8,14 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
+use hyper::Response;
 
 /// The kit's bootstrap with `n` more STATIC clusters (each to the app).
 fn bootstrap_with_clusters(ports: &Ports, n: usize) -> String {
@@ -252,79 +253,60 @@ fn a_2000_cluster_envoy_stays_ready_while_its_merged_scrape_is_read_in_a_loop() 
 }
 
 // ---------------------------------------------------------------------------
-// A fake admin: every path answers as a live Envoy does, until told to hang.
+// A fake admin (on the kit's TestServer): every path answers as a live
+// Envoy does, until told to hang.
+
+/// How long the fake takes to answer an active-count read, and how many
+/// connections it reports until the count is reported as 0 (after
+/// `ACTIVE_READS_BUSY` reads).
+const ACTIVE_READ_TAKES: Duration = Duration::from_millis(200);
+const ACTIVE_READS_BUSY: usize = 4;
+
+#[derive(Default)]
+struct FakeState {
+    /// Every request is read and never answered.
+    hang_all: AtomicBool,
+    /// `/stats/prometheus` is read and never answered.
+    hang_prometheus: AtomicBool,
+    /// When `/ready` was last answered LIVE.
+    last_live: Mutex<Option<Instant>>,
+    /// Set once a `/stats/prometheus` request has been read.
+    got_prometheus: AtomicBool,
+    /// The drain's active-count reads: when each came in.
+    active_reads: Mutex<Vec<Instant>>,
+}
 
 struct Fake {
     port: Port,
-    /// Every request is read and never answered.
-    hang_all: Arc<AtomicBool>,
-    /// `/stats/prometheus` is read and never answered.
-    hang_prometheus: Arc<AtomicBool>,
-    /// When `/ready` was last answered LIVE.
-    last_live: Arc<Mutex<Option<Instant>>>,
-    /// Set once a `/stats/prometheus` request has been read.
-    got_prometheus: Arc<AtomicBool>,
-    /// The drain's active-count reads: when each came in.
-    active_reads: Arc<Mutex<Vec<Instant>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<()>>,
+    state: Arc<FakeState>,
+    _server: TestServer,
+}
+
+impl std::ops::Deref for Fake {
+    type Target = FakeState;
+    fn deref(&self) -> &FakeState {
+        &self.state
+    }
 }
 
 impl Fake {
     fn start() -> Fake {
         let port = port();
-        let listener = TcpListener::bind(port.addr()).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let hang_all = Arc::new(AtomicBool::new(false));
-        let hang_prometheus = Arc::new(AtomicBool::new(false));
-        let last_live = Arc::new(Mutex::new(None));
-        let got_prometheus = Arc::new(AtomicBool::new(false));
-        let active_reads = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (hang_all, hang_prometheus, last_live, got_prometheus, active_reads, stop) = (
-                hang_all.clone(),
-                hang_prometheus.clone(),
-                last_live.clone(),
-                got_prometheus.clone(),
-                active_reads.clone(),
-                stop.clone(),
-            );
-            thread::spawn(move || {
-                let mut workers = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            let (hang_all, hang_prometheus, last_live, got_prometheus, active_reads, stop) = (
-                                hang_all.clone(),
-                                hang_prometheus.clone(),
-                                last_live.clone(),
-                                got_prometheus.clone(),
-                                active_reads.clone(),
-                                stop.clone(),
-                            );
-                            workers.push(thread::spawn(move || {
-                                let flags = (&*hang_all, &*hang_prometheus, &*got_prometheus);
-                                serve_fake(stream, flags, &last_live, &active_reads, &stop)
-                            }));
-                        }
-                        Err(_) => thread::sleep(Duration::from_millis(2)),
-                    }
-                }
-                for w in workers {
-                    let _ = w.join();
-                }
-            })
-        };
+        let state = Arc::new(FakeState::default());
+        let shared = state.clone();
+        let server = TestServer::start(&port, move |request| {
+            let state = shared.clone();
+            let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+            async move {
+                let mut response = state.answer(&path).await;
+                response.headers_mut().insert("connection", "close".parse().unwrap());
+                response
+            }
+        });
         Fake {
             port,
-            hang_all,
-            hang_prometheus,
-            last_live,
-            got_prometheus,
-            active_reads,
-            stop,
-            thread: Some(thread),
+            state,
+            _server: server,
         }
     }
 
@@ -333,88 +315,38 @@ impl Fake {
     }
 }
 
-impl Drop for Fake {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+impl FakeState {
+    async fn answer(&self, path: &str) -> Response<Body> {
+        let prometheus = path.starts_with("/stats/prometheus");
+        if prometheus {
+            self.got_prometheus.store(true, Ordering::Relaxed);
         }
+        if self.hang_all.load(Ordering::Relaxed) || (prometheus && self.hang_prometheus.load(Ordering::Relaxed)) {
+            return std::future::pending().await;
+        }
+        if path == "/ready" {
+            *self.last_live.lock().unwrap() = Some(Instant::now());
+            return reply(200, "LIVE\n");
+        }
+        if path.contains("downstream_") {
+            // The drain's active-count read: slow, as at 20,000 clusters.
+            let n = {
+                let mut reads = self.active_reads.lock().unwrap();
+                reads.push(Instant::now());
+                reads.len()
+            };
+            tokio::time::sleep(ACTIVE_READ_TAKES).await;
+            let active = u8::from(n <= ACTIVE_READS_BUSY);
+            return reply(
+                200,
+                format!("listener.127.0.0.1_15006.downstream_cx_active: {active}\n"),
+            );
+        }
+        if prometheus {
+            return reply(200, "# TYPE envoy_server_live gauge\nenvoy_server_live 1\n");
+        }
+        reply(200, "listener_manager.workers_started: 1\nserver.state: 0\n")
     }
-}
-
-/// Hang everything, hang `/stats/prometheus`, and "a metrics request came".
-type FakeFlags<'a> = (&'a AtomicBool, &'a AtomicBool, &'a AtomicBool);
-
-/// How long the fake takes to answer an active-count read, and how many
-/// connections it reports until the count is reported as 0 (after
-/// `ACTIVE_READS_BUSY` reads).
-const ACTIVE_READ_TAKES: Duration = Duration::from_millis(200);
-const ACTIVE_READS_BUSY: usize = 4;
-
-fn serve_fake(
-    mut stream: TcpStream,
-    flags: FakeFlags<'_>,
-    last_live: &Mutex<Option<Instant>>,
-    active_reads: &Mutex<Vec<Instant>>,
-    stop: &AtomicBool,
-) {
-    let (hang_all, hang_prometheus, got_prometheus) = flags;
-    stream.set_nonblocking(false).unwrap();
-    stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head = loop {
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break String::from_utf8_lossy(&buf[..end]).to_string();
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-            Err(_) => return,
-        }
-    };
-    let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
-    let prometheus = path.starts_with("/stats/prometheus");
-    if prometheus {
-        got_prometheus.store(true, Ordering::Relaxed);
-    }
-    if hang_all.load(Ordering::Relaxed) || (prometheus && hang_prometheus.load(Ordering::Relaxed)) {
-        let until = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-            thread::sleep(Duration::from_millis(10));
-        }
-        return;
-    }
-    let body = if path == "/ready" {
-        *last_live.lock().unwrap() = Some(Instant::now());
-        "LIVE\n"
-    } else if path.contains("downstream_") {
-        // The drain's active-count read: slow, as at 20,000 clusters.
-        let n = {
-            let mut reads = active_reads.lock().unwrap();
-            reads.push(Instant::now());
-            reads.len()
-        };
-        thread::sleep(ACTIVE_READ_TAKES);
-        if n <= ACTIVE_READS_BUSY {
-            "listener.127.0.0.1_15006.downstream_cx_active: 1\n"
-        } else {
-            "listener.127.0.0.1_15006.downstream_cx_active: 0\n"
-        }
-    } else if prometheus {
-        "# TYPE envoy_server_live gauge\nenvoy_server_live 1\n"
-    } else {
-        "listener_manager.workers_started: 1\nserver.state: 0\n"
-    };
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
 }
 
 fn agent_on_fake(fake: &Fake, extra: &[&str]) -> (Proc, Port) {
