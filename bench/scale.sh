@@ -6,7 +6,7 @@ set -eu
 cd "$(dirname "$0")/.."
 cargo build --release --locked --bin lifeguard
 if [ -z "${ENVOY_BIN:-}" ]; then
-    ENVOY_BIN=$(python3 -c 'import envoy,os;print(os.path.join(os.path.dirname(envoy.__file__),"_bin","envoy"))')
+    ENVOY_BIN=$(scripts/envoy-bin)
     export ENVOY_BIN
 fi
 exec timeout 1800 python3 bench/scale.py "${1:-100,1000,5000,20000}"
