@@ -20,11 +20,12 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use http_body_util::{BodyExt, Empty};
 use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
-use lifeguard::connections::WriteTimeout;
+use lifeguard::envoy::readiness::{Readiness, Verdict};
+use lifeguard::metrics::scrape::Scraper;
 use lifeguard::metrics::Metrics;
-use lifeguard::readiness::{Readiness, Verdict};
-use lifeguard::scrape::Scraper;
-use lifeguard::server::{StatusService, RESPONSE_WRITE_TIMEOUT};
+use lifeguard::status::connections::WriteTimeout;
+use lifeguard::status::server::RESPONSE_WRITE_TIMEOUT;
+use lifeguard::status::service::StatusService;
 use tower::Service;
 
 struct Counting;

@@ -1,11 +1,16 @@
-//! The command line of the `lifeguard` binary.
+//! The command line of the `lifeguard` binary: clap's definition, and
+//! [`parse`], which turns `argv` into what to run ([`Invocation`]) or
+//! reports a bad setting (exit 2, naming the field as the user wrote it).
 
+use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::config::{Effective, RunArgs, Settings};
+use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
+use crate::drain::exit_code;
 use crate::duration::Display as D;
+use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
 use crate::url::{parse_loopback_url, LoopbackUrl};
 
 #[derive(Debug, Parser)]
@@ -133,4 +138,94 @@ pub fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
     } else {
         1
     }
+}
+
+/// What the command line asks for, its settings loaded and checked.
+#[derive(Debug)]
+pub enum Invocation {
+    /// `lifeguard run`: the agent, and Envoy's command line (empty: an
+    /// Envoy that runs beside lifeguard).
+    Run {
+        settings: Settings,
+        effective: Vec<Effective>,
+        envoy: Vec<String>,
+    },
+    /// `lifeguard check`.
+    Check {
+        settings: Settings,
+        effective: Vec<Effective>,
+    },
+    /// `lifeguard wait`.
+    Wait(WaitOptions),
+    /// `lifeguard wait-app-exit`.
+    WaitAppExit(AppExitOptions),
+    /// `lifeguard drain`.
+    Drain(DrainOptions),
+}
+
+/// Parses `argv`. Help, version and usage errors are printed by clap, which
+/// exits; a bad setting is printed here and is `Err` with exit code 2.
+pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
+    let check = argv.get(1).is_some_and(|a| a == "check");
+    let matches = match Cli::command().try_get_matches_from(&argv) {
+        Ok(matches) => matches,
+        Err(e) => match config::from_clap_error(&e, &argv) {
+            Some(e) => return Err(config_error(check, &e)),
+            None => e.exit(),
+        },
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let sub = |name| {
+        matches
+            .subcommand_matches(name)
+            .expect("the subcommand that was parsed")
+    };
+    let load = |args: RunArgs, name| args.load(sub(name)).map_err(|e| config_error(check, &e));
+    Ok(match cli.command {
+        Command::Run { args, envoy } => {
+            let (settings, effective) = load(args, "run")?;
+            Invocation::Run {
+                settings,
+                effective,
+                envoy,
+            }
+        }
+        Command::Check { args } => {
+            let (settings, effective) = load(args, "check")?;
+            Invocation::Check { settings, effective }
+        }
+        Command::Wait {
+            url: (url, path),
+            timeout,
+            period,
+            request_timeout,
+        } => Invocation::Wait(WaitOptions {
+            url,
+            path,
+            timeout,
+            period,
+            request_timeout,
+        }),
+        Command::WaitAppExit {
+            timeout,
+            period,
+            ignore_ports,
+            agent_url,
+            admin_url,
+        } => Invocation::WaitAppExit(AppExitOptions {
+            timeout,
+            period,
+            ignore_ports,
+            agent: agent_url,
+            admin: admin_url,
+        }),
+        Command::Drain { url, timeout } => Invocation::Drain(DrainOptions { url, timeout }),
+    })
+}
+
+/// Reports a bad setting: exit code 2, nothing started.
+fn config_error(check: bool, e: &ConfigError) -> u8 {
+    let who = if check { "lifeguard check" } else { "lifeguard" };
+    eprintln!("{who}: configuration error: {e}");
+    exit_code::CONFIG
 }

@@ -5,6 +5,11 @@
 //! accepted: no setting of lifeguard means anything with a negative duration,
 //! so `-5s` is an error rather than a surprise. Nor is anything over a year
 //! ([`MAX`]): deadlines are instants plus durations, and must not overflow.
+//!
+//! Written by hand on purpose: it is some 60 lines, and the crates that
+//! parse durations read another grammar (`humantime` takes `1h 30m` and no
+//! fractions such as `1.5h`; Go takes `1.5h` and no spaces), where a
+//! setting moved over from Istio must mean what it meant there.
 
 use std::fmt;
 use std::time::Duration;
@@ -133,6 +138,15 @@ impl fmt::Display for Display {
             write!(f, "{s}.{}s", frac.trim_end_matches('0'))
         }
     }
+}
+
+/// The wall clock as Unix seconds, for the times lifeguard publishes (the
+/// drain's start and deadline, the last admin success). Durations are
+/// measured on tokio's clock instead, which tests can pause.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
 
-use crate::admin::{fetch, AdminError};
-use crate::app;
 use crate::duration::Display as D;
+use crate::envoy::admin::{fetch, AdminError};
+use crate::pod::app;
 use crate::url::LoopbackUrl;
 
 /// Exit code when a helper gives up or is refused.

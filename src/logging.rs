@@ -4,10 +4,15 @@
 //! In JSON each line is an object with `timestamp`, `level` and `fields`
 //! (the message is `fields.message`); the exit summary's fields arrive as
 //! fields of the last line, not as a string to parse again.
-
-use tracing_subscriber::EnvFilter;
+//!
+//! A line that can repeat without bound (a refused connection, a failed
+//! read) goes through a [`Throttle`].
 
 use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing_subscriber::EnvFilter;
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -40,5 +45,40 @@ pub enum LogFormat {
 impl fmt::Display for LogFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
+    }
+}
+
+/// Lets a repeated log line through at most once per period, and counts
+/// the occurrences it held back, so a flood of one event is one line that
+/// says how many there were.
+pub(crate) struct Throttle {
+    every: Duration,
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl Throttle {
+    pub(crate) fn new(every: Duration) -> Self {
+        Self {
+            every,
+            last: None,
+            held: 0,
+        }
+    }
+
+    /// Whether a line is due at `now`; when it is not, this occurrence is
+    /// counted as held back.
+    pub(crate) fn due(&mut self, now: Instant) -> bool {
+        let due = self.last.is_none_or(|t| now.duration_since(t) >= self.every);
+        match due {
+            true => self.last = Some(now),
+            false => self.held += 1,
+        }
+        due
+    }
+
+    /// How many occurrences were held back since the last line; resets.
+    pub(crate) fn take_held(&mut self) -> u64 {
+        std::mem::take(&mut self.held)
     }
 }

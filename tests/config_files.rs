@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use lifeguard::config::DrainUntil;
 use lifeguard::drain::{Phase, Status};
+use lifeguard::envoy::poller::ReadinessEvents;
+use lifeguard::envoy::readiness::{Readiness, Verdict};
 use lifeguard::metrics::Metrics;
-use lifeguard::readiness::{Readiness, Verdict};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lifeguard::server::MAX_CONNECTIONS;
+use lifeguard::status::connections::MAX_CONNECTIONS;
 
 /// Exit-on-zero connections with a short minimum drain.
 const EXIT_ON_ZERO: [&str; 4] = [

@@ -19,8 +19,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lifeguard::connections::SlotLimits;
-use lifeguard::server::MAX_CONNECTIONS;
+use lifeguard::status::connections::SlotLimits;
+use lifeguard::status::connections::MAX_CONNECTIONS;
 
 /// The user-facing bound on one probe (the issue's): every probe must be
 /// answered within it, whatever a remote peer does.

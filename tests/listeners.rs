@@ -18,8 +18,8 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
-use lifeguard::admin::ACTIVE_LIMIT;
-use lifeguard::stats::{active, ACTIVE_STATS};
+use lifeguard::envoy::admin::ACTIVE_LIMIT;
+use lifeguard::envoy::counts::{active, ACTIVE_STATS};
 
 const LISTENERS: usize = 10_000;
 

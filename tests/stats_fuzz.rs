@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
-use lifeguard::config::XdsCheck;
-use lifeguard::poller::evaluate;
-use lifeguard::stats::{active, lines, Value};
+use lifeguard::envoy::counts::active;
+use lifeguard::envoy::state::evaluate;
+use lifeguard::envoy::state::XdsCheck;
+use lifeguard::envoy::stats::{lines, Value};
 use proptest::prelude::*;
 
 /// Stat names as Envoy writes them, plus near-misses.

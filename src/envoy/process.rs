@@ -18,13 +18,13 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use crate::admin::{AdminClient, AdminError, Endpoint};
-use crate::drain::DrainScope;
-use crate::drain::EnvoyControl;
-use crate::stats::{self, Active};
+use crate::drain::{Active, ControlError, DrainScope, EnvoyControl, Exit};
+use crate::envoy::admin::{AdminClient, AdminError, Endpoint, ACTIVE_LIMIT};
+use crate::envoy::counts::{active, ACTIVE_STATS};
 
 /// Envoy, as lifeguard sees it: its admin API, and the process when
 /// lifeguard launched it.
@@ -93,27 +93,6 @@ impl Envoy {
     /// The pid of the Envoy lifeguard launched.
     pub fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(|c| c.pid as u32)
-    }
-}
-
-/// How Envoy ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
-    /// The child exited with this status.
-    Status(ExitStatus),
-    /// An external Envoy acknowledged `/quitquitquit`.
-    Quit,
-    /// An external Envoy's admin API could not be reached to stop it.
-    Unreachable,
-}
-
-impl std::fmt::Display for Exit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Exit::Status(s) => write!(f, "{s}"),
-            Exit::Quit => f.write_str("quit through the admin API"),
-            Exit::Unreachable => f.write_str("admin API unreachable"),
-        }
     }
 }
 
@@ -188,22 +167,22 @@ impl Child {
         *self.exited.borrow()
     }
 
-    fn signal(&self, sig: i32) {
+    fn signal(&self, sig: Signal) {
         // Our own child, not reaped yet (the waiter has not seen it exit):
         // its pid cannot have been reused.
-        if self.exit_status().is_none() {
-            crate::sys::kill(self.pid, sig);
+        if let (None, Some(pid)) = (self.exit_status(), Pid::from_raw(self.pid)) {
+            let _ = kill_process(pid, sig);
         }
     }
 
     /// SIGTERM, then SIGKILL after `bound`; returns the exit status.
     pub async fn stop(&self, bound: Duration) -> ExitStatus {
-        self.signal(libc::SIGTERM);
+        self.signal(Signal::TERM);
         match tokio::time::timeout(bound, self.exited()).await {
             Ok(status) => status,
             Err(_) => {
                 tracing::warn!(pid = self.pid, "Envoy did not exit after SIGTERM; sending SIGKILL");
-                self.signal(libc::SIGKILL);
+                self.signal(Signal::KILL);
                 self.exited().await
             }
         }
@@ -211,22 +190,23 @@ impl Child {
 }
 
 impl EnvoyControl for Envoy {
-    async fn drain_listeners(&self, skip_exit: bool) -> Result<(), AdminError> {
+    async fn drain_listeners(&self, skip_exit: bool) -> Result<(), ControlError> {
         let path = match (self.scope, skip_exit) {
             (DrainScope::Inbound, true) => "/drain_listeners?inboundonly&graceful&skip_exit",
             (DrainScope::Inbound, false) => "/drain_listeners?inboundonly&graceful",
             (DrainScope::All, true) => "/drain_listeners?graceful&skip_exit",
             (DrainScope::All, false) => "/drain_listeners?graceful",
         };
-        self.admin.post(Endpoint::DrainListeners, path).await.map(drop)
+        self.admin
+            .post(Endpoint::DrainListeners, path)
+            .await
+            .map(drop)
+            .map_err(control_error)
     }
 
-    async fn active(&self) -> Result<Active, AdminError> {
-        let body = self
-            .admin
-            .get_text(Endpoint::Stats, stats::ACTIVE_STATS, crate::admin::ACTIVE_LIMIT)
-            .await?;
-        Ok(stats::active(&body, &self.ignored_ports))
+    async fn active(&self) -> Result<Active, ControlError> {
+        let body = self.admin.get_text(Endpoint::Stats, ACTIVE_STATS, ACTIVE_LIMIT).await;
+        Ok(active(&body.map_err(control_error)?, &self.ignored_ports))
     }
 
     async fn stop(&self, bound: Duration) -> Exit {
@@ -252,6 +232,14 @@ impl EnvoyControl for Envoy {
 
     fn is_child(&self) -> bool {
         self.process.is_some()
+    }
+}
+
+/// An admin error as the drain sees it: refused, or anything else.
+fn control_error(e: AdminError) -> ControlError {
+    ControlError {
+        refused: matches!(e, AdminError::Connect { .. }),
+        message: e.to_string(),
     }
 }
 

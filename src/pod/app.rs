@@ -26,13 +26,11 @@
 //! pod, so async callers run it on the blocking pool ([`Watcher::scan`]).
 
 use std::collections::HashSet;
-use std::fmt;
-use std::net::SocketAddr;
 
-use serde::Serialize;
+use procfs::process::Process;
 
-use crate::drain::DrainUntil;
-use crate::sockets::{self, Owner, Socket};
+use crate::drain::{AppControl, AppProcess, AppSocket, Work};
+use crate::pod::sockets::{self, Owner, Socket};
 
 /// Who the proxy is, and what is never the app's.
 #[derive(Debug, Clone, Default)]
@@ -43,113 +41,6 @@ pub struct Proxy {
     pub control_ports: Vec<u16>,
     /// Local ports left out (other sidecars), from the operator.
     pub ignored_ports: Vec<u16>,
-}
-
-/// One socket the app holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AppSocket {
-    pub local: SocketAddr,
-    /// None for a listening socket.
-    pub remote: Option<SocketAddr>,
-    /// The owner's pid, when it can be seen.
-    pub pid: Option<u32>,
-}
-
-impl fmt::Display for AppSocket {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.remote {
-            None => write!(f, "{} listening", self.local),
-            Some(remote) => write!(f, "{} -> {}", self.local, remote),
-        }
-    }
-}
-
-/// One process of the app's containers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AppProcess {
-    pub pid: u32,
-    pub name: String,
-}
-
-/// What the app holds at one scan.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Work {
-    pub sockets: Vec<AppSocket>,
-    pub processes: Vec<AppProcess>,
-}
-
-impl Work {
-    pub fn is_done(&self) -> bool {
-        self.sockets.is_empty() && self.processes.is_empty()
-    }
-
-    /// How many things the app still holds.
-    pub fn count(&self) -> u64 {
-        (self.sockets.len() + self.processes.len()) as u64
-    }
-}
-
-impl Work {
-    /// Every socket and process, none left out of the list.
-    pub fn listed_in_full(&self) -> String {
-        Listed(self, usize::MAX).to_string()
-    }
-}
-
-/// `2 app sockets (127.0.0.1:8080 listening; 127.0.0.1:41234 -> 127.0.0.1:15001)`,
-/// at most a few listed.
-impl fmt::Display for Work {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        Listed(self, 4).fmt(f)
-    }
-}
-
-/// Work, listing at most `.1` sockets and processes.
-struct Listed<'a>(&'a Work, usize);
-
-impl fmt::Display for Listed<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (work, listed) = (self.0, self.1);
-        let mut parts = Vec::new();
-        if !work.sockets.is_empty() {
-            let n = work.sockets.len();
-            let mut list: Vec<String> = work.sockets.iter().take(listed).map(ToString::to_string).collect();
-            if n > listed {
-                list.push(format!("{} more", n - listed));
-            }
-            parts.push(format!("{n} app socket{} ({})", plural(n), list.join("; ")));
-        }
-        if !work.processes.is_empty() {
-            let n = work.processes.len();
-            let mut list: Vec<String> = work
-                .processes
-                .iter()
-                .take(listed)
-                .map(|p| format!("{} pid {}", p.name, p.pid))
-                .collect();
-            if n > listed {
-                list.push(format!("{} more", n - listed));
-            }
-            parts.push(format!(
-                "{n} app process{} ({})",
-                if n == 1 { "" } else { "es" },
-                list.join("; ")
-            ));
-        }
-        if parts.is_empty() {
-            f.write_str("nothing")
-        } else {
-            f.write_str(&parts.join(", "))
-        }
-    }
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
 }
 
 /// The app's sockets among `sockets`, by the rules in the module doc.
@@ -184,52 +75,41 @@ pub fn app_sockets(
 /// Whether this process shares the pod's process namespace: PID 1 is the
 /// pod's `pause` process, in another cgroup than ours.
 pub fn shares_pod_process_namespace() -> bool {
-    let comm = std::fs::read_to_string("/proc/1/comm").unwrap_or_default();
-    comm.trim() == "pause" && cgroup_of(1).is_some_and(|c| Some(c) != cgroup_of(std::process::id()))
+    let pause = Process::new(1).and_then(|p| p.stat()).is_ok_and(|s| s.comm == "pause");
+    pause && cgroup_of(1).is_some_and(|c| Some(c) != cgroup_of(std::process::id() as i32))
 }
 
-fn cgroup_of(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
+/// A process's cgroups, as `hierarchy:controllers:path` lines.
+fn cgroup_of(pid: i32) -> Option<Vec<String>> {
+    let groups = Process::new(pid).and_then(|p| p.cgroups()).ok()?;
+    let line = |g: &procfs::ProcessCGroup| format!("{}:{}:{}", g.hierarchy, g.controllers.join(","), g.pathname);
+    Some(groups.0.iter().map(line).collect())
 }
 
 /// Processes of the app's containers: every process in another cgroup than
-/// ours, but PID 1 (pause) and the proxy's.
+/// ours, but PID 1 (pause) and the proxy's. Zombies have exited (only
+/// their parent's wait is missing) and do not count.
 pub fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
-    let Some(ours) = cgroup_of(std::process::id()) else {
+    let Some(ours) = cgroup_of(std::process::id() as i32) else {
         return Vec::new();
     };
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
-    let mut out: Vec<AppProcess> = entries
+    let mut out: Vec<AppProcess> = all
         .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != 1 && !proxy.pids.contains(&pid))
-        .filter_map(|pid| {
-            let cgroup = cgroup_of(pid)?;
-            if cgroup == ours || is_zombie_or_gone(pid) {
-                return None;
-            }
-            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-            Some(AppProcess {
-                pid,
-                name: name.trim().to_owned(),
+        .filter(|p| p.pid != 1 && !proxy.pids.contains(&(p.pid as u32)))
+        .filter(|p| cgroup_of(p.pid).is_some_and(|c| c != ours))
+        .filter_map(|p| {
+            let stat = p.stat().ok()?;
+            (!matches!(stat.state, 'Z' | 'X')).then_some(AppProcess {
+                pid: p.pid as u32,
+                name: stat.comm,
             })
         })
         .collect();
     out.sort_by_key(|p| p.pid);
     out
-}
-
-/// A zombie has exited; only its parent's wait is missing.
-fn is_zombie_or_gone(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
-    // `pid (comm) S ...`: the state follows the last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .is_none_or(|state| state == "Z" || state == "X")
 }
 
 /// The pid that owns a listening socket on `port` in this namespace.
@@ -315,38 +195,6 @@ impl Watcher {
         })
     }
 
-    /// The watcher the drain policy needs. With `app-exit` and sockets that
-    /// cannot be attributed here, the policy falls back to `requests`, with
-    /// a warning. The other arguments are [`Watcher::for_pod`]'s.
-    pub fn for_policy(
-        policy: &mut DrainUntil,
-        status_port: u16,
-        admin_port: u16,
-        envoy: Option<u32>,
-        ignored_ports: Vec<u16>,
-    ) -> Watcher {
-        if *policy != DrainUntil::AppExit {
-            return Watcher::inert();
-        }
-        match Watcher::for_pod(status_port, admin_port, envoy, ignored_ports) {
-            Ok(app) => {
-                let processes = app.watches_processes();
-                let and = if processes {
-                    " and processes (shared process namespace)"
-                } else {
-                    ""
-                };
-                tracing::info!(processes, "app-exit: waiting for the app's sockets{and}");
-                app
-            }
-            Err(why) => {
-                tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
-                *policy = DrainUntil::Requests;
-                Watcher::inert()
-            }
-        }
-    }
-
     /// A watcher for drains whose policy does not look at the app.
     pub fn inert() -> Watcher {
         Watcher {
@@ -370,6 +218,12 @@ impl Watcher {
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot read /proc/net/tcp: {e}"))
+    }
+}
+
+impl AppControl for Watcher {
+    async fn work(&self) -> Result<Work, String> {
+        self.scan().await
     }
 }
 

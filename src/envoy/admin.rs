@@ -22,15 +22,6 @@ use tokio::net::TcpStream;
 
 use crate::url::LoopbackUrl;
 
-/// The admin query that says whether Envoy is live, plus the xDS counters
-/// that say whether its first CDS and LDS updates arrived.
-///
-/// `usedonly` matters: without it Envoy reports `server.state: 0` (LIVE)
-/// before it ever set the gauge. The regex is percent-encoded for the URI.
-pub const READINESS_STATS: &str = "/stats?usedonly&filter=\
-%5E(server%5C.state%7Clistener_manager%5C.workers_started\
-%7C(cluster_manager%5C.cds%7Clistener_manager%5C.lds)%5C.update_(attempt%7Csuccess%7Crejected))%24";
-
 /// Why an admin call did not produce a usable body.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {

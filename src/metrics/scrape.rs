@@ -64,11 +64,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{AdminClient, CallOutcome, Endpoint};
 use crate::drain::DrainHandle;
+use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
+use crate::envoy::poller::Heartbeat;
+use crate::envoy::readiness::Readiness;
 use crate::metrics::{Incomplete, Metrics};
-use crate::poller::Heartbeat;
-use crate::readiness::Readiness;
 
 /// Largest Envoy body taken into a scrape: far above a 20,000-cluster
 /// Envoy's (about 250 MB). Past it the rest is left out, logged and counted.
@@ -524,7 +524,7 @@ async fn fill(
                 break;
             }
         }
-        let error = crate::admin::check_status(status, Bytes::from(text), path).err();
+        let error = crate::envoy::admin::check_status(status, Bytes::from(text), path).err();
         tracing::debug!(error = %error.map(|e| e.to_string()).unwrap_or_default(), "Envoy's metrics left out of the scrape");
         return End::Cut(Incomplete::Error);
     }

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
@@ -281,6 +282,50 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
         let poll = Pin::new(&mut this.io).poll_shutdown(cx);
         this.watch(cx, poll)
     }
+}
+
+/// How many connections may be open at once; more are closed on accept.
+/// Fewer when the process may not open that many files: see
+/// [`connection_limit`]. How they are shared: [`SlotLimits::for_total`].
+///
+/// This is what bounds lifeguard's memory under any number of peers: a
+/// connection hyper serves holds about 16 KiB of read and write buffers
+/// (about 36 KiB per slow reader of the merged scrape with its task and its
+/// own part, measured in a debug build), so 768 of them keep lifeguard
+/// inside 64 MiB; a connection that has sent nothing yet holds no buffer at
+/// all (hyper gets it only once it is readable). Probes, Prometheus and a
+/// load balancer need a handful.
+pub const MAX_CONNECTIONS: usize = 768;
+/// File descriptors kept free for everything but status connections.
+const SPARE_FDS: u64 = 64;
+
+/// Raises the soft open-files limit to the hard one (so the connection cap,
+/// not the kernel, bounds the status server) and returns the cap:
+/// [`MAX_CONNECTIONS`], or the soft limit less some spare descriptors when
+/// that is lower.
+pub fn connection_limit() -> usize {
+    let Some(soft) = raise_nofile_limit() else {
+        return MAX_CONNECTIONS;
+    };
+    let usable = soft.saturating_sub(SPARE_FDS).max(16);
+    MAX_CONNECTIONS.min(usize::try_from(usable).unwrap_or(MAX_CONNECTIONS))
+}
+/// Raises the soft open-files limit to the hard one and returns the soft
+/// limit now in force (None when it cannot be read; None in a limit is
+/// "unlimited").
+fn raise_nofile_limit() -> Option<u64> {
+    let limit = getrlimit(Resource::Nofile);
+    let soft = limit.current?;
+    if limit.current < limit.maximum || limit.maximum.is_none() {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            return Some(limit.maximum.unwrap_or(u64::MAX));
+        }
+    }
+    Some(soft)
 }
 
 #[cfg(test)]

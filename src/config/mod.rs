@@ -9,26 +9,26 @@
 //! value stops start-up with a message that names the field (as the user
 //! wrote it: flag, env variable or file key) and the value.
 
-use std::ffi::{OsStr, OsString};
 use std::fmt;
-use std::io::Read;
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::str::FromStr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::parser::ValueSource;
-use clap::{ArgAction, ArgMatches, Args};
-use serde::{de, Deserialize, Deserializer, Serialize};
+use clap::{ArgAction, Args};
+use serde::{Deserialize, Serialize};
 
-use crate::duration::{self, Display as D};
+use crate::duration::Display as D;
+use parsers::{addr, filter, go_bool, grace, message_path, poll, ports, positive, span, url};
+
+mod layers;
+mod parsers;
+
+pub use layers::from_clap_error;
 
 pub use crate::drain::{DrainScope, DrainUntil};
+pub use crate::envoy::state::XdsCheck;
+pub use crate::exit::MessagePath;
 pub use crate::logging::LogFormat;
-pub use crate::outcome::MessagePath;
-pub use crate::poller::XdsCheck;
 pub use crate::url::LoopbackUrl;
 
 /// Options of `lifeguard run` and `check`: the settings file, then the settings.
@@ -161,113 +161,11 @@ pub struct Settings {
     pub termination_message_path: MessagePath,
 }
 
-/// Declares a parser that clap (`NAME::parse`) and serde (`with = "NAME"`)
-/// share, so a file value is checked exactly like a flag.
-macro_rules! shared_parser {
-    ($name:ident: $ty:ty = $parse:expr, shown as $show:expr) => {
-        mod $name {
-            use super::*;
-            pub(super) fn parse(s: &str) -> Result<$ty, String> {
-                ($parse)(s)
-            }
-            pub(super) fn serialize<S: serde::Serializer>(v: &$ty, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(&($show)(v))
-            }
-            pub(super) fn deserialize<'de, De: Deserializer<'de>>(d: De) -> Result<$ty, De::Error> {
-                parse(&String::deserialize(d)?).map_err(de::Error::custom)
-            }
-        }
-    };
-}
-
-shared_parser!(addr: SocketAddr = status_addr, shown as |a: &SocketAddr| *a);
-shared_parser!(url: LoopbackUrl = LoopbackUrl::from_str, shown as |u: &LoopbackUrl| u.clone());
-shared_parser!(filter: String = log_filter, shown as |f: &String| f.clone());
-shared_parser!(poll: Duration = |s| at_least(s, Duration::from_millis(10)), shown as |d: &Duration| D(*d));
-shared_parser!(positive: Duration = |s| at_least(s, Duration::from_nanos(1)), shown as |d: &Duration| D(*d));
-shared_parser!(span: Duration = |s| at_least(s, Duration::ZERO), shown as |d: &Duration| D(*d));
-shared_parser!(grace: Duration = grace_period, shown as |d: &Duration| D(*d));
-shared_parser!(message_path: MessagePath = MessagePath::from_str, shown as |p: &MessagePath| p.clone());
-
-/// A Go duration (at most [`duration::MAX`]) no shorter than `min`.
-fn at_least(s: &str, min: Duration) -> Result<Duration, String> {
-    match duration::parse(s).map_err(|e| e.to_string())? {
-        d if d >= min => Ok(d),
-        _ if min == Duration::from_nanos(1) => Err("must be greater than zero".into()),
-        _ => Err(format!("must be at least {}", D(min))),
-    }
-}
-
-/// Kubernetes writes terminationGracePeriodSeconds as a bare number of
-/// seconds; accept that too.
-fn grace_period(s: &str) -> Result<Duration, String> {
-    let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    at_least(
-        &if bare { format!("{s}s") } else { s.to_owned() },
-        Duration::from_nanos(1),
-    )
-}
-
-fn status_addr(s: &str) -> Result<SocketAddr, String> {
-    let addr: SocketAddr = s.parse().map_err(|_| "expected IP:PORT, for example 0.0.0.0:15020")?;
-    if addr.port() == 0 {
-        return Err("port 0 is not allowed: Envoy must know where to send probes".into());
-    }
-    Ok(addr)
-}
-
-fn log_filter(s: &str) -> Result<String, String> {
-    match tracing_subscriber::EnvFilter::try_new(s) {
-        Ok(_) => Ok(s.to_owned()),
-        Err(e) => Err(format!("not a log filter: {e}")),
-    }
-}
-
-/// A boolean the way Go's `strconv.ParseBool` (and so Istio) reads one.
-fn go_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err("expected true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)".into()),
-    }
-}
-
-fn ports<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<u16>, De::Error> {
-    let ports = Vec::<u16>::deserialize(d)?;
-    match ports.contains(&0) {
-        true => Err(de::Error::custom("0 is not a port (1-65535)")),
-        false => Ok(ports),
-    }
-}
-
 /// Listener ports never waited for: Istio's status (15021) and Prometheus
 /// (15090) listeners, whose own probe and scrape traffic never ends.
 pub(crate) const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 
 impl Settings {
-    /// The drain's part of the settings.
-    pub fn drain_plan(&self) -> crate::drain::Plan {
-        crate::drain::Plan {
-            policy: self.drain_until,
-            delay: self.drain_delay,
-            drain_time: self.termination_drain_duration,
-            minimum: self.minimum_drain_duration,
-            deadline: self.drain_deadline(),
-            read_timeout: self.admin_timeout,
-            stop_bound: self.shutdown_margin.max(Duration::from_millis(100)),
-            report_every: self.poll_interval,
-        }
-    }
-
-    /// The readiness poller's part of the settings.
-    pub fn poll_schedule(&self) -> crate::poller::Schedule {
-        crate::poller::Schedule {
-            poll_interval: self.poll_interval,
-            startup_poll_interval: self.startup_poll_interval,
-            xds_check: self.xds_check,
-        }
-    }
-
     /// How long after the drain begins Envoy must be stopped: the grace
     /// period less the shutdown margin.
     pub fn drain_deadline(&self) -> Duration {
@@ -294,12 +192,6 @@ impl Settings {
             ));
         }
         out
-    }
-
-    /// How old the last successful admin read may be before readiness stops
-    /// trusting it: three poll intervals plus one read timeout.
-    pub fn stale_after(&self) -> Duration {
-        self.poll_interval * 3 + self.admin_timeout
     }
 
     /// The rules across settings, applied once every layer is in. `named`
@@ -373,163 +265,12 @@ pub enum ConfigError {
     },
 }
 
-/// The settings' clap arguments, for their flags and env names.
-fn settings_command() -> clap::Command {
-    Settings::augment_args(clap::Command::new("lifeguard"))
-}
-
-/// A key as the user wrote it for `source`: `--poll-interval`,
-/// `LIFEGUARD_POLL_INTERVAL` or `poll_interval`.
-fn field_name(key: &str, source: Source) -> String {
-    let cmd = settings_command();
-    let arg = cmd.get_arguments().find(|a| a.get_id() == key);
-    match (source, arg) {
-        (Source::Flag, Some(arg)) => format!("--{}", arg.get_long().unwrap_or(key)),
-        (Source::Env, Some(arg)) => arg.get_env().map_or(key.into(), |e| e.to_string_lossy().into()),
-        _ => key.to_owned(),
-    }
-}
-
-impl RunArgs {
-    /// Lays the config file under the flags and env values clap parsed
-    /// (`matches`, of this subcommand, tells which were given), applies the
-    /// rules across settings and lists every effective value with its source.
-    pub fn load(self, matches: &ArgMatches) -> Result<(Settings, Vec<Effective>), ConfigError> {
-        let file = match &self.config {
-            Some(path) => read_file(path)?,
-            None => toml::Table::new(),
-        };
-        let given = |key: &str| match matches.value_source(key) {
-            Some(ValueSource::CommandLine) => Some(Source::Flag),
-            Some(ValueSource::EnvVariable) => Some(Source::Env),
-            _ => None,
-        };
-        let source = |key: &str| {
-            given(key).unwrap_or(if file.contains_key(key) {
-                Source::File
-            } else {
-                Source::Default
-            })
-        };
-        let mut table = toml::Table::try_from(&self.settings).expect("settings serialize");
-        for (key, value) in &file {
-            if !table.contains_key(key) {
-                let known: Vec<_> = table.keys().map(String::as_str).collect();
-                let message = format!("unknown field `{key}`, expected one of {}", known.join(", "));
-                let path = self.config.clone().unwrap_or_default();
-                return Err(ConfigError::File { path, message });
-            }
-            if given(key).is_some() {
-                continue;
-            }
-            let mut trial = table.clone();
-            trial.insert(key.clone(), value.clone());
-            if let Err(e) = trial.try_into::<Settings>() {
-                return Err(ConfigError::Invalid {
-                    field: key.clone(),
-                    value: shown(value),
-                    origin: Source::File,
-                    why: e.message().to_owned(),
-                });
-            }
-            table.insert(key.clone(), value.clone());
-        }
-        let mut settings: Settings = table.try_into().expect("every file value was checked");
-        settings.resolve(|key| (field_name(key, source(key)), source(key)))?;
-
-        let table = toml::Table::try_from(&settings).expect("settings serialize");
-        let effective = settings_command()
-            .get_arguments()
-            .map(|arg| {
-                let key = arg.get_id().as_str();
-                let value = table.get(key).map_or(String::new(), shown);
-                let source = source(key);
-                Effective {
-                    key: key.into(),
-                    value,
-                    source,
-                }
-            })
-            .collect();
-        Ok((settings, effective))
-    }
-}
-
-/// A TOML value the way a user types it on the command line.
-fn shown(value: &toml::Value) -> String {
-    match value {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Array(items) => items.iter().map(shown).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
-    }
-}
-
-/// The agent's message for clap's error about a bad setting value, naming
-/// the env variable when the value came from there (clap names the flag
-/// either way). `None` for any other error, which clap reports itself.
-pub fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
-    if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
-        return None;
-    }
-    let text = |kind| match err.get(kind) {
-        Some(ContextValue::String(s)) => Some(s.as_str()),
-        _ => None,
-    };
-    let flag = text(ContextKind::InvalidArg)?.split(' ').next()?;
-    let value = text(ContextKind::InvalidValue)?.to_owned();
-    let cmd = settings_command();
-    let arg = cmd
-        .get_arguments()
-        .find(|a| a.get_long().is_some_and(|l| flag == format!("--{l}")))?;
-    let on_command_line = argv
-        .iter()
-        .take_while(|a| a.as_os_str() != OsStr::new("--"))
-        .filter_map(|a| a.to_str())
-        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|rest| rest.starts_with('=')));
-    let origin = if on_command_line { Source::Flag } else { Source::Env };
-    let why = match (std::error::Error::source(err), err.get(ContextKind::ValidValue)) {
-        (Some(source), _) => source.to_string(),
-        (None, Some(ContextValue::Strings(valid))) => format!("expected one of {}", valid.join(", ")),
-        _ => "invalid value".into(),
-    };
-    let field = field_name(arg.get_id().as_str(), origin);
-    Some(ConfigError::Invalid {
-        field,
-        value,
-        origin,
-        why,
-    })
-}
-
-/// The longest config file read.
-const MAX_FILE_BYTES: u64 = 1 << 20;
-
-/// Reads the TOML file: a regular file of at most 1 MiB. It is opened
-/// without blocking, so a FIFO is refused at once rather than waited on.
-fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
-    let bad = |message: &dyn fmt::Display| ConfigError::File {
-        path: path.to_owned(),
-        message: message.to_string(),
-    };
-    let mut options = std::fs::OpenOptions::new();
-    let file = options.read(true).custom_flags(libc::O_NONBLOCK).open(path);
-    let file = file.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(bad(&"not a regular file"));
-    }
-    let mut text = String::new();
-    let read = file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text);
-    read.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
-    if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(bad(&"larger than 1 MiB"));
-    }
-    text.parse().map_err(|e: toml::de::Error| bad(&e.message()))
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::duration;
     use clap::FromArgMatches;
+    use std::ffi::OsString;
 
     /// Loads `lifeguard run ARGS` as main does, without reading the environment.
     pub(crate) fn load(args: &[&str]) -> Result<(Settings, Vec<Effective>), ConfigError> {
@@ -584,7 +325,7 @@ pub(crate) mod tests {
         assert_eq!(s.xds_check, XdsCheck::Auto);
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
-        assert_eq!(s.stale_after(), Duration::from_secs(4));
+        assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
         assert_eq!(eff.len(), 21);
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.linger, Duration::ZERO);
@@ -857,8 +598,8 @@ pub(crate) mod tests {
 
     #[test]
     fn the_shipped_config_file_and_the_readme_list_every_setting() {
-        let toml = include_str!("../config/lifeguard.toml");
-        let readme = include_str!("../README.md");
+        let toml = include_str!("../../config/lifeguard.toml");
+        let readme = include_str!("../../README.md");
         let table = readme
             .split("\n## Options\n")
             .nth(1)

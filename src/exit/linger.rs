@@ -20,7 +20,7 @@
 //! a [`Scrape`] ticket, and [`Scrape::served`] counts it.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -98,9 +98,7 @@ pub fn bound(linger: Duration, status: &Status, grace: Duration) -> Duration {
     let Some(started) = status.started_at else {
         return linger;
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let now = crate::duration::unix_now();
     let left = (started + grace.as_secs_f64() - now).max(0.0);
     linger.min(Duration::from_secs_f64(left))
 }
@@ -156,7 +154,7 @@ mod tests {
             bound(Duration::from_secs(20), &s, Duration::from_secs(30)),
             Duration::from_secs(20)
         );
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        let now = crate::duration::unix_now();
         s.started_at = Some(now - 28.0);
         let b = bound(Duration::from_secs(20), &s, Duration::from_secs(30));
         assert!(b <= Duration::from_secs(2) && b > Duration::from_millis(1900), "{b:?}");

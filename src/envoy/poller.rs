@@ -5,7 +5,7 @@
 //!
 //! - **Until the first ready, and whenever `/ready` stops saying LIVE**: the
 //!   full check. `GET /ready` and the readiness stats
-//!   ([`admin::READINESS_STATS`]: `server.state`, `workers_started`, the
+//!   ([`READINESS_STATS`]: `server.state`, `workers_started`, the
 //!   first CDS/LDS updates). Ready needs both. The stats give the reason
 //!   when not ready; `/ready` wins when the stats say ready and it does not
 //!   (after `/healthcheck/fail`, `server.state` stays 0 while `/ready` says
@@ -45,75 +45,19 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper::StatusCode;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{self, AdminClient, AdminError, Endpoint};
-use crate::metrics::Metrics;
-use crate::readiness::{Readiness, Verdict};
-use crate::stats::{self, Value};
-use std::fmt;
-
-use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
-
-/// Envoy's server states, as `GET /ready` names them (the number is the
-/// `server.state` gauge's value).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServerState {
-    Live = 0,
-    Draining = 1,
-    PreInitializing = 2,
-    Initializing = 3,
-}
-
-impl ServerState {
-    pub fn name(self) -> &'static str {
-        match self {
-            ServerState::Live => "LIVE",
-            ServerState::Draining => "DRAINING",
-            ServerState::PreInitializing => "PRE_INITIALIZING",
-            ServerState::Initializing => "INITIALIZING",
-        }
-    }
-}
-
-/// What `GET /ready` said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadyAnswer {
-    /// 200 and `LIVE`, or 503 and one of the other state names.
-    State(ServerState),
-    /// Anything else (the status and the start of the body): not Envoy's
-    /// `/ready`, so the stats decide.
-    Unrecognized(String),
-}
-
-impl ReadyAnswer {
-    /// Reads a `/ready` answer: Envoy answers 200 `LIVE`, else 503 and the
-    /// state's name.
-    pub fn parse(status: StatusCode, body: &[u8]) -> ReadyAnswer {
-        let text = String::from_utf8_lossy(body);
-        let name = text.trim();
-        let state = match (status, name) {
-            (StatusCode::OK, "LIVE") => Some(ServerState::Live),
-            (StatusCode::SERVICE_UNAVAILABLE, "DRAINING") => Some(ServerState::Draining),
-            (StatusCode::SERVICE_UNAVAILABLE, "PRE_INITIALIZING") => Some(ServerState::PreInitializing),
-            (StatusCode::SERVICE_UNAVAILABLE, "INITIALIZING") => Some(ServerState::Initializing),
-            _ => None,
-        };
-        match state {
-            Some(state) => ReadyAnswer::State(state),
-            None => ReadyAnswer::Unrecognized(format!("{status} {:?}", name.chars().take(40).collect::<String>())),
-        }
-    }
-}
+use crate::envoy::admin::{AdminClient, AdminError, Endpoint, STATS_LIMIT};
+use crate::envoy::readiness::{Readiness, Verdict};
+use crate::envoy::state::{evaluate, ReadyAnswer, ServerState, XdsCheck, READINESS_STATS, SERVER_STATE};
+use crate::envoy::stats::{self, Value};
 
 /// The two reads the poller makes. [`AdminClient`] is the real one.
 pub trait EnvoyReadiness {
     /// `GET /ready`.
     fn ready(&self) -> impl Future<Output = Result<ReadyAnswer, AdminError>> + Send;
-    /// `GET` [`admin::READINESS_STATS`]: the body of a 200.
+    /// `GET` [`READINESS_STATS`]: the body of a 200.
     fn readiness_stats(&self) -> impl Future<Output = Result<String, AdminError>> + Send;
 }
 
@@ -127,9 +71,27 @@ impl EnvoyReadiness for AdminClient {
     }
 
     async fn readiness_stats(&self) -> Result<String, AdminError> {
-        self.get_text(Endpoint::Stats, admin::READINESS_STATS, admin::STATS_LIMIT)
-            .await
+        self.get_text(Endpoint::Stats, READINESS_STATS, STATS_LIMIT).await
     }
+}
+
+/// What the poller tells of its reads, for the metrics (which implement
+/// it): the poller knows nothing of them.
+pub trait ReadinessEvents: Send + 'static {
+    /// One read: whether Envoy answered at all, and whether it said ready.
+    fn envoy_read(&self, answered: bool, ready: bool);
+    /// The readiness answer changed (a read's verdict, or the kept answer
+    /// going stale).
+    fn readiness_changed(&self, ready: bool);
+    /// A read timed out and the last answer was kept.
+    fn readiness_kept(&self);
+}
+
+/// For tests and benchmarks that count nothing.
+impl ReadinessEvents for () {
+    fn envoy_read(&self, _: bool, _: bool) {}
+    fn readiness_changed(&self, _: bool) {}
+    fn readiness_kept(&self) {}
 }
 
 /// Evidence that Envoy's admin thread is alive while it is busy: the
@@ -157,11 +119,11 @@ pub struct Schedule {
 }
 
 /// Runs until `shutdown` is cancelled.
-pub async fn run<E: EnvoyReadiness>(
+pub async fn run<E: EnvoyReadiness, M: ReadinessEvents>(
     schedule: Schedule,
     envoy: E,
     readiness: Readiness,
-    metrics: Metrics,
+    events: M,
     heartbeat: Heartbeat,
     shutdown: CancellationToken,
 ) {
@@ -169,7 +131,7 @@ pub async fn run<E: EnvoyReadiness>(
         schedule,
         envoy,
         readiness,
-        metrics,
+        events,
         heartbeat,
         timeouts: 0,
         stale_logged: false,
@@ -194,11 +156,11 @@ enum Found {
     TimedOut(AdminError),
 }
 
-struct Poller<E> {
+struct Poller<E, M> {
     schedule: Schedule,
     envoy: E,
     readiness: Readiness,
-    metrics: Metrics,
+    events: M,
     heartbeat: Heartbeat,
     /// Reads that timed out in a row.
     timeouts: u32,
@@ -206,7 +168,7 @@ struct Poller<E> {
     stale_logged: bool,
 }
 
-impl<E: EnvoyReadiness> Poller<E> {
+impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
     /// One poll; returns the pause before the next.
     async fn poll(&mut self) -> Duration {
         let previous = self.readiness.verdict();
@@ -225,12 +187,12 @@ impl<E: EnvoyReadiness> Poller<E> {
                 }
                 self.timeouts = 0;
                 let was_stale = std::mem::take(&mut self.stale_logged);
-                self.metrics.envoy_read(server_state.is_some(), verdict.is_ready());
+                self.events.envoy_read(server_state.is_some(), verdict.is_ready());
                 self.store(verdict, was_stale);
             }
             Found::TimedOut(error) if was_ready => {
                 self.timeouts += 1;
-                self.metrics.readiness_kept();
+                self.events.readiness_kept();
                 // Envoy busy with our own scrape read since is proof of
                 // life; once the kept answer has gone stale, only an answer
                 // from Envoy makes it fresh again.
@@ -249,7 +211,7 @@ impl<E: EnvoyReadiness> Poller<E> {
                 }
                 if stale && !self.stale_logged {
                     self.stale_logged = true;
-                    self.metrics.readiness_changed(false);
+                    self.events.readiness_changed(false);
                     tracing::warn!(
                         reason = %error,
                         "Envoy is NOT ready: no successful admin read in the last {}",
@@ -261,7 +223,7 @@ impl<E: EnvoyReadiness> Poller<E> {
             }
             Found::TimedOut(error) => {
                 self.timeouts += 1;
-                self.metrics.envoy_read(false, false);
+                self.events.envoy_read(false, false);
                 self.store(Verdict::not_ready(&error.to_string(), Instant::now()), false);
             }
         }
@@ -315,7 +277,7 @@ impl<E: EnvoyReadiness> Poller<E> {
         let current = self.readiness.verdict();
         let served_ready = previous.is_ready() && !was_stale;
         if served_ready != ready {
-            self.metrics.readiness_changed(ready);
+            self.events.readiness_changed(ready);
         }
         if previous.text() != current.text() || (was_stale && ready) {
             if ready {
@@ -327,237 +289,6 @@ impl<E: EnvoyReadiness> Poller<E> {
     }
 }
 
-const SERVER_STATE: &str = "server.state";
-const WORKERS_STARTED: &str = "listener_manager.workers_started";
-
-/// Turns one answer to [`admin::READINESS_STATS`] into a verdict.
-pub fn evaluate(body: &str, xds: XdsCheck, at: impl Into<Instant>) -> Verdict {
-    let at = at.into();
-    match reason_not_ready(body, xds) {
-        None => Verdict::ready(at),
-        Some(reason) => Verdict::not_ready(&reason, at),
-    }
-}
-
-fn reason_not_ready(body: &str, xds: XdsCheck) -> Option<String> {
-    let server = server_reason(body);
-    let xds = match xds {
-        XdsCheck::Off => None,
-        mode => xds_reason(body, mode),
-    };
-    match (server, xds) {
-        (None, None) => None,
-        (Some(r), None) | (None, Some(r)) => Some(r),
-        (Some(server), Some(xds)) => Some(format!("{server}; {xds}")),
-    }
-}
-
-/// Why `server.state` and `workers_started` do not say LIVE, if they do not.
-fn server_reason(body: &str) -> Option<String> {
-    match stats::find(body, SERVER_STATE) {
-        None => {
-            return Some(format!(
-                "{SERVER_STATE} missing from Envoy's stats (Envoy is still initializing)"
-            ))
-        }
-        Some(Value::Number(0)) => {}
-        Some(Value::Number(n)) => {
-            let name = match n {
-                1 => "DRAINING",
-                2 => "PRE_INITIALIZING",
-                3 => "INITIALIZING",
-                _ => "an unknown state",
-            };
-            return Some(format!("{SERVER_STATE} is {n} ({name}), not 0 (LIVE)"));
-        }
-        Some(other) => return Some(bad_value(SERVER_STATE, other)),
-    }
-    match stats::find(body, WORKERS_STARTED) {
-        None => Some(format!("{WORKERS_STARTED} missing: Envoy's workers have not started")),
-        Some(Value::Number(1)) => None,
-        Some(Value::Number(n)) => Some(format!(
-            "{WORKERS_STARTED} is {n}, not 1: Envoy's workers have not started"
-        )),
-        Some(other) => Some(bad_value(WORKERS_STARTED, other)),
-    }
-}
-
-/// Why the first CDS/LDS updates are not there, if they are required.
-fn xds_reason(body: &str, mode: XdsCheck) -> Option<String> {
-    let mut waiting = Vec::new();
-    for (kind, prefix) in [("CDS", "cluster_manager.cds"), ("LDS", "listener_manager.lds")] {
-        let stat = |what: &str| {
-            let name = format!("{prefix}.update_{what}");
-            match stats::find(body, &name) {
-                Some(Value::Number(n)) => Ok(Some(n)),
-                Some(other) => Err(bad_value(&name, other)),
-                None => Ok(None),
-            }
-        };
-        let (attempt, success, rejected) = match (stat("attempt"), stat("success"), stat("rejected")) {
-            (Ok(a), Ok(s), Ok(r)) => (a, s, r),
-            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Some(e),
-        };
-        let in_use = attempt.is_some() || success.is_some() || rejected.is_some();
-        if mode == XdsCheck::Auto && !in_use {
-            continue;
-        }
-        if success.unwrap_or(0) > 0 {
-            continue;
-        }
-        match rejected {
-            Some(n) if n > 0 => {
-                return Some(format!(
-                "Envoy rejected its {kind} config ({prefix}.update_rejected = {n}) and has no accepted {kind} update"
-            ))
-            }
-            _ => waiting.push(kind),
-        }
-    }
-    if waiting.is_empty() {
-        None
-    } else {
-        Some(format!(
-            "waiting for the first {} update from xDS",
-            waiting.join(" and ")
-        ))
-    }
-}
-
-fn bad_value(name: &str, value: Value<'_>) -> String {
-    match value {
-        Value::Wrapped(n) => format!("{name} has an impossible value {n}"),
-        Value::Unparsable(text) => {
-            let text: String = text.chars().take(80).collect();
-            format!("{name} has a value that is not a number: {text:?}")
-        }
-        Value::Number(n) => format!("{name} = {n}"),
-    }
-}
-
-/// When readiness also requires Envoy's first xDS (CDS and LDS) updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum XdsCheck {
-    /// Required for each of CDS and LDS whose counters Envoy reports: a
-    /// static bootstrap has none and is not held back; an xDS-fed Envoy is.
-    Auto,
-    /// Always required (both CDS and LDS).
-    #[value(alias = "on", alias = "true")]
-    #[serde(alias = "on", alias = "true")]
-    Required,
-    /// Never checked.
-    #[value(alias = "false")]
-    #[serde(alias = "false")]
-    Off,
-}
-
-impl fmt::Display for XdsCheck {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reason(body: &str, xds: XdsCheck) -> Option<String> {
-        reason_not_ready(body, xds)
-    }
-
-    const LIVE: &str = "listener_manager.workers_started: 1\nserver.state: 0\n";
-
-    #[test]
-    fn live_and_workers_started_is_ready() {
-        assert_eq!(reason(LIVE, XdsCheck::Auto), None);
-        assert!(evaluate(LIVE, XdsCheck::Auto, Instant::now()).is_ready());
-    }
-
-    #[test]
-    fn empty_body_means_initializing() {
-        let r = reason("", XdsCheck::Auto).unwrap();
-        assert!(r.contains("server.state missing"), "{r}");
-    }
-
-    #[test]
-    fn names_the_server_state() {
-        for (n, name) in [
-            (1, "DRAINING"),
-            (2, "PRE_INITIALIZING"),
-            (3, "INITIALIZING"),
-            (7, "unknown"),
-        ] {
-            let r = reason(&format!("server.state: {n}\n"), XdsCheck::Auto).unwrap();
-            assert!(r.contains(name), "{r}");
-        }
-    }
-
-    #[test]
-    fn workers_must_have_started() {
-        let r = reason("server.state: 0\n", XdsCheck::Auto).unwrap();
-        assert!(r.contains("workers"), "{r}");
-        let r = reason("server.state: 0\nlistener_manager.workers_started: 0\n", XdsCheck::Auto).unwrap();
-        assert!(r.contains("workers"), "{r}");
-    }
-
-    #[test]
-    fn garbage_and_wrapped_values_are_reasons() {
-        let r = reason("server.state: banana\n", XdsCheck::Auto).unwrap();
-        assert!(r.contains("not a number") && r.contains("banana"), "{r}");
-        let r = reason("server.state: 18446744073709551615\n", XdsCheck::Auto).unwrap();
-        assert!(r.contains("impossible"), "{r}");
-        let r = reason("<html>", XdsCheck::Auto).unwrap();
-        assert!(r.contains("server.state missing"), "{r}");
-    }
-
-    #[test]
-    fn static_bootstrap_passes_auto_and_fails_required() {
-        assert_eq!(reason(LIVE, XdsCheck::Auto), None);
-        let r = reason(LIVE, XdsCheck::Required).unwrap();
-        assert!(r.contains("CDS and LDS"), "{r}");
-        assert_eq!(reason(LIVE, XdsCheck::Off), None);
-    }
-
-    #[test]
-    fn xds_fed_envoy_waits_for_first_updates_in_auto() {
-        let body = format!("{LIVE}cluster_manager.cds.update_attempt: 3\nlistener_manager.lds.update_attempt: 1\n");
-        let r = reason(&body, XdsCheck::Auto).unwrap();
-        assert!(r.contains("CDS and LDS"), "{r}");
-        let body = format!("{body}cluster_manager.cds.update_success: 1\n");
-        let r = reason(&body, XdsCheck::Auto).unwrap();
-        assert!(r.contains("first LDS") && !r.contains("CDS"), "{r}");
-        let body = format!("{body}listener_manager.lds.update_success: 2\n");
-        assert_eq!(reason(&body, XdsCheck::Auto), None);
-        assert_eq!(reason(&body, XdsCheck::Required), None);
-    }
-
-    #[test]
-    fn initializing_envoy_names_the_missing_xds_update_too() {
-        let r = reason("cluster_manager.cds.update_attempt: 2\n", XdsCheck::Auto).unwrap();
-        assert!(
-            r.contains("server.state missing") && r.contains("first CDS update"),
-            "{r}"
-        );
-        let r = reason(
-            "cluster_manager.cds.update_attempt: 2\nserver.state: 2\n",
-            XdsCheck::Auto,
-        )
-        .unwrap();
-        assert!(r.contains("PRE_INITIALIZING") && r.contains("first CDS update"), "{r}");
-    }
-
-    #[test]
-    fn rejected_config_is_its_own_reason() {
-        let body = format!("{LIVE}cluster_manager.cds.update_rejected: 2\n");
-        let r = reason(&body, XdsCheck::Auto).unwrap();
-        assert!(r.contains("rejected its CDS config"), "{r}");
-        // A rejection after an accepted update keeps the accepted config.
-        let body = format!("{body}cluster_manager.cds.update_success: 1\n");
-        assert_eq!(reason(&body, XdsCheck::Auto), None);
-    }
-}
-
 #[cfg(test)]
 mod schedule_tests {
     //! The poller in virtual time (`start_paused`) against a scripted
@@ -566,6 +297,7 @@ mod schedule_tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+    use hyper::StatusCode;
 
     const LIVE_STATS: &str = "listener_manager.workers_started: 1\nserver.state: 0\n";
     /// Poll every 1 s, 100 ms while not ready, admin timeout 1 s: stale after 4 s.
@@ -704,7 +436,7 @@ mod schedule_tests {
             schedule,
             envoy.clone(),
             readiness.clone(),
-            Metrics::new(Instant::now()),
+            (),
             heartbeat.clone(),
             shutdown.clone(),
         ));

@@ -12,22 +12,21 @@
 //! ```
 //!
 //! (`initContainerStatuses` for a native sidecar.) The same summary is the
-//! last log line.
-
-use std::io;
-use std::path::Path;
-
-use serde::Serialize;
+//! last log line. Before it, the agent may [`linger`] for a last scrape.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::drain::{DrainUntil, Outcome, Status};
+use serde::Serialize;
+
+use crate::drain::{DrainUntil, Exit, Outcome, Status};
 use crate::duration::Display as D;
-use crate::envoy::Exit;
-use crate::linger::{Ended, Linger};
+use linger::{Ended, Linger};
+
+pub mod linger;
 
 /// The most the kubelet keeps of a termination message.
 pub const MESSAGE_LIMIT: usize = 4096;
@@ -151,7 +150,7 @@ pub async fn conclude(
             tracing::warn!(path = %path.display(), error = %e, "cannot write the termination message");
         }
     }
-    let bound = crate::linger::bound(linger_for, status, grace);
+    let bound = linger::bound(linger_for, status, grace);
     if !bound.is_zero() {
         tracing::info!(up_to = %D(bound), "Envoy stopped; lingering for a last scrape of /stats/prometheus");
         match linger.wait(bound).await {

@@ -1,0 +1,234 @@
+//! The composition root: the one place that builds every piece from the
+//! settings and wires them together. Nothing else constructs another
+//! module's parts, and every module's options are derived from the
+//! settings here, once ([`Options`]).
+//!
+//! The order of `run` matters: signals are caught before anything may take
+//! time (a SIGTERM during start-up must drain, not kill); the status port
+//! is bound before Envoy starts (a port in use stops start-up before a
+//! process is launched); Envoy is launched from the main thread (its
+//! parent-death signal is tied to the thread that forks).
+//!
+//! - [`signals`]: process signals handed to the drain, and reaping as PID 1.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::Invocation;
+use crate::config::Settings;
+use crate::drain::{exit_code, Drain, DrainHandle, DrainUntil, Plan};
+use crate::duration::Display as D;
+use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
+use crate::envoy::poller::{self, Heartbeat, Schedule};
+use crate::envoy::process::Envoy;
+use crate::envoy::readiness::Readiness;
+use crate::exit::linger::Linger;
+use crate::metrics::scrape::Scraper;
+use crate::metrics::Metrics;
+use crate::pod::app::Watcher;
+use crate::status::server::StatusServer;
+use crate::status::service::StatusService;
+use crate::{cli, hooks, logging};
+use signals::Signals;
+
+pub mod signals;
+
+/// Runs what the command line asked for; returns the process exit code.
+pub fn main(invocation: Invocation) -> u8 {
+    match invocation {
+        Invocation::Run {
+            settings,
+            effective,
+            envoy,
+        } => {
+            logging::init(&settings.log, settings.log_format);
+            for e in &effective {
+                tracing::debug!(key = e.key, value = %e.value, source = %e.source, "setting");
+            }
+            for warning in settings.warnings() {
+                tracing::warn!("{warning}");
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build();
+            runtime.expect("tokio runtime").block_on(run(settings, envoy))
+        }
+        Invocation::Check { settings, effective } => cli::check_report(&settings, &effective),
+        Invocation::Wait(opts) => helper_runtime().block_on(hooks::wait(&opts)),
+        Invocation::WaitAppExit(opts) => helper_runtime().block_on(hooks::wait_app_exit(&opts)),
+        Invocation::Drain(opts) => helper_runtime().block_on(hooks::drain(&opts)),
+    }
+}
+
+fn helper_runtime() -> tokio::runtime::Runtime {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    runtime.expect("tokio runtime")
+}
+
+/// Every module's options, derived from the settings in one place.
+pub struct Options {
+    pub plan: Plan,
+    pub schedule: Schedule,
+    /// How old the last successful admin read may be before readiness stops
+    /// trusting it: three poll intervals plus one read timeout.
+    pub stale_after: Duration,
+}
+
+impl Options {
+    pub fn from(settings: &Settings) -> Options {
+        Options {
+            plan: Plan {
+                policy: settings.drain_until,
+                delay: settings.drain_delay,
+                drain_time: settings.termination_drain_duration,
+                minimum: settings.minimum_drain_duration,
+                deadline: settings.drain_deadline(),
+                read_timeout: settings.admin_timeout,
+                stop_bound: settings.shutdown_margin.max(Duration::from_millis(100)),
+                report_every: settings.poll_interval,
+            },
+            schedule: Schedule {
+                poll_interval: settings.poll_interval,
+                startup_poll_interval: settings.startup_poll_interval,
+                xds_check: settings.xds_check,
+            },
+            stale_after: settings.poll_interval * 3 + settings.admin_timeout,
+        }
+    }
+}
+
+/// Runs the agent until Envoy has stopped; returns the process exit code.
+/// Runs on the main thread (inside `block_on`), which Envoy's parent-death
+/// signal relies on.
+pub async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
+    let signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(e) => return start_failed("cannot install signal handlers", &e),
+    };
+    let Options {
+        mut plan,
+        schedule,
+        stale_after,
+    } = Options::from(&settings);
+    let shutdown = CancellationToken::new();
+    let metrics = Metrics::new(Instant::now());
+    let admin = admin_client(&settings, &metrics);
+    let server = match StatusServer::bind(settings.status_addr).await {
+        Ok(server) => server,
+        Err(e) => return start_failed(&format!("cannot bind the status address {}", settings.status_addr), &e),
+    };
+    let local = server.local_addr().expect("a bound listener has an address");
+    let (grace, scope) = (settings.termination_grace_period, settings.drain_scope);
+    let ignored = settings.ignore_listener_ports.clone();
+    let envoy = match Envoy::start(envoy_command, grace, admin.clone(), ignored, scope) {
+        Ok(envoy) => envoy,
+        Err(e) => return start_failed("cannot start Envoy", &e),
+    };
+    // Children lifeguard waits for itself: never reaped as orphans.
+    let own_children: Vec<i32> = envoy.pid().map(|p| p as i32).into_iter().collect();
+    let app = app_watcher(&mut plan, &settings, local.port(), envoy.pid());
+    let (drain, handle) = Drain::new(plan, envoy, app);
+    let readiness = Readiness::new(stale_after, handle.watch());
+    let heartbeat = Heartbeat::default();
+    let linger = Linger::new(handle.watch());
+    let scraper = Scraper::new(
+        metrics.clone(),
+        readiness.clone(),
+        settings.merge_envoy_metrics.then(|| admin.clone()),
+    )
+    .with_drain(handle.clone())
+    .with_heartbeat(heartbeat.clone())
+    .with_shutdown(shutdown.clone());
+    let service = StatusService::new(readiness.clone())
+        .with_drain(handle.clone())
+        .with_metrics(&metrics, scraper)
+        .with_linger(linger.clone());
+    let message_path = settings.termination_message_path.resolve();
+    log_start(&settings, local, &handle, message_path.as_deref());
+    let tasks = [
+        tokio::spawn(server.serve(service, shutdown.clone())),
+        tokio::spawn(poller::run(
+            schedule,
+            admin,
+            readiness,
+            metrics,
+            heartbeat,
+            shutdown.clone(),
+        )),
+        tokio::spawn(signals.forward(handle.clone(), own_children, shutdown.clone())),
+    ];
+    let outcome = drain.run().await;
+    let code = crate::exit::conclude(
+        &outcome,
+        &handle.status(),
+        message_path.as_deref(),
+        &linger,
+        settings.linger,
+        settings.termination_grace_period,
+    )
+    .await;
+    shutdown.cancel();
+    for task in tasks {
+        let _ = task.await;
+    }
+    code
+}
+
+/// The admin client, telling the metrics of every call.
+fn admin_client(settings: &Settings, metrics: &Metrics) -> AdminClient {
+    let metrics = metrics.clone();
+    let observer = Arc::new(move |e: Endpoint, o: CallOutcome, took| metrics.admin_call(e.label(), o.label(), took));
+    AdminClient::new(settings.admin_url.clone(), settings.admin_timeout).observed(observer)
+}
+
+/// What the `app-exit` policy watches. When the app's sockets cannot be
+/// attributed here, the policy falls back to `requests`, with a warning;
+/// the other policies watch nothing.
+fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Option<u32>) -> Watcher {
+    if plan.policy != DrainUntil::AppExit {
+        return Watcher::inert();
+    }
+    let admin_port = settings.admin_url.addr().port();
+    let ignored = settings.ignore_app_ports.clone();
+    match Watcher::for_pod(status_port, admin_port, envoy, ignored) {
+        Ok(app) => {
+            let processes = app.watches_processes();
+            let and = if processes {
+                " and processes (shared process namespace)"
+            } else {
+                ""
+            };
+            tracing::info!(processes, "app-exit: waiting for the app's sockets{and}");
+            app
+        }
+        Err(why) => {
+            tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
+            plan.policy = DrainUntil::Requests;
+            Watcher::inert()
+        }
+    }
+}
+
+fn log_start(
+    settings: &Settings,
+    local: std::net::SocketAddr,
+    handle: &DrainHandle,
+    message: Option<&std::path::Path>,
+) {
+    tracing::info!(
+        status_addr = %local,
+        admin_url = %settings.admin_url,
+        poll_interval = %D(settings.poll_interval),
+        drain_until = %handle.status().policy,
+        deadline = %D(settings.drain_deadline()),
+        termination_message = %message.map_or("none".into(), |p| p.display().to_string()),
+        "lifeguard listening"
+    );
+}
+
+/// A start-up error: logged, exit code 2, nothing left running.
+fn start_failed(what: &str, e: &std::io::Error) -> u8 {
+    tracing::error!(error = %e, "{what}");
+    exit_code::CONFIG
+}

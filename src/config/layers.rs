@@ -1,0 +1,169 @@
+//! The layers under the settings: flags and env (clap), then the TOML
+//! file, then defaults; every effective value listed with its source; and
+//! clap's errors about a value rewritten to name the field as the user
+//! wrote it.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args};
+
+use super::{ConfigError, Effective, RunArgs, Settings, Source};
+
+/// The settings' clap arguments, for their flags and env names.
+fn settings_command() -> clap::Command {
+    Settings::augment_args(clap::Command::new("lifeguard"))
+}
+
+/// A key as the user wrote it for `source`: `--poll-interval`,
+/// `LIFEGUARD_POLL_INTERVAL` or `poll_interval`.
+fn field_name(key: &str, source: Source) -> String {
+    let cmd = settings_command();
+    let arg = cmd.get_arguments().find(|a| a.get_id() == key);
+    match (source, arg) {
+        (Source::Flag, Some(arg)) => format!("--{}", arg.get_long().unwrap_or(key)),
+        (Source::Env, Some(arg)) => arg.get_env().map_or(key.into(), |e| e.to_string_lossy().into()),
+        _ => key.to_owned(),
+    }
+}
+
+impl RunArgs {
+    /// Lays the config file under the flags and env values clap parsed
+    /// (`matches`, of this subcommand, tells which were given), applies the
+    /// rules across settings and lists every effective value with its source.
+    pub fn load(self, matches: &ArgMatches) -> Result<(Settings, Vec<Effective>), ConfigError> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => toml::Table::new(),
+        };
+        let given = |key: &str| match matches.value_source(key) {
+            Some(ValueSource::CommandLine) => Some(Source::Flag),
+            Some(ValueSource::EnvVariable) => Some(Source::Env),
+            _ => None,
+        };
+        let source = |key: &str| {
+            given(key).unwrap_or(if file.contains_key(key) {
+                Source::File
+            } else {
+                Source::Default
+            })
+        };
+        let mut table = toml::Table::try_from(&self.settings).expect("settings serialize");
+        for (key, value) in &file {
+            if !table.contains_key(key) {
+                let known: Vec<_> = table.keys().map(String::as_str).collect();
+                let message = format!("unknown field `{key}`, expected one of {}", known.join(", "));
+                let path = self.config.clone().unwrap_or_default();
+                return Err(ConfigError::File { path, message });
+            }
+            if given(key).is_some() {
+                continue;
+            }
+            let mut trial = table.clone();
+            trial.insert(key.clone(), value.clone());
+            if let Err(e) = trial.try_into::<Settings>() {
+                return Err(ConfigError::Invalid {
+                    field: key.clone(),
+                    value: shown(value),
+                    origin: Source::File,
+                    why: e.message().to_owned(),
+                });
+            }
+            table.insert(key.clone(), value.clone());
+        }
+        let mut settings: Settings = table.try_into().expect("every file value was checked");
+        settings.resolve(|key| (field_name(key, source(key)), source(key)))?;
+
+        let table = toml::Table::try_from(&settings).expect("settings serialize");
+        let effective = settings_command()
+            .get_arguments()
+            .map(|arg| {
+                let key = arg.get_id().as_str();
+                let value = table.get(key).map_or(String::new(), shown);
+                let source = source(key);
+                Effective {
+                    key: key.into(),
+                    value,
+                    source,
+                }
+            })
+            .collect();
+        Ok((settings, effective))
+    }
+}
+
+/// A TOML value the way a user types it on the command line.
+fn shown(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Array(items) => items.iter().map(shown).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// The agent's message for clap's error about a bad setting value, naming
+/// the env variable when the value came from there (clap names the flag
+/// either way). `None` for any other error, which clap reports itself.
+pub fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
+    if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
+        return None;
+    }
+    let text = |kind| match err.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let flag = text(ContextKind::InvalidArg)?.split(' ').next()?;
+    let value = text(ContextKind::InvalidValue)?.to_owned();
+    let cmd = settings_command();
+    let arg = cmd
+        .get_arguments()
+        .find(|a| a.get_long().is_some_and(|l| flag == format!("--{l}")))?;
+    let on_command_line = argv
+        .iter()
+        .take_while(|a| a.as_os_str() != OsStr::new("--"))
+        .filter_map(|a| a.to_str())
+        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|rest| rest.starts_with('=')));
+    let origin = if on_command_line { Source::Flag } else { Source::Env };
+    let why = match (std::error::Error::source(err), err.get(ContextKind::ValidValue)) {
+        (Some(source), _) => source.to_string(),
+        (None, Some(ContextValue::Strings(valid))) => format!("expected one of {}", valid.join(", ")),
+        _ => "invalid value".into(),
+    };
+    let field = field_name(arg.get_id().as_str(), origin);
+    Some(ConfigError::Invalid {
+        field,
+        value,
+        origin,
+        why,
+    })
+}
+
+/// The longest config file read.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Reads the TOML file: a regular file of at most 1 MiB. It is opened
+/// without blocking, so a FIFO is refused at once rather than waited on.
+fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+    let bad = |message: &dyn fmt::Display| ConfigError::File {
+        path: path.to_owned(),
+        message: message.to_string(),
+    };
+    let mut options = std::fs::OpenOptions::new();
+    let file = options.read(true).custom_flags(libc::O_NONBLOCK).open(path);
+    let file = file.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(bad(&"not a regular file"));
+    }
+    let mut text = String::new();
+    let read = file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text);
+    read.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(bad(&"larger than 1 MiB"));
+    }
+    text.parse().map_err(|e: toml::de::Error| bad(&e.message()))
+}

@@ -1,0 +1,527 @@
+//! The drain state machine: one task that owns the phase, the deadline and
+//! the policy, fed by events through a [`DrainHandle`].
+
+use std::future::Future;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{sleep_until, Instant};
+
+use super::handle::{DrainHandle, Event};
+use super::plan::{DrainUntil, Plan};
+use super::policy::{log_done, waiting_on, DoneRule, Pacer, Progress};
+use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Work};
+use super::status::{Outcome, Phase, Status};
+use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
+use crate::duration::Display as D;
+use crate::logging::Throttle;
+
+/// A read under a timeout: Err(()) when it did not finish in time.
+type Timed<T, E = ControlError> = Result<Result<T, E>, ()>;
+
+/// What the reads of one wait remember between them.
+struct Seen {
+    /// The count the policy counts at the last successful read.
+    left: Option<u64>,
+    /// Since when an external Envoy has refused connections.
+    refused_since: Option<Instant>,
+    progress: Progress,
+    read_warning: Throttle,
+    skipped_warning: Throttle,
+    app_warning: Throttle,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Self {
+            left: None,
+            refused_since: None,
+            progress: Progress::default(),
+            read_warning: Throttle::new(WARN_EVERY),
+            skipped_warning: Throttle::new(WARN_EVERY),
+            app_warning: Throttle::new(WARN_EVERY),
+        }
+    }
+}
+
+/// Why a wait inside the drain ended early.
+enum Interrupt {
+    EnvoyExited(ExitStatus),
+    EnvoyGone,
+    Quit,
+}
+
+/// The drain state machine. Build it with [`Drain::new`], run it with
+/// [`Drain::run`].
+pub struct Drain<E, A = ()> {
+    plan: Plan,
+    envoy: E,
+    app: A,
+    inbox: Inbox,
+    started: Option<Instant>,
+}
+
+/// The events, and what they leave behind for the machine to act on.
+struct Inbox {
+    events: mpsc::Receiver<Event>,
+    open: bool,
+    status: watch::Sender<Status>,
+    stop_requested: bool,
+    waiters: Vec<oneshot::Sender<Status>>,
+    drained: bool,
+    quit_reply: Option<oneshot::Sender<()>>,
+}
+
+impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
+    /// The machine and its handle. `app` is what the `app-exit` policy
+    /// watches (`()` for the other policies).
+    pub fn new(plan: Plan, envoy: E, app: A) -> (Drain<E, A>, DrainHandle) {
+        let (events_tx, events) = mpsc::channel(64);
+        let (status, status_rx) = watch::channel(Status::initial(plan.policy, plan.waiting_for()));
+        let handle = DrainHandle {
+            events: events_tx,
+            status: status_rx,
+        };
+        let inbox = Inbox {
+            events,
+            open: true,
+            status,
+            stop_requested: false,
+            waiters: Vec::new(),
+            drained: false,
+            quit_reply: None,
+        };
+        let drain = Drain {
+            plan,
+            envoy,
+            app,
+            inbox,
+            started: None,
+        };
+        (drain, handle)
+    }
+
+    /// Runs until Envoy has stopped (or exited on its own).
+    pub async fn run(mut self) -> Outcome {
+        let trigger = loop {
+            let event = tokio::select! {
+                status = self.envoy.exited() => return self.envoy_exited(status),
+                event = self.inbox.events.recv(), if self.inbox.open => event,
+            };
+            match event {
+                None => self.inbox.open = false,
+                Some(Event::Signal(name)) => {
+                    self.inbox.stop_requested = true;
+                    break name;
+                }
+                Some(Event::Drain(reply)) => {
+                    self.inbox.waiters.push(reply);
+                    break "POST /drain";
+                }
+                Some(Event::Quit(reply)) => {
+                    self.inbox.quit_reply = Some(reply);
+                    return self.quit().await;
+                }
+            }
+        };
+        match self.drain(trigger).await {
+            Ok(outcome) => outcome,
+            Err(Interrupt::EnvoyExited(status)) => self.envoy_exited(status),
+            Err(Interrupt::EnvoyGone) => {
+                tracing::error!("Envoy's admin API stopped answering during the drain: Envoy is gone");
+                self.inbox.publish(|s| s.phase = Phase::Stopped);
+                Outcome::EnvoyGone
+            }
+            Err(Interrupt::Quit) => self.quit().await,
+        }
+    }
+
+    async fn drain(&mut self, trigger: &'static str) -> Result<Outcome, Interrupt> {
+        let started = Instant::now();
+        self.started = Some(started);
+        let deadline = started
+            .checked_add(self.plan.deadline)
+            .unwrap_or_else(|| started + Duration::from_secs(86400 * 365));
+        // 1. Readiness derives from the phase: publishing it is the 503.
+        let now_unix = crate::duration::unix_now();
+        let stop_requested = self.inbox.stop_requested;
+        let first = if self.plan.delay.is_zero() {
+            Phase::Draining
+        } else {
+            Phase::Delaying
+        };
+        self.inbox.publish(|s| {
+            s.phase = first;
+            s.trigger = Some(trigger);
+            s.started_at = Some(now_unix);
+            s.deadline = Some(now_unix + self.plan.deadline.as_secs_f64());
+            s.stop_requested = stop_requested;
+        });
+        tracing::info!(
+            trigger,
+            policy = %self.plan.policy,
+            waiting_for = %self.plan.waiting_for(),
+            deadline_in = %D(self.plan.deadline),
+            "drain started: readiness is 503"
+        );
+
+        // 2. Pre-drain delay.
+        if !self.plan.delay.is_zero() {
+            let until = deadline.min(started + self.plan.delay);
+            self.inbox.race(&self.envoy, sleep_until(until)).await?;
+            self.inbox.publish(|s| s.phase = Phase::Draining);
+        }
+
+        // 3. Envoy drains its inbound listeners.
+        self.drain_listeners(deadline).await?;
+        let drain_began = Instant::now();
+
+        // 4. The policy.
+        let (left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
+        let cut = !satisfied;
+        let keep_running = self.publish_drained(cut, started);
+
+        // After `POST /drain`, Envoy keeps running until a signal.
+        if keep_running {
+            tracing::info!("drained; Envoy keeps running until SIGTERM");
+            self.inbox.wait_for_signal(&self.envoy).await?;
+        }
+
+        // 5. Stop Envoy.
+        Ok(self.stop_and_conclude(left, cut, started).await)
+    }
+
+    /// The policy is satisfied or the deadline came: publishes it and
+    /// answers every `POST /drain`. Whether Envoy keeps running (no signal
+    /// asked for its stop yet).
+    fn publish_drained(&mut self, cut: bool, started: Instant) -> bool {
+        self.inbox.drained = true;
+        let keep_running = !self.inbox.stop_requested;
+        let took = started.elapsed().as_secs_f64();
+        self.inbox.publish(|s| {
+            s.cut_by_deadline = cut;
+            s.duration_seconds = Some(took);
+            if keep_running {
+                s.phase = Phase::Drained;
+            }
+        });
+        let status = self.inbox.status.borrow().clone();
+        for waiter in self.inbox.waiters.drain(..) {
+            let _ = waiter.send(status.clone());
+        }
+        keep_running
+    }
+
+    /// Stops Envoy and says how the drain ended. What Envoy is stopped
+    /// with is published with the `stopping` phase, so `GET /drain` shows
+    /// it while Envoy exits.
+    async fn stop_and_conclude(&mut self, left: Option<u64>, cut: bool, started: Instant) -> Outcome {
+        let exit = self.stop_envoy(left).await;
+        let unfinished = match (self.plan.policy, left) {
+            (DrainUntil::Time, Some(n)) if !cut && n > 0 => Some(n),
+            _ => None,
+        };
+        if let Some(n) = unfinished {
+            tracing::warn!(
+                left_at_stop = n,
+                "the drain time ran out with requests in flight: Envoy stopped with them"
+            );
+            return Outcome::Unfinished { left: n, exit };
+        }
+        if cut {
+            match left {
+                Some(n) => tracing::warn!(
+                    left = n,
+                    counting = self.plan.counted_in_all(),
+                    "the deadline cut the drain: Envoy stopped with {n} still active"
+                ),
+                None => tracing::warn!("the deadline cut the drain; the active count was unknown"),
+            }
+            Outcome::Cut { left, exit }
+        } else {
+            tracing::info!(took = %D(started.elapsed()), "drain complete, Envoy stopped ({exit})");
+            Outcome::Drained(exit)
+        }
+    }
+
+    /// Starts Envoy's graceful drain, retried within the deadline. A failure
+    /// is logged; the drain goes on.
+    async fn drain_listeners(&mut self, deadline: Instant) -> Result<(), Interrupt> {
+        let skip_exit = !self.inbox.stop_requested;
+        for attempt in 1..=DRAIN_CALL_TRIES {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!("the deadline came before Envoy's drain could start");
+                return Ok(());
+            }
+            let call = tokio::time::timeout(left.min(self.plan.read_timeout), self.envoy.drain_listeners(skip_exit));
+            match self.inbox.race(&self.envoy, call).await? {
+                Ok(Ok(())) => {
+                    tracing::info!(skip_exit, "Envoy is draining its inbound listeners");
+                    return Ok(());
+                }
+                Ok(Err(e)) => tracing::warn!(attempt, error = %e, "drain_listeners failed"),
+                Err(_) if left <= self.plan.read_timeout => break,
+                Err(_) => tracing::warn!(attempt, "drain_listeners did not answer in time"),
+            }
+            if attempt < DRAIN_CALL_TRIES {
+                let next = deadline.min(Instant::now() + Duration::from_millis(100));
+                self.inbox.race(&self.envoy, sleep_until(next)).await?;
+            }
+        }
+        tracing::error!("could not start Envoy's graceful drain; waiting as the policy says anyway");
+        Ok(())
+    }
+
+    /// Waits as the policy says, or until the deadline. Returns the count
+    /// the policy counts at the last successful read, and whether the policy
+    /// was satisfied (false: the deadline came first). Reads are paced by
+    /// [`Pacer`]; the end is [`DoneRule`]'s.
+    async fn wait_for_policy(
+        &mut self,
+        drain_began: Instant,
+        deadline: Instant,
+    ) -> Result<(Option<u64>, bool), Interrupt> {
+        let plan = self.plan.clone();
+        let mut rule = DoneRule::new(&plan, drain_began);
+        let mut pacer = Pacer::default();
+        let mut seen = Seen::default();
+        loop {
+            let read_timeout = plan
+                .read_timeout
+                .min(deadline.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(10));
+            let read_started = Instant::now();
+            let (envoy_read, took, app_read) = self.read_once(read_timeout).await?;
+            if envoy_read.is_ok() {
+                pacer.answered(took);
+            }
+            let now = Instant::now();
+            let envoy_now = self.take_envoy_read(envoy_read, read_timeout, now, &mut seen)?;
+            let app_now = self.take_app_read(app_read, now, &mut seen);
+            // The count the policy counts, read now (None: unknown now).
+            let count_now = match (envoy_now, &app_now) {
+                (Some(n), Some(work)) => Some(n.saturating_add(work.count())),
+                _ => None,
+            };
+            if let Some(count) = count_now {
+                self.publish_waiting_on(waiting_on(&plan, envoy_now.unwrap_or(0), app_now.as_ref()));
+                seen.progress.observe(now, count, plan.counted_in_all());
+                seen.left = Some(count);
+            }
+            if rule.done(now, count_now) {
+                log_done(&plan, seen.left, now.duration_since(drain_began));
+                return Ok((seen.left, true));
+            }
+            if now >= deadline {
+                return Ok((seen.left, false));
+            }
+            let next = rule.cap(deadline.min(read_started + pacer.gap(rule.period())).max(now));
+            self.inbox.race(&self.envoy, sleep_until(next)).await?;
+        }
+    }
+
+    /// One read of Envoy's active counts and, with `app-exit`, of the app's
+    /// work, side by side, each under `timeout`: Envoy's answer (Err: timed
+    /// out) and how long it took, and the app's (None: not watched).
+    async fn read_once(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(Timed<Active>, Duration, Option<Timed<Work, String>>), Interrupt> {
+        let watch_app = self.plan.policy == DrainUntil::AppExit;
+        let (envoy, app) = (&self.envoy, &self.app);
+        let envoy_read = async {
+            let started = Instant::now();
+            let read = tokio::time::timeout(timeout, envoy.active()).await;
+            (read.map_err(drop), started.elapsed())
+        };
+        let app_read = async {
+            match watch_app {
+                true => Some(tokio::time::timeout(timeout, app.work()).await.map_err(drop)),
+                false => None,
+            }
+        };
+        let ((read, took), app) = self
+            .inbox
+            .race(envoy, async { tokio::join!(envoy_read, app_read) })
+            .await?;
+        Ok((read, took, app))
+    }
+
+    /// Publishes what a read of Envoy found; the count the policy counts
+    /// in Envoy, when the read answered. An external Envoy that refuses
+    /// connections for [`EXTERNAL_GONE_AFTER`] is gone.
+    fn take_envoy_read(
+        &mut self,
+        read: Timed<Active>,
+        timeout: Duration,
+        now: Instant,
+        seen: &mut Seen,
+    ) -> Result<Option<u64>, Interrupt> {
+        let error = match read {
+            Ok(Ok(active)) => {
+                seen.refused_since = None;
+                if !active.skipped.is_empty() && seen.skipped_warning.due(now) {
+                    for skipped in &active.skipped {
+                        tracing::warn!("not counted: {skipped}");
+                    }
+                }
+                self.inbox.publish(|s| {
+                    s.active_connections = Some(active.connections);
+                    s.active_requests = Some(active.requests);
+                    s.active_tcp = Some(active.tcp);
+                    s.last_read_error = None;
+                });
+                return Ok(Some(self.plan.count(&active)));
+            }
+            Ok(Err(e)) => {
+                if e.refused && !self.envoy.is_child() {
+                    let since = *seen.refused_since.get_or_insert(now);
+                    if now.duration_since(since) >= EXTERNAL_GONE_AFTER {
+                        return Err(Interrupt::EnvoyGone);
+                    }
+                }
+                e.message
+            }
+            Err(()) => format!("the read did not finish within {}", D(timeout)),
+        };
+        if seen.read_warning.due(now) {
+            tracing::warn!(error = %error, "cannot read active counts; the drain goes on");
+        }
+        self.inbox.publish(|s| s.last_read_error = Some(error));
+        Ok(None)
+    }
+
+    /// Publishes what a look at the app found; the app's work, when known
+    /// (none, when the policy does not watch the app).
+    fn take_app_read(&mut self, read: Option<Timed<Work, String>>, now: Instant, seen: &mut Seen) -> Option<Work> {
+        let Some(read) = read else {
+            return Some(Work::default());
+        };
+        let work = match read {
+            Ok(Ok(work)) => work,
+            Ok(Err(e)) => {
+                if seen.app_warning.due(now) {
+                    tracing::warn!(error = %e, "cannot see the app's sockets; the drain goes on");
+                }
+                return None;
+            }
+            Err(()) => return None,
+        };
+        let (sockets, processes) = (work.sockets.len() as u64, work.processes.len() as u64);
+        self.inbox.publish(|s| {
+            s.app_sockets = Some(sockets);
+            s.app_processes = Some(processes);
+        });
+        Some(work)
+    }
+
+    /// Publishes what the drain waits on, when it changed.
+    fn publish_waiting_on(&mut self, on: Option<String>) {
+        if self.inbox.status.borrow().waiting_on == on {
+            return;
+        }
+        self.inbox.publish(|s| {
+            if on.is_some() {
+                s.waited_on_last.clone_from(&on);
+            }
+            s.waiting_on = on;
+        });
+    }
+
+    /// Stops Envoy; `left` is what the policy counted still active, which
+    /// is published with the `stopped` phase (one consistent final status).
+    async fn stop_envoy(&mut self, left: Option<u64>) -> Exit {
+        self.inbox.publish(|s| {
+            s.phase = Phase::Stopping;
+            s.left_at_stop = left;
+        });
+        let exit = self.envoy.stop(self.plan.stop_bound).await;
+        let took = self.started.map(|t| t.elapsed().as_secs_f64());
+        self.inbox.publish(|s| {
+            s.phase = Phase::Stopped;
+            s.duration_seconds = took;
+            s.left_at_stop = left;
+        });
+        exit
+    }
+
+    async fn quit(&mut self) -> Outcome {
+        tracing::info!("POST /quitquitquit: stopping Envoy now");
+        let exit = self.stop_envoy(None).await;
+        tracing::info!("Envoy stopped ({exit})");
+        if let Some(reply) = self.inbox.quit_reply.take() {
+            let _ = reply.send(());
+        }
+        Outcome::Quit(exit)
+    }
+
+    fn envoy_exited(&mut self, status: ExitStatus) -> Outcome {
+        tracing::error!(%status, "Envoy exited on its own");
+        self.inbox.publish(|s| s.phase = Phase::Stopped);
+        Outcome::EnvoyExited(status)
+    }
+}
+
+impl Inbox {
+    /// Runs `fut` while handling events; ends early if Envoy exits or a
+    /// quit is asked for.
+    async fn race<T>(&mut self, envoy: &impl EnvoyControl, fut: impl Future<Output = T>) -> Result<T, Interrupt> {
+        tokio::pin!(fut);
+        loop {
+            let event = tokio::select! {
+                biased;
+                status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
+                event = self.events.recv(), if self.open => event,
+                out = &mut fut => return Ok(out),
+            };
+            self.handle(event)?;
+        }
+    }
+
+    /// Waits (handling events) until a signal asks for Envoy's stop.
+    async fn wait_for_signal(&mut self, envoy: &impl EnvoyControl) -> Result<(), Interrupt> {
+        while !self.stop_requested {
+            let event = tokio::select! {
+                biased;
+                status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
+                event = self.events.recv(), if self.open => event,
+            };
+            self.handle(event)?;
+        }
+        Ok(())
+    }
+
+    /// One event during a drain.
+    fn handle(&mut self, event: Option<Event>) -> Result<(), Interrupt> {
+        match event {
+            None => self.open = false,
+            Some(Event::Signal(name)) => {
+                if self.stop_requested {
+                    tracing::info!(signal = name, "signal received again; the drain goes on unchanged");
+                } else {
+                    tracing::info!(signal = name, "signal received; Envoy stops once drained");
+                    self.stop_requested = true;
+                    self.publish(|s| s.stop_requested = true);
+                }
+            }
+            Some(Event::Drain(reply)) => {
+                if self.drained {
+                    let _ = reply.send(self.status.borrow().clone());
+                } else {
+                    self.waiters.push(reply);
+                }
+            }
+            Some(Event::Quit(reply)) => {
+                self.quit_reply = Some(reply);
+                return Err(Interrupt::Quit);
+            }
+        }
+        Ok(())
+    }
+
+    fn publish(&self, f: impl FnOnce(&mut Status)) {
+        self.status.send_modify(f);
+    }
+}

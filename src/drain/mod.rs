@@ -1,0 +1,68 @@
+//! The drain: one state machine that owns the phase, the deadline and the
+//! policy, and is the only place that decides when Envoy stops.
+//!
+//! It runs as one task ([`Drain::run`]) fed by [`Event`]s — signals,
+//! `POST /drain`, `POST /quitquitquit` — through a [`DrainHandle`], and talks
+//! to Envoy only through [`EnvoyControl`] (drain the listeners, read the
+//! active counts, stop, notice an exit). Time is tokio's clock, so the whole
+//! machine runs in virtual time in the unit tests below, against a scripted
+//! Envoy.
+//!
+//! The sequence on the first SIGTERM or SIGINT:
+//!
+//! 1. the phase leaves `serving`, and readiness, which reads the published
+//!    phase, answers 503 `draining` before any network call is made;
+//! 2. optional pre-drain delay: Envoy keeps serving while endpoint removal
+//!    propagates;
+//! 3. Envoy's inbound listeners drain gracefully (retried; a failure is
+//!    logged and the sequence goes on);
+//! 4. the policy: a fixed time, or nothing left (connections, requests, or
+//!    the app's work) after a minimum time, read every 50 ms on a small
+//!    Envoy and less often on a slow one; only a count read *now* can end it;
+//! 5. Envoy is stopped gracefully. One deadline (grace period less the
+//!    shutdown margin, counted from the start of the drain) bounds steps 2–4.
+//!
+//! `POST /drain` runs steps 1–4 with `skip_exit` and answers when the policy
+//! is satisfied; Envoy keeps running until a signal, which then stops it at
+//! once. Every wait ends early when Envoy exits on its own.
+//!
+//! The phase is published once, in a `watch` channel ([`Status`]); readiness,
+//! `GET /drain` and the metrics all derive from it.
+
+mod handle;
+mod machine;
+mod plan;
+mod policy;
+mod ports;
+mod status;
+#[cfg(test)]
+mod tests;
+
+pub use handle::DrainHandle;
+pub use machine::Drain;
+pub use plan::{DrainScope, DrainUntil, Plan};
+pub use ports::{Active, AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Work};
+pub use status::{exit_code, Outcome, Phase, Status};
+
+use std::time::Duration;
+
+/// How often active connections or requests are read while waiting for zero,
+/// so Envoy stops within about this long after the last one ends.
+pub(crate) const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// With `app-exit`, how long every read must have found nothing left (no
+/// request in Envoy, no socket or process of the app) before Envoy stops:
+/// an app between two steps of its shutdown may hold no socket for a
+/// moment (with a shared process namespace its processes still show).
+pub(crate) const APP_QUIET: Duration = Duration::from_millis(100);
+/// A drain read starts this many times the recent reads' duration after the
+/// one before: Envoy's admin thread spends at most 1/PACE (about 9 %) of its
+/// time on the drain's reads, whatever the size of its config.
+pub(crate) const PACE: u32 = 11;
+/// How long an external Envoy's admin API may refuse connections during a
+/// drain before lifeguard concludes Envoy is gone.
+pub(crate) const EXTERNAL_GONE_AFTER: Duration = Duration::from_secs(1);
+/// Tries of the `drain_listeners` call.
+pub(crate) const DRAIN_CALL_TRIES: u32 = 3;
+/// Time between two progress lines, and between two repeats of one warning.
+pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const WARN_EVERY: Duration = Duration::from_secs(10);

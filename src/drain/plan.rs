@@ -1,0 +1,113 @@
+//! What the drain is told to do: the policy ([`DrainUntil`]), which
+//! listeners drain ([`DrainScope`]) and the times ([`Plan`]), derived from
+//! the settings in one place (`crate::agent`).
+
+use std::fmt;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+
+use super::ports::Active;
+use crate::duration::Display as D;
+
+/// The drain's settings (`Settings::drain_plan` in [`crate::config`]).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub policy: DrainUntil,
+    /// Pause between readiness turning 503 and Envoy's drain.
+    pub delay: Duration,
+    /// The fixed policy's drain time.
+    pub drain_time: Duration,
+    /// The exit-on-zero policies' shortest drain.
+    pub minimum: Duration,
+    /// From the start of the drain to Envoy's stop, at the latest.
+    pub deadline: Duration,
+    /// Timeout of one admin call.
+    pub read_timeout: Duration,
+    /// How long Envoy gets to exit after SIGTERM before SIGKILL.
+    pub stop_bound: Duration,
+    /// How often the fixed policy reads the counts, for reporting.
+    pub report_every: Duration,
+}
+
+impl Plan {
+    /// What the drain waits for, in words.
+    pub fn waiting_for(&self) -> String {
+        match self.policy {
+            DrainUntil::Time => format!("{} of drain time", D(self.drain_time)),
+            DrainUntil::AppExit => format!(
+                "no request in Envoy and no socket or process of the app, after at least {}",
+                D(self.minimum)
+            ),
+            until => format!("zero active {until}, after at least {}", D(self.minimum)),
+        }
+    }
+
+    /// What the count counts under this policy. The fixed policy counts the
+    /// work it would cut: requests and TCP-proxy connections.
+    pub(crate) fn counted(&self) -> &'static str {
+        match self.policy {
+            DrainUntil::Connections => "connections",
+            DrainUntil::Requests => "requests",
+            DrainUntil::Time | DrainUntil::AppExit => "requests in flight",
+        }
+    }
+
+    /// What the count that ends the drain counts: with `app-exit`, the
+    /// app's sockets and processes too.
+    pub(crate) fn counted_in_all(&self) -> &'static str {
+        match self.policy {
+            DrainUntil::AppExit => "requests in flight, app sockets and app processes",
+            _ => self.counted(),
+        }
+    }
+
+    pub(crate) fn count(&self, active: &Active) -> u64 {
+        match self.policy {
+            DrainUntil::Connections => active.connections,
+            DrainUntil::Requests => active.requests,
+            DrainUntil::Time | DrainUntil::AppExit => active.work(),
+        }
+    }
+}
+
+/// What the drain waits for before Envoy is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainUntil {
+    /// A fixed time: `termination_drain_duration`.
+    Time,
+    /// Zero active downstream connections (after the minimum duration).
+    Connections,
+    /// Zero active downstream HTTP requests (after the minimum duration):
+    /// idle keep-alive connections do not hold the pod.
+    Requests,
+    /// After the minimum duration, no request (HTTP or TCP proxy, inbound
+    /// or outbound) active in Envoy and nothing left of the app in the pod:
+    /// no socket, and with a shared process namespace no process.
+    #[serde(rename = "app-exit")]
+    AppExit,
+}
+
+impl fmt::Display for DrainUntil {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
+    }
+}
+
+/// Which listeners Envoy drains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainScope {
+    /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.
+    Inbound,
+    /// Every listener (gateways).
+    All,
+}
+
+impl fmt::Display for DrainScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
+    }
+}

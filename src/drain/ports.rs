@@ -1,0 +1,211 @@
+//! The drain's ports: what it needs from Envoy ([`EnvoyControl`]) and from
+//! the app ([`AppControl`]), and the values they answer with. The adapters
+//! implement them (`crate::envoy::process::Envoy`, `crate::pod::app::Watcher`);
+//! the drain knows nothing of the admin API, `/proc` or signals, so its unit
+//! tests script both sides in virtual time.
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Why a call through [`EnvoyControl`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlError {
+    /// Envoy refused the connection: an external Envoy that keeps refusing
+    /// is gone.
+    pub refused: bool,
+    /// The reason, for the log and `GET /drain`.
+    pub message: String,
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// What the drain needs from Envoy. `crate::envoy::process::Envoy` is the real one;
+/// the unit tests script their own.
+pub trait EnvoyControl {
+    /// Starts the graceful drain of the inbound listeners. With `skip_exit`,
+    /// Envoy's drain timer does not close them afterwards.
+    fn drain_listeners(&self, skip_exit: bool) -> impl Future<Output = Result<(), ControlError>> + Send;
+    /// Reads the active downstream connections and requests.
+    fn active(&self) -> impl Future<Output = Result<Active, ControlError>> + Send;
+    /// Stops Envoy gracefully within `bound`.
+    fn stop(&self, bound: Duration) -> impl Future<Output = Exit> + Send;
+    /// Resolves when Envoy exits on its own (never, if that cannot be seen).
+    fn exited(&self) -> impl Future<Output = ExitStatus> + Send;
+    /// Whether Envoy is lifeguard's child (its exit is seen directly).
+    fn is_child(&self) -> bool;
+}
+
+/// What the app still holds, for the `app-exit` policy. `crate::pod::app::Watcher`
+/// is the real one.
+pub trait AppControl {
+    fn work(&self) -> impl Future<Output = Result<Work, String>> + Send;
+}
+
+/// For drains whose policy never looks at the app.
+impl AppControl for () {
+    async fn work(&self) -> Result<Work, String> {
+        Ok(Work::default())
+    }
+}
+
+/// How Envoy ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The child exited with this status.
+    Status(ExitStatus),
+    /// An external Envoy acknowledged `/quitquitquit`.
+    Quit,
+    /// An external Envoy's admin API could not be reached to stop it.
+    Unreachable,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Status(s) => write!(f, "{s}"),
+            Exit::Quit => f.write_str("quit through the admin API"),
+            Exit::Unreachable => f.write_str("admin API unreachable"),
+        }
+    }
+}
+
+/// Active downstream connections and requests, each counted once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Active {
+    /// Sum of `listener.<addr>_<port>.downstream_cx_active` over the
+    /// listeners that count (not per worker, not the HTTP layer).
+    pub connections: u64,
+    /// Sum of `http.<prefix>.downstream_rq_active` over the HTTP connection
+    /// managers that count.
+    pub requests: u64,
+    /// Connections that no HTTP connection manager holds (TCP proxy and
+    /// other network filters): the listeners' connections less the HTTP
+    /// managers' `downstream_cx_active`. Each is work in flight.
+    pub tcp: u64,
+    /// Lines that were not counted because their value made no sense
+    /// (wrapped or unparsable), as text for the log.
+    pub skipped: Vec<String>,
+}
+
+impl Active {
+    /// Work in flight in Envoy: HTTP requests and TCP-proxy connections.
+    pub fn work(&self) -> u64 {
+        self.requests.saturating_add(self.tcp)
+    }
+}
+
+/// One socket the app holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppSocket {
+    pub local: SocketAddr,
+    /// None for a listening socket.
+    pub remote: Option<SocketAddr>,
+    /// The owner's pid, when it can be seen.
+    pub pid: Option<u32>,
+}
+
+impl fmt::Display for AppSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.remote {
+            None => write!(f, "{} listening", self.local),
+            Some(remote) => write!(f, "{} -> {}", self.local, remote),
+        }
+    }
+}
+
+/// One process of the app's containers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppProcess {
+    pub pid: u32,
+    pub name: String,
+}
+
+/// What the app holds at one scan.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Work {
+    pub sockets: Vec<AppSocket>,
+    pub processes: Vec<AppProcess>,
+}
+
+impl Work {
+    pub fn is_done(&self) -> bool {
+        self.sockets.is_empty() && self.processes.is_empty()
+    }
+
+    /// How many things the app still holds.
+    pub fn count(&self) -> u64 {
+        (self.sockets.len() + self.processes.len()) as u64
+    }
+}
+
+impl Work {
+    /// Every socket and process, none left out of the list.
+    pub fn listed_in_full(&self) -> String {
+        Listed(self, usize::MAX).to_string()
+    }
+}
+
+/// `2 app sockets (127.0.0.1:8080 listening; 127.0.0.1:41234 -> 127.0.0.1:15001)`,
+/// at most a few listed.
+impl fmt::Display for Work {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Listed(self, 4).fmt(f)
+    }
+}
+
+/// Work, listing at most `.1` sockets and processes.
+struct Listed<'a>(&'a Work, usize);
+
+impl fmt::Display for Listed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (work, listed) = (self.0, self.1);
+        let mut parts = Vec::new();
+        if !work.sockets.is_empty() {
+            let n = work.sockets.len();
+            let mut list: Vec<String> = work.sockets.iter().take(listed).map(ToString::to_string).collect();
+            if n > listed {
+                list.push(format!("{} more", n - listed));
+            }
+            parts.push(format!("{n} app socket{} ({})", plural(n), list.join("; ")));
+        }
+        if !work.processes.is_empty() {
+            let n = work.processes.len();
+            let mut list: Vec<String> = work
+                .processes
+                .iter()
+                .take(listed)
+                .map(|p| format!("{} pid {}", p.name, p.pid))
+                .collect();
+            if n > listed {
+                list.push(format!("{} more", n - listed));
+            }
+            parts.push(format!(
+                "{n} app process{} ({})",
+                if n == 1 { "" } else { "es" },
+                list.join("; ")
+            ));
+        }
+        if parts.is_empty() {
+            f.write_str("nothing")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}

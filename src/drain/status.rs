@@ -1,0 +1,135 @@
+//! The drain's published state: its [`Phase`], the [`Status`] that
+//! readiness, `GET /drain` and the metrics all derive from, how the agent
+//! ends ([`Outcome`]) and the process exit codes.
+
+use std::process::ExitStatus;
+
+use serde::Serialize;
+
+use super::plan::DrainUntil;
+use super::ports::Exit;
+
+/// Process exit codes.
+pub mod exit_code {
+    /// Envoy was drained and stopped (or `/quitquitquit` was asked for).
+    pub const CLEAN: u8 = 0;
+    /// Bad configuration or a start-up error: nothing was started.
+    pub const CONFIG: u8 = 2;
+    /// Envoy was stopped with work in flight: the deadline cut the drain,
+    /// or the fixed policy's time ran out with requests still active.
+    pub const CUT_BY_DEADLINE: u8 = 3;
+    /// Envoy exited on its own (crash, OOM kill, bad config) or vanished.
+    pub const ENVOY_EXITED: u8 = 4;
+}
+
+/// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Not draining.
+    Serving = 0,
+    /// Readiness is 503; waiting out the pre-drain delay.
+    Delaying = 1,
+    /// Envoy's listeners are draining; waiting as the policy says.
+    Draining = 2,
+    /// The policy is satisfied (after `POST /drain`); waiting for a signal.
+    Drained = 3,
+    /// Envoy is being stopped.
+    Stopping = 4,
+    /// Envoy has stopped; lifeguard is exiting.
+    Stopped = 5,
+}
+
+/// What `GET /drain` shows: the drain as the machine last published it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub phase: Phase,
+    /// What started the drain: `SIGTERM`, `SIGINT` or `POST /drain`.
+    pub trigger: Option<&'static str>,
+    /// Unix time (seconds) the drain began.
+    pub started_at: Option<f64>,
+    /// Unix time (seconds) by which Envoy is stopped.
+    pub deadline: Option<f64>,
+    pub policy: DrainUntil,
+    /// What the drain waits for, in words.
+    pub waiting_for: String,
+    pub active_connections: Option<u64>,
+    pub active_requests: Option<u64>,
+    /// TCP-proxy (non-HTTP) connections active in Envoy.
+    pub active_tcp: Option<u64>,
+    /// Sockets and processes the app still holds (`app-exit`).
+    pub app_sockets: Option<u64>,
+    pub app_processes: Option<u64>,
+    /// What the drain waits on right now, e.g. `3 requests` or
+    /// `2 app sockets (127.0.0.1:8080 listening; ...)`.
+    pub waiting_on: Option<String>,
+    /// What the drain waited on last, kept once the count reached zero (the
+    /// exit summary's "waited for last").
+    pub waited_on_last: Option<String>,
+    /// Why the last read of the active counts failed, if it did.
+    pub last_read_error: Option<String>,
+    /// Whether a signal asked for Envoy to be stopped once drained.
+    pub stop_requested: bool,
+    /// Whether the deadline cut the drain.
+    pub cut_by_deadline: bool,
+    /// What the policy counts (connections, requests, or work in flight and
+    /// app sockets and processes) still active when Envoy was stopped.
+    pub left_at_stop: Option<u64>,
+    /// Seconds from the start of the drain to drained, while Envoy keeps
+    /// running after `POST /drain`; to Envoy's stop once it has stopped.
+    pub duration_seconds: Option<f64>,
+}
+
+impl Status {
+    /// Before any drain.
+    pub fn initial(policy: DrainUntil, waiting_for: String) -> Status {
+        Status {
+            phase: Phase::Serving,
+            trigger: None,
+            started_at: None,
+            deadline: None,
+            policy,
+            waiting_for,
+            active_connections: None,
+            active_requests: None,
+            active_tcp: None,
+            app_sockets: None,
+            app_processes: None,
+            waiting_on: None,
+            waited_on_last: None,
+            last_read_error: None,
+            stop_requested: false,
+            cut_by_deadline: false,
+            left_at_stop: None,
+            duration_seconds: None,
+        }
+    }
+}
+
+/// How the agent ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Drained by the policy, then Envoy stopped.
+    Drained(Exit),
+    /// The deadline cut the drain with `left` still active (None: unknown).
+    Cut { left: Option<u64>, exit: Exit },
+    /// The fixed policy's time ran out with `left` requests in flight.
+    Unfinished { left: u64, exit: Exit },
+    /// `POST /quitquitquit`.
+    Quit(Exit),
+    /// Envoy exited on its own.
+    EnvoyExited(ExitStatus),
+    /// An external Envoy stopped answering during the drain.
+    EnvoyGone,
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Outcome::Drained(_) | Outcome::Quit(_) => exit_code::CLEAN,
+            Outcome::Cut { left: Some(0), .. } => exit_code::CLEAN,
+            Outcome::Cut { .. } | Outcome::Unfinished { .. } => exit_code::CUT_BY_DEADLINE,
+            Outcome::EnvoyExited(_) | Outcome::EnvoyGone => exit_code::ENVOY_EXITED,
+        }
+    }
+}

@@ -1,0 +1,669 @@
+//! The drain in virtual time (`start_paused`): tokio advances the clock
+//! whenever every task waits, so a 28 s drain takes microseconds, and
+//! every instant below is exact. Envoy is scripted: its counts are a
+//! function of the time since the test began.
+
+use std::os::unix::process::ExitStatusExt;
+use std::sync::{Arc, Mutex};
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::*;
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// What a scripted read returns: after `delay`, counts or an error.
+type Read = (Duration, Result<Active, ControlError>);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Call {
+    DrainListeners { skip_exit: bool, phase: Phase },
+    Stop,
+}
+
+struct Script {
+    t0: Instant,
+    child: bool,
+    reads: Mutex<Box<dyn FnMut(Duration) -> Read + Send>>,
+    calls: Mutex<Vec<(Duration, Call)>>,
+    exit: watch::Sender<Option<ExitStatus>>,
+    phase: Mutex<Option<watch::Receiver<Status>>>,
+}
+
+#[derive(Clone)]
+struct FakeEnvoy(Arc<Script>);
+
+fn conns(n: u64) -> Read {
+    (
+        Duration::ZERO,
+        Ok(Active {
+            connections: n,
+            requests: n,
+            tcp: 0,
+            skipped: Vec::new(),
+        }),
+    )
+}
+
+fn refused() -> Read {
+    let error = ControlError {
+        refused: true,
+        message: "cannot connect to Envoy admin at http://127.0.0.1:15000: Connection refused".into(),
+    };
+    (Duration::ZERO, Err(error))
+}
+
+impl FakeEnvoy {
+    fn new(child: bool, reads: impl FnMut(Duration) -> Read + Send + 'static) -> Self {
+        FakeEnvoy(Arc::new(Script {
+            t0: Instant::now(),
+            child,
+            reads: Mutex::new(Box::new(reads)),
+            calls: Mutex::new(Vec::new()),
+            exit: watch::channel(None).0,
+            phase: Mutex::new(None),
+        }))
+    }
+
+    fn since(&self) -> Duration {
+        self.0.t0.elapsed()
+    }
+
+    fn record(&self, call: Call) {
+        self.0.calls.lock().unwrap().push((self.since(), call));
+    }
+
+    fn calls(&self) -> Vec<(Duration, Call)> {
+        self.0.calls.lock().unwrap().clone()
+    }
+
+    fn stops(&self) -> Vec<Duration> {
+        self.calls()
+            .into_iter()
+            .filter(|(_, c)| *c == Call::Stop)
+            .map(|(t, _)| t)
+            .collect()
+    }
+
+    fn drain_calls(&self) -> Vec<(Duration, Call)> {
+        self.calls().into_iter().filter(|(_, c)| *c != Call::Stop).collect()
+    }
+
+    /// The child exits on its own.
+    fn exit(&self, code: i32) {
+        self.0.exit.send_replace(Some(ExitStatus::from_raw(code << 8)));
+    }
+}
+
+impl EnvoyControl for FakeEnvoy {
+    async fn drain_listeners(&self, skip_exit: bool) -> Result<(), ControlError> {
+        let phase = self.0.phase.lock().unwrap().as_ref().map(|w| w.borrow().phase);
+        self.record(Call::DrainListeners {
+            skip_exit,
+            phase: phase.unwrap_or(Phase::Serving),
+        });
+        Ok(())
+    }
+
+    async fn active(&self) -> Result<Active, ControlError> {
+        let (delay, result) = (self.0.reads.lock().unwrap())(self.since());
+        tokio::time::sleep(delay).await;
+        result
+    }
+
+    async fn stop(&self, _bound: Duration) -> Exit {
+        self.record(Call::Stop);
+        Exit::Status(ExitStatus::from_raw(0))
+    }
+
+    async fn exited(&self) -> ExitStatus {
+        if !self.0.child {
+            return std::future::pending().await;
+        }
+        let mut rx = self.0.exit.subscribe();
+        let status = *rx
+            .wait_for(Option::is_some)
+            .await
+            .expect("sender kept")
+            .as_ref()
+            .unwrap();
+        status
+    }
+
+    fn is_child(&self) -> bool {
+        self.0.child
+    }
+}
+
+fn plan(policy: DrainUntil) -> Plan {
+    Plan {
+        policy,
+        delay: Duration::ZERO,
+        drain_time: secs(5.0),
+        minimum: secs(5.0),
+        deadline: secs(28.0),
+        read_timeout: secs(1.0),
+        stop_bound: secs(2.0),
+        report_every: secs(1.0),
+    }
+}
+
+/// Starts the drain machine on `envoy`; the fake sees the published phase.
+fn start(plan: Plan, envoy: &FakeEnvoy) -> (tokio::task::JoinHandle<Outcome>, DrainHandle) {
+    let (drain, handle) = Drain::new(plan, envoy.clone(), ());
+    *envoy.0.phase.lock().unwrap() = Some(handle.watch());
+    (tokio::spawn(drain.run()), handle)
+}
+
+/// Sleeps until `at` after the script's start.
+async fn at(envoy: &FakeEnvoy, at: f64) {
+    tokio::time::sleep_until(envoy.0.t0 + secs(at)).await;
+}
+
+fn assert_between(t: Duration, low: f64, high: f64) {
+    assert!(t >= secs(low) && t <= secs(high), "{t:?} not in [{low}s, {high}s]");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_policy_drains_for_the_drain_time_then_stops_envoy() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
+    assert_eq!(handle.status().phase, Phase::Serving);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    assert_eq!(outcome.exit_code(), exit_code::CLEAN);
+    // Readiness turned 503 (the phase left serving) before Envoy was
+    // asked to drain; the signal asks Envoy to exit after its drain.
+    assert_eq!(
+        envoy.drain_calls(),
+        [(
+            Duration::ZERO,
+            Call::DrainListeners {
+                skip_exit: false,
+                phase: Phase::Draining
+            }
+        )]
+    );
+    assert_eq!(envoy.stops(), [secs(5.0)]);
+    let status = handle.status();
+    assert_eq!(status.phase, Phase::Stopped);
+    assert_eq!(status.trigger, Some("SIGTERM"));
+    assert!(!status.cut_by_deadline);
+    assert_eq!(status.duration_seconds, Some(5.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn exit_on_zero_waits_out_the_minimum_then_stops_at_the_first_zero() {
+    // Two connections until 7 s, then none.
+    let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(7.0) { 2 } else { 0 }));
+    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    assert_between(envoy.stops()[0], 7.0, 7.05);
+    assert_eq!(handle.status().left_at_stop, Some(0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_before_the_minimum_does_not_end_the_drain() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
+    handle.signal("SIGTERM");
+    assert_eq!(task.await.unwrap().exit_code(), exit_code::CLEAN);
+    assert_between(envoy.stops()[0], 5.0, 5.05);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_older_than_the_last_non_zero_read_does_not_end_the_drain() {
+    // Zero at first, one connection from 3 s to 8 s, zero after.
+    let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t >= secs(3.0) && t < secs(8.0))));
+    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
+    handle.signal("SIGTERM");
+    assert_eq!(task.await.unwrap().exit_code(), exit_code::CLEAN);
+    assert_between(envoy.stops()[0], 8.0, 8.05);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_read_at_the_minimum_does_not_reuse_the_zero_read_before_it() {
+    // Zero, but every read between 4.9 s and 6 s fails.
+    let envoy = FakeEnvoy::new(true, |t| {
+        if t >= secs(4.9) && t < secs(6.0) {
+            refused()
+        } else {
+            conns(0)
+        }
+    });
+    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
+    handle.signal("SIGTERM");
+    assert_eq!(task.await.unwrap().exit_code(), exit_code::CLEAN);
+    assert_between(envoy.stops()[0], 6.0, 6.05);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_cuts_a_drain_with_connections_left() {
+    let envoy = FakeEnvoy::new(true, |_| conns(3));
+    let mut p = plan(DrainUntil::Connections);
+    p.deadline = secs(10.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Cut { left: Some(3), .. }), "{outcome:?}");
+    assert_eq!(outcome.exit_code(), exit_code::CUT_BY_DEADLINE);
+    assert_between(envoy.stops()[0], 10.0, 10.0);
+    let status = handle.status();
+    assert!(status.cut_by_deadline);
+    assert_eq!(status.left_at_stop, Some(3));
+    assert_eq!(status.active_connections, Some(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_inside_the_pre_drain_delay_stops_envoy_at_the_deadline() {
+    let envoy = FakeEnvoy::new(true, |_| conns(2));
+    let mut p = plan(DrainUntil::Connections);
+    p.delay = secs(20.0);
+    p.deadline = secs(10.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    at(&envoy, 9.0).await;
+    assert_eq!(handle.status().phase, Phase::Delaying);
+    let outcome = task.await.unwrap();
+    assert_eq!(outcome.exit_code(), exit_code::CUT_BY_DEADLINE, "{outcome:?}");
+    // Envoy was never asked to drain: the deadline came first.
+    assert_eq!(envoy.drain_calls(), []);
+    assert_between(envoy.stops()[0], 10.0, 10.02);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_pre_drain_delay_keeps_envoy_serving_then_drains() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let mut p = plan(DrainUntil::Connections);
+    p.delay = secs(3.0);
+    p.minimum = secs(1.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    at(&envoy, 2.0).await;
+    assert_eq!(handle.status().phase, Phase::Delaying);
+    assert_eq!(task.await.unwrap().exit_code(), exit_code::CLEAN);
+    let drains = envoy.drain_calls();
+    assert_eq!(drains.len(), 1);
+    assert_eq!(drains[0].0, secs(3.0));
+    assert_between(envoy.stops()[0], 4.0, 4.05);
+}
+
+#[tokio::test(start_paused = true)]
+async fn envoy_exiting_mid_drain_ends_it_with_code_4_and_no_stop() {
+    let envoy = FakeEnvoy::new(true, |_| conns(1));
+    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
+    handle.signal("SIGTERM");
+    at(&envoy, 3.0).await;
+    envoy.exit(1);
+    let outcome = task.await.unwrap();
+    assert!(
+        matches!(outcome, Outcome::EnvoyExited(s) if s.code() == Some(1)),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.exit_code(), exit_code::ENVOY_EXITED);
+    assert_eq!(envoy.stops(), []);
+    assert_eq!(handle.status().phase, Phase::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn envoy_exiting_before_any_drain_ends_the_machine() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
+    at(&envoy, 1.0).await;
+    envoy.exit(0);
+    assert_eq!(task.await.unwrap().exit_code(), exit_code::ENVOY_EXITED);
+    assert_eq!(handle.status().phase, Phase::Stopped);
+    assert_eq!(envoy.calls(), []);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_external_envoy_that_stops_answering_is_gone_after_a_second() {
+    let envoy = FakeEnvoy::new(false, |t| if t < secs(2.0) { conns(1) } else { refused() });
+    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert_eq!(outcome, Outcome::EnvoyGone);
+    assert_eq!(outcome.exit_code(), exit_code::ENVOY_EXITED);
+    assert_eq!(envoy.stops(), []);
+    let status = handle.status();
+    assert_eq!(status.phase, Phase::Stopped);
+    assert!(status.last_read_error.unwrap().contains("cannot connect"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusing_child_envoy_is_not_declared_gone() {
+    // A child's exit is seen directly: refusals alone are read failures.
+    let envoy = FakeEnvoy::new(true, |t| if t < secs(2.0) { conns(1) } else { refused() });
+    let mut p = plan(DrainUntil::Connections);
+    p.deadline = secs(6.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
+    assert_eq!(envoy.stops(), [secs(6.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn repeated_and_mixed_signals_make_one_drain() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
+    handle.signal("SIGTERM");
+    at(&envoy, 1.0).await;
+    handle.signal("SIGINT");
+    at(&envoy, 2.0).await;
+    handle.signal("SIGTERM");
+    assert_eq!(handle.status().trigger, Some("SIGTERM"));
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    assert_eq!(envoy.drain_calls().len(), 1);
+    assert_eq!(envoy.stops(), [secs(5.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn post_drain_answers_when_drained_and_envoy_runs_until_sigterm() {
+    let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(7.0))));
+    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
+    let h = handle.clone();
+    let waiter = tokio::spawn(async move {
+        let status = h.drain().await;
+        (Instant::now(), status)
+    });
+    let (answered, status) = waiter.await.unwrap();
+    let status = status.expect("drained");
+    assert_eq!(status.phase, Phase::Drained);
+    assert_eq!(status.trigger, Some("POST /drain"));
+    assert!(!status.stop_requested);
+    assert_between(answered - envoy.0.t0, 7.0, 7.05);
+    // Envoy keeps its listeners after its drain time (skip_exit) and is
+    // not stopped until the signal.
+    assert!(matches!(
+        envoy.drain_calls()[0].1,
+        Call::DrainListeners { skip_exit: true, .. }
+    ));
+    // A second POST /drain answers at once.
+    assert_eq!(handle.drain().await.unwrap().phase, Phase::Drained);
+    at(&envoy, 20.0).await;
+    assert_eq!(envoy.stops(), []);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    assert_eq!(envoy.stops(), [secs(20.0)]);
+    assert_eq!(handle.status().phase, Phase::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sigterm_during_post_drain_stops_envoy_once_drained() {
+    let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(7.0))));
+    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
+    let h = handle.clone();
+    let waiter = tokio::spawn(async move { h.drain().await });
+    at(&envoy, 2.0).await;
+    handle.signal("SIGTERM");
+    let mut status = handle.watch();
+    status.wait_for(|s| s.stop_requested).await.unwrap();
+    assert_eq!(status.borrow().phase, Phase::Draining);
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    assert!(waiter.await.unwrap().is_some());
+    assert_between(envoy.stops()[0], 7.0, 7.05);
+}
+
+#[tokio::test(start_paused = true)]
+async fn quitquitquit_during_a_drain_stops_envoy_at_once() {
+    let envoy = FakeEnvoy::new(true, |_| conns(4));
+    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
+    handle.signal("SIGTERM");
+    at(&envoy, 2.0).await;
+    assert!(handle.quit().await);
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Quit(_)), "{outcome:?}");
+    assert_eq!(outcome.exit_code(), exit_code::CLEAN);
+    assert_eq!(envoy.stops(), [secs(2.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn quitquitquit_before_a_drain_stops_envoy_without_draining() {
+    let envoy = FakeEnvoy::new(true, |_| conns(4));
+    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
+    assert!(handle.quit().await);
+    assert!(matches!(task.await.unwrap(), Outcome::Quit(_)));
+    assert_eq!(envoy.drain_calls(), []);
+    assert_eq!(envoy.stops(), [Duration::ZERO]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_and_failed_reads_never_count_as_zero() {
+    // Reads take 3 s (past the 1 s read timeout) until 4 s, fail until
+    // 6 s, then say zero.
+    let envoy = FakeEnvoy::new(true, |t| {
+        if t < secs(4.0) {
+            (secs(3.0), conns(0).1)
+        } else if t < secs(6.0) {
+            refused()
+        } else {
+            conns(0)
+        }
+    });
+    let mut p = plan(DrainUntil::Connections);
+    p.minimum = secs(1.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    at(&envoy, 2.5).await;
+    let status = handle.status();
+    assert!(
+        status
+            .last_read_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("did not finish within 1s"),
+        "{status:?}"
+    );
+    assert_eq!(status.active_connections, None);
+    assert_eq!(task.await.unwrap().exit_code(), exit_code::CLEAN);
+    // Not before the first zero that was really read (after 6 s), and
+    // at once then: reads that timed out do not pace the next ones.
+    assert_between(envoy.stops()[0], 6.0, 6.05);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fixed_policy_reports_connections_while_it_waits() {
+    let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(2.0) { 5 } else { 1 }));
+    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
+    handle.signal("SIGTERM");
+    at(&envoy, 1.0 + 0.5).await;
+    assert_eq!(handle.status().active_connections, Some(5));
+    task.await.unwrap();
+    assert_eq!(handle.status().active_connections, Some(1));
+}
+
+/// The app, scripted like Envoy: its sockets as a function of time.
+#[derive(Clone)]
+struct FakeApp {
+    t0: Instant,
+    sockets: Arc<dyn Fn(Duration) -> usize + Send + Sync>,
+}
+
+impl AppControl for FakeApp {
+    async fn work(&self) -> Result<Work, String> {
+        let n = (self.sockets)(self.t0.elapsed());
+        let socket = AppSocket {
+            local: "127.0.0.1:41234".parse().unwrap(),
+            remote: Some("127.0.0.1:15001".parse().unwrap()),
+            pid: Some(7),
+        };
+        Ok(Work {
+            sockets: vec![socket; n],
+            processes: Vec::new(),
+        })
+    }
+}
+
+fn start_with_app(
+    plan: Plan,
+    envoy: &FakeEnvoy,
+    sockets: impl Fn(Duration) -> usize + Send + Sync + 'static,
+) -> (tokio::task::JoinHandle<Outcome>, DrainHandle) {
+    let app = FakeApp {
+        t0: envoy.0.t0,
+        sockets: Arc::new(sockets),
+    };
+    let (drain, handle) = Drain::new(plan, envoy.clone(), app);
+    (tokio::spawn(drain.run()), handle)
+}
+
+#[tokio::test(start_paused = true)]
+async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
+    // Inbound requests end at 1 s; the app calls out through Envoy until
+    // 4 s (one request in Envoy, one socket of the app's), then exits.
+    let envoy = FakeEnvoy::new(true, |t| {
+        conns(u64::from(t < secs(1.0) || (t >= secs(2.0) && t < secs(4.0))))
+    });
+    let mut p = plan(DrainUntil::AppExit);
+    p.minimum = secs(1.0);
+    let (task, handle) = start_with_app(p, &envoy, |t| usize::from(t < secs(4.2)));
+    handle.signal("SIGTERM");
+    at(&envoy, 3.0).await;
+    let status = handle.status();
+    assert_eq!(
+        status.waiting_on.as_deref(),
+        Some("1 requests in flight; 1 app socket (127.0.0.1:41234 -> 127.0.0.1:15001)")
+    );
+    assert_eq!(status.app_sockets, Some(1));
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    // Stopped once nothing was seen for APP_QUIET, within one read
+    // period more.
+    assert_between(envoy.stops()[0], 4.3, 4.35);
+    let status = handle.status();
+    assert_eq!(status.left_at_stop, Some(0));
+    assert_eq!(status.waiting_on, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let mut p = plan(DrainUntil::AppExit);
+    p.deadline = secs(8.0);
+    let (task, handle) = start_with_app(p, &envoy, |_| 2);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Cut { left: Some(2), .. }), "{outcome:?}");
+    assert_eq!(outcome.exit_code(), exit_code::CUT_BY_DEADLINE);
+    assert_eq!(envoy.stops(), [secs(8.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fixed_policy_stopping_envoy_with_requests_in_flight_exits_3() {
+    let envoy = FakeEnvoy::new(true, |_| conns(1));
+    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Unfinished { left: 1, .. }), "{outcome:?}");
+    assert_eq!(outcome.exit_code(), exit_code::CUT_BY_DEADLINE);
+    let status = handle.status();
+    assert_eq!(status.left_at_stop, Some(1));
+    assert!(!status.cut_by_deadline);
+    assert_eq!(envoy.stops(), [secs(5.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
+    // Every read takes 200 ms: reads start 2 s apart, not every 50 ms.
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let seen = starts.clone();
+    let t0 = Instant::now();
+    let envoy = FakeEnvoy::new(true, move |t| {
+        seen.lock().unwrap().push(t);
+        (Duration::from_millis(200), conns(u64::from(t < secs(9.0))).1)
+    });
+    assert_eq!(envoy.0.t0, t0);
+    let mut p = plan(DrainUntil::Connections);
+    p.minimum = secs(1.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    task.await.unwrap();
+    let starts = starts.lock().unwrap().clone();
+    for pair in starts.windows(2) {
+        assert!(pair[1] - pair[0] >= secs(2.0), "{starts:?}");
+    }
+    // Each read and the pause after it: Envoy busy a tenth of the time.
+    let busy = Duration::from_millis(200) * (starts.len() as u32 - 1);
+    let span = *starts.last().unwrap() - starts[0];
+    assert!(
+        busy.as_secs_f64() / span.as_secs_f64() <= 0.1001,
+        "{busy:?} of {span:?}"
+    );
+    // The drain still ends at the first zero read after 9 s.
+    assert_between(envoy.stops()[0], 9.0, 11.3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hook_starts_the_pods_clock_before_sigterm() {
+    // wait-app-exit tells the agent at 0 s; SIGTERM comes at 5 s (when
+    // the hook returns). The deadline counts from the hook.
+    let envoy = FakeEnvoy::new(true, |_| conns(1));
+    let mut p = plan(DrainUntil::Connections);
+    p.deadline = secs(10.0);
+    let (task, handle) = start(p, &envoy);
+    let status = handle.begin().await.expect("the drain began");
+    assert_eq!(status.phase, Phase::Draining, "readiness is 503 when begin() answers");
+    assert_eq!(status.trigger, Some("POST /drain"));
+    at(&envoy, 5.0).await;
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
+    assert_eq!(envoy.stops(), [secs(10.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_slow_read_does_not_stall_the_drain() {
+    // Reads take 2 ms, but one (at 1 s) takes 900 ms: the pause after it
+    // follows the shortest recent read, not the outlier.
+    let envoy = FakeEnvoy::new(true, |t| {
+        let delay = if t >= secs(1.0) && t < secs(1.05) { 900 } else { 2 };
+        (Duration::from_millis(delay), conns(u64::from(t < secs(2.0))).1)
+    });
+    let mut p = plan(DrainUntil::Connections);
+    p.minimum = secs(1.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    task.await.unwrap();
+    assert_between(envoy.stops()[0], 2.0, 2.1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn app_exit_is_not_fooled_by_a_moment_without_app_sockets() {
+    // The app answers its last request at 1 s, holds nothing for 60 ms,
+    // then calls out (one socket) until 3 s.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let mut p = plan(DrainUntil::AppExit);
+    p.minimum = secs(0.5);
+    let gap = |t: Duration| t >= secs(1.0) && t < secs(1.06);
+    let (task, handle) = start_with_app(p, &envoy, move |t| usize::from(t < secs(3.0) && !gap(t)));
+    handle.signal("SIGTERM");
+    task.await.unwrap();
+    assert_between(envoy.stops()[0], 3.1, 3.15);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_read_stuck_behind_a_long_scrape_does_not_stall_the_drain() {
+    // Envoy's admin is busy for the first second (the first read times
+    // out), then answers in 2 ms; the count reaches zero at 2 s.
+    let envoy = FakeEnvoy::new(true, |t| {
+        let delay = if t < secs(1.0) { 2000 } else { 2 };
+        (Duration::from_millis(delay), conns(u64::from(t < secs(2.0))).1)
+    });
+    let mut p = plan(DrainUntil::Connections);
+    p.minimum = secs(1.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    task.await.unwrap();
+    assert_between(envoy.stops()[0], 2.0, 2.1);
+}

@@ -1,0 +1,27 @@
+//! Everything lifeguard knows about Envoy, and the only place that talks to
+//! it.
+//!
+//! - [`admin`]: the admin API client and its transport: one timeout per
+//!   call, bounded bodies, an observer told of every call (it knows nothing
+//!   of metrics).
+//! - [`stats`]: the parser of the plain-text `/stats` answer.
+//! - [`counts`]: the drain's active counts, each connection and request
+//!   counted once.
+//! - [`state`]: `/ready`'s states and the readiness verdict on one answer
+//!   to the readiness stats (xDS included).
+//! - [`readiness`]: the snapshot the poller writes and the probe reads.
+//! - [`poller`]: the background task that keeps that snapshot fresh.
+//! - [`process`]: the Envoy process (lifeguard's child, or external): the
+//!   drain's real [`crate::drain::EnvoyControl`].
+//!
+//! Arrows run one way: this module implements the drain's ports and never
+//! reaches the status server or the metrics (the poller reports through
+//! [`poller::ReadinessEvents`]).
+
+pub mod admin;
+pub mod counts;
+pub mod poller;
+pub mod process;
+pub mod readiness;
+pub mod state;
+pub mod stats;

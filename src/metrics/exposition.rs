@@ -1,0 +1,200 @@
+//! Our state families in Prometheus text format 0.0.4, written at scrape
+//! time from what they describe: the drain's published status and the
+//! process (`process_*`, read from /proc by the `metrics-process` crate).
+
+use std::fmt::Write as _;
+
+use super::names::*;
+use crate::drain::{DrainUntil, Phase, Status};
+use crate::duration::unix_now;
+
+/// The drain phases and their `phase` label values, in order.
+const PHASES: [(Phase, &str); 6] = [
+    (Phase::Serving, "serving"),
+    (Phase::Delaying, "delaying"),
+    (Phase::Draining, "draining"),
+    (Phase::Drained, "drained"),
+    (Phase::Stopping, "stopping"),
+    (Phase::Stopped, "stopped"),
+];
+
+/// The drain policies and their `policy` label values.
+const POLICIES: [(DrainUntil, &str); 4] = [
+    (DrainUntil::AppExit, "app-exit"),
+    (DrainUntil::Time, "time"),
+    (DrainUntil::Connections, "connections"),
+    (DrainUntil::Requests, "requests"),
+];
+
+/// The drain's families, from its published status. Values that do not
+/// exist yet have no series.
+pub(super) fn drain_families(out: &mut Exposition, status: &Status) {
+    out.gauge(
+        DRAIN_PHASE,
+        "1 for the drain's current phase: serving, delaying (pre-drain delay), draining, drained (waiting for SIGTERM), stopping (Envoy), stopped (Envoy has stopped).",
+    );
+    for (phase, label) in PHASES {
+        out.sample(
+            DRAIN_PHASE,
+            &[("phase", label)],
+            f64::from(u8::from(status.phase == phase)),
+        );
+    }
+    out.gauge(
+        DRAIN_POLICY,
+        "1 for the drain policy in force: app-exit, time, connections or requests.",
+    );
+    for (policy, label) in POLICIES {
+        out.sample(
+            DRAIN_POLICY,
+            &[("policy", label)],
+            f64::from(u8::from(status.policy == policy)),
+        );
+    }
+    let Some(started) = status.started_at else {
+        return;
+    };
+    drain_times(out, status, started);
+    drain_counts(out, status);
+}
+
+/// When the drain began, must end, and how long it has taken.
+fn drain_times(out: &mut Exposition, status: &Status, started: f64) {
+    out.single(DRAIN_STARTED, "Unix time the drain began.", started);
+    if let Some(deadline) = status.deadline {
+        out.single(DRAIN_DEADLINE, "Unix time by which the drain stops Envoy.", deadline);
+    }
+    // Envoy exiting mid-drain leaves no final duration: no series then,
+    // rather than a figure that keeps growing while lifeguard lingers.
+    let duration = match status.duration_seconds {
+        Some(took) => Some(took),
+        None if status.phase != Phase::Stopped => Some((unix_now() - started).max(0.0)),
+        None => None,
+    };
+    if let Some(duration) = duration {
+        out.single(
+            DRAIN_DURATION,
+            "Seconds the drain has taken: so far while it runs, to drained (or Envoy's stop) once over.",
+            duration,
+        );
+    }
+}
+
+/// What the drain saw at its last read, and what Envoy was stopped with.
+fn drain_counts(out: &mut Exposition, status: &Status) {
+    let counts = [
+        (
+            DRAIN_ACTIVE_CONNECTIONS,
+            "Envoy's active downstream connections at the drain's last read (agent listeners left out).",
+            status.active_connections,
+        ),
+        (
+            DRAIN_ACTIVE_REQUESTS,
+            "Envoy's active downstream HTTP requests at the drain's last read (agent prefixes left out).",
+            status.active_requests,
+        ),
+        (
+            DRAIN_ACTIVE_TCP,
+            "Envoy's active TCP-proxy (non-HTTP) connections at the drain's last read.",
+            status.active_tcp,
+        ),
+        (
+            DRAIN_APP_SOCKETS,
+            "TCP sockets the app still held at the drain's last look (app-exit policy).",
+            status.app_sockets,
+        ),
+        (
+            DRAIN_APP_PROCESSES,
+            "App processes still running at the drain's last look (app-exit policy, shared process namespace).",
+            status.app_processes,
+        ),
+    ];
+    for (name, help, value) in counts {
+        if let Some(n) = value {
+            out.single(name, help, n as f64);
+        }
+    }
+    if status.duration_seconds.is_some() {
+        out.single(
+            DRAIN_CUT,
+            "1 when the deadline cut the drain before its policy was satisfied, 0 when it was satisfied.",
+            f64::from(u8::from(status.cut_by_deadline)),
+        );
+    }
+    if let Some(left) = status.left_at_stop {
+        out.single(
+            DRAIN_LEFT_AT_STOP,
+            "What the policy counts (connections, requests, or work in flight and app sockets and processes) still active when Envoy was stopped.",
+            left as f64,
+        );
+    }
+}
+
+/// The standard process families, read from /proc now.
+pub(super) fn process_families(out: &mut Exposition) {
+    let p = metrics_process::collector::collect();
+    if let Some(cpu) = p.cpu_seconds_total {
+        out.family(
+            PROCESS_CPU,
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+        );
+        out.sample(PROCESS_CPU, &[], cpu);
+    }
+    let gauges = [
+        (PROCESS_RSS, "Resident memory size in bytes.", p.resident_memory_bytes),
+        (PROCESS_VSZ, "Virtual memory size in bytes.", p.virtual_memory_bytes),
+        (PROCESS_OPEN_FDS, "Number of open file descriptors.", p.open_fds),
+        // 0 is how the collector says "unlimited": no series then.
+        (
+            PROCESS_MAX_FDS,
+            "Maximum number of open file descriptors.",
+            p.max_fds.filter(|&n| n > 0),
+        ),
+        (
+            PROCESS_START,
+            "Start time of the process since unix epoch in seconds.",
+            p.start_time_seconds,
+        ),
+        (PROCESS_THREADS, "Number of OS threads in the process.", p.threads),
+    ];
+    for (name, help, value) in gauges {
+        if let Some(v) = value {
+            out.single(name, help, v as f64);
+        }
+    }
+}
+
+/// Prometheus text format 0.0.4, written by hand for the state families.
+#[derive(Default)]
+pub(super) struct Exposition(pub(super) String);
+
+impl Exposition {
+    pub(super) fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    pub(super) fn gauge(&mut self, name: &str, help: &str) {
+        self.family(name, "gauge", help);
+    }
+
+    /// A gauge family with one unlabelled sample.
+    pub(super) fn single(&mut self, name: &str, help: &str, value: f64) {
+        self.gauge(name, help);
+        self.sample(name, &[], value);
+    }
+
+    /// Label values here are our own constants: nothing to escape.
+    pub(super) fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                let sep = if i == 0 { "" } else { "," };
+                let _ = write!(self.0, "{sep}{k}=\"{v}\"");
+            }
+            self.0.push('}');
+        }
+        let _ = writeln!(self.0, " {value}");
+    }
+}

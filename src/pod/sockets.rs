@@ -1,0 +1,96 @@
+//! TCP sockets of this network namespace (`/proc/net/tcp` and `tcp6`) and
+//! the processes that own them (their `/proc/<pid>/fd` links, where
+//! permissions allow), read through the `procfs` crate.
+//! [`crate::pod::app`] turns them into "what the app still holds".
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use procfs::net::{TcpNetEntry, TcpState};
+use procfs::process::FDTarget;
+
+/// A process that holds a socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub pid: u32,
+    /// The process name (`/proc/<pid>/comm`).
+    pub name: String,
+}
+
+/// One TCP socket of the namespace, in any state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Socket {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub listening: bool,
+    /// 0 for a socket no process holds any more (TIME_WAIT, an orphaned
+    /// FIN_WAIT2...).
+    pub inode: u64,
+}
+
+impl From<TcpNetEntry> for Socket {
+    fn from(e: TcpNetEntry) -> Self {
+        Socket {
+            local: e.local_address,
+            remote: e.remote_address,
+            listening: e.state == TcpState::Listen,
+            inode: e.inode,
+        }
+    }
+}
+
+/// Every TCP socket of this network namespace, IPv4 and IPv6.
+pub fn sockets() -> std::io::Result<Vec<Socket>> {
+    let mut out: Vec<Socket> = procfs::net::tcp().map_err(io)?.into_iter().map(Socket::from).collect();
+    match procfs::net::tcp6() {
+        Ok(v6) => out.extend(v6.into_iter().map(Socket::from)),
+        // No IPv6 in this kernel: only tcp6 may be missing.
+        Err(procfs::ProcError::NotFound(_)) => {}
+        Err(e) => return Err(io(e)),
+    }
+    Ok(out)
+}
+
+fn io(e: procfs::ProcError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+/// Socket inode → owning process, for every process whose file descriptors
+/// this process may read. Processes it may not read are left out.
+pub fn owners() -> HashMap<u64, Owner> {
+    let mut map = HashMap::new();
+    let Ok(processes) = procfs::process::all_processes() else {
+        return map;
+    };
+    for process in processes.flatten() {
+        let Ok(fds) = process.fd() else { continue };
+        let name = process.stat().map(|s| s.comm).unwrap_or_default();
+        for fd in fds.flatten() {
+            if let FDTarget::Socket(inode) = fd.target {
+                map.entry(inode).or_insert_with(|| Owner {
+                    pid: process.pid as u32,
+                    name: name.clone(),
+                });
+            }
+        }
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_its_own_listening_socket_and_owner() {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = socket.local_addr().unwrap().port();
+        let found = sockets().unwrap();
+        let mine = found
+            .iter()
+            .find(|s| s.listening && s.local.port() == port)
+            .expect("our socket is listed");
+        let owner = owners().remove(&mine.inode).expect("our own fds are readable");
+        assert_eq!(owner.pid, std::process::id());
+    }
+}

@@ -1,0 +1,34 @@
+//! The status port (15020): everything the kubelet, Envoy, Prometheus and
+//! the pod's hooks ask lifeguard.
+//!
+//! Endpoints:
+//! - `GET|HEAD /healthz/ready` — 200 `ready`, or 503 with a one-line reason.
+//!   Answered from the readiness snapshot: no Envoy call, no allocation.
+//! - `GET /drain` — the drain's status as JSON (any caller).
+//! - `POST /drain` — loopback only: start the drain (readiness 503 at once)
+//!   or join the one under way; answers with the status once drained. Envoy
+//!   keeps running until a signal. The native-sidecar preStop hook.
+//!   `POST /drain?nowait` starts it the same way and answers 202 at once,
+//!   once readiness is 503 (how `wait-app-exit` tells the agent that
+//!   termination began, so the deadline counts from then).
+//! - `POST /quitquitquit` — loopback only: stop Envoy now and exit cleanly.
+//! - `GET /stats/prometheus` (alias `/metrics`) — Envoy's own metrics,
+//!   streamed, then lifeguard's (any caller); the query string goes to
+//!   Envoy, gzip when accepted. The machinery is [`crate::metrics::scrape`]'s.
+//!
+//! Callers of the POST routes from other hosts get 403 and nothing happens.
+//! Unknown paths get 404, known paths with another method 405.
+//!
+//! Files:
+//!
+//! - [`server`]: the listener(s) and hyper's connections: header-read and
+//!   write timeouts, `TCP_NODELAY`, a loopback accept queue of its own.
+//! - [`service`]: the tower service that routes each request.
+//! - [`routes`]: one function per route.
+//! - [`connections`]: connection slots shared fairly between peers, and the
+//!   write timeout of a connection.
+
+pub mod connections;
+mod routes;
+pub mod server;
+pub mod service;

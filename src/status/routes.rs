@@ -1,0 +1,180 @@
+//! The routes of the status port, one function each. Every answer reuses
+//! the request's header map; the probe's allocates nothing.
+
+use bytes::Bytes;
+use futures_util::Stream;
+use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, VARY};
+use hyper::{Method, Response, StatusCode};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use super::service::{Body, ResponseFuture, Shared};
+use crate::exit::linger::{self, Linger};
+use crate::metrics::scrape::ScrapeRequest;
+
+static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+static PROMETHEUS_TEXT: HeaderValue = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+static GZIP: HeaderValue = HeaderValue::from_static("gzip");
+static ACCEPT_ENCODING_VALUE: HeaderValue = HeaderValue::from_static("accept-encoding");
+
+/// `GET|HEAD /healthz/ready`: from the readiness snapshot, never waiting
+/// on Envoy.
+pub(super) fn probe(shared: &Shared, headers: HeaderMap, method: &Method) -> ResponseFuture {
+    let answer = shared.readiness.answer();
+    let status = if answer.ready {
+        shared.probe_ok.increment(1);
+        StatusCode::OK
+    } else {
+        shared.probe_unavailable.increment(1);
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    finish(headers, method, (status, answer.body))
+}
+
+/// `GET|HEAD /stats/prometheus` (and `/metrics`): the merged scrape,
+/// streamed; the linger is told once its last byte is out.
+pub(super) fn scrape(
+    shared: &Shared,
+    mut headers: HeaderMap,
+    method: &Method,
+    scrape: Option<ScrapeRequest>,
+) -> ResponseFuture {
+    let (Some(scraper), Some(scrape)) = (&shared.scraper, scrape) else {
+        return finish(headers, method, not_found());
+    };
+    headers.insert(CONTENT_TYPE, PROMETHEUS_TEXT.clone());
+    headers.insert(VARY, ACCEPT_ENCODING_VALUE.clone());
+    if scrape.gzip {
+        headers.insert(CONTENT_ENCODING, GZIP.clone());
+    }
+    let body = if method == Method::HEAD {
+        Body::full(Bytes::new())
+    } else {
+        let ticket = shared.linger.as_ref().map(Linger::scrape_begins);
+        Body::Stream(Box::pin(ServedAtEnd {
+            stream: Box::pin(scraper.body(scrape)),
+            ticket,
+        }))
+    };
+    let mut response = Response::new(body);
+    *response.headers_mut() = headers;
+    ResponseFuture::Ready(Some(response))
+}
+
+/// `GET|HEAD /drain`: the drain's status as JSON.
+pub(super) fn drain_status(shared: &Shared, mut headers: HeaderMap, method: &Method) -> ResponseFuture {
+    let Some(drain) = &shared.drain else {
+        return finish(headers, method, not_found());
+    };
+    headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
+    finish(headers, method, (StatusCode::OK, status_json(&drain.status())))
+}
+
+/// `POST /drain[?nowait]` and `POST /quitquitquit`, loopback callers only:
+/// answered once the drain has begun (`nowait`), is drained, or Envoy has
+/// stopped.
+pub(super) fn control(
+    shared: &Shared,
+    loopback: bool,
+    mut headers: HeaderMap,
+    path: &str,
+    query: Option<&str>,
+) -> ResponseFuture {
+    let Some(drain) = shared.drain.clone() else {
+        return finish(headers, &Method::POST, not_found());
+    };
+    if !loopback {
+        let forbidden = Bytes::from_static(b"forbidden: only loopback callers may do this\n");
+        return finish(headers, &Method::POST, (StatusCode::FORBIDDEN, forbidden));
+    }
+    let quit = path == "/quitquitquit";
+    let nowait = query.is_some_and(|q| q.split('&').any(|p| p == "nowait"));
+    ResponseFuture::Waiting(Box::pin(async move {
+        let (status, drained) = match (quit, nowait) {
+            (true, _) => {
+                let answer = match drain.quit().await {
+                    true => (StatusCode::OK, Bytes::from_static(b"OK\n")),
+                    false => stopping(),
+                };
+                return respond(headers, &Method::POST, answer);
+            }
+            (false, true) => (StatusCode::ACCEPTED, drain.begin().await),
+            (false, false) => (StatusCode::OK, drain.drain().await),
+        };
+        let answer = match drained {
+            Some(drained) => {
+                headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
+                (status, status_json(&drained))
+            }
+            None => stopping(),
+        };
+        respond(headers, &Method::POST, answer)
+    }))
+}
+
+/// A known path asked with another method: 405 and the methods it takes.
+pub(super) fn wrong_method(mut headers: HeaderMap, method: &Method, allow: &'static str) -> ResponseFuture {
+    headers.insert(ALLOW, HeaderValue::from_static(allow));
+    finish(headers, method, method_not_allowed())
+}
+
+/// A scrape's body that tells the linger the scrape was served once its
+/// last byte has been produced.
+struct ServedAtEnd {
+    stream: Pin<Box<dyn Stream<Item = Bytes> + Send>>,
+    ticket: Option<linger::Scrape>,
+}
+
+impl Stream for ServedAtEnd {
+    type Item = Bytes;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let next = self.stream.as_mut().poll_next(cx);
+        if let Poll::Ready(None) = next {
+            if let Some(ticket) = self.ticket.take() {
+                ticket.served();
+            }
+        }
+        next
+    }
+}
+
+pub(super) fn finish(headers: HeaderMap, method: &Method, answer: (StatusCode, Bytes)) -> ResponseFuture {
+    ResponseFuture::Ready(Some(respond(headers, method, answer)))
+}
+
+fn respond(mut headers: HeaderMap, method: &Method, (status, body): (StatusCode, Bytes)) -> Response<Body> {
+    if !headers.contains_key(CONTENT_TYPE) {
+        headers.insert(CONTENT_TYPE, TEXT_PLAIN.clone());
+    }
+    let body = if method == Method::HEAD { Bytes::new() } else { body };
+    let mut response = Response::new(Body::full(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+fn status_json(status: &crate::drain::Status) -> Bytes {
+    let mut body = serde_json::to_vec(status).unwrap_or_default();
+    body.push(b'\n');
+    Bytes::from(body)
+}
+
+pub(super) fn not_found() -> (StatusCode, Bytes) {
+    (StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n"))
+}
+
+fn stopping() -> (StatusCode, Bytes) {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Bytes::from_static(b"lifeguard is stopping\n"),
+    )
+}
+
+fn method_not_allowed() -> (StatusCode, Bytes) {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        Bytes::from_static(b"method not allowed\n"),
+    )
+}

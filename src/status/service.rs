@@ -1,0 +1,344 @@
+//! The status port's service: one value per connection that knows its
+//! peer (for the loopback guard) and shares the rest; a tower `Service`
+//! that also serves hyper directly (no adapter, no allocation per request).
+//! It only routes: each route is a function in [`super::routes`].
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use http_body_util::Full;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::{Method, Request, Response};
+use metrics::Counter;
+
+use super::routes;
+use crate::drain::DrainHandle;
+use crate::envoy::readiness::Readiness;
+use crate::exit::linger::Linger;
+use crate::metrics::scrape::{ScrapeRequest, Scraper};
+use crate::metrics::Metrics;
+
+/// The response body of every route: a whole body (every route but one,
+/// the probe's with no allocation), or the merged scrape's stream.
+pub enum Body {
+    Full(Full<Bytes>),
+    Stream(Pin<Box<dyn Stream<Item = Bytes> + Send>>),
+}
+
+impl Body {
+    pub(super) fn full(bytes: Bytes) -> Self {
+        Body::Full(Full::new(bytes))
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(full) => hyper::body::Body::poll_frame(Pin::new(full), cx),
+            Body::Stream(stream) => stream.as_mut().poll_next(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Full(full) => hyper::body::Body::is_end_stream(full),
+            Body::Stream(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Full(full) => hyper::body::Body::size_hint(full),
+            Body::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+/// The future of one response: ready at once for every route but the two
+/// that wait on the drain.
+pub enum ResponseFuture {
+    Ready(Option<Response<Body>>),
+    Waiting(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            ResponseFuture::Ready(response) => Poll::Ready(Ok(response.take().expect("polled after completion"))),
+            ResponseFuture::Waiting(fut) => fut.as_mut().poll(cx).map(Ok),
+        }
+    }
+}
+
+/// The routes of the status port, as a service. One value per connection:
+/// it knows the peer, for the loopback guard; the rest is shared.
+#[derive(Clone)]
+pub struct StatusService {
+    shared: Arc<Shared>,
+    peer: Option<SocketAddr>,
+}
+
+/// What every connection's service shares.
+#[derive(Clone)]
+pub(super) struct Shared {
+    pub(super) readiness: Readiness,
+    pub(super) drain: Option<DrainHandle>,
+    /// The merged scrape (None: no metrics route).
+    pub(super) scraper: Option<Scraper>,
+    /// Told of each scrape, so a last one can end the linger.
+    pub(super) linger: Option<Linger>,
+    pub(super) probe_ok: Counter,
+    pub(super) probe_unavailable: Counter,
+}
+
+impl StatusService {
+    pub fn new(readiness: Readiness) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                readiness,
+                drain: None,
+                scraper: None,
+                linger: None,
+                probe_ok: Counter::noop(),
+                probe_unavailable: Counter::noop(),
+            }),
+            peer: None,
+        }
+    }
+
+    /// Counts probes in `metrics` and serves `/stats/prometheus` through
+    /// `scraper`.
+    pub fn with_metrics(mut self, metrics: &Metrics, scraper: Scraper) -> Self {
+        let shared = Arc::make_mut(&mut self.shared);
+        (shared.probe_ok, shared.probe_unavailable) = metrics.probe_counters();
+        shared.scraper = Some(scraper);
+        self
+    }
+
+    /// Reports each scrape to `linger`.
+    pub fn with_linger(mut self, linger: Linger) -> Self {
+        Arc::make_mut(&mut self.shared).linger = Some(linger);
+        self
+    }
+
+    /// Serves the drain routes through `drain`.
+    pub fn with_drain(mut self, drain: DrainHandle) -> Self {
+        Arc::make_mut(&mut self.shared).drain = Some(drain);
+        self
+    }
+
+    /// The same service, answering a connection from `peer`.
+    pub fn for_peer(&self, peer: SocketAddr) -> Self {
+        Self {
+            peer: Some(peer),
+            ..self.clone()
+        }
+    }
+
+    /// Whether the caller is on this host (127.0.0.0/8 or ::1, also as an
+    /// IPv4-mapped IPv6 address). Unknown peers are not trusted.
+    pub fn peer_is_loopback(&self) -> bool {
+        self.peer.is_some_and(|p| is_loopback(&p))
+    }
+
+    /// Routes one request. Every route answers from memory but the two
+    /// control routes, which wait on the drain, and the merged scrape,
+    /// which streams.
+    fn handle<B>(&self, mut req: Request<B>) -> ResponseFuture {
+        let shared = &*self.shared;
+        // Reuse the request's header map for the response: no allocation.
+        let mut headers = std::mem::take(req.headers_mut());
+        let (method, uri) = (req.method(), req.uri());
+        let path = uri.path();
+        let scrape =
+            (path == "/stats/prometheus" || path == "/metrics").then(|| ScrapeRequest::new(uri.query(), &headers));
+        headers.clear();
+        match (path, method) {
+            ("/healthz/ready", &Method::GET | &Method::HEAD) => routes::probe(shared, headers, method),
+            ("/stats/prometheus" | "/metrics", &Method::GET | &Method::HEAD) => {
+                routes::scrape(shared, headers, method, scrape)
+            }
+            ("/drain", &Method::GET | &Method::HEAD) => routes::drain_status(shared, headers, method),
+            ("/drain" | "/quitquitquit", &Method::POST) => {
+                routes::control(shared, self.peer_is_loopback(), headers, path, uri.query())
+            }
+            ("/healthz/ready", _) => routes::wrong_method(headers, method, "GET, HEAD"),
+            ("/drain", _) => routes::wrong_method(headers, method, "GET, HEAD, POST"),
+            ("/quitquitquit", _) => routes::wrong_method(headers, method, "POST"),
+            _ => routes::finish(headers, method, routes::not_found()),
+        }
+    }
+}
+
+/// Whether an address is on this host.
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    crate::status::connections::is_loopback(addr.ip())
+}
+
+impl<B> tower::Service<Request<B>> for StatusService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        self.handle(req)
+    }
+}
+
+/// hyper calls services through `&self`; ours needs no `&mut`, so it serves
+/// hyper directly, without an adapter that would allocate per request.
+impl hyper::service::Service<Request<Incoming>> for StatusService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        self.handle(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envoy::admin::AdminClient;
+    use crate::envoy::readiness::Verdict;
+    use hyper::StatusCode;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    fn call(svc: &StatusService, method: Method, path: &str) -> (StatusCode, String) {
+        let req = Request::builder().method(method).uri(path).body(()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use http_body_util::BodyExt;
+            let resp = svc.handle(req).await.unwrap();
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8(bytes.to_vec()).unwrap())
+        })
+    }
+
+    /// A service with a drain behind it (not running), its readiness ready.
+    fn with_drain() -> (
+        StatusService,
+        Readiness,
+        crate::drain::Drain<crate::envoy::process::Envoy>,
+    ) {
+        use crate::drain::{Drain, Plan};
+        let plan = Plan {
+            policy: crate::drain::DrainUntil::Time,
+            delay: Duration::ZERO,
+            drain_time: Duration::from_secs(5),
+            minimum: Duration::from_secs(5),
+            deadline: Duration::from_secs(28),
+            read_timeout: Duration::from_secs(1),
+            stop_bound: Duration::from_secs(2),
+            report_every: Duration::from_secs(1),
+        };
+        let admin = AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
+        let (drain, handle) = Drain::new(plan, crate::envoy::process::Envoy::external(admin, vec![]), ());
+        let r = Readiness::new(Duration::from_secs(4), handle.watch());
+        r.store(Verdict::ready(Instant::now()));
+        (StatusService::new(r.clone()).with_drain(handle), r, drain)
+    }
+
+    #[test]
+    fn drain_and_quit_from_another_host_are_forbidden_and_change_nothing() {
+        let (svc, r, _drain) = with_drain();
+        let outsider = svc.for_peer("10.1.2.3:40000".parse().unwrap());
+        for path in ["/drain", "/quitquitquit"] {
+            let (status, body) = call(&outsider, Method::POST, path);
+            assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+            assert!(body.contains("loopback"), "{body}");
+        }
+        assert!(!r.is_draining());
+        assert_eq!(
+            call(
+                &svc.for_peer("127.0.0.1:40000".parse().unwrap()),
+                Method::GET,
+                "/healthz/ready"
+            )
+            .0,
+            StatusCode::OK
+        );
+        // Unknown peer (no address): not trusted either.
+        assert_eq!(call(&svc, Method::POST, "/drain").0, StatusCode::FORBIDDEN);
+    }
+
+    #[test]
+    fn drain_status_is_json_for_anyone() {
+        let (svc, _r, _drain) = with_drain();
+        let outsider = svc.for_peer("10.1.2.3:40000".parse().unwrap());
+        let (status, body) = call(&outsider, Method::GET, "/drain");
+        assert_eq!(status, StatusCode::OK);
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(json["phase"], "serving");
+        assert_eq!(json["policy"], "time");
+        assert_eq!(call(&svc, Method::PUT, "/drain").0, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(
+            call(&svc, Method::GET, "/quitquitquit").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+    }
+
+    #[test]
+    fn routes_and_methods() {
+        let r = Readiness::standalone(Duration::from_secs(4));
+        let svc = StatusService::new(r.clone());
+        assert_eq!(
+            call(&svc, Method::GET, "/healthz/ready"),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: no answer from Envoy admin yet\n".into()
+            )
+        );
+        r.store(Verdict::ready(Instant::now()));
+        assert_eq!(
+            call(&svc, Method::GET, "/healthz/ready"),
+            (StatusCode::OK, "ready\n".into())
+        );
+        assert_eq!(
+            call(&svc, Method::HEAD, "/healthz/ready"),
+            (StatusCode::OK, String::new())
+        );
+        assert_eq!(call(&svc, Method::GET, "/healthz/ready?x=1").0, StatusCode::OK);
+        assert_eq!(
+            call(&svc, Method::POST, "/healthz/ready").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(call(&svc, Method::GET, "/nope").0, StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn loopback_peers() {
+        for (addr, want) in [
+            ("127.0.0.1:1", true),
+            ("127.9.8.7:1", true),
+            ("[::1]:1", true),
+            ("[::ffff:127.0.0.1]:1", true),
+            ("10.0.0.1:1", false),
+            ("[::ffff:10.0.0.1]:1", false),
+            ("[2001:db8::1]:1", false),
+        ] {
+            assert_eq!(is_loopback(&addr.parse().unwrap()), want, "{addr}");
+        }
+    }
+}
