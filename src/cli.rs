@@ -19,13 +19,13 @@ use crate::url::{parse_loopback_url, LoopbackUrl};
     version,
     about = "Sidecar agent that owns Envoy's readiness, drain and exit"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the agent: serve readiness from Envoy's admin stats, drain Envoy
     /// and stop it on SIGTERM. With `-- ENVOY_COMMAND...` Envoy is launched
     /// as lifeguard's child; without it, lifeguard looks after an Envoy that
@@ -122,7 +122,7 @@ fn base_url(s: &str) -> Result<LoopbackUrl, String> {
 /// `lifeguard check`: prints every effective setting with its source, the
 /// drain deadline and the warnings; returns the exit code (0 good, 1
 /// warnings).
-pub fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
+pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
     let width = effective.iter().map(|e| e.key.len()).max().unwrap_or(0);
     for e in effective {
         println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
@@ -140,9 +140,14 @@ pub fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
     }
 }
 
-/// What the command line asks for, its settings loaded and checked.
+/// What the command line asks for, its settings loaded and checked: made
+/// by [`parse`], run by [`crate::agent::main`].
 #[derive(Debug)]
-pub enum Invocation {
+pub struct Invocation(pub(crate) Task);
+
+/// What to run.
+#[derive(Debug)]
+pub(crate) enum Task {
     /// `lifeguard run`: the agent, and Envoy's command line (empty: an
     /// Envoy that runs beside lifeguard).
     Run {
@@ -181,10 +186,10 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             .expect("the subcommand that was parsed")
     };
     let load = |args: RunArgs, name| args.load(sub(name)).map_err(|e| config_error(check, &e));
-    Ok(match cli.command {
+    Ok(Invocation(match cli.command {
         Command::Run { args, envoy } => {
             let (settings, effective) = load(args, "run")?;
-            Invocation::Run {
+            Task::Run {
                 settings,
                 effective,
                 envoy,
@@ -192,14 +197,14 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
         }
         Command::Check { args } => {
             let (settings, effective) = load(args, "check")?;
-            Invocation::Check { settings, effective }
+            Task::Check { settings, effective }
         }
         Command::Wait {
             url: (url, path),
             timeout,
             period,
             request_timeout,
-        } => Invocation::Wait(WaitOptions {
+        } => Task::Wait(WaitOptions {
             url,
             path,
             timeout,
@@ -212,15 +217,15 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             ignore_ports,
             agent_url,
             admin_url,
-        } => Invocation::WaitAppExit(AppExitOptions {
+        } => Task::WaitAppExit(AppExitOptions {
             timeout,
             period,
             ignore_ports,
             agent: agent_url,
             admin: admin_url,
         }),
-        Command::Drain { url, timeout } => Invocation::Drain(DrainOptions { url, timeout }),
-    })
+        Command::Drain { url, timeout } => Task::Drain(DrainOptions { url, timeout }),
+    }))
 }
 
 /// Reports a bad setting: exit code 2, nothing started.

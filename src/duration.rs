@@ -17,16 +17,16 @@ use std::time::Duration;
 /// Why a duration string was refused. The message names the text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid duration {text:?}: {why} (write it like 500ms, 5s, 1m30s)")]
-pub struct ParseDurationError {
+pub(crate) struct ParseDurationError {
     text: String,
     why: &'static str,
 }
 
 /// The longest duration accepted: 8760h (a year).
-pub const MAX: Duration = Duration::from_secs(8760 * 3600);
+pub(crate) const MAX: Duration = Duration::from_secs(8760 * 3600);
 
 /// Parses a Go-style duration string, at most [`MAX`].
-pub fn parse(text: &str) -> Result<Duration, ParseDurationError> {
+pub(crate) fn parse(text: &str) -> Result<Duration, ParseDurationError> {
     let err = |why| ParseDurationError {
         text: text.to_owned(),
         why,
@@ -97,7 +97,7 @@ fn scaled(number: &str, unit_nanos: u128) -> Option<u128> {
 
 /// Displays a duration the Go way, so `check` and the logs print what a user
 /// would have typed: `1m30s`, `500ms`, `0s`.
-pub struct Display(pub Duration);
+pub(crate) struct Display(pub Duration);
 
 impl fmt::Display for Display {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -143,7 +143,7 @@ impl fmt::Display for Display {
 /// The wall clock as Unix seconds, for the times lifeguard publishes (the
 /// drain's start and deadline, the last admin success). Durations are
 /// measured on tokio's clock instead, which tests can pause.
-pub fn unix_now() -> f64 {
+pub(crate) fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())

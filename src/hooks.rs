@@ -23,23 +23,23 @@ use crate::pod::app;
 use crate::url::LoopbackUrl;
 
 /// Exit code when a helper gives up or is refused.
-pub const FAILED: u8 = 1;
+pub(crate) const FAILED: u8 = 1;
 /// How often a waiting helper reports on stderr.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 
 /// Options of `lifeguard wait`.
 #[derive(Debug, Clone)]
-pub struct WaitOptions {
-    pub url: LoopbackUrl,
-    pub path: String,
+pub(crate) struct WaitOptions {
+    pub(crate) url: LoopbackUrl,
+    pub(crate) path: String,
     /// Zero: wait forever.
-    pub timeout: Duration,
-    pub period: Duration,
-    pub request_timeout: Duration,
+    pub(crate) timeout: Duration,
+    pub(crate) period: Duration,
+    pub(crate) request_timeout: Duration,
 }
 
 /// Polls the readiness URL until it answers 200.
-pub async fn wait(opts: &WaitOptions) -> u8 {
+pub(crate) async fn wait(opts: &WaitOptions) -> u8 {
     let started = Instant::now();
     let mut last_report = started;
     loop {
@@ -87,13 +87,13 @@ pub async fn wait(opts: &WaitOptions) -> u8 {
 
 /// Options of `lifeguard drain`.
 #[derive(Debug, Clone)]
-pub struct DrainOptions {
-    pub url: LoopbackUrl,
-    pub timeout: Duration,
+pub(crate) struct DrainOptions {
+    pub(crate) url: LoopbackUrl,
+    pub(crate) timeout: Duration,
 }
 
 /// `POST /drain` on the agent; prints the drain's status on success.
-pub async fn drain(opts: &DrainOptions) -> u8 {
+pub(crate) async fn drain(opts: &DrainOptions) -> u8 {
     let answer = tokio::time::timeout(opts.timeout, fetch(&opts.url, Method::POST, "/drain", 64 * 1024)).await;
     match answer {
         Ok(Ok((StatusCode::OK, body))) => {
@@ -131,16 +131,16 @@ pub async fn drain(opts: &DrainOptions) -> u8 {
 
 /// Options of `lifeguard wait-app-exit`.
 #[derive(Debug, Clone)]
-pub struct AppExitOptions {
+pub(crate) struct AppExitOptions {
     /// Zero: wait forever (the kubelet ends the hook at the grace period).
-    pub timeout: Duration,
-    pub period: Duration,
-    pub ignore_ports: Vec<u16>,
+    pub(crate) timeout: Duration,
+    pub(crate) period: Duration,
+    pub(crate) ignore_ports: Vec<u16>,
     /// The agent: told that termination began; its status listener's owner
     /// is the proxy's.
-    pub agent: LoopbackUrl,
+    pub(crate) agent: LoopbackUrl,
     /// Envoy's admin API: its listener's owner is Envoy.
-    pub admin: LoopbackUrl,
+    pub(crate) admin: LoopbackUrl,
 }
 
 /// Tells the agent that termination began (`POST /drain?nowait`): readiness
@@ -166,7 +166,7 @@ async fn tell_agent(agent: &LoopbackUrl) {
 /// process namespace, no process), by the rules of [`crate::app`]: the
 /// proxy is this helper, the agent and Envoy, known by the pids that own
 /// their listeners.
-pub async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
+pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
     let started = Instant::now();
     tell_agent(&opts.agent).await;
     let processes = app::shares_pod_process_namespace();

@@ -18,7 +18,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 /// Starts logging with the filter the configuration validated.
-pub fn init(filter: &str, format: LogFormat) {
+pub(crate) fn init(filter: &str, format: LogFormat) {
     let filter = EnvFilter::try_new(filter).expect("the log filter was validated with the settings");
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -35,7 +35,7 @@ pub fn init(filter: &str, format: LogFormat) {
 /// The format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// `2026-11-22T05:21:00Z  INFO message key=value`, for people.
     Text,
     /// One JSON object a line (timestamp, level, fields), for log pipelines.

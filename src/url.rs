@@ -9,16 +9,16 @@ use std::str::FromStr;
 /// A loopback HTTP address: `http://` plus a loopback host and a port
 /// (Envoy's admin API, the agent, the readiness URL of `wait`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoopbackUrl {
+pub(crate) struct LoopbackUrl {
     addr: SocketAddr,
     authority: String,
 }
 
 impl LoopbackUrl {
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
-    pub fn authority(&self) -> &str {
+    pub(crate) fn authority(&self) -> &str {
         &self.authority
     }
 }

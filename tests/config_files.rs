@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use lifeguard::config::DrainUntil;
+use lifeguard::drain::DrainUntil;
 use lifeguard::drain::{Phase, Status};
 use lifeguard::envoy::poller::ReadinessEvents;
 use lifeguard::envoy::readiness::{Readiness, Verdict};

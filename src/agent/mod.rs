@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::Invocation;
+use crate::cli::{Invocation, Task};
 use crate::config::Settings;
 use crate::drain::{exit_code, Drain, DrainHandle, DrainUntil, Plan};
 use crate::duration::Display as D;
@@ -38,8 +38,8 @@ pub mod signals;
 
 /// Runs what the command line asked for; returns the process exit code.
 pub fn main(invocation: Invocation) -> u8 {
-    match invocation {
-        Invocation::Run {
+    match invocation.0 {
+        Task::Run {
             settings,
             effective,
             envoy,
@@ -54,10 +54,10 @@ pub fn main(invocation: Invocation) -> u8 {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build();
             runtime.expect("tokio runtime").block_on(run(settings, envoy))
         }
-        Invocation::Check { settings, effective } => cli::check_report(&settings, &effective),
-        Invocation::Wait(opts) => helper_runtime().block_on(hooks::wait(&opts)),
-        Invocation::WaitAppExit(opts) => helper_runtime().block_on(hooks::wait_app_exit(&opts)),
-        Invocation::Drain(opts) => helper_runtime().block_on(hooks::drain(&opts)),
+        Task::Check { settings, effective } => cli::check_report(&settings, &effective),
+        Task::Wait(opts) => helper_runtime().block_on(hooks::wait(&opts)),
+        Task::WaitAppExit(opts) => helper_runtime().block_on(hooks::wait_app_exit(&opts)),
+        Task::Drain(opts) => helper_runtime().block_on(hooks::drain(&opts)),
     }
 }
 
@@ -67,16 +67,16 @@ fn helper_runtime() -> tokio::runtime::Runtime {
 }
 
 /// Every module's options, derived from the settings in one place.
-pub struct Options {
-    pub plan: Plan,
-    pub schedule: Schedule,
+pub(crate) struct Options {
+    pub(crate) plan: Plan,
+    pub(crate) schedule: Schedule,
     /// How old the last successful admin read may be before readiness stops
     /// trusting it: three poll intervals plus one read timeout.
-    pub stale_after: Duration,
+    pub(crate) stale_after: Duration,
 }
 
 impl Options {
-    pub fn from(settings: &Settings) -> Options {
+    pub(crate) fn from(settings: &Settings) -> Options {
         Options {
             plan: Plan {
                 policy: settings.drain_until,
@@ -101,7 +101,7 @@ impl Options {
 /// Runs the agent until Envoy has stopped; returns the process exit code.
 /// Runs on the main thread (inside `block_on`), which Envoy's parent-death
 /// signal relies on.
-pub async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
+pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let signals = match Signals::install() {
         Ok(signals) => signals,
         Err(e) => return start_failed("cannot install signal handlers", &e),

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::drain::DrainHandle;
 
 /// The signals lifeguard handles.
-pub struct Signals {
+pub(crate) struct Signals {
     term: Signal,
     int: Signal,
     quit: Signal,
@@ -30,7 +30,7 @@ pub struct Signals {
 
 impl Signals {
     /// Installs the handlers. Call before anything that may take time.
-    pub fn install() -> std::io::Result<Signals> {
+    pub(crate) fn install() -> std::io::Result<Signals> {
         let pid1 = std::process::id() == 1;
         Ok(Signals {
             term: signal(SignalKind::terminate())?,
@@ -45,7 +45,7 @@ impl Signals {
 
     /// Turns signals into drain events, and reaps orphans on SIGCHLD (as
     /// PID 1, leaving `own_children` to their waiters), until shutdown.
-    pub async fn forward(mut self, drain: DrainHandle, own_children: Vec<i32>, shutdown: CancellationToken) {
+    pub(crate) async fn forward(mut self, drain: DrainHandle, own_children: Vec<i32>, shutdown: CancellationToken) {
         if self.child.is_some() {
             tracing::info!("running as PID 1: orphaned processes are reaped");
             crate::pod::reaper::reap_orphans(&own_children);

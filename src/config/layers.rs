@@ -36,7 +36,7 @@ impl RunArgs {
     /// Lays the config file under the flags and env values clap parsed
     /// (`matches`, of this subcommand, tells which were given), applies the
     /// rules across settings and lists every effective value with its source.
-    pub fn load(self, matches: &ArgMatches) -> Result<(Settings, Vec<Effective>), ConfigError> {
+    pub(crate) fn load(self, matches: &ArgMatches) -> Result<(Settings, Vec<Effective>), ConfigError> {
         let file = match &self.config {
             Some(path) => read_file(path)?,
             None => toml::Table::new(),
@@ -109,7 +109,7 @@ fn shown(value: &toml::Value) -> String {
 /// The agent's message for clap's error about a bad setting value, naming
 /// the env variable when the value came from there (clap names the flag
 /// either way). `None` for any other error, which clap reports itself.
-pub fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
+pub(crate) fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
     if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
         return None;
     }

@@ -23,142 +23,142 @@ use parsers::{addr, filter, go_bool, grace, message_path, poll, ports, positive,
 mod layers;
 mod parsers;
 
-pub use layers::from_clap_error;
+pub(crate) use layers::from_clap_error;
 
-pub use crate::drain::{DrainScope, DrainUntil};
-pub use crate::envoy::state::XdsCheck;
-pub use crate::exit::MessagePath;
-pub use crate::logging::LogFormat;
-pub use crate::url::LoopbackUrl;
+pub(crate) use crate::drain::{DrainScope, DrainUntil};
+pub(crate) use crate::envoy::state::XdsCheck;
+pub(crate) use crate::exit::MessagePath;
+pub(crate) use crate::logging::LogFormat;
+pub(crate) use crate::url::LoopbackUrl;
 
 /// Options of `lifeguard run` and `check`: the settings file, then the settings.
 #[derive(Debug, Clone, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// TOML file with settings (flags and env variables override it).
     #[arg(long, env = "LIFEGUARD_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     #[command(flatten)]
-    pub settings: Settings,
+    pub(crate) settings: Settings,
 }
 
 /// Every setting of a running agent, validated. The file key is the field name.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Address the status server (readiness, drain, metrics) listens on.
     #[arg(long, env = "LIFEGUARD_STATUS_ADDR", value_name = "ADDR", default_value = "0.0.0.0:15020", value_parser = addr::parse)]
     #[serde(with = "addr")]
-    pub status_addr: SocketAddr,
+    pub(crate) status_addr: SocketAddr,
 
     /// Envoy's admin API (loopback only).
     #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL", default_value = "http://127.0.0.1:15000", value_parser = url::parse)]
     #[serde(with = "url")]
-    pub admin_url: LoopbackUrl,
+    pub(crate) admin_url: LoopbackUrl,
 
     /// How often Envoy's admin stats are read once Envoy is ready.
     #[arg(long, env = "LIFEGUARD_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = poll::parse)]
     #[serde(with = "poll")]
-    pub poll_interval: Duration,
+    pub(crate) poll_interval: Duration,
 
     /// How often they are read while Envoy is not ready.
     #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION", default_value = "100ms", value_parser = poll::parse)]
     #[serde(with = "poll")]
-    pub startup_poll_interval: Duration,
+    pub(crate) startup_poll_interval: Duration,
 
     /// Timeout of one admin API call: connect, request and body.
     #[arg(long, env = "LIFEGUARD_ADMIN_TIMEOUT", value_name = "DURATION", default_value = "1s", value_parser = positive::parse)]
     #[serde(with = "positive")]
-    pub admin_timeout: Duration,
+    pub(crate) admin_timeout: Duration,
 
     /// Require the first CDS/LDS update: auto (when Envoy has those
     /// counters), required, or off.
     #[arg(long, env = "LIFEGUARD_XDS_CHECK", value_name = "MODE", default_value = "auto")]
-    pub xds_check: XdsCheck,
+    pub(crate) xds_check: XdsCheck,
 
     /// Log filter, as tracing's EnvFilter reads it.
     #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER", default_value = "info", value_parser = filter::parse)]
     #[serde(with = "filter")]
-    pub log: String,
+    pub(crate) log: String,
 
     /// Log line format: text (for people) or json (one JSON object a line,
     /// for log pipelines).
     #[arg(long, env = "LIFEGUARD_LOG_FORMAT", value_name = "FORMAT", default_value = "text")]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
 
     /// The pod's terminationGracePeriodSeconds (a bare number counts as
     /// seconds); the drain ends by this minus the shutdown margin.
     #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION", default_value = "30s", value_parser = grace::parse)]
     #[serde(with = "grace")]
-    pub termination_grace_period: Duration,
+    pub(crate) termination_grace_period: Duration,
 
     /// Time kept back from the grace period to stop Envoy and exit.
     #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s", value_parser = span::parse)]
     #[serde(with = "span")]
-    pub shutdown_margin: Duration,
+    pub(crate) shutdown_margin: Duration,
 
     /// Pause after readiness turns 503 and before Envoy starts draining, so
     /// endpoint removal can propagate.
     #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
     #[serde(with = "span")]
-    pub drain_delay: Duration,
+    pub(crate) drain_delay: Duration,
 
     /// Fixed policy: how long Envoy drains before it is stopped.
     #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
     #[serde(with = "span")]
-    pub termination_drain_duration: Duration,
+    pub(crate) termination_drain_duration: Duration,
 
     /// Stop Envoy once its active downstream connections reach zero (true
     /// or false; makes --drain-until default to connections).
     #[arg(long, env = "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value_name = "BOOL", default_value = "false", action = ArgAction::Set, value_parser = go_bool)]
-    pub exit_on_zero_active_connections: bool,
+    pub(crate) exit_on_zero_active_connections: bool,
 
     /// Exit-on-zero policies: the shortest drain.
     #[arg(long, env = "MINIMUM_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
     #[serde(with = "span")]
-    pub minimum_drain_duration: Duration,
+    pub(crate) minimum_drain_duration: Duration,
 
     /// What the drain waits for: app-exit (Envoy idle and the app gone),
     /// time (fixed), connections or requests (zero active). When not given:
     /// connections if --exit-on-zero-active-connections is true, time if
     /// --termination-drain-duration is given, app-exit otherwise.
     #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT", default_value = "app-exit")]
-    pub drain_until: DrainUntil,
+    pub(crate) drain_until: DrainUntil,
 
     /// Which of Envoy's listeners drain: inbound (a sidecar) or all (an
     /// ingress gateway, whose listeners carry no traffic direction).
     #[arg(long, env = "LIFEGUARD_DRAIN_SCOPE", value_name = "SCOPE", default_value = "inbound")]
-    pub drain_scope: DrainScope,
+    pub(crate) drain_scope: DrainScope,
 
     /// Local port of another sidecar whose sockets the app-exit policy and
     /// wait-app-exit leave out (repeatable).
     #[arg(long = "ignore-app-port", env = "LIFEGUARD_IGNORE_APP_PORTS", value_name = "PORT", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
     #[serde(deserialize_with = "ports")]
-    pub ignore_app_ports: Vec<u16>,
+    pub(crate) ignore_app_ports: Vec<u16>,
 
     /// Listener port whose connections the drain does not wait for
     /// (repeatable; 15021 and 15090 are always left out).
     // Once loaded, the list includes ALWAYS_IGNORED_PORTS.
     #[arg(long = "ignore-listener-port", env = "LIFEGUARD_IGNORE_LISTENER_PORTS", value_name = "PORT", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
     #[serde(deserialize_with = "ports")]
-    pub ignore_listener_ports: Vec<u16>,
+    pub(crate) ignore_listener_ports: Vec<u16>,
 
     /// Append Envoy's own metrics to `/stats/prometheus` (true or false).
     #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
-    pub merge_envoy_metrics: bool,
+    pub(crate) merge_envoy_metrics: bool,
 
     /// After Envoy stops, keep the status port answering until one scrape of
     /// /stats/prometheus has seen the final state, or this long at most;
     /// never past the grace period.
     #[arg(long, env = "LIFEGUARD_LINGER", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
     #[serde(with = "span")]
-    pub linger: Duration,
+    pub(crate) linger: Duration,
 
     /// Where the exit summary (one line of JSON, at most 4 KiB) is written
     /// for Kubernetes to show as the container's termination message: auto
     /// (/dev/termination-log when that file exists), none, or a path.
     #[arg(long, env = "LIFEGUARD_TERMINATION_MESSAGE_PATH", value_name = "PATH", default_value = "auto", value_parser = message_path::parse)]
     #[serde(with = "message_path")]
-    pub termination_message_path: MessagePath,
+    pub(crate) termination_message_path: MessagePath,
 }
 
 /// Listener ports never waited for: Istio's status (15021) and Prometheus
@@ -168,12 +168,12 @@ pub(crate) const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 impl Settings {
     /// How long after the drain begins Envoy must be stopped: the grace
     /// period less the shutdown margin.
-    pub fn drain_deadline(&self) -> Duration {
+    pub(crate) fn drain_deadline(&self) -> Duration {
         self.termination_grace_period.saturating_sub(self.shutdown_margin)
     }
 
     /// Durations that do not fit inside the drain deadline, as warnings.
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         let budget = self.drain_deadline();
         let (what, wait) = match self.drain_until {
             DrainUntil::Time => ("termination_drain_duration", self.termination_drain_duration),
@@ -225,7 +225,7 @@ impl Settings {
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     Flag,
     Env,
     File,
@@ -245,15 +245,15 @@ impl fmt::Display for Source {
 
 /// One effective setting, for `lifeguard check` and the start-up log.
 #[derive(Debug, Clone)]
-pub struct Effective {
-    pub key: String,
-    pub value: String,
-    pub source: Source,
+pub(crate) struct Effective {
+    pub(crate) key: String,
+    pub(crate) value: String,
+    pub(crate) source: Source,
 }
 
 /// A configuration error. The message names the field and the value.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     #[error("config file {path}: {message}")]
     File { path: PathBuf, message: String },
     #[error("invalid {field} = {value:?} (from {origin}): {why}")]

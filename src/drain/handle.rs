@@ -9,7 +9,7 @@ use super::status::{Phase, Status};
 
 /// What the drain machine is told.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     /// SIGTERM or SIGINT.
     Signal(&'static str),
     /// `POST /drain`: drain, answer when drained, keep Envoy running.
@@ -20,20 +20,20 @@ pub enum Event {
 
 /// The handle the status server and the signal task use.
 #[derive(Clone)]
-pub struct DrainHandle {
+pub(crate) struct DrainHandle {
     pub(super) events: mpsc::Sender<Event>,
     pub(super) status: watch::Receiver<Status>,
 }
 
 impl DrainHandle {
     /// Reports a signal.
-    pub fn signal(&self, name: &'static str) {
+    pub(crate) fn signal(&self, name: &'static str) {
         let _ = self.events.try_send(Event::Signal(name));
     }
 
     /// Starts a drain (or joins the one under way) and waits until it is
     /// drained. None when the drain machine has ended.
-    pub async fn drain(&self) -> Option<Status> {
+    pub(crate) async fn drain(&self) -> Option<Status> {
         let (tx, rx) = oneshot::channel();
         self.events.send(Event::Drain(tx)).await.ok()?;
         rx.await.ok()
@@ -42,7 +42,7 @@ impl DrainHandle {
     /// Starts a drain (or joins the one under way) without waiting for it:
     /// resolves once the phase has left `serving` (readiness is 503), with
     /// the status then. None when the drain machine has ended.
-    pub async fn begin(&self) -> Option<Status> {
+    pub(crate) async fn begin(&self) -> Option<Status> {
         let (tx, _unanswered) = oneshot::channel();
         self.events.send(Event::Drain(tx)).await.ok()?;
         let mut status = self.status.clone();
@@ -56,7 +56,7 @@ impl DrainHandle {
     }
 
     /// Stops Envoy now; resolves once it has stopped.
-    pub async fn quit(&self) -> bool {
+    pub(crate) async fn quit(&self) -> bool {
         let (tx, rx) = oneshot::channel();
         if self.events.send(Event::Quit(tx)).await.is_err() {
             return false;
@@ -65,12 +65,12 @@ impl DrainHandle {
     }
 
     /// The drain's latest published status.
-    pub fn status(&self) -> Status {
+    pub(crate) fn status(&self) -> Status {
         self.status.borrow().clone()
     }
 
     /// The published status, to derive readiness from.
-    pub fn watch(&self) -> watch::Receiver<Status> {
+    pub(crate) fn watch(&self) -> watch::Receiver<Status> {
         self.status.clone()
     }
 }

@@ -54,7 +54,7 @@ enum Interrupt {
 
 /// The drain state machine. Build it with [`Drain::new`], run it with
 /// [`Drain::run`].
-pub struct Drain<E, A = ()> {
+pub(crate) struct Drain<E, A = ()> {
     plan: Plan,
     envoy: E,
     app: A,
@@ -76,7 +76,7 @@ struct Inbox {
 impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     /// The machine and its handle. `app` is what the `app-exit` policy
     /// watches (`()` for the other policies).
-    pub fn new(plan: Plan, envoy: E, app: A) -> (Drain<E, A>, DrainHandle) {
+    pub(crate) fn new(plan: Plan, envoy: E, app: A) -> (Drain<E, A>, DrainHandle) {
         let (events_tx, events) = mpsc::channel(64);
         let (status, status_rx) = watch::channel(Status::initial(plan.policy, plan.waiting_for()));
         let handle = DrainHandle {
@@ -103,7 +103,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     }
 
     /// Runs until Envoy has stopped (or exited on its own).
-    pub async fn run(mut self) -> Outcome {
+    pub(crate) async fn run(mut self) -> Outcome {
         let trigger = loop {
             let event = tokio::select! {
                 status = self.envoy.exited() => return self.envoy_exited(status),

@@ -38,11 +38,14 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-pub use handle::DrainHandle;
-pub use machine::Drain;
-pub use plan::{DrainScope, DrainUntil, Plan};
-pub use ports::{Active, AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Work};
-pub use status::{exit_code, Outcome, Phase, Status};
+pub(crate) use handle::DrainHandle;
+pub(crate) use machine::Drain;
+pub use plan::DrainUntil;
+pub(crate) use plan::{DrainScope, Plan};
+pub use ports::Active;
+pub(crate) use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Work};
+pub(crate) use status::{exit_code, Outcome};
+pub use status::{Phase, Status};
 
 use std::time::Duration;
 

@@ -13,27 +13,27 @@ use crate::duration::Display as D;
 
 /// The drain's settings (`Settings::drain_plan` in [`crate::config`]).
 #[derive(Debug, Clone)]
-pub struct Plan {
-    pub policy: DrainUntil,
+pub(crate) struct Plan {
+    pub(crate) policy: DrainUntil,
     /// Pause between readiness turning 503 and Envoy's drain.
-    pub delay: Duration,
+    pub(crate) delay: Duration,
     /// The fixed policy's drain time.
-    pub drain_time: Duration,
+    pub(crate) drain_time: Duration,
     /// The exit-on-zero policies' shortest drain.
-    pub minimum: Duration,
+    pub(crate) minimum: Duration,
     /// From the start of the drain to Envoy's stop, at the latest.
-    pub deadline: Duration,
+    pub(crate) deadline: Duration,
     /// Timeout of one admin call.
-    pub read_timeout: Duration,
+    pub(crate) read_timeout: Duration,
     /// How long Envoy gets to exit after SIGTERM before SIGKILL.
-    pub stop_bound: Duration,
+    pub(crate) stop_bound: Duration,
     /// How often the fixed policy reads the counts, for reporting.
-    pub report_every: Duration,
+    pub(crate) report_every: Duration,
 }
 
 impl Plan {
     /// What the drain waits for, in words.
-    pub fn waiting_for(&self) -> String {
+    pub(crate) fn waiting_for(&self) -> String {
         match self.policy {
             DrainUntil::Time => format!("{} of drain time", D(self.drain_time)),
             DrainUntil::AppExit => format!(
@@ -99,7 +99,7 @@ impl fmt::Display for DrainUntil {
 /// Which listeners Envoy drains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum DrainScope {
+pub(crate) enum DrainScope {
     /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.
     Inbound,
     /// Every listener (gateways).

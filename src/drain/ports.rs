@@ -14,12 +14,12 @@ use serde::Serialize;
 
 /// Why a call through [`EnvoyControl`] failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ControlError {
+pub(crate) struct ControlError {
     /// Envoy refused the connection: an external Envoy that keeps refusing
     /// is gone.
-    pub refused: bool,
+    pub(crate) refused: bool,
     /// The reason, for the log and `GET /drain`.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for ControlError {
@@ -30,7 +30,7 @@ impl fmt::Display for ControlError {
 
 /// What the drain needs from Envoy. `crate::envoy::process::Envoy` is the real one;
 /// the unit tests script their own.
-pub trait EnvoyControl {
+pub(crate) trait EnvoyControl {
     /// Starts the graceful drain of the inbound listeners. With `skip_exit`,
     /// Envoy's drain timer does not close them afterwards.
     fn drain_listeners(&self, skip_exit: bool) -> impl Future<Output = Result<(), ControlError>> + Send;
@@ -46,7 +46,7 @@ pub trait EnvoyControl {
 
 /// What the app still holds, for the `app-exit` policy. `crate::pod::app::Watcher`
 /// is the real one.
-pub trait AppControl {
+pub(crate) trait AppControl {
     fn work(&self) -> impl Future<Output = Result<Work, String>> + Send;
 }
 
@@ -59,7 +59,7 @@ impl AppControl for () {
 
 /// How Envoy ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// The child exited with this status.
     Status(ExitStatus),
     /// An external Envoy acknowledged `/quitquitquit`.
@@ -98,19 +98,19 @@ pub struct Active {
 
 impl Active {
     /// Work in flight in Envoy: HTTP requests and TCP-proxy connections.
-    pub fn work(&self) -> u64 {
+    pub(crate) fn work(&self) -> u64 {
         self.requests.saturating_add(self.tcp)
     }
 }
 
 /// One socket the app holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AppSocket {
-    pub local: SocketAddr,
+pub(crate) struct AppSocket {
+    pub(crate) local: SocketAddr,
     /// None for a listening socket.
-    pub remote: Option<SocketAddr>,
+    pub(crate) remote: Option<SocketAddr>,
     /// The owner's pid, when it can be seen.
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
 }
 
 impl fmt::Display for AppSocket {
@@ -124,32 +124,32 @@ impl fmt::Display for AppSocket {
 
 /// One process of the app's containers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AppProcess {
-    pub pid: u32,
-    pub name: String,
+pub(crate) struct AppProcess {
+    pub(crate) pid: u32,
+    pub(crate) name: String,
 }
 
 /// What the app holds at one scan.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Work {
-    pub sockets: Vec<AppSocket>,
-    pub processes: Vec<AppProcess>,
+pub(crate) struct Work {
+    pub(crate) sockets: Vec<AppSocket>,
+    pub(crate) processes: Vec<AppProcess>,
 }
 
 impl Work {
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.sockets.is_empty() && self.processes.is_empty()
     }
 
     /// How many things the app still holds.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         (self.sockets.len() + self.processes.len()) as u64
     }
 }
 
 impl Work {
     /// Every socket and process, none left out of the list.
-    pub fn listed_in_full(&self) -> String {
+    pub(crate) fn listed_in_full(&self) -> String {
         Listed(self, usize::MAX).to_string()
     }
 }

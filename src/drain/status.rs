@@ -12,14 +12,14 @@ use super::ports::Exit;
 /// Process exit codes.
 pub mod exit_code {
     /// Envoy was drained and stopped (or `/quitquitquit` was asked for).
-    pub const CLEAN: u8 = 0;
+    pub(crate) const CLEAN: u8 = 0;
     /// Bad configuration or a start-up error: nothing was started.
-    pub const CONFIG: u8 = 2;
+    pub(crate) const CONFIG: u8 = 2;
     /// Envoy was stopped with work in flight: the deadline cut the drain,
     /// or the fixed policy's time ran out with requests still active.
-    pub const CUT_BY_DEADLINE: u8 = 3;
+    pub(crate) const CUT_BY_DEADLINE: u8 = 3;
     /// Envoy exited on its own (crash, OOM kill, bad config) or vanished.
-    pub const ENVOY_EXITED: u8 = 4;
+    pub(crate) const ENVOY_EXITED: u8 = 4;
 }
 
 /// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
@@ -108,7 +108,7 @@ impl Status {
 
 /// How the agent ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Drained by the policy, then Envoy stopped.
     Drained(Exit),
     /// The deadline cut the drain with `left` still active (None: unknown).
@@ -124,7 +124,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Outcome::Drained(_) | Outcome::Quit(_) => exit_code::CLEAN,
             Outcome::Cut { left: Some(0), .. } => exit_code::CLEAN,

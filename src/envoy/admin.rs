@@ -24,7 +24,7 @@ use crate::url::LoopbackUrl;
 
 /// Why an admin call did not produce a usable body.
 #[derive(Debug, thiserror::Error)]
-pub enum AdminError {
+pub(crate) enum AdminError {
     #[error("cannot connect to Envoy admin at {url}: {source}")]
     Connect { url: String, source: std::io::Error },
     #[error("Envoy admin at {url} did not answer within {}", crate::duration::Display(*.timeout))]
@@ -48,7 +48,7 @@ pub enum AdminError {
 impl AdminError {
     /// Whether the call got no answer in time (as opposed to a definite one:
     /// refused, an error status, a broken body).
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         matches!(self, AdminError::Timeout { .. })
     }
 }
@@ -56,7 +56,7 @@ impl AdminError {
 /// The admin endpoints lifeguard calls. The caller names the endpoint of
 /// each call (nothing is guessed from the path); the observer gets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// `/ready`
     Ready,
     /// `/stats?...` (readiness and drain counts)
@@ -70,16 +70,8 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 5] = [
-        Endpoint::Ready,
-        Endpoint::Stats,
-        Endpoint::Prometheus,
-        Endpoint::DrainListeners,
-        Endpoint::Quit,
-    ];
-
     /// The value of the `endpoint` metric label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Endpoint::Ready => "ready",
             Endpoint::Stats => "stats",
@@ -92,17 +84,15 @@ impl Endpoint {
 
 /// How an admin call ended, for the observer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallOutcome {
+pub(crate) enum CallOutcome {
     Ok,
     Error,
     Timeout,
 }
 
 impl CallOutcome {
-    pub const ALL: [CallOutcome; 3] = [CallOutcome::Ok, CallOutcome::Error, CallOutcome::Timeout];
-
     /// The value of the `outcome` metric label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             CallOutcome::Ok => "ok",
             CallOutcome::Error => "error",
@@ -113,7 +103,7 @@ impl CallOutcome {
 
 /// Told of every admin call: which endpoint, how it ended, how long it took.
 /// The binary wires this to the metrics; the client knows nothing of them.
-pub type Observer = Arc<dyn Fn(Endpoint, CallOutcome, Duration) + Send + Sync>;
+pub(crate) type Observer = Arc<dyn Fn(Endpoint, CallOutcome, Duration) + Send + Sync>;
 
 /// A client for one Envoy admin endpoint.
 #[derive(Clone)]
@@ -124,7 +114,7 @@ pub struct AdminClient {
 }
 
 /// Largest `/stats` answer accepted for the small filtered queries.
-pub const STATS_LIMIT: usize = 1 << 20;
+pub(crate) const STATS_LIMIT: usize = 1 << 20;
 
 /// Largest answer to the drain's active-count read. It has a few lines per
 /// listener (one per worker too): about 150 bytes a listener with two
@@ -132,7 +122,7 @@ pub const STATS_LIMIT: usize = 1 << 20;
 pub const ACTIVE_LIMIT: usize = 64 << 20;
 
 impl AdminClient {
-    pub fn new(url: LoopbackUrl, timeout: Duration) -> Self {
+    pub(crate) fn new(url: LoopbackUrl, timeout: Duration) -> Self {
         Self {
             url,
             timeout,
@@ -141,7 +131,7 @@ impl AdminClient {
     }
 
     /// The same client, telling `observer` of every call.
-    pub fn observed(self, observer: Observer) -> Self {
+    pub(crate) fn observed(self, observer: Observer) -> Self {
         Self {
             observer: Some(observer),
             ..self
@@ -149,18 +139,18 @@ impl AdminClient {
     }
 
     /// `GET path`, expecting 200 and a UTF-8 body of at most `limit` bytes.
-    pub async fn get_text(&self, endpoint: Endpoint, path: &str, limit: usize) -> Result<String, AdminError> {
+    pub(crate) async fn get_text(&self, endpoint: Endpoint, path: &str, limit: usize) -> Result<String, AdminError> {
         let body = self.call(endpoint, Method::GET, path, limit).await?;
         String::from_utf8(body.into()).map_err(|_| AdminError::NotText { path: path.into() })
     }
 
     /// `POST path`, expecting 200; returns the body.
-    pub async fn post(&self, endpoint: Endpoint, path: &str) -> Result<Bytes, AdminError> {
+    pub(crate) async fn post(&self, endpoint: Endpoint, path: &str) -> Result<Bytes, AdminError> {
         self.call(endpoint, Method::POST, path, 64 * 1024).await
     }
 
     /// One request on a fresh connection, all of it under `self.timeout`.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         endpoint: Endpoint,
         method: Method,
@@ -176,7 +166,7 @@ impl AdminClient {
 
     /// `GET path` under `self.timeout`: the status, whatever it is, and up
     /// to `limit` bytes of body (`/ready` answers 503 with a state name).
-    pub async fn get_any(
+    pub(crate) async fn get_any(
         &self,
         endpoint: Endpoint,
         path: &str,
@@ -209,7 +199,7 @@ impl AdminClient {
 
     /// Tells the observer of a call made outside [`AdminClient::call`]
     /// (a streamed read, timed by its caller).
-    pub fn observe(&self, endpoint: Endpoint, outcome: CallOutcome, took: Duration) {
+    pub(crate) fn observe(&self, endpoint: Endpoint, outcome: CallOutcome, took: Duration) {
         if let Some(observer) = &self.observer {
             observer(endpoint, outcome, took);
         }
@@ -218,7 +208,7 @@ impl AdminClient {
     /// `GET path` on a fresh connection, answered with its status and a
     /// body read chunk by chunk ([`BodyStream`]). No timeout and no
     /// observer: the caller bounds and reports the whole read.
-    pub async fn open(&self, path: &str) -> Result<(StatusCode, BodyStream), AdminError> {
+    pub(crate) async fn open(&self, path: &str) -> Result<(StatusCode, BodyStream), AdminError> {
         let stream = TcpStream::connect(self.url.addr())
             .await
             .map_err(|source| AdminError::Connect {
@@ -264,7 +254,7 @@ impl AdminClient {
 /// The body of a response from [`AdminClient::open`], read chunk by chunk
 /// as Envoy sends it (each chunk is hyper's buffer, not a copy). The
 /// connection is driven while chunks are awaited; dropping this closes it.
-pub struct BodyStream {
+pub(crate) struct BodyStream {
     conn: Pin<Box<hyper::client::conn::http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>>>,
     conn_done: bool,
     body: hyper::body::Incoming,
@@ -272,7 +262,7 @@ pub struct BodyStream {
 
 impl BodyStream {
     /// The next chunk of the body, or None at its end.
-    pub async fn chunk(&mut self) -> Result<Option<Bytes>, AdminError> {
+    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, AdminError> {
         loop {
             tokio::select! {
                 biased;
@@ -296,7 +286,7 @@ impl BodyStream {
 
 /// The body of a 200 answer, or the error naming the status and the first
 /// line of the body.
-pub fn check_status(status: StatusCode, body: Bytes, path: &str) -> Result<Bytes, AdminError> {
+pub(crate) fn check_status(status: StatusCode, body: Bytes, path: &str) -> Result<Bytes, AdminError> {
     if status != StatusCode::OK {
         let text = String::from_utf8_lossy(&body);
         let first = text.lines().next().unwrap_or("").chars().take(200).collect();
@@ -311,7 +301,7 @@ pub fn check_status(status: StatusCode, body: Bytes, path: &str) -> Result<Bytes
 
 /// One HTTP/1.1 request to a loopback URL on a fresh connection: the status
 /// and up to `limit` bytes of body. No timeout here: callers wrap it.
-pub async fn fetch(
+pub(crate) async fn fetch(
     url: &LoopbackUrl,
     method: Method,
     path: &str,

@@ -8,7 +8,7 @@ use crate::envoy::stats::{lines, Value};
 /// HTTP stat prefixes of Envoy's own and the agent-facing managers: the
 /// admin API, the status listener (`agent` in Istio's bootstrap, `status`
 /// in ours) and the Prometheus listener (`stats`).
-pub const IGNORED_HTTP_PREFIXES: [&str; 4] = ["admin", "agent", "status", "stats"];
+pub(crate) const IGNORED_HTTP_PREFIXES: [&str; 4] = ["admin", "agent", "status", "stats"];
 
 /// The admin query for [`active`]: both families in one read.
 pub const ACTIVE_STATS: &str = "/stats?usedonly&filter=downstream_%28cx%7Crq%29_active%24";

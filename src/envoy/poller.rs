@@ -54,7 +54,7 @@ use crate::envoy::state::{evaluate, ReadyAnswer, ServerState, XdsCheck, READINES
 use crate::envoy::stats::{self, Value};
 
 /// The two reads the poller makes. [`AdminClient`] is the real one.
-pub trait EnvoyReadiness {
+pub(crate) trait EnvoyReadiness {
     /// `GET /ready`.
     fn ready(&self) -> impl Future<Output = Result<ReadyAnswer, AdminError>> + Send;
     /// `GET` [`READINESS_STATS`]: the body of a 200.
@@ -98,28 +98,28 @@ impl ReadinessEvents for () {
 /// instant it last sent lifeguard a chunk of `/stats/prometheus`. Written
 /// by the merged scrape, read by the poller when `/ready` times out.
 #[derive(Clone, Default)]
-pub struct Heartbeat(Arc<Mutex<Option<Instant>>>);
+pub(crate) struct Heartbeat(Arc<Mutex<Option<Instant>>>);
 
 impl Heartbeat {
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 
-    pub fn last(&self) -> Option<Instant> {
+    pub(crate) fn last(&self) -> Option<Instant> {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// When the poller reads, and what ready requires.
 #[derive(Debug, Clone, Copy)]
-pub struct Schedule {
-    pub poll_interval: Duration,
-    pub startup_poll_interval: Duration,
-    pub xds_check: XdsCheck,
+pub(crate) struct Schedule {
+    pub(crate) poll_interval: Duration,
+    pub(crate) startup_poll_interval: Duration,
+    pub(crate) xds_check: XdsCheck,
 }
 
 /// Runs until `shutdown` is cancelled.
-pub async fn run<E: EnvoyReadiness, M: ReadinessEvents>(
+pub(crate) async fn run<E: EnvoyReadiness, M: ReadinessEvents>(
     schedule: Schedule,
     envoy: E,
     readiness: Readiness,

@@ -28,7 +28,7 @@ use crate::envoy::counts::{active, ACTIVE_STATS};
 
 /// Envoy, as lifeguard sees it: its admin API, and the process when
 /// lifeguard launched it.
-pub struct Envoy {
+pub(crate) struct Envoy {
     admin: AdminClient,
     process: Option<Child>,
     /// Listener ports left out of the active counts.
@@ -39,7 +39,7 @@ pub struct Envoy {
 
 impl Envoy {
     /// An Envoy that runs beside lifeguard (another container).
-    pub fn external(admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
+    pub(crate) fn external(admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
         Self {
             admin,
             process: None,
@@ -49,7 +49,7 @@ impl Envoy {
     }
 
     /// An Envoy launched by lifeguard.
-    pub fn child(child: Child, admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
+    pub(crate) fn child(child: Child, admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
         Self {
             admin,
             process: Some(child),
@@ -63,7 +63,7 @@ impl Envoy {
     /// running beside lifeguard.
     /// `grace` is the pod's grace period; `ignored` the listener ports left
     /// out of the active counts; `scope` which listeners drain.
-    pub fn start(
+    pub(crate) fn start(
         command: Vec<String>,
         grace: Duration,
         admin: AdminClient,
@@ -86,18 +86,18 @@ impl Envoy {
     }
 
     /// The same Envoy, draining `scope` listeners.
-    pub fn with_scope(self, scope: DrainScope) -> Self {
+    pub(crate) fn with_scope(self, scope: DrainScope) -> Self {
         Self { scope, ..self }
     }
 
     /// The pid of the Envoy lifeguard launched.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(|c| c.pid as u32)
     }
 }
 
 /// A launched Envoy: its pid and a watch that turns `Some` when it exits.
-pub struct Child {
+pub(crate) struct Child {
     pid: i32,
     exited: watch::Receiver<Option<ExitStatus>>,
 }
@@ -107,7 +107,7 @@ pub struct Child {
 /// default, `gradual`, would mark only a few responses `connection: close`
 /// early in a long drain window), and do not let Envoy's drain timer close
 /// the listeners before lifeguard's deadline.
-pub fn drain_flags(command: &[String], grace: Duration) -> Vec<String> {
+pub(crate) fn drain_flags(command: &[String], grace: Duration) -> Vec<String> {
     let has = |flag: &str| command.iter().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
     let mut extra = Vec::new();
     if !has("--drain-strategy") {
@@ -123,7 +123,7 @@ impl Child {
     /// Launches `command` (program and arguments). Must be called from a
     /// thread that lives as long as lifeguard (the main thread): the
     /// kernel's parent-death signal is tied to the thread that forks.
-    pub fn spawn(command: &[String]) -> std::io::Result<Child> {
+    pub(crate) fn spawn(command: &[String]) -> std::io::Result<Child> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty Envoy command"))?;
@@ -145,12 +145,12 @@ impl Child {
         Ok(Child { pid, exited: rx })
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.pid
     }
 
     /// Resolves when Envoy has exited (at once if it already has).
-    pub async fn exited(&self) -> ExitStatus {
+    pub(crate) async fn exited(&self) -> ExitStatus {
         let mut rx = self.exited.clone();
         let status = match rx.wait_for(Option::is_some).await {
             Ok(status) => *status,
@@ -163,7 +163,7 @@ impl Child {
         }
     }
 
-    pub fn exit_status(&self) -> Option<ExitStatus> {
+    pub(crate) fn exit_status(&self) -> Option<ExitStatus> {
         *self.exited.borrow()
     }
 
@@ -176,7 +176,7 @@ impl Child {
     }
 
     /// SIGTERM, then SIGKILL after `bound`; returns the exit status.
-    pub async fn stop(&self, bound: Duration) -> ExitStatus {
+    pub(crate) async fn stop(&self, bound: Duration) -> ExitStatus {
         self.signal(Signal::TERM);
         match tokio::time::timeout(bound, self.exited()).await {
             Ok(status) => status,

@@ -29,9 +29,9 @@ use crate::duration::Display as D;
 
 /// What the probe answers: ready or not, and the body to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    pub ready: bool,
-    pub body: Bytes,
+pub(crate) struct Answer {
+    pub(crate) ready: bool,
+    pub(crate) body: Bytes,
 }
 
 /// One admin read turned into a readiness decision.
@@ -71,7 +71,7 @@ impl Verdict {
     /// `stale_after`, then answered as stale with `error` named. `at` is the
     /// last evidence that Envoy's admin is alive: `previous.at()`, or later
     /// when Envoy was seen streaming a scrape since.
-    pub fn kept(previous: &Verdict, error: &str, stale_after: Duration, at: Instant) -> Self {
+    pub(crate) fn kept(previous: &Verdict, error: &str, stale_after: Duration, at: Instant) -> Self {
         Self {
             ready: previous.ready,
             body: previous.body.clone(),
@@ -88,7 +88,7 @@ impl Verdict {
     }
 
     /// When the read that produced this verdict completed.
-    pub fn at(&self) -> Instant {
+    pub(crate) fn at(&self) -> Instant {
         self.at
     }
 
@@ -118,7 +118,7 @@ impl Readiness {
     /// A new snapshot that says "not ready: no admin read yet" until the
     /// poller stores its first verdict. `drain` is the drain's published
     /// status ([`crate::drain::DrainHandle::watch`]).
-    pub fn new(stale_after: Duration, drain: watch::Receiver<Status>) -> Self {
+    pub(crate) fn new(stale_after: Duration, drain: watch::Receiver<Status>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 verdict: ArcSwap::from_pointee(Verdict::not_ready("no answer from Envoy admin yet", Instant::now())),
@@ -142,7 +142,7 @@ impl Readiness {
 
     /// The probe's answer. Never blocks on Envoy, never allocates.
     #[inline]
-    pub fn answer(&self) -> Answer {
+    pub(crate) fn answer(&self) -> Answer {
         let inner = &*self.inner;
         if inner.drain.borrow().phase != Phase::Serving {
             return Answer {
@@ -169,17 +169,18 @@ impl Readiness {
     }
 
     /// The latest verdict stored by the poller (the drain not applied).
-    pub fn verdict(&self) -> Arc<Verdict> {
+    pub(crate) fn verdict(&self) -> Arc<Verdict> {
         self.inner.verdict.load_full()
     }
 
     /// How old a verdict may be before it is not trusted.
-    pub fn stale_after(&self) -> Duration {
+    pub(crate) fn stale_after(&self) -> Duration {
         self.inner.stale_after
     }
 
+    #[cfg(test)]
     /// Whether a drain has begun (the phase has left `serving`).
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.inner.drain.borrow().phase != Phase::Serving
     }
 }

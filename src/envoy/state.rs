@@ -19,14 +19,14 @@ use crate::envoy::stats::{self, Value};
 ///
 /// `usedonly` matters: without it Envoy reports `server.state: 0` (LIVE)
 /// before it ever set the gauge. The regex is percent-encoded for the URI.
-pub const READINESS_STATS: &str = "/stats?usedonly&filter=\
+pub(crate) const READINESS_STATS: &str = "/stats?usedonly&filter=\
 %5E(server%5C.state%7Clistener_manager%5C.workers_started\
 %7C(cluster_manager%5C.cds%7Clistener_manager%5C.lds)%5C.update_(attempt%7Csuccess%7Crejected))%24";
 
 /// Envoy's server states, as `GET /ready` names them (the number is the
 /// `server.state` gauge's value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServerState {
+pub(crate) enum ServerState {
     Live = 0,
     Draining = 1,
     PreInitializing = 2,
@@ -34,7 +34,7 @@ pub enum ServerState {
 }
 
 impl ServerState {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ServerState::Live => "LIVE",
             ServerState::Draining => "DRAINING",
@@ -46,7 +46,7 @@ impl ServerState {
 
 /// What `GET /ready` said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadyAnswer {
+pub(crate) enum ReadyAnswer {
     /// 200 and `LIVE`, or 503 and one of the other state names.
     State(ServerState),
     /// Anything else (the status and the start of the body): not Envoy's
@@ -57,7 +57,7 @@ pub enum ReadyAnswer {
 impl ReadyAnswer {
     /// Reads a `/ready` answer: Envoy answers 200 `LIVE`, else 503 and the
     /// state's name.
-    pub fn parse(status: StatusCode, body: &[u8]) -> ReadyAnswer {
+    pub(crate) fn parse(status: StatusCode, body: &[u8]) -> ReadyAnswer {
         let text = String::from_utf8_lossy(body);
         let name = text.trim();
         let state = match (status, name) {

@@ -29,21 +29,21 @@ use crate::drain::{Phase, Status};
 /// Shared by the scrape route (which reports scrapes) and the binary
 /// (which waits). Cloning shares it.
 #[derive(Clone)]
-pub struct Linger {
+pub(crate) struct Linger {
     status: watch::Receiver<Status>,
     seen: Arc<watch::Sender<bool>>,
 }
 
 /// One scrape under way.
 #[must_use = "a scrape counts once served"]
-pub struct Scrape {
+pub(crate) struct Scrape {
     after_stop: bool,
     seen: Arc<watch::Sender<bool>>,
 }
 
 /// Why the linger ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// A scrape that began after Envoy stopped was served.
     Scraped,
     /// The time ran out first (or there was none to wait).
@@ -52,7 +52,7 @@ pub enum Ended {
 
 impl Linger {
     /// A linger over the drain's published status.
-    pub fn new(status: watch::Receiver<Status>) -> Linger {
+    pub(crate) fn new(status: watch::Receiver<Status>) -> Linger {
         Linger {
             status,
             seen: Arc::new(watch::Sender::new(false)),
@@ -60,7 +60,7 @@ impl Linger {
     }
 
     /// Called when a scrape of `/stats/prometheus` begins.
-    pub fn scrape_begins(&self) -> Scrape {
+    pub(crate) fn scrape_begins(&self) -> Scrape {
         Scrape {
             after_stop: self.status.borrow().phase == Phase::Stopped,
             seen: self.seen.clone(),
@@ -69,7 +69,7 @@ impl Linger {
 
     /// Waits until a scrape that began after Envoy stopped has been served,
     /// or `bound` has passed.
-    pub async fn wait(&self, bound: Duration) -> Ended {
+    pub(crate) async fn wait(&self, bound: Duration) -> Ended {
         let mut seen = self.seen.subscribe();
         let scraped = tokio::time::timeout(bound, seen.wait_for(|&s| s))
             .await
@@ -85,7 +85,7 @@ impl Linger {
 impl Scrape {
     /// The scrape's answer is ready: it counts if it began after Envoy
     /// stopped.
-    pub fn served(self) {
+    pub(crate) fn served(self) {
         if self.after_stop {
             self.seen.send_replace(true);
         }
@@ -94,7 +94,7 @@ impl Scrape {
 
 /// How long to linger: `linger`, but never past the grace period counted
 /// from the start of the drain in `status` (if there was one).
-pub fn bound(linger: Duration, status: &Status, grace: Duration) -> Duration {
+pub(crate) fn bound(linger: Duration, status: &Status, grace: Duration) -> Duration {
     let Some(started) = status.started_at else {
         return linger;
     };

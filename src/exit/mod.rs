@@ -29,39 +29,39 @@ use linger::{Ended, Linger};
 pub mod linger;
 
 /// The most the kubelet keeps of a termination message.
-pub const MESSAGE_LIMIT: usize = 4096;
+pub(crate) const MESSAGE_LIMIT: usize = 4096;
 
 /// How the agent ended, in one line of JSON.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// `drained`, `cut` (the deadline), `unfinished` (the fixed policy's time
     /// ran out with requests in flight), `quit` (`POST /quitquitquit`),
     /// `envoy_exited` (on its own) or `envoy_gone` (an external Envoy
     /// stopped answering).
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
     /// lifeguard's exit code (0, 3 or 4; see the README).
-    pub exit_code: u8,
+    pub(crate) exit_code: u8,
     /// What started the drain: `SIGTERM`, `SIGINT`, `POST /drain`; None
     /// when there was no drain.
-    pub trigger: Option<&'static str>,
-    pub policy: DrainUntil,
+    pub(crate) trigger: Option<&'static str>,
+    pub(crate) policy: DrainUntil,
     /// Unix time the drain began.
-    pub started_at: Option<f64>,
+    pub(crate) started_at: Option<f64>,
     /// From the start of the drain to Envoy's stop, in seconds.
-    pub duration_seconds: Option<f64>,
-    pub cut_by_deadline: bool,
+    pub(crate) duration_seconds: Option<f64>,
+    pub(crate) cut_by_deadline: bool,
     /// What the policy counts still active when Envoy was stopped.
-    pub left_at_stop: Option<u64>,
+    pub(crate) left_at_stop: Option<u64>,
     /// What the drain waited on last, e.g. `1 connections` or
     /// `2 app sockets (…)`; None when it never waited on anything.
-    pub waited_for_last: Option<String>,
+    pub(crate) waited_for_last: Option<String>,
     /// How Envoy ended, e.g. `exit status: 0` or `signal: 9 (SIGKILL)`.
-    pub envoy: String,
+    pub(crate) envoy: String,
 }
 
 impl Summary {
     /// The summary of `outcome`, with the drain's final `status`.
-    pub fn new(outcome: &Outcome, status: &Status) -> Summary {
+    pub(crate) fn new(outcome: &Outcome, status: &Status) -> Summary {
         let (kind, envoy) = match outcome {
             Outcome::Drained(exit) => ("drained", exit_text(exit)),
             Outcome::Cut { exit, .. } => ("cut", exit_text(exit)),
@@ -92,7 +92,7 @@ impl Summary {
     /// The summary as one line of JSON of at most [`MESSAGE_LIMIT`] bytes:
     /// the one free-text field that can be long (what the drain waited for,
     /// which may list app sockets) is shortened to fit.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let json = serde_json::to_string(self).expect("a summary serializes");
         if json.len() <= MESSAGE_LIMIT {
             return json;
@@ -115,7 +115,7 @@ impl Summary {
 
     /// The last log line: the summary's fields as the log's own fields (so
     /// `--log-format json` gives them as JSON fields).
-    pub fn log(&self) {
+    pub(crate) fn log(&self) {
         tracing::info!(
             outcome = self.outcome,
             exit_code = self.exit_code,
@@ -136,7 +136,7 @@ impl Summary {
 /// termination message (written first: a SIGKILL during the linger cannot
 /// lose it), the linger for a last scrape, the summary as the last log line.
 /// Returns the exit code.
-pub async fn conclude(
+pub(crate) async fn conclude(
     outcome: &Outcome,
     status: &Status,
     message_path: Option<&Path>,
@@ -164,7 +164,7 @@ pub async fn conclude(
 
 /// Writes the summary line to the termination-message file (replacing what
 /// was there, as Kubernetes reads the whole file).
-pub fn write_message(path: &Path, line: &str) -> io::Result<()> {
+pub(crate) fn write_message(path: &Path, line: &str) -> io::Result<()> {
     debug_assert!(line.len() <= MESSAGE_LIMIT);
     std::fs::write(path, line)
 }
@@ -180,7 +180,7 @@ fn millis(secs: f64) -> f64 {
 
 /// Where the exit summary goes (Kubernetes' termination message).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MessagePath {
+pub(crate) enum MessagePath {
     /// [`MessagePath::KUBERNETES_DEFAULT`] when that file exists (the
     /// kubelet mounts it), else nowhere.
     Auto,
@@ -192,10 +192,10 @@ pub enum MessagePath {
 
 impl MessagePath {
     /// Where the kubelet mounts the termination-message file by default.
-    pub const KUBERNETES_DEFAULT: &'static str = "/dev/termination-log";
+    pub(crate) const KUBERNETES_DEFAULT: &'static str = "/dev/termination-log";
 
     /// The file to write, decided now: `auto` looks for the kubelet's file.
-    pub fn resolve(&self) -> Option<PathBuf> {
+    pub(crate) fn resolve(&self) -> Option<PathBuf> {
         match self {
             MessagePath::Auto => Some(PathBuf::from(Self::KUBERNETES_DEFAULT)).filter(|p| p.exists()),
             MessagePath::Off => None,

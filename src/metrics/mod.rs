@@ -74,7 +74,7 @@ struct Inner {
 
 /// Why a merged scrape carries less than Envoy's whole body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Incomplete {
+pub(crate) enum Incomplete {
     /// The scrape's time budget ran out first.
     Timeout = 0,
     /// Envoy could not be read, answered an error, or broke off.
@@ -86,7 +86,7 @@ pub enum Incomplete {
 }
 
 impl Incomplete {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         ["timeout", "error", "cap", "busy"][self as usize]
     }
 }
@@ -94,36 +94,36 @@ impl Incomplete {
 /// The metric names, once. Tests check the README, the alerting rules and
 /// the dashboard against this list.
 pub mod names {
-    pub const BUILD_INFO: &str = "lifeguard_build_info";
-    pub const READY: &str = "lifeguard_ready";
-    pub const PROBE_RESPONSES: &str = "lifeguard_probe_responses_total";
-    pub const TIME_TO_FIRST_READY: &str = "lifeguard_time_to_first_ready_seconds";
-    pub const READINESS_CHANGES: &str = "lifeguard_envoy_readiness_changes_total";
-    pub const READINESS_KEPT: &str = "lifeguard_readiness_kept_total";
-    pub const SCRAPE_ENVOY_READS: &str = "lifeguard_scrape_envoy_reads_total";
-    pub const SCRAPE_ENVOY_INCOMPLETE: &str = "lifeguard_scrape_envoy_incomplete_total";
-    pub const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
-    pub const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
-    pub const ADMIN_LAST_SUCCESS: &str = "lifeguard_envoy_admin_last_success_timestamp_seconds";
-    pub const DRAIN_PHASE: &str = "lifeguard_drain_phase";
-    pub const DRAIN_POLICY: &str = "lifeguard_drain_policy";
-    pub const DRAIN_STARTED: &str = "lifeguard_drain_started_timestamp_seconds";
-    pub const DRAIN_DEADLINE: &str = "lifeguard_drain_deadline_timestamp_seconds";
-    pub const DRAIN_DURATION: &str = "lifeguard_drain_duration_seconds";
-    pub const DRAIN_ACTIVE_CONNECTIONS: &str = "lifeguard_drain_active_connections";
-    pub const DRAIN_ACTIVE_REQUESTS: &str = "lifeguard_drain_active_requests";
-    pub const DRAIN_ACTIVE_TCP: &str = "lifeguard_drain_active_tcp_connections";
-    pub const DRAIN_APP_SOCKETS: &str = "lifeguard_drain_app_sockets";
-    pub const DRAIN_APP_PROCESSES: &str = "lifeguard_drain_app_processes";
-    pub const DRAIN_CUT: &str = "lifeguard_drain_cut_by_deadline";
-    pub const DRAIN_LEFT_AT_STOP: &str = "lifeguard_drain_left_at_stop";
-    pub const PROCESS_CPU: &str = "process_cpu_seconds_total";
-    pub const PROCESS_RSS: &str = "process_resident_memory_bytes";
-    pub const PROCESS_VSZ: &str = "process_virtual_memory_bytes";
-    pub const PROCESS_OPEN_FDS: &str = "process_open_fds";
-    pub const PROCESS_MAX_FDS: &str = "process_max_fds";
-    pub const PROCESS_START: &str = "process_start_time_seconds";
-    pub const PROCESS_THREADS: &str = "process_threads";
+    pub(crate) const BUILD_INFO: &str = "lifeguard_build_info";
+    pub(crate) const READY: &str = "lifeguard_ready";
+    pub(crate) const PROBE_RESPONSES: &str = "lifeguard_probe_responses_total";
+    pub(crate) const TIME_TO_FIRST_READY: &str = "lifeguard_time_to_first_ready_seconds";
+    pub(crate) const READINESS_CHANGES: &str = "lifeguard_envoy_readiness_changes_total";
+    pub(crate) const READINESS_KEPT: &str = "lifeguard_readiness_kept_total";
+    pub(crate) const SCRAPE_ENVOY_READS: &str = "lifeguard_scrape_envoy_reads_total";
+    pub(crate) const SCRAPE_ENVOY_INCOMPLETE: &str = "lifeguard_scrape_envoy_incomplete_total";
+    pub(crate) const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
+    pub(crate) const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
+    pub(crate) const ADMIN_LAST_SUCCESS: &str = "lifeguard_envoy_admin_last_success_timestamp_seconds";
+    pub(crate) const DRAIN_PHASE: &str = "lifeguard_drain_phase";
+    pub(crate) const DRAIN_POLICY: &str = "lifeguard_drain_policy";
+    pub(crate) const DRAIN_STARTED: &str = "lifeguard_drain_started_timestamp_seconds";
+    pub(crate) const DRAIN_DEADLINE: &str = "lifeguard_drain_deadline_timestamp_seconds";
+    pub(crate) const DRAIN_DURATION: &str = "lifeguard_drain_duration_seconds";
+    pub(crate) const DRAIN_ACTIVE_CONNECTIONS: &str = "lifeguard_drain_active_connections";
+    pub(crate) const DRAIN_ACTIVE_REQUESTS: &str = "lifeguard_drain_active_requests";
+    pub(crate) const DRAIN_ACTIVE_TCP: &str = "lifeguard_drain_active_tcp_connections";
+    pub(crate) const DRAIN_APP_SOCKETS: &str = "lifeguard_drain_app_sockets";
+    pub(crate) const DRAIN_APP_PROCESSES: &str = "lifeguard_drain_app_processes";
+    pub(crate) const DRAIN_CUT: &str = "lifeguard_drain_cut_by_deadline";
+    pub(crate) const DRAIN_LEFT_AT_STOP: &str = "lifeguard_drain_left_at_stop";
+    pub(crate) const PROCESS_CPU: &str = "process_cpu_seconds_total";
+    pub(crate) const PROCESS_RSS: &str = "process_resident_memory_bytes";
+    pub(crate) const PROCESS_VSZ: &str = "process_virtual_memory_bytes";
+    pub(crate) const PROCESS_OPEN_FDS: &str = "process_open_fds";
+    pub(crate) const PROCESS_MAX_FDS: &str = "process_max_fds";
+    pub(crate) const PROCESS_START: &str = "process_start_time_seconds";
+    pub(crate) const PROCESS_THREADS: &str = "process_threads";
 }
 use names::*;
 
@@ -191,7 +191,7 @@ impl Metrics {
     }
 
     /// The probe's counters, for the status service to keep.
-    pub fn probe_counters(&self) -> (Counter, Counter) {
+    pub(crate) fn probe_counters(&self) -> (Counter, Counter) {
         (self.inner.probe_ok.clone(), self.inner.probe_unavailable.clone())
     }
 
@@ -210,12 +210,12 @@ impl Metrics {
     }
 
     /// A merged scrape got Envoy's metrics from a new read or a shared one.
-    pub fn scrape_read(&self, joined: bool) {
+    pub(crate) fn scrape_read(&self, joined: bool) {
         self.inner.scrape_reads[usize::from(joined)].increment(1);
     }
 
     /// A merged scrape's Envoy part is missing or cut short.
-    pub fn scrape_incomplete(&self, why: Incomplete) {
+    pub(crate) fn scrape_incomplete(&self, why: Incomplete) {
         self.inner.scrape_incomplete[why as usize].increment(1);
     }
 

@@ -72,37 +72,37 @@ use crate::metrics::{Incomplete, Metrics};
 
 /// Largest Envoy body taken into a scrape: far above a 20,000-cluster
 /// Envoy's (about 250 MB). Past it the rest is left out, logged and counted.
-pub const ENVOY_BODY_CAP: usize = 1 << 30;
+pub(crate) const ENVOY_BODY_CAP: usize = 1 << 30;
 /// Longest line of Envoy's body (a line is the unit a cut scrape keeps).
-pub const LINE_CAP: usize = 1 << 20;
+pub(crate) const LINE_CAP: usize = 1 << 20;
 /// The Envoy part's budget when the client sends no scrape timeout
 /// (Prometheus' default scrape timeout).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest scrape timeout honoured.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(120);
 /// A completed read is shared for at least this long.
-pub const REUSE_MIN: Duration = Duration::from_secs(1);
+pub(crate) const REUSE_MIN: Duration = Duration::from_secs(1);
 /// How many Envoy reads may be held in memory at once.
-pub const MAX_LIVE_READS: usize = 2;
+pub(crate) const MAX_LIVE_READS: usize = 2;
 /// The header Prometheus sends with its scrape timeout.
-pub const SCRAPE_TIMEOUT_HEADER: &str = "x-prometheus-scrape-timeout-seconds";
+pub(crate) const SCRAPE_TIMEOUT_HEADER: &str = "x-prometheus-scrape-timeout-seconds";
 
 /// The gzip member header: deflate, no name, no time, unknown OS.
 const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
 
 /// What a scrape request asks for, taken from its query and headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScrapeRequest {
+pub(crate) struct ScrapeRequest {
     /// The query string, passed to Envoy as it came (without the `?`).
-    pub query: String,
+    pub(crate) query: String,
     /// How long Envoy's part may take.
-    pub budget: Duration,
+    pub(crate) budget: Duration,
     /// Whether the client accepts gzip.
-    pub gzip: bool,
+    pub(crate) gzip: bool,
 }
 
 impl ScrapeRequest {
-    pub fn new(query: Option<&str>, headers: &HeaderMap) -> Self {
+    pub(crate) fn new(query: Option<&str>, headers: &HeaderMap) -> Self {
         let timeout = headers
             .get(SCRAPE_TIMEOUT_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -121,13 +121,13 @@ impl ScrapeRequest {
 
 /// The Envoy part's share of a scrape timeout: a tenth (at least 200 ms)
 /// is kept for lifeguard's part and the transfer; at least 50 ms.
-pub fn envoy_budget(timeout: Duration) -> Duration {
+pub(crate) fn envoy_budget(timeout: Duration) -> Duration {
     let margin = (timeout / 10).max(Duration::from_millis(200));
     timeout.saturating_sub(margin).max(Duration::from_millis(50))
 }
 
 /// Whether `Accept-Encoding` lists gzip (or `*`) with a non-zero weight.
-pub fn accepts_gzip(headers: &HeaderMap) -> bool {
+pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
     headers
         .get_all(ACCEPT_ENCODING)
         .iter()
@@ -314,20 +314,20 @@ impl Scraper {
     }
 
     /// Takes the drain gauges from `drain`'s status.
-    pub fn with_drain(mut self, drain: DrainHandle) -> Self {
+    pub(crate) fn with_drain(mut self, drain: DrainHandle) -> Self {
         self.inner_mut().drain = Some(drain);
         self
     }
 
     /// Tells `heartbeat` each time Envoy sends a chunk (the poller's proof
     /// that a busy admin thread is alive).
-    pub fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Self {
+    pub(crate) fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Self {
         self.inner_mut().heartbeat = heartbeat;
         self
     }
 
     /// Stops Envoy reads under way when `shutdown` is cancelled.
-    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
+    pub(crate) fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
         self.inner_mut().shutdown = shutdown;
         self
     }
@@ -341,7 +341,7 @@ impl Scraper {
 
     /// The body of one scrape: Envoy's part, then lifeguard's, gzipped when
     /// `req.gzip`. Nothing is read from Envoy until the body is polled.
-    pub fn body(&self, req: ScrapeRequest) -> impl Stream<Item = Bytes> + Send + 'static {
+    pub(crate) fn body(&self, req: ScrapeRequest) -> impl Stream<Item = Bytes> + Send + 'static {
         let deadline = Instant::now() + req.budget;
         let client = Client {
             scraper: self.clone(),

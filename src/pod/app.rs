@@ -34,17 +34,17 @@ use crate::pod::sockets::{self, Owner, Socket};
 
 /// Who the proxy is, and what is never the app's.
 #[derive(Debug, Clone, Default)]
-pub struct Proxy {
+pub(crate) struct Proxy {
     /// Process ids of the proxy: lifeguard, Envoy, a hook's own process.
-    pub pids: Vec<u32>,
+    pub(crate) pids: Vec<u32>,
     /// The status port and Envoy's admin port: control traffic.
-    pub control_ports: Vec<u16>,
+    pub(crate) control_ports: Vec<u16>,
     /// Local ports left out (other sidecars), from the operator.
-    pub ignored_ports: Vec<u16>,
+    pub(crate) ignored_ports: Vec<u16>,
 }
 
 /// The app's sockets among `sockets`, by the rules in the module doc.
-pub fn app_sockets(
+pub(crate) fn app_sockets(
     sockets: &[Socket],
     owners: &std::collections::HashMap<u64, Owner>,
     proxy: &Proxy,
@@ -74,7 +74,7 @@ pub fn app_sockets(
 
 /// Whether this process shares the pod's process namespace: PID 1 is the
 /// pod's `pause` process, in another cgroup than ours.
-pub fn shares_pod_process_namespace() -> bool {
+pub(crate) fn shares_pod_process_namespace() -> bool {
     let pause = Process::new(1).and_then(|p| p.stat()).is_ok_and(|s| s.comm == "pause");
     pause && cgroup_of(1).is_some_and(|c| Some(c) != cgroup_of(std::process::id() as i32))
 }
@@ -89,7 +89,7 @@ fn cgroup_of(pid: i32) -> Option<Vec<String>> {
 /// Processes of the app's containers: every process in another cgroup than
 /// ours, but PID 1 (pause) and the proxy's. Zombies have exited (only
 /// their parent's wait is missing) and do not count.
-pub fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
+pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
     let Some(ours) = cgroup_of(std::process::id() as i32) else {
         return Vec::new();
     };
@@ -113,7 +113,7 @@ pub fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
 }
 
 /// The pid that owns a listening socket on `port` in this namespace.
-pub fn listener_owner(port: u16) -> Option<u32> {
+pub(crate) fn listener_owner(port: u16) -> Option<u32> {
     let sockets = sockets::sockets().ok()?;
     let owners = sockets::owners();
     sockets
@@ -125,7 +125,7 @@ pub fn listener_owner(port: u16) -> Option<u32> {
 /// Scans the app's work, with the process rule when `processes` is set.
 /// With `envoy_admin_port`, the process that owns that listener is the
 /// proxy's too (an Envoy lifeguard did not launch).
-pub fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>) -> std::io::Result<Work> {
+pub(crate) fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>) -> std::io::Result<Work> {
     let sockets = sockets::sockets()?;
     let owners = sockets::owners();
     let mut proxy = proxy.clone();
@@ -145,7 +145,7 @@ pub fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>) -> st
 /// The app as the drain sees it: who the proxy is, and whether the process
 /// rule applies in this pod.
 #[derive(Debug, Clone)]
-pub struct Watcher {
+pub(crate) struct Watcher {
     proxy: Proxy,
     processes: bool,
     /// For an external Envoy: its admin port, whose owner is Envoy.
@@ -158,7 +158,7 @@ impl Watcher {
     /// otherwise Envoy is the owner of the admin listener on `admin_port`.
     /// Err when sockets cannot be attributed to processes here (no /proc
     /// access, or an external Envoy whose process cannot be seen).
-    pub fn for_pod(
+    pub(crate) fn for_pod(
         status_port: u16,
         admin_port: u16,
         envoy: Option<u32>,
@@ -196,7 +196,7 @@ impl Watcher {
     }
 
     /// A watcher for drains whose policy does not look at the app.
-    pub fn inert() -> Watcher {
+    pub(crate) fn inert() -> Watcher {
         Watcher {
             proxy: Proxy::default(),
             processes: false,
@@ -205,12 +205,12 @@ impl Watcher {
     }
 
     /// Whether the process rule applies.
-    pub fn watches_processes(&self) -> bool {
+    pub(crate) fn watches_processes(&self) -> bool {
         self.processes
     }
 
     /// One scan, on the blocking pool.
-    pub async fn scan(&self) -> Result<Work, String> {
+    pub(crate) async fn scan(&self) -> Result<Work, String> {
         let proxy = self.proxy.clone();
         let processes = self.processes;
         let admin = self.envoy_admin_port;

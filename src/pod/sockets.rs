@@ -11,21 +11,21 @@ use procfs::process::FDTarget;
 
 /// A process that holds a socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    pub pid: u32,
+pub(crate) struct Owner {
+    pub(crate) pid: u32,
     /// The process name (`/proc/<pid>/comm`).
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// One TCP socket of the namespace, in any state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Socket {
-    pub local: SocketAddr,
-    pub remote: SocketAddr,
-    pub listening: bool,
+pub(crate) struct Socket {
+    pub(crate) local: SocketAddr,
+    pub(crate) remote: SocketAddr,
+    pub(crate) listening: bool,
     /// 0 for a socket no process holds any more (TIME_WAIT, an orphaned
     /// FIN_WAIT2...).
-    pub inode: u64,
+    pub(crate) inode: u64,
 }
 
 impl From<TcpNetEntry> for Socket {
@@ -40,7 +40,7 @@ impl From<TcpNetEntry> for Socket {
 }
 
 /// Every TCP socket of this network namespace, IPv4 and IPv6.
-pub fn sockets() -> std::io::Result<Vec<Socket>> {
+pub(crate) fn sockets() -> std::io::Result<Vec<Socket>> {
     let mut out: Vec<Socket> = procfs::net::tcp().map_err(io)?.into_iter().map(Socket::from).collect();
     match procfs::net::tcp6() {
         Ok(v6) => out.extend(v6.into_iter().map(Socket::from)),
@@ -57,7 +57,7 @@ fn io(e: procfs::ProcError) -> std::io::Error {
 
 /// Socket inode → owning process, for every process whose file descriptors
 /// this process may read. Processes it may not read are left out.
-pub fn owners() -> HashMap<u64, Owner> {
+pub(crate) fn owners() -> HashMap<u64, Owner> {
     let mut map = HashMap::new();
     let Ok(processes) = procfs::process::all_processes() else {
         return map;

@@ -54,7 +54,7 @@ impl SlotLimits {
 
 /// Why a connection got no slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// Every slot is taken.
     Full,
     /// Remote peers hold every slot they may; the rest is loopback's reserve.
@@ -64,7 +64,7 @@ pub enum Refused {
 }
 
 impl Refused {
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Refused::Full => "every status connection slot is taken",
             Refused::RemoteFull => "remote peers hold every slot outside the loopback reserve",
@@ -76,7 +76,7 @@ impl Refused {
 /// The connection slots of the status server. Cheap to clone; every clone
 /// counts the same slots.
 #[derive(Clone)]
-pub struct ConnectionSlots {
+pub(crate) struct ConnectionSlots {
     limits: SlotLimits,
     counts: Arc<Mutex<Counts>>,
 }
@@ -91,26 +91,26 @@ struct Counts {
 }
 
 /// One taken slot; given back on drop.
-pub struct Slot {
+pub(crate) struct Slot {
     counts: Arc<Mutex<Counts>>,
     /// The peer's key, for a remote peer.
     remote: Option<IpAddr>,
 }
 
 impl ConnectionSlots {
-    pub fn new(limits: SlotLimits) -> ConnectionSlots {
+    pub(crate) fn new(limits: SlotLimits) -> ConnectionSlots {
         ConnectionSlots {
             limits,
             counts: Arc::default(),
         }
     }
 
-    pub fn limits(&self) -> SlotLimits {
+    pub(crate) fn limits(&self) -> SlotLimits {
         self.limits
     }
 
     /// Takes a slot for a connection from `peer`, if its share allows.
-    pub fn try_acquire(&self, peer: IpAddr) -> Result<Slot, Refused> {
+    pub(crate) fn try_acquire(&self, peer: IpAddr) -> Result<Slot, Refused> {
         let remote = (!is_loopback(peer)).then(|| peer_key(peer));
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         if counts.total >= self.limits.total {
@@ -135,7 +135,7 @@ impl ConnectionSlots {
     }
 
     /// Open connections: all, and from `peer`.
-    pub fn held(&self, peer: Option<IpAddr>) -> (usize, usize) {
+    pub(crate) fn held(&self, peer: Option<IpAddr>) -> (usize, usize) {
         let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let from = peer.map_or(0, |p| {
             if is_loopback(p) {
@@ -147,8 +147,9 @@ impl ConnectionSlots {
         (counts.total, from)
     }
 
+    #[cfg(test)]
     /// How many remote peers hold a connection now.
-    pub fn remote_peers(&self) -> usize {
+    pub(crate) fn remote_peers(&self) -> usize {
         self.counts.lock().unwrap_or_else(|e| e.into_inner()).per_peer.len()
     }
 }
@@ -171,7 +172,7 @@ impl Drop for Slot {
 
 /// Whether an address is on this host (127.0.0.0/8, ::1, or either as an
 /// IPv4-mapped IPv6 address).
-pub fn is_loopback(ip: IpAddr) -> bool {
+pub(crate) fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => a.is_loopback(),
         IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
@@ -303,7 +304,7 @@ const SPARE_FDS: u64 = 64;
 /// not the kernel, bounds the status server) and returns the cap:
 /// [`MAX_CONNECTIONS`], or the soft limit less some spare descriptors when
 /// that is lower.
-pub fn connection_limit() -> usize {
+pub(crate) fn connection_limit() -> usize {
     let Some(soft) = raise_nofile_limit() else {
         return MAX_CONNECTIONS;
     };

@@ -31,7 +31,7 @@ use crate::logging::Throttle;
 
 /// How long a client may take to send a request's headers; also how long
 /// a keep-alive connection may stay idle between requests.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a write may wait for the peer to take a single byte of its
 /// response before the connection is closed.
 pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,7 +42,7 @@ const LISTEN_BACKLOG: u32 = 4096;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// A status server bound to its address, not yet serving.
-pub struct StatusServer {
+pub(crate) struct StatusServer {
     listener: TcpListener,
     /// With a wildcard status address: a second listener on 127.0.0.1 and
     /// the same port, so loopback connections (Envoy's probes) have an
@@ -51,7 +51,7 @@ pub struct StatusServer {
 }
 
 impl StatusServer {
-    pub async fn bind(addr: SocketAddr) -> std::io::Result<Self> {
+    pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<Self> {
         if !addr.ip().is_unspecified() {
             return Ok(Self {
                 listener: listen(addr, false)?,
@@ -76,13 +76,13 @@ impl StatusServer {
         Ok(Self { listener, loopback })
     }
 
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
     /// Serves until `shutdown` is cancelled, then gives open connections
     /// a short grace to finish and returns.
-    pub async fn serve(self, service: StatusService, shutdown: CancellationToken) {
+    pub(crate) async fn serve(self, service: StatusService, shutdown: CancellationToken) {
         let slots = ConnectionSlots::new(SlotLimits::for_total(connection_limit()));
         let mut refusals = RefusalLog::default();
         let tracker = TaskTracker::new();

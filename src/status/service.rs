@@ -127,19 +127,19 @@ impl StatusService {
     }
 
     /// Reports each scrape to `linger`.
-    pub fn with_linger(mut self, linger: Linger) -> Self {
+    pub(crate) fn with_linger(mut self, linger: Linger) -> Self {
         Arc::make_mut(&mut self.shared).linger = Some(linger);
         self
     }
 
     /// Serves the drain routes through `drain`.
-    pub fn with_drain(mut self, drain: DrainHandle) -> Self {
+    pub(crate) fn with_drain(mut self, drain: DrainHandle) -> Self {
         Arc::make_mut(&mut self.shared).drain = Some(drain);
         self
     }
 
     /// The same service, answering a connection from `peer`.
-    pub fn for_peer(&self, peer: SocketAddr) -> Self {
+    pub(crate) fn for_peer(&self, peer: SocketAddr) -> Self {
         Self {
             peer: Some(peer),
             ..self.clone()
@@ -148,7 +148,7 @@ impl StatusService {
 
     /// Whether the caller is on this host (127.0.0.0/8 or ::1, also as an
     /// IPv4-mapped IPv6 address). Unknown peers are not trusted.
-    pub fn peer_is_loopback(&self) -> bool {
+    pub(crate) fn peer_is_loopback(&self) -> bool {
         self.peer.is_some_and(|p| is_loopback(&p))
     }
 
@@ -182,7 +182,7 @@ impl StatusService {
 }
 
 /// Whether an address is on this host.
-pub fn is_loopback(addr: &SocketAddr) -> bool {
+pub(crate) fn is_loopback(addr: &SocketAddr) -> bool {
     crate::status::connections::is_loopback(addr.ip())
 }
 
