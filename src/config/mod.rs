@@ -25,11 +25,8 @@ mod parsers;
 
 pub(crate) use layers::from_clap_error;
 
-pub(crate) use crate::drain::{DrainScope, DrainUntil};
-pub(crate) use crate::envoy::state::XdsCheck;
-pub(crate) use crate::exit::MessagePath;
-pub(crate) use crate::logging::LogFormat;
 pub(crate) use crate::url::LoopbackUrl;
+use crate::{drain::DrainScope, drain::DrainUntil, envoy::state::XdsCheck, exit::MessagePath, logging::LogFormat};
 
 /// Options of `lifeguard run` and `check`: the settings file, then the settings.
 #[derive(Debug, Clone, Args)]
@@ -232,14 +229,10 @@ pub(crate) enum Source {
     Default,
 }
 
+/// `flag`, `env`, `file`, `default`.
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Flag => "flag",
-            Self::Env => "env",
-            Self::File => "file",
-            Self::Default => "default",
-        })
+        f.write_str(&format!("{self:?}").to_lowercase())
     }
 }
 
