@@ -81,6 +81,7 @@ impl Options {
             plan: Plan {
                 policy: settings.drain_until,
                 delay: settings.drain_delay,
+                readiness_fail_delay: settings.readiness_fail_delay,
                 drain_time: settings.termination_drain_duration,
                 minimum: settings.minimum_drain_duration,
                 deadline: settings.drain_deadline(),

@@ -99,6 +99,14 @@ pub(crate) struct Settings {
     #[serde(with = "span")]
     pub(crate) drain_delay: Duration,
 
+    /// Start Envoy's drain at once but keep readiness answering as Envoy
+    /// does for this long (the opposite order of --drain-delay): a
+    /// terminating endpoint that still reports ready keeps the traffic that
+    /// falls back to it (KEP-1669), and Envoy closes it gracefully.
+    #[arg(long, env = "LIFEGUARD_READINESS_FAIL_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub(crate) readiness_fail_delay: Duration,
+
     /// Fixed policy: how long Envoy drains before it is stopped.
     #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
     #[serde(with = "span")]
@@ -177,6 +185,13 @@ impl Settings {
             _ => ("minimum_drain_duration", self.minimum_drain_duration),
         };
         let mut out = Vec::new();
+        if self.readiness_fail_delay > budget {
+            out.push(format!(
+                "readiness_fail_delay ({}) does not fit the {} left by termination_grace_period - shutdown_margin: readiness fails only at the deadline",
+                D(self.readiness_fail_delay),
+                D(budget)
+            ));
+        }
         if self.drain_delay + wait > budget {
             out.push(format!(
                 "drain_delay ({}) + {what} ({}) = {} does not fit the {} left by termination_grace_period ({}) - shutdown_margin ({}): the drain will be cut at the deadline",
@@ -204,6 +219,16 @@ impl Settings {
                     "must be shorter than termination_grace_period ({})",
                     D(self.termination_grace_period)
                 ),
+            });
+        }
+        if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
+            let (field, origin) = named("readiness_fail_delay");
+            let why = "cannot be used with drain_delay: readiness fails first with drain_delay, last with readiness_fail_delay";
+            return Err(ConfigError::Invalid {
+                field,
+                value: D(self.readiness_fail_delay).to_string(),
+                origin,
+                why: why.into(),
             });
         }
         if named("drain_until").1 == Source::Default {
@@ -319,7 +344,8 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 21);
+        assert_eq!(eff.len(), 22);
+        assert_eq!(s.readiness_fail_delay, Duration::ZERO);
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.linger, Duration::ZERO);
         assert_eq!(s.termination_message_path, MessagePath::Auto);

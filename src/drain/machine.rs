@@ -10,7 +10,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::handle::{DrainHandle, Event};
 use super::plan::{DrainUntil, Plan};
-use super::policy::{log_done, waiting_on, DoneRule, Pacer, Progress};
+use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress};
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Work};
 use super::status::{Outcome, Phase, Status};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
@@ -143,13 +143,15 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         let deadline = started
             .checked_add(self.plan.deadline)
             .unwrap_or_else(|| started + Duration::from_secs(86400 * 365));
-        // 1. Readiness derives from the phase: publishing it is the 503.
+        // 1. Readiness derives from the phase: publishing it is the 503
+        // (after the readiness-fail delay, when there is one).
         let now_unix = crate::duration::unix_now();
         let stop_requested = self.inbox.stop_requested;
-        let first = if self.plan.delay.is_zero() {
-            Phase::Draining
-        } else {
-            Phase::Delaying
+        let (delay, fail_delay) = (self.plan.delay, self.plan.readiness_fail_delay);
+        let first = match (delay.is_zero(), fail_delay.is_zero()) {
+            (false, _) => Phase::Delaying,
+            (true, false) => Phase::DrainingReady,
+            (true, true) => Phase::Draining,
         };
         self.inbox.publish(|s| {
             s.phase = first;
@@ -158,34 +160,51 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             s.deadline = Some(now_unix + self.plan.deadline.as_secs_f64());
             s.stop_requested = stop_requested;
         });
+        let readiness = match first {
+            Phase::DrainingReady => format!("readiness fails in {}", D(fail_delay)),
+            _ => "readiness is 503".to_owned(),
+        };
         tracing::info!(
             trigger,
             policy = %self.plan.policy,
             waiting_for = %self.plan.waiting_for(),
             deadline_in = %D(self.plan.deadline),
-            "drain started: readiness is 503"
+            "drain started: {readiness}"
         );
 
         // 2. Pre-drain delay.
-        if !self.plan.delay.is_zero() {
-            let until = deadline.min(started + self.plan.delay);
-            self.inbox.race(&self.envoy, sleep_until(until)).await?;
+        if !delay.is_zero() {
+            self.inbox
+                .race(&self.envoy, sleep_until(deadline.min(started + delay)))
+                .await?;
             self.inbox.publish(|s| s.phase = Phase::Draining);
         }
 
-        // 3. Envoy drains its inbound listeners.
+        // 3. Envoy drains its inbound listeners; readiness fails after the
+        // readiness-fail delay.
         self.drain_listeners(deadline).await?;
         let drain_began = Instant::now();
+        if !fail_delay.is_zero() {
+            self.inbox
+                .race(&self.envoy, sleep_until(deadline.min(drain_began + fail_delay)))
+                .await?;
+            self.inbox.publish(|s| s.phase = Phase::Draining);
+            tracing::info!("the readiness-fail delay is over: readiness is 503");
+        }
 
         // 4. The policy.
-        let (left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
-        let cut = !satisfied;
+        let (mut left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
+        let mut cut = !satisfied;
         let keep_running = self.publish_drained(cut, started);
 
-        // After `POST /drain`, Envoy keeps running until a signal.
+        // After `POST /drain`, Envoy keeps running until a signal. What it
+        // is stopped with is read again then, by the policy's own rule: work
+        // may have come or gone since.
         if keep_running {
             tracing::info!("drained; Envoy keeps running until SIGTERM");
             self.inbox.wait_for_signal(&self.envoy).await?;
+            let (now_left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
+            (left, cut) = (now_left, !satisfied);
         }
 
         // 5. Stop Envoy.
@@ -217,6 +236,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     /// with is published with the `stopping` phase, so `GET /drain` shows
     /// it while Envoy exits.
     async fn stop_and_conclude(&mut self, left: Option<u64>, cut: bool, started: Instant) -> Outcome {
+        self.inbox.publish(|s| s.cut_by_deadline = cut);
         let exit = self.stop_envoy(left).await;
         let unfinished = match (self.plan.policy, left) {
             (DrainUntil::Time, Some(n)) if !cut && n > 0 => Some(n),
@@ -305,11 +325,21 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
                 (Some(n), Some(work)) => Some(n.saturating_add(work.count())),
                 _ => None,
             };
-            if let Some(count) = count_now {
-                self.publish_waiting_on(waiting_on(&plan, envoy_now.unwrap_or(0), app_now.as_ref()));
-                seen.progress.observe(now, count, plan.counted_in_all());
-                seen.left = Some(count);
-            }
+            let awaited = match count_now {
+                Some(count) => {
+                    seen.left = Some(count);
+                    let on = waiting_on(&plan, envoy_now.unwrap_or(0), app_now.as_ref());
+                    let awaited = on
+                        .as_ref()
+                        .map_or("nothing left".into(), |on| format!("waiting for {on}"));
+                    self.publish_waiting_on(on);
+                    awaited
+                }
+                None => "no count: the last read failed".to_owned(),
+            };
+            let line = progress_line(&plan, &rule, &awaited, now, deadline);
+            seen.progress.observe(now, &awaited, &line);
+            self.inbox.publish(|s| s.progress = Some(line));
             if rule.done(now, count_now) {
                 log_done(&plan, seen.left, now.duration_since(drain_began));
                 return Ok((seen.left, true));

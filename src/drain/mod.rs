@@ -66,6 +66,9 @@ pub(crate) const PACE: u32 = 11;
 pub(crate) const EXTERNAL_GONE_AFTER: Duration = Duration::from_secs(1);
 /// Tries of the `drain_listeners` call.
 pub(crate) const DRAIN_CALL_TRIES: u32 = 3;
-/// Time between two progress lines, and between two repeats of one warning.
+/// The shortest time between two progress lines (what is awaited changed).
 pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// The longest time without a progress line while the drain waits.
+pub(crate) const PROGRESS_HEARTBEAT: Duration = Duration::from_secs(5);
+/// Time between two repeats of one warning.
 pub(crate) const WARN_EVERY: Duration = Duration::from_secs(10);

@@ -17,6 +17,9 @@ pub(crate) struct Plan {
     pub(crate) policy: DrainUntil,
     /// Pause between readiness turning 503 and Envoy's drain.
     pub(crate) delay: Duration,
+    /// Time readiness keeps answering as Envoy does once Envoy's drain has
+    /// begun (the opposite order of `delay`).
+    pub(crate) readiness_fail_delay: Duration,
     /// The fixed policy's drain time.
     pub(crate) drain_time: Duration,
     /// The exit-on-zero policies' shortest drain.

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::plan::{DrainUntil, Plan};
 use super::ports::Work;
-use super::{APP_QUIET, PACE, PROGRESS_EVERY, ZERO_POLL_INTERVAL};
+use super::{APP_QUIET, PACE, PROGRESS_EVERY, PROGRESS_HEARTBEAT, ZERO_POLL_INTERVAL};
 use crate::duration::Display as D;
 
 /// When the policy is satisfied. Only counts read *now* can satisfy it: an
@@ -17,7 +17,7 @@ use crate::duration::Display as D;
 pub(crate) struct DoneRule {
     policy: DrainUntil,
     /// The fixed policy's end, or the exit-on-zero policies' earliest end.
-    min_end: Instant,
+    pub(crate) min_end: Instant,
     /// How often to read when nothing else sets the pace.
     period: Duration,
     /// Since when every read said nothing is left (None: the last read
@@ -106,24 +106,57 @@ impl Pacer {
     }
 }
 
-/// The drain's progress log: one line per change of the count, at most one
-/// a second; a change that comes too soon is logged once a line is due, so
-/// the last change is not lost.
+/// The drain's progress: one line in words of what is still awaited and
+/// the time left to the deadline, logged at once when what is awaited
+/// changes (at most once per [`PROGRESS_EVERY`]) and every
+/// [`PROGRESS_HEARTBEAT`] while it does not: a long wait is never silent.
 #[derive(Default)]
 pub(crate) struct Progress {
-    logged: Option<u64>,
+    /// What was awaited at the last line.
+    logged: Option<String>,
     last_line: Option<Instant>,
 }
 
 impl Progress {
-    pub(crate) fn observe(&mut self, now: Instant, count: u64, counting: &'static str) {
-        let due = self.last_line.is_none_or(|t| now.duration_since(t) >= PROGRESS_EVERY);
-        if self.logged != Some(count) && due {
-            tracing::info!(active = count, counting, "draining");
-            self.logged = Some(count);
+    /// Logs `line` if one is due; `awaited` is what it says is awaited
+    /// (the part whose change is news).
+    pub(crate) fn observe(&mut self, now: Instant, awaited: &str, line: &str) {
+        let since = self.last_line.map(|t| now.duration_since(t));
+        let changed = self.logged.as_deref() != Some(awaited);
+        let due = match since {
+            None => true,
+            Some(since) if changed => since >= PROGRESS_EVERY,
+            Some(since) => since >= PROGRESS_HEARTBEAT,
+        };
+        if due {
+            tracing::info!("draining: {line}");
+            self.logged = Some(awaited.to_owned());
             self.last_line = Some(now);
         }
     }
+}
+
+/// The progress line: what the policy still awaits (`awaited`, in words),
+/// the time its own rule still asks for, and the time left to the deadline.
+pub(crate) fn progress_line(plan: &Plan, rule: &DoneRule, awaited: &str, now: Instant, deadline: Instant) -> String {
+    let to_deadline = D(round(deadline.saturating_duration_since(now)));
+    let min_left = round(rule.min_end.saturating_duration_since(now));
+    match plan.policy {
+        DrainUntil::Time => format!(
+            "{} of drain time left, {awaited}; {to_deadline} to the deadline",
+            D(min_left)
+        ),
+        _ if !min_left.is_zero() => format!(
+            "{awaited}; the minimum drain time ends in {}; {to_deadline} to the deadline",
+            D(min_left)
+        ),
+        _ => format!("{awaited}; {to_deadline} to the deadline"),
+    }
+}
+
+/// A duration to the tenth of a second: progress lines are for people.
+fn round(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64 / 100 * 100)
 }
 
 /// What the drain waits on now, in words; None when nothing.

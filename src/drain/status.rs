@@ -27,17 +27,28 @@ pub mod exit_code {
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Not draining.
-    Serving = 0,
-    /// Readiness is 503; waiting out the pre-drain delay.
-    Delaying = 1,
+    Serving,
+    /// Readiness is 503; waiting out the pre-drain delay (`--drain-delay`).
+    Delaying,
+    /// Envoy's listeners are draining while readiness still answers as
+    /// Envoy does, for the readiness-fail delay (`--readiness-fail-delay`).
+    DrainingReady,
     /// Envoy's listeners are draining; waiting as the policy says.
-    Draining = 2,
+    Draining,
     /// The policy is satisfied (after `POST /drain`); waiting for a signal.
-    Drained = 3,
+    Drained,
     /// Envoy is being stopped.
-    Stopping = 4,
+    Stopping,
     /// Envoy has stopped; lifeguard is exiting.
-    Stopped = 5,
+    Stopped,
+}
+
+impl Phase {
+    /// Whether readiness answers 503 `draining` in this phase, whatever
+    /// Envoy says.
+    pub(crate) fn fails_readiness(self) -> bool {
+        !matches!(self, Phase::Serving | Phase::DrainingReady)
+    }
 }
 
 /// What `GET /drain` shows: the drain as the machine last published it.
@@ -63,6 +74,9 @@ pub struct Status {
     /// What the drain waits on right now, e.g. `3 requests` or
     /// `2 app sockets (127.0.0.1:8080 listening; ...)`.
     pub waiting_on: Option<String>,
+    /// The drain's last progress line: what it still awaits and the time
+    /// left to the deadline (the same line the log shows).
+    pub progress: Option<String>,
     /// What the drain waited on last, kept once the count reached zero (the
     /// exit summary's "waited for last").
     pub waited_on_last: Option<String>,
@@ -96,6 +110,7 @@ impl Status {
             app_sockets: None,
             app_processes: None,
             waiting_on: None,
+            progress: None,
             waited_on_last: None,
             last_read_error: None,
             stop_requested: false,

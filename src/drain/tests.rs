@@ -145,6 +145,7 @@ fn plan(policy: DrainUntil) -> Plan {
     Plan {
         policy,
         delay: Duration::ZERO,
+        readiness_fail_delay: Duration::ZERO,
         drain_time: secs(5.0),
         minimum: secs(5.0),
         deadline: secs(28.0),
@@ -666,4 +667,122 @@ async fn a_first_read_stuck_behind_a_long_scrape_does_not_stall_the_drain() {
     handle.signal("SIGTERM");
     task.await.unwrap();
     assert_between(envoy.stops()[0], 2.0, 2.1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_envoy_is_stopped_with_is_read_at_the_stop_not_when_the_time_ran_out() {
+    // The preStop hook starts the drain at 0 s; the fixed 5 s run out with
+    // 9 requests in flight; the app finishes them at 7.8 s; SIGTERM comes
+    // at 7.9 s. Envoy stops with nothing in flight: drained, exit 0.
+    let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(7.8) { 9 } else { 0 }));
+    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
+    handle.begin().await.expect("the drain began");
+    at(&envoy, 5.5).await;
+    assert_eq!(handle.status().phase, Phase::Drained);
+    assert_eq!(handle.status().active_requests, Some(9));
+    at(&envoy, 7.9).await;
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    assert_eq!(outcome.exit_code(), exit_code::CLEAN);
+    let status = handle.status();
+    assert_eq!(status.left_at_stop, Some(0));
+    assert!(!status.cut_by_deadline);
+    assert_eq!(envoy.stops(), [secs(7.9)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fixed_policy_still_in_flight_at_the_signal_is_unfinished() {
+    let envoy = FakeEnvoy::new(true, |_| conns(3));
+    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
+    handle.begin().await.expect("the drain began");
+    at(&envoy, 7.0).await;
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Unfinished { left: 3, .. }), "{outcome:?}");
+    assert_eq!(handle.status().left_at_stop, Some(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn work_that_came_after_post_drain_is_waited_for_at_the_signal() {
+    // Drained (zero) at 6 s; new requests from 10 s to 12.5 s (a graceful
+    // drain still accepts); SIGTERM at 11 s waits for them.
+    let envoy = FakeEnvoy::new(true, |t| {
+        conns(u64::from(t < secs(6.0) || (t >= secs(10.0) && t < secs(12.5))))
+    });
+    let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
+    let h = handle.clone();
+    let waiter = tokio::spawn(async move { h.drain().await });
+    assert_eq!(waiter.await.unwrap().expect("drained").phase, Phase::Drained);
+    at(&envoy, 11.0).await;
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    assert_between(envoy.stops()[0], 12.5, 12.55);
+    assert_eq!(handle.status().left_at_stop, Some(0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_readiness_fail_delay_drains_envoy_first_and_fails_readiness_after() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let mut p = plan(DrainUntil::Requests);
+    p.readiness_fail_delay = secs(3.0);
+    p.minimum = secs(1.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    at(&envoy, 1.0).await;
+    // Envoy drains from the start, while readiness answers as Envoy does.
+    assert_eq!(
+        envoy.drain_calls(),
+        [(
+            Duration::ZERO,
+            Call::DrainListeners {
+                skip_exit: false,
+                phase: Phase::DrainingReady
+            }
+        )]
+    );
+    assert_eq!(handle.status().phase, Phase::DrainingReady);
+    assert!(!handle.status().phase.fails_readiness());
+    at(&envoy, 2.9).await;
+    assert_eq!(handle.status().phase, Phase::DrainingReady);
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    // The minimum counts from Envoy's drain; the policy ends once
+    // readiness has failed.
+    assert_between(envoy.stops()[0], 3.0, 3.05);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_readiness_fail_delay_is_bounded_by_the_deadline() {
+    let envoy = FakeEnvoy::new(true, |_| conns(1));
+    let mut p = plan(DrainUntil::Requests);
+    p.readiness_fail_delay = secs(60.0);
+    p.deadline = secs(8.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
+    assert_eq!(envoy.stops(), [secs(8.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_progress_says_what_is_awaited_and_the_time_left() {
+    let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(9.0) { 2 } else { 0 }));
+    let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
+    handle.signal("SIGTERM");
+    at(&envoy, 2.0).await;
+    assert_eq!(
+        handle.status().progress.as_deref(),
+        Some("waiting for 2 requests; the minimum drain time ends in 3s; 26s to the deadline")
+    );
+    at(&envoy, 7.0).await;
+    assert_eq!(
+        handle.status().progress.as_deref(),
+        Some("waiting for 2 requests; 21s to the deadline")
+    );
+    task.await.unwrap();
+    assert_eq!(
+        handle.status().progress.as_deref(),
+        Some("nothing left; 19s to the deadline")
+    );
 }

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::drain::{Phase, Status};
+use crate::drain::Status;
 use crate::duration::Display as D;
 
 /// What the probe answers: ready or not, and the body to send.
@@ -144,7 +144,7 @@ impl Readiness {
     #[inline]
     pub(crate) fn answer(&self) -> Answer {
         let inner = &*self.inner;
-        if inner.drain.borrow().phase != Phase::Serving {
+        if inner.drain.borrow().phase.fails_readiness() {
             return Answer {
                 ready: false,
                 body: inner.draining_body.clone(),
@@ -179,16 +179,16 @@ impl Readiness {
     }
 
     #[cfg(test)]
-    /// Whether a drain has begun (the phase has left `serving`).
+    /// Whether readiness answers 503 `draining`.
     pub(crate) fn is_draining(&self) -> bool {
-        self.inner.drain.borrow().phase != Phase::Serving
+        self.inner.drain.borrow().phase.fails_readiness()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::DrainUntil;
+    use crate::drain::{DrainUntil, Phase};
 
     fn readiness(stale_after: Duration) -> (watch::Sender<Status>, Readiness) {
         let (tx, rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
@@ -238,6 +238,29 @@ mod tests {
             assert!(!r.answer().ready);
             assert!(r.is_draining());
         }
+    }
+
+    #[test]
+    fn during_the_readiness_fail_delay_envoys_verdict_is_answered() {
+        let (tx, r) = readiness(Duration::from_secs(4));
+        tx.send_modify(|s| s.phase = Phase::DrainingReady);
+        r.store(Verdict::ready(Instant::now()));
+        assert_eq!(
+            r.answer(),
+            Answer {
+                ready: true,
+                body: Bytes::from_static(b"ready\n")
+            }
+        );
+        assert!(!r.is_draining());
+        r.store(Verdict::not_ready(
+            "server.state is 1 (DRAINING), not 0 (LIVE)",
+            Instant::now(),
+        ));
+        assert!(!r.answer().ready, "an Envoy that is not ready is still not ready");
+        tx.send_modify(|s| s.phase = Phase::Draining);
+        r.store(Verdict::ready(Instant::now()));
+        assert_eq!(r.answer().body, "not ready: draining\n");
     }
 
     #[tokio::test(start_paused = true)]

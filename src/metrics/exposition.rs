@@ -9,9 +9,10 @@ use crate::drain::{DrainUntil, Phase, Status};
 use crate::duration::unix_now;
 
 /// The drain phases and their `phase` label values, in order.
-const PHASES: [(Phase, &str); 6] = [
+const PHASES: [(Phase, &str); 7] = [
     (Phase::Serving, "serving"),
     (Phase::Delaying, "delaying"),
+    (Phase::DrainingReady, "draining_ready"),
     (Phase::Draining, "draining"),
     (Phase::Drained, "drained"),
     (Phase::Stopping, "stopping"),
@@ -31,7 +32,7 @@ const POLICIES: [(DrainUntil, &str); 4] = [
 pub(super) fn drain_families(out: &mut Exposition, status: &Status) {
     out.gauge(
         DRAIN_PHASE,
-        "1 for the drain's current phase: serving, delaying (pre-drain delay), draining, drained (waiting for SIGTERM), stopping (Envoy), stopped (Envoy has stopped).",
+        "1 for the drain's current phase: serving, delaying (pre-drain delay), draining_ready (draining, readiness not failed yet), draining, drained (waiting for SIGTERM), stopping (Envoy), stopped (Envoy has stopped).",
     );
     for (phase, label) in PHASES {
         out.sample(

@@ -246,6 +246,7 @@ mod tests {
         let plan = Plan {
             policy: crate::drain::DrainUntil::Time,
             delay: Duration::ZERO,
+            readiness_fail_delay: Duration::ZERO,
             drain_time: Duration::from_secs(5),
             minimum: Duration::from_secs(5),
             deadline: Duration::from_secs(28),
