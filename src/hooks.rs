@@ -157,7 +157,12 @@ async fn tell_agent(agent: &LoopbackUrl) {
             status.as_u16(),
             String::from_utf8_lossy(&body).trim()
         ),
-        Ok(Err(e)) => eprintln!("lifeguard wait-app-exit: could not tell the agent: {e}"),
+        Ok(Err(AdminError::Connect { source, .. })) => {
+            eprintln!("lifeguard wait-app-exit: could not tell the agent at {agent} that termination began: cannot connect: {source}")
+        }
+        Ok(Err(e)) => {
+            eprintln!("lifeguard wait-app-exit: could not tell the agent at {agent} that termination began: {e}")
+        }
         Err(_) => eprintln!("lifeguard wait-app-exit: the agent at {agent} did not answer within 1s"),
     }
 }
@@ -174,7 +179,8 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
     loop {
         let (agent_port, admin_port) = (opts.agent.addr().port(), opts.admin.addr().port());
         let proxy = app::Proxy {
-            pids: std::iter::once(std::process::id())
+            pids: app::own_proxy_processes()
+                .into_iter()
                 .chain(app::listener_owner(agent_port))
                 .collect(),
             control_ports: vec![agent_port, admin_port],

@@ -28,7 +28,7 @@ use crate::envoy::readiness::Readiness;
 use crate::exit::linger::Linger;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
-use crate::pod::app::Watcher;
+use crate::pod::app::{in_a_pod, Watcher};
 use crate::status::server::StatusServer;
 use crate::status::service::StatusService;
 use crate::{cli, hooks, logging};
@@ -189,6 +189,14 @@ fn admin_client(settings: &Settings, metrics: &Metrics) -> AdminClient {
 fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Option<u32>) -> Watcher {
     if plan.policy != DrainUntil::AppExit {
         return Watcher::inert();
+    }
+    if let Err(why) = in_a_pod() {
+        if !settings.drain_until_given {
+            tracing::info!("{why}: draining until zero requests (app-exit would wait on every socket of the machine)");
+            plan.policy = DrainUntil::Requests;
+            return Watcher::inert();
+        }
+        tracing::warn!("{why}: app-exit, as asked, waits on every socket of this machine that is not the proxy's");
     }
     let admin_port = settings.admin_url.addr().port();
     let ignored = settings.ignore_app_ports.clone();

@@ -128,6 +128,10 @@ pub(crate) struct Settings {
     /// --termination-drain-duration is given, app-exit otherwise.
     #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT", default_value = "app-exit")]
     pub(crate) drain_until: DrainUntil,
+    /// Whether the policy was asked for (not the default).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub(crate) drain_until_given: bool,
 
     /// Which of Envoy's listeners drain: inbound (a sidecar) or all (an
     /// ingress gateway, whose listeners carry no traffic direction).
@@ -231,6 +235,7 @@ impl Settings {
                 why: why.into(),
             });
         }
+        self.drain_until_given = named("drain_until").1 != Source::Default;
         if named("drain_until").1 == Source::Default {
             if self.exit_on_zero_active_connections {
                 self.drain_until = DrainUntil::Connections;

@@ -112,6 +112,61 @@ pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
     out
 }
 
+/// Whether lifeguard runs in a pod: Kubernetes sets
+/// `KUBERNETES_SERVICE_HOST` in every container, and a network namespace
+/// built around lifeguard (a test's pod) is not PID 1's. Outside a pod,
+/// "every socket not the proxy's" is every socket of the machine, which
+/// the app-exit policy must not wait on.
+pub(crate) fn in_a_pod() -> Result<(), String> {
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        return Ok(());
+    }
+    let netns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+    match (netns("self"), netns("1")) {
+        (Some(ours), Some(init)) if ours != init => Ok(()),
+        (Some(_), Some(_)) => {
+            Err("not in a pod: KUBERNETES_SERVICE_HOST is not set and the network namespace is PID 1's".into())
+        }
+        _ => Err("not in a pod: KUBERNETES_SERVICE_HOST is not set and the network namespace cannot be read".into()),
+    }
+}
+
+/// The proxy's own processes as a hook sees them, without asking the
+/// agent: this process, every other process in this container (this
+/// cgroup) that runs this same program (the agent), and their descendants
+/// (the Envoy it launched). The hook's own children are not the proxy's.
+pub(crate) fn own_proxy_processes() -> Vec<u32> {
+    let me = std::process::id() as i32;
+    let (Some(ours), Ok(exe)) = (cgroup_of(me), std::fs::read_link("/proc/self/exe")) else {
+        return vec![me as u32];
+    };
+    let Ok(all) = procfs::process::all_processes() else {
+        return vec![me as u32];
+    };
+    let stats: Vec<_> = all
+        .flatten()
+        .filter_map(|p| Some((p.pid, p.stat().ok()?.ppid, p)))
+        .collect();
+    let mut proxy: Vec<i32> = stats
+        .iter()
+        .filter(|(pid, _, p)| *pid != me && p.exe().is_ok_and(|e| e == exe) && cgroup_of(*pid).as_ref() == Some(&ours))
+        .map(|(pid, _, _)| *pid)
+        .collect();
+    // Descendants, generation by generation.
+    let mut grew = true;
+    while grew {
+        let more: Vec<i32> = stats
+            .iter()
+            .filter(|(pid, ppid, _)| proxy.contains(ppid) && !proxy.contains(pid))
+            .map(|(pid, _, _)| *pid)
+            .collect();
+        grew = !more.is_empty();
+        proxy.extend(more);
+    }
+    proxy.push(me);
+    proxy.into_iter().map(|p| p as u32).collect()
+}
+
 /// The pid that owns a listening socket on `port` in this namespace.
 pub(crate) fn listener_owner(port: u16) -> Option<u32> {
     let sockets = sockets::sockets().ok()?;
