@@ -112,22 +112,34 @@ pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
     out
 }
 
-/// Whether lifeguard runs in a pod: Kubernetes sets
-/// `KUBERNETES_SERVICE_HOST` in every container, and a network namespace
-/// built around lifeguard (a test's pod) is not PID 1's. Outside a pod,
-/// "every socket not the proxy's" is every socket of the machine, which
-/// the app-exit policy must not wait on.
+/// The kernel's initial PID namespace, as `/proc/self/ns/pid` names it
+/// (its inode number is fixed: `PROC_PID_INIT_INO`).
+const INITIAL_PID_NAMESPACE: &str = "pid:[4026531836]";
+
+/// Whether lifeguard runs in a pod, and why not when it does not.
+/// Kubernetes sets `KUBERNETES_SERVICE_HOST` in every container; a
+/// container has a PID namespace of its own; a network namespace built
+/// around lifeguard (a test's pod) is not the host's, which kernel threads
+/// (`kthreadd`, PID 2 in the host's PID namespace) always live in and which
+/// may be read where PID 1 may not. Outside a pod, "every socket not the
+/// proxy's" is every socket of the machine, which the app-exit policy must
+/// not wait on.
 pub(crate) fn in_a_pod() -> Result<(), String> {
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
         return Ok(());
     }
-    let netns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
-    match (netns("self"), netns("1")) {
-        (Some(ours), Some(init)) if ours != init => Ok(()),
+    let ns = |pid: &str, kind: &str| std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).ok();
+    if ns("self", "pid").is_some_and(|p| p.as_os_str() != INITIAL_PID_NAMESPACE) {
+        return Ok(());
+    }
+    let kthreadd = std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd");
+    let host = if kthreadd { ns("2", "net") } else { ns("1", "net") };
+    match (ns("self", "net"), host) {
+        (Some(ours), Some(host)) if ours != host => Ok(()),
         (Some(_), Some(_)) => {
-            Err("not in a pod: KUBERNETES_SERVICE_HOST is not set and the network namespace is PID 1's".into())
+            Err("not in a pod (no KUBERNETES_SERVICE_HOST, the host's PID and network namespaces)".into())
         }
-        _ => Err("not in a pod: KUBERNETES_SERVICE_HOST is not set and the network namespace cannot be read".into()),
+        _ => Err("not in a pod (no KUBERNETES_SERVICE_HOST; the namespaces cannot be read)".into()),
     }
 }
 
@@ -412,5 +424,19 @@ mod tests {
         // is ever found in it, whatever else runs on the machine.
         let me = std::process::id();
         assert!(app_processes(&Proxy::default()).iter().all(|p| p.pid != me));
+    }
+
+    #[test]
+    fn this_test_machine_is_a_pod_only_when_it_is_a_container() {
+        // (A pod built from namespaces is shown in tests/pod.rs: app-exit
+        // is in force there.)
+        let container = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+            || std::fs::read_link("/proc/self/ns/pid").unwrap().as_os_str() != INITIAL_PID_NAMESPACE
+            || std::fs::read_link("/proc/self/ns/net").ok() != std::fs::read_link("/proc/2/ns/net").ok();
+        let here = in_a_pod();
+        assert_eq!(here.is_ok(), container, "{here:?}");
+        if let Err(why) = here {
+            assert!(why.starts_with("not in a pod"), "{why}");
+        }
     }
 }
