@@ -10,7 +10,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use lifeguard::connections::SlotLimits;
 use lifeguard::server::MAX_CONNECTIONS;
+use procfs::net::TcpState;
+use procfs::process::{FDTarget, Process};
 
 /// The user-facing bound on one probe (the issue's): every probe must be
 /// answered within it, whatever a remote peer does.
@@ -149,21 +151,8 @@ impl Drop for Netns {
 // ---------------------------------------------------------------------------
 // Measuring
 
-/// lifeguard's resident memory now and at its peak, in KiB.
-fn rss_kb(pid: i32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// A TCP counter (`TcpExt` in /proc/<pid>/net/netstat) of the namespace
-/// `pid` lives in.
+/// A TCP counter (`TcpExt` in /proc/<pid>/net/netstat, which procfs does
+/// not read) of the namespace `pid` lives in.
 fn tcp_ext(pid: i32, name: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/net/netstat")).unwrap_or_default();
     let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
@@ -183,36 +172,27 @@ fn tcp_ext(pid: i32, name: &str) -> u64 {
 /// remote address, and whether bytes are queued that the peer has not
 /// taken (lifeguard's write stalled).
 fn held_connections(pid: i32, port: u16) -> Vec<(Ipv4Addr, bool)> {
-    let mut inodes = std::collections::HashSet::new();
-    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        for entry in dir.flatten() {
-            if let Ok(target) = std::fs::read_link(entry.path()) {
-                let target = target.to_string_lossy();
-                if let Some(inode) = target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')) {
-                    inodes.insert(inode.to_owned());
-                }
-            }
-        }
-    }
-    // /proc/net/tcp prints an IPv4 address as the hex of its in-memory
-    // (network order) u32 read as a host (little-endian) integer.
-    let hex_addr = |field: &str| {
-        let (addr, port) = field.split_once(':')?;
-        let addr = u32::from_str_radix(addr, 16).ok()?;
-        Some((Ipv4Addr::from(addr.to_le_bytes()), u16::from_str_radix(port, 16).ok()?))
+    let Ok(process) = Process::new(pid) else {
+        return Vec::new();
     };
-    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 10 || f[3] == "0A" || !inodes.contains(f[9]) {
-                return None;
-            }
-            let ((_, local_port), (remote, _)) = (hex_addr(f[1])?, hex_addr(f[2])?);
-            let tx_queue = f[4].split(':').next().and_then(|q| u64::from_str_radix(q, 16).ok());
-            (local_port == port).then_some((remote, tx_queue.unwrap_or(0) > 0))
+    let inodes: std::collections::HashSet<u64> = process
+        .fd()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| match fd.target {
+            FDTarget::Socket(inode) => Some(inode),
+            _ => None,
+        })
+        .collect();
+    process
+        .tcp()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.state != TcpState::Listen && c.local_address.port() == port && inodes.contains(&c.inode))
+        .filter_map(|c| match c.remote_address.ip() {
+            IpAddr::V4(remote) => Some((remote, c.tx_queue > 0)),
+            IpAddr::V6(_) => None,
         })
         .collect()
 }
@@ -304,7 +284,7 @@ impl Prober {
         let sampler = thread::spawn(move || {
             let mut max_rss = 0;
             while !flag.load(Ordering::Relaxed) {
-                max_rss = max_rss.max(rss_kb(agent_pid).0);
+                max_rss = max_rss.max(memory_kib(agent_pid).0);
                 thread::sleep(Duration::from_millis(100));
             }
             max_rss
@@ -525,7 +505,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     let peer_dir = temp_dir("hostile-peer");
     let host = ns.pod_ip.to_string();
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let (rss_before, _) = rss_kb(pid);
+    let (rss_before, _) = memory_kib(pid);
     let prober = Prober::start(&ns, pid);
     let mut idle = peer_clients(&ns, &peer_dir, &args(&[&host, "15020", "5000", "12"]));
     wait_for("the peer's 5,000 connections", Duration::from_secs(30), || {
@@ -574,7 +554,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         "/stats/prometheus",
         &format!("{reader}:{LOOPBACK_READERS}"),
     ]);
-    let (rss_before_readers, _) = rss_kb(pid);
+    let (rss_before_readers, _) = memory_kib(pid);
     let prober = Prober::start(&ns, pid);
     let started = Instant::now();
     let mut remote_readers = slow_readers("remote-readers", &ns.peer, &peer_dir, &remote_args);
@@ -590,7 +570,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         let remote = held.iter().filter(|(a, _)| subnet(*a)).count();
         let local = held.iter().filter(|(a, _)| *a == reader).count();
         let stalled = held.iter().filter(|(a, s)| *s && (subnet(*a) || *a == reader)).count();
-        rss_max = rss_max.max(rss_kb(pid).0);
+        rss_max = rss_max.max(memory_kib(pid).0);
         if remote + local > peak.0 + peak.1 {
             peak = (remote, local, stalled);
         }
@@ -613,7 +593,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         );
     }
     thread::sleep(Duration::from_secs(1));
-    let (rss_after, rss_hwm) = rss_kb(pid);
+    let (rss_after, rss_hwm) = memory_kib(pid);
     let (remote_out, local_out) = (remote_readers.output(), local_readers.output());
     eprintln!(
         "{READERS} slow readers of /stats/prometheus ({REMOTE_READERS} remote from {PEER_ADDRS} peer addresses, {LOOPBACK_READERS} from loopback): {}",
@@ -762,14 +742,12 @@ fn small_buffer_connection(addr: SocketAddr) -> TcpStream {
 }
 
 /// The state of lifeguard's side of the connection whose client end is
-/// `client` (a hex TCP state from /proc/<pid>/net/tcp), or None once gone.
-fn server_side_state(pid: i32, client: SocketAddr) -> Option<String> {
-    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).ok()?;
-    let remote = format!(":{:04X}", client.port());
-    table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() > 3 && f[2].ends_with(&remote) && f[2].starts_with("0100007F")).then(|| f[3].to_owned())
-    })
+/// `client` (from /proc/<pid>/net/tcp), or None once gone.
+fn server_side_state(pid: i32, client: SocketAddr) -> Option<TcpState> {
+    let connections = Process::new(pid).ok()?.tcp().ok()?;
+    connections
+        .into_iter()
+        .find_map(|c| (c.remote_address == client).then_some(c.state))
 }
 
 #[test]
@@ -792,7 +770,7 @@ fn a_peer_that_takes_no_response_bytes_is_closed_and_an_idle_keepalive_one_too()
         "lifeguard to close the slow reader",
         Duration::from_secs(30),
         || match server_side_state(pid, client) {
-            Some(state) if state == "01" => Err(state),
+            Some(TcpState::Established) => Err(TcpState::Established),
             _ => Ok(()),
         },
     );
@@ -911,28 +889,6 @@ fn term_int_and_quit_each_start_the_drain_and_repeats_are_logged() {
     }
 }
 
-/// Pids of the processes whose parent is `parent`, with their state letter.
-fn children_of(parent: i32) -> Vec<(i32, char)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut f = rest.split_whitespace();
-        let state = f.next().and_then(|s| s.chars().next()).unwrap_or('?');
-        if f.next().and_then(|p| p.parse::<i32>().ok()) == Some(parent) {
-            out.push((pid, state));
-        }
-    }
-    out
-}
-
 /// The "Envoy" of the PID 1 test: makes `ORPHANS` orphans (each outlives
 /// the subshell that started it, so the kernel hands it to PID 1), each of
 /// which writes its parent's pid to the file given and exits; then waits.
@@ -968,7 +924,7 @@ fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
         .env("LIFEGUARD_LOG", "info");
     let mut unshare = Proc::spawn("unshare+lifeguard", cmd, temp_dir("pid1-agent"));
     let lifeguard = wait_for("lifeguard as PID 1", Duration::from_secs(10), || {
-        children_of(unshare.pid()).first().map(|c| c.0).ok_or(())
+        children(unshare.pid()).first().copied().ok_or(())
     });
     wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
     assert!(unshare.output().contains("running as PID 1"), "{}", unshare.output());
@@ -988,8 +944,11 @@ fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
     // only the "Envoy" (sleep) left.
     let started = Instant::now();
     wait_for("lifeguard to reap its orphans", Duration::from_secs(10), || {
-        let children = children_of(lifeguard);
-        if children.iter().all(|c| c.1 != 'Z') && children.len() == 1 {
+        let children: Vec<(i32, Option<char>)> = children(lifeguard)
+            .into_iter()
+            .map(|pid| (pid, process_state(pid)))
+            .collect();
+        if children.iter().all(|c| c.1 != Some('Z')) && children.len() == 1 {
             Ok(())
         } else {
             Err(children)

@@ -2,7 +2,8 @@
 //! real Envoy and the lifeguard binary as child processes, loopback ports
 //! that parallel test processes never share, an HTTP client (`ureq`), fake
 //! HTTP servers (hyper on a small tokio runtime), temporary directories
-//! (`tempfile`), and waiting on a condition with a deadline.
+//! (`tempfile`), what /proc says about a process (`procfs`), and waiting on
+//! a condition with a deadline.
 //!
 //! Every process and server started here is stopped when its handle drops,
 //! also when a test panics.
@@ -243,11 +244,37 @@ impl Drop for Proc {
     }
 }
 
+// ---------------------------------------------------------------------------
+// What /proc says about a process
+
+/// A process's state letter (`R`, `S`, `Z`...), None once it is gone.
+pub fn process_state(pid: i32) -> Option<char> {
+    Some(procfs::process::Process::new(pid).ok()?.stat().ok()?.state)
+}
+
 /// Whether a process exists (and is not a zombie).
 pub fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
-        Err(_) => false,
+    process_state(pid).is_some_and(|state| state != 'Z')
+}
+
+/// The children of `pid`, from every thread's `children` list.
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = procfs::process::Process::new(pid).and_then(|p| p.tasks()) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|task| task.children().unwrap_or_default())
+        .map(|child| child as i32)
+        .collect()
+}
+
+/// A process's resident memory now and at its peak (`VmRSS`, `VmHWM`), in
+/// KiB; zeros once it is gone.
+pub fn memory_kib(pid: i32) -> (u64, u64) {
+    match procfs::process::Process::new(pid).and_then(|p| p.status()) {
+        Ok(status) => (status.vmrss.unwrap_or(0), status.vmhwm.unwrap_or(0)),
+        Err(_) => (0, 0),
     }
 }
 

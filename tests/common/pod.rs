@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{envoy_command, temp_dir, wait_for, Proc, TempDir};
+use crate::common::{children, envoy_command, temp_dir, wait_for, Proc, TempDir};
 
 /// The lifeguard binary under test.
 pub fn lifeguard_bin() -> &'static str {
@@ -250,18 +250,6 @@ pub enum Enter<'a> {
     NewPidNs(&'a Netns),
     /// The pid, network and mount namespaces of a running process.
     Join(i32),
-}
-
-/// The children of `pid`, from every thread's `children` list.
-pub fn children(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for task in tasks.flatten() {
-            let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
-        }
-    }
-    out
 }
 
 fn only_child(pid: i32, what: &str) -> i32 {
@@ -1030,7 +1018,6 @@ impl TestPod {
 
 /// A process's pid inside its own pid namespace (what lifeguard there sees).
 pub fn ns_pid(pid: i32) -> i32 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
-    line.split_whitespace().last().unwrap().parse().unwrap()
+    let status = procfs::process::Process::new(pid).and_then(|p| p.status()).unwrap();
+    *status.nspid.expect("NSpid in /proc/PID/status").last().unwrap()
 }
