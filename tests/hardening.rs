@@ -406,7 +406,7 @@ fn every_bad_value_stops_start_up_naming_the_field_and_value() {
     let guard = port();
     let guard_addr = guard.addr().to_string();
     for (args, env, field, value) in cases {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+        let mut cmd = Command::new(lifeguard_bin());
         cmd.arg("run").args(&args);
         // Should a case wrongly pass, the agent binds a reserved loopback port.
         if !args.contains(&"--status-addr") {
@@ -431,7 +431,7 @@ fn go_booleans_from_istio_pod_specs_are_accepted() {
     ];
     for (values, policy) in forms {
         for value in values {
-            let out = Command::new(env!("CARGO_BIN_EXE_lifeguard"))
+            let out = Command::new(lifeguard_bin())
                 .arg("check")
                 .env("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value)
                 .output()

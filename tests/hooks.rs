@@ -11,16 +11,13 @@ use std::time::Duration;
 use common::*;
 
 fn helper(name: &'static str, args: &[&str]) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+    let mut cmd = Command::new(lifeguard_bin());
     cmd.args(args);
     Proc::spawn(name, cmd, temp_dir(name))
 }
 
 fn run_helper(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lifeguard"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(lifeguard_bin()).args(args).output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -132,7 +129,7 @@ while not os.path.exists("{end}") and time.time() < deadline: time.sleep(0.02)
         "python3 -c '{app}' & i=0; while [ ! -e {ready} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; \
          exec {bin} wait-app-exit --period 100ms --ignore-port 9998",
         ready = ready.display(),
-        bin = env!("CARGO_BIN_EXE_lifeguard"),
+        bin = lifeguard_bin().display(),
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["--net", "sh", "-c", &script]);
@@ -214,7 +211,7 @@ fn check_reports_bad_durations_and_drains_that_cannot_fit() {
     let dir = temp_dir("check");
     let file = dir.path().join("lifeguard.toml");
     std::fs::write(&file, "poll_interval = \"2s\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_lifeguard"))
+    let out = Command::new(lifeguard_bin())
         .args(["check", "--config", file.to_str().unwrap(), "--admin-timeout", "300ms"])
         .env("TERMINATION_GRACE_PERIOD", "45")
         .output()
@@ -305,7 +302,7 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
             assert!(hooks["preStop"].is_null(), "{file}: the proxy has a preStop hook");
         }
         // The settings the pod passes are valid for `lifeguard check`.
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+        let mut cmd = Command::new(lifeguard_bin());
         cmd.arg("check");
         for e in env {
             cmd.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());

@@ -348,7 +348,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml"))
             .unwrap();
     let envoy = envoy_command(&yaml, &dir);
-    let mut cmd = net.pod.command(env!("CARGO_BIN_EXE_lifeguard"));
+    let mut cmd = net.pod.command(lifeguard_bin());
     cmd.args([
         "run",
         "--status-addr",
@@ -801,7 +801,7 @@ fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
     // --kill-child: when unshare dies (the Proc is dropped), so does
     // lifeguard, PID 1 of the namespace, and with it every process inside.
     cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-        .arg(env!("CARGO_BIN_EXE_lifeguard"))
+        .arg(lifeguard_bin())
         .args(["run", "--status-addr", &status.addr().to_string(), "--admin-url"])
         .arg(admin.url())
         .args(["--termination-drain-duration", "200ms", "--", "sh"])

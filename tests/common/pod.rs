@@ -38,12 +38,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use crate::common::netns::{Net, Netns};
-use crate::common::{children, envoy_command, temp_dir, unique, wait_for, Proc, TempDir};
-
-/// The lifeguard binary under test.
-pub fn lifeguard_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_lifeguard")
-}
+use crate::common::{children, envoy_command, lifeguard_bin, temp_dir, unique, wait_for, Proc, TempDir};
 
 /// Ports inside the pod's network namespace: the real ones, since the
 /// namespace is the test's alone.
@@ -763,7 +758,7 @@ impl TestPod {
             (None, None)
         };
 
-        let mut argv: Vec<String> = vec![lifeguard_bin().into(), "run".into()];
+        let mut argv: Vec<String> = vec![lifeguard_bin().display().to_string(), "run".into()];
         argv.extend(spec.agent_args.iter().cloned());
         argv.push("--".into());
         argv.extend(envoy_command(&pod_bootstrap(net.peer_ip, spec.internal_listener), &dir));
@@ -826,7 +821,7 @@ impl TestPod {
     /// Runs `lifeguard ARGS...` as a hook of the proxy container: its pid,
     /// network and mount namespaces, its cgroup.
     pub fn hook(&self, name: &'static str, args: &[&str]) -> Proc {
-        let mut argv = vec![lifeguard_bin().to_owned()];
+        let mut argv = vec![lifeguard_bin().display().to_string()];
         argv.extend(args.iter().map(|s| s.to_string()));
         spawn_in(name, &self.proxy_cgroup, Enter::Join(self.agent_pid), &argv, &[]).0
     }
