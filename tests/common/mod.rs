@@ -553,9 +553,10 @@ impl hyper::body::Body for CutShort {
 }
 
 /// An HTTP/1.1 server on a reserved loopback port: hyper, with a handler
-/// per request, on a one-thread tokio runtime of its own. The port listens
-/// when `start` returns. `stop` (or drop) closes the listener and every
-/// connection, and cancels the requests in progress.
+/// per request, on a one-thread tokio runtime of its own; keep-alive unless
+/// a request says `connection: close`. The port listens when `start`
+/// returns. `stop` (or drop) closes the listener and every connection, and
+/// cancels the requests in progress.
 pub struct TestServer {
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -568,7 +569,18 @@ impl TestServer {
         F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Response<Body>> + Send + 'static,
     {
-        let listener = TcpListener::bind(port.addr()).unwrap();
+        TestServer::serve(TcpListener::bind(port.addr()).unwrap(), handler)
+    }
+
+    /// `start` on a listener bound by the caller: in another network
+    /// namespace, say (a socket stays in the namespace it was made in, and
+    /// so do the connections it accepts: the server's thread need not
+    /// enter it).
+    pub fn serve<F, Fut>(listener: TcpListener, handler: F) -> TestServer
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<Body>> + Send + 'static,
+    {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();

@@ -28,8 +28,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +37,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use crate::common::netns::{Net, Netns};
-use crate::common::{children, envoy_command, lifeguard_bin, temp_dir, unique, wait_for, Proc, TempDir};
+use crate::common::{
+    children, envoy_command, lifeguard_bin, reply, temp_dir, unique, wait_for, KeepAliveClient, Proc, TempDir,
+    TestServer,
+};
 
 /// Ports inside the pod's network namespace: the real ones, since the
 /// namespace is the test's alone.
@@ -510,107 +512,17 @@ impl AppMode {
 // ---------------------------------------------------------------------------
 // The peer service
 
-/// An HTTP/1.1 service in the peer namespace on PEER_IP:8080, answering
-/// `peer\n` to everything, keep-alive. Stops on drop.
-pub struct PeerService {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl PeerService {
-    pub fn start(net: &Net) -> PeerService {
-        let addr = SocketAddr::from((net.peer_ip, PEER_PORT));
-        let listener = net.peer.run(move || TcpListener::bind(addr).unwrap());
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut workers = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let flag = flag.clone();
-                        workers.push(std::thread::spawn(move || serve_peer(stream, &flag)));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-            for w in workers {
-                let _ = w.join();
-            }
-        });
-        PeerService {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for PeerService {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve_peer(mut stream: TcpStream, stop: &AtomicBool) {
-    stream.set_nonblocking(false).unwrap();
-    stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !stop.load(Ordering::Relaxed) {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let close = String::from_utf8_lossy(&buf[..end])
-                .to_ascii_lowercase()
-                .contains("connection: close");
-            buf.drain(..end + 4);
-            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\npeer\n";
-            if stream.write_all(reply).is_err() || close {
-                return;
-            }
-            continue;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-            Err(_) => return,
-        }
-    }
+/// The peer service: HTTP/1.1 in the peer namespace on PEER_IP:8080,
+/// answering `peer\n` to everything, keep-alive unless a request says
+/// `connection: close`. Stops on drop.
+pub fn peer_service(net: &Net) -> TestServer {
+    let addr = SocketAddr::from((net.peer_ip, PEER_PORT));
+    let listener = net.peer.run(move || TcpListener::bind(addr).unwrap());
+    TestServer::serve(listener, |_| async { reply(200, "peer\n") })
 }
 
 // ---------------------------------------------------------------------------
-// HTTP on one keep-alive connection
-
-/// Sends `GET path` on a keep-alive connection and reads the answer by its
-/// content-length.
-pub fn keepalive_get(stream: &mut TcpStream, path: &str) -> std::io::Result<(u16, String)> {
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: pod\r\n\r\n")?;
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .ok_or_else(|| std::io::Error::other("no content-length"))?;
-            if raw.len() >= end + 4 + length {
-                let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-                let body = String::from_utf8_lossy(&raw[end + 4..end + 4 + length]).into_owned();
-                return Ok((status, body));
-            }
-        }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        raw.extend_from_slice(&chunk[..n]);
-    }
-}
+// Watching the drain
 
 /// Reads `GET /drain` from the agent over and over (from the peer, as a
 /// dashboard would), keeping every distinct answer, until the agent stops
@@ -628,29 +540,30 @@ impl DrainWatch {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (flag, list) = (stop.clone(), seen.clone());
+        // The client's connections are made in this thread, so in the peer
+        // namespace.
         let thread = net.peer.spawn(move || {
-            let mut conn: Option<TcpStream> = None;
+            let client = KeepAliveClient::new();
+            let mut failed = 0;
             while !flag.load(Ordering::Relaxed) {
-                if conn.is_none() {
-                    match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-                        Ok(s) => {
-                            let _ = s.set_nodelay(true);
-                            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                            conn = Some(s);
-                        }
-                        Err(_) => return,
-                    }
-                }
-                let stream = conn.as_mut().unwrap();
-                match keepalive_get(stream, "/drain") {
+                match client.get(addr, "/drain", Duration::from_secs(2)) {
                     Ok((200, body)) => {
+                        failed = 0;
                         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
                         let mut list = list.lock().unwrap();
                         if list.last() != Some(&json) {
                             list.push(json);
                         }
                     }
-                    _ => conn = None,
+                    // Once more on a new connection (the agent may have
+                    // closed the idle one); a second failure: it is gone.
+                    _ => {
+                        failed += 1;
+                        if failed == 2 {
+                            return;
+                        }
+                        continue;
+                    }
                 }
                 if !every.is_zero() {
                     std::thread::sleep(every);
@@ -725,7 +638,7 @@ pub struct TestPod {
     pub app: Option<Proc>,
     pub app_pid: Option<i32>,
     pause: Option<(Proc, i32)>,
-    _peer_service: PeerService,
+    _peer_service: TestServer,
     pub net: Net,
     pub dir: TempDir,
 }
@@ -735,7 +648,7 @@ impl TestPod {
     /// listener, probed from outside the pod as the kubelet would.
     pub fn start(spec: &PodSpec) -> TestPod {
         let net = Net::new();
-        let peer_service = PeerService::start(&net);
+        let peer_service = peer_service(&net);
         let dir = temp_dir("pod");
         let proxy_cgroup = Cgroup::new("proxy");
         let app_cgroup = Cgroup::new("app");
