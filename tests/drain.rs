@@ -228,17 +228,12 @@ fn an_external_envoy_is_drained_and_quit_through_its_admin_api() {
     let ports = Ports::new();
     let _app = App::start(&ports.app);
     let mut envoy = start_envoy(&bootstrap(&ports));
-    let mut args = ports.agent_args();
-    args.extend(
-        [
-            "--exit-on-zero-active-connections",
-            "true",
-            "--minimum-drain-duration",
-            "200ms",
-        ]
-        .map(String::from),
-    );
-    let mut agent = start_agent(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut agent = ports.start_agent(&[
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "200ms",
+    ]);
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     agent.signal(libc::SIGTERM);
     let code = agent

@@ -35,9 +35,7 @@ fn wait_exits_0_once_envoy_and_the_agent_are_ready() {
         "wait",
         &["wait", "--url", &url, "--timeout", "60s", "--period", "100ms"],
     );
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin]);
+    let _agent = ports.start_agent(&[]);
     let _envoy = start_envoy(&bootstrap(&ports));
     let code = wait
         .wait_exit(Duration::from_secs(60))

@@ -697,28 +697,18 @@ fn a_peer_that_takes_no_response_bytes_is_closed_and_an_idle_keepalive_one_too()
     assert!(pod.agent.is_running(), "{}", pod.agent.output());
 }
 
-fn agent_on(admin: &FakeAdmin, extra: &[&str]) -> (Proc, Port) {
-    let status = port();
-    let addr = status.addr().to_string();
-    let url = admin.url();
-    let mut args = vec![
-        "--status-addr",
-        addr.as_str(),
-        "--admin-url",
-        url.as_str(),
-        "--termination-drain-duration",
-        "200ms",
-    ];
-    args.extend_from_slice(extra);
-    let agent = start_agent(&args);
-    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
-    (agent, status)
+/// A fake admin's agent; a drain ends 200 ms after it starts.
+fn agent_on_fake(admin: &FakeAdmin, extra: &[&str]) -> (Proc, Port) {
+    agent_on(
+        &admin.url(),
+        &[&["--termination-drain-duration", "200ms"], extra].concat(),
+    )
 }
 
 #[test]
 fn hup_usr1_usr2_are_logged_and_ignored_and_quit_drains() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (mut agent, status) = agent_on(&admin, &[]);
+    let (mut agent, status) = agent_on_fake(&admin, &[]);
     for (sig, name) in [
         (libc::SIGHUP, "SIGHUP"),
         (libc::SIGUSR1, "SIGUSR1"),
@@ -756,7 +746,7 @@ fn term_int_and_quit_each_start_the_drain_and_repeats_are_logged() {
         (libc::SIGINT, libc::SIGTERM),
         (libc::SIGQUIT, libc::SIGINT),
     ] {
-        let (mut agent, _status) = agent_on(&admin, &["--drain-delay", "1s"]);
+        let (mut agent, _status) = agent_on_fake(&admin, &["--drain-delay", "1s"]);
         agent.signal(first);
         wait_for("the drain to start", Duration::from_secs(5), || {
             let out = agent.output();

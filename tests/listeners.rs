@@ -146,19 +146,14 @@ fn exit_on_zero_fires_with_10000_listeners() {
     );
 
     // lifeguard against it, with a deadline far away (60 s - 2 s margin).
-    let mut args = ports.agent_args();
-    args.extend(
-        [
-            "--exit-on-zero-active-connections",
-            "true",
-            "--minimum-drain-duration",
-            "500ms",
-            "--termination-grace-period",
-            "60s",
-        ]
-        .map(String::from),
-    );
-    let mut agent = start_agent(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut agent = ports.start_agent(&[
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "500ms",
+        "--termination-grace-period",
+        "60s",
+    ]);
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 
     // One idle connection held open to the last listener, echoed once so

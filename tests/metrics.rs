@@ -69,9 +69,7 @@ fn scrape(addr: std::net::SocketAddr) -> String {
 fn merged_scrape_passes_promtool_and_names_each_family_once() {
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap(&ports));
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin]);
+    let _agent = ports.start_agent(&[]);
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 
     let merged = scrape(ports.agent.addr());
@@ -146,16 +144,7 @@ fn merged_scrape_passes_promtool_and_names_each_family_once() {
 fn our_part_alone_passes_promtool_when_merging_is_off() {
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap(&ports));
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let _agent = start_agent(&[
-        "--status-addr",
-        &status,
-        "--admin-url",
-        &admin,
-        "--merge-envoy-metrics",
-        "false",
-    ]);
+    let _agent = ports.start_agent(&["--merge-envoy-metrics", "false"]);
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     let body = scrape(ports.agent.addr());
     assert!(families(&body).iter().all(|f| ours(f)), "merging is off");
@@ -171,9 +160,7 @@ fn our_part_alone_passes_promtool_when_merging_is_off() {
 #[test]
 fn with_envoy_down_the_scrape_still_answers_and_counts_the_failure() {
     let ports = Ports::new();
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin]);
+    let _agent = ports.start_agent(&[]);
     wait_status(ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(10));
     let first = scrape(ports.agent.addr());
     let second = scrape(ports.agent.addr());

@@ -315,6 +315,21 @@ impl Ports {
         format!("http://127.0.0.1:{}", self.admin.port)
     }
 
+    /// Starts `lifeguard run` on these ports (see `agent_args`) with
+    /// `extra` flags, beside an Envoy started separately (or not at all);
+    /// returns once its status port answers, ready or not.
+    pub fn start_agent(&self, extra: &[&str]) -> Proc {
+        let (admin, ignored) = (self.admin_url(), self.status_listener.port.to_string());
+        let mut args = vec![
+            "--admin-url",
+            admin.as_str(),
+            "--ignore-listener-port",
+            ignored.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        start_agent_answering(&self.agent, &args)
+    }
+
     /// The flags that point `lifeguard run` at these ports: status address,
     /// admin URL, and the status listener left out of the drain's count
     /// (it is not on 15021 in tests).
@@ -380,6 +395,31 @@ pub fn start_envoy(bootstrap_yaml: &str) -> Proc {
 /// Starts the lifeguard binary: `lifeguard run ARGS...`.
 pub fn start_agent(args: &[&str]) -> Proc {
     start_agent_with_env(args, &[])
+}
+
+/// `lifeguard run --status-addr STATUS ARGS...`, once its status port
+/// answers (any status: whether it is ready is the caller's to check).
+fn start_agent_answering(status: &Port, args: &[&str]) -> Proc {
+    let addr = status.addr().to_string();
+    let mut all = vec!["--status-addr", addr.as_str()];
+    all.extend_from_slice(args);
+    let agent = start_agent(&all);
+    wait_for("the agent's status port", Duration::from_secs(10), || {
+        get(status.addr(), "/healthz/ready")
+    });
+    agent
+}
+
+/// The agent against the admin API at `admin_url` (a fake one: see
+/// [`FakeAdmin`]), on a status port reserved for it, with `extra` flags;
+/// returns once it says ready.
+pub fn agent_on(admin_url: &str, extra: &[&str]) -> (Proc, Port) {
+    let status = port();
+    let mut args = vec!["--admin-url", admin_url];
+    args.extend_from_slice(extra);
+    let agent = start_agent_answering(&status, &args);
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
+    (agent, status)
 }
 
 pub fn start_agent_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
