@@ -99,6 +99,9 @@ fn drain_client_drains_through_the_agent_and_reports_failures() {
     assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);
 }
 
+/// The app of the test below.
+const APP_SOCKETS: &str = include_str!("fixtures/app_sockets.py");
+
 /// A listener in its own network namespace (so no other process of this
 /// machine is seen) and `wait-app-exit` beside it.
 #[test]
@@ -107,26 +110,15 @@ fn wait_app_exit_names_the_app_socket_and_ends_when_it_closes() {
     let ready = dir.path().join("ready");
     let close = dir.path().join("close");
     let end = dir.path().join("end");
-    let app = format!(
-        r#"
-import socket, os, time
-app = socket.socket(); app.bind(("127.0.0.1", 9999)); app.listen()
-v6 = socket.socket(socket.AF_INET6); v6.bind(("::", 9997)); v6.listen()
-ignored = socket.socket(); ignored.bind(("127.0.0.1", 9998)); ignored.listen()
-open("{ready}", "w").write(str(os.getpid()))
-deadline = time.time() + 60
-while not os.path.exists("{close}") and time.time() < deadline: time.sleep(0.02)
-app.close(); v6.close()
-while not os.path.exists("{end}") and time.time() < deadline: time.sleep(0.02)
-"#,
+    let app = dir.path().join("app_sockets.py");
+    std::fs::write(&app, APP_SOCKETS).unwrap();
+    let script = format!(
+        "python3 {app} {ready} {close} {end} & i=0; while [ ! -e {ready} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; \
+         exec {bin} wait-app-exit --period 100ms --ignore-port 9998",
+        app = app.display(),
         ready = ready.display(),
         close = close.display(),
-        end = end.display()
-    );
-    let script = format!(
-        "python3 -c '{app}' & i=0; while [ ! -e {ready} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; \
-         exec {bin} wait-app-exit --period 100ms --ignore-port 9998",
-        ready = ready.display(),
+        end = end.display(),
         bin = lifeguard_bin().display(),
     );
     let mut cmd = Command::new("unshare");

@@ -207,38 +207,7 @@ impl Drop for Prober {
 /// The peer's idle clients, in Python (one process holds thousands of
 /// sockets): N connections that send nothing, each reopened when closed.
 /// Runs SECS seconds, prints its counts as it ends.
-const PEER_PY: &str = r#"
-import resource, selectors, socket, sys, time
-host, port, n, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-sel = selectors.DefaultSelector()
-counts = dict(opened=0, closed_by_server=0, connect_failed=0)
-def open_one():
-    s = socket.socket()
-    s.settimeout(2)
-    try:
-        s.connect((host, port))
-    except OSError:
-        counts["connect_failed"] += 1
-        s.close()
-        return
-    s.setblocking(False)
-    sel.register(s, selectors.EVENT_READ)
-    counts["opened"] += 1
-end = time.monotonic() + secs
-for _ in range(n):
-    open_one()
-print("opened", counts, flush=True)
-while time.monotonic() < end:
-    for key, _ in sel.select(timeout=0.1):
-        s = key.fileobj
-        sel.unregister(s)
-        counts["closed_by_server"] += 1
-        s.close()
-        open_one()
-print("done", counts, flush=True)
-"#;
+const PEER_PY: &str = include_str!("fixtures/idle_clients.py");
 
 /// Slow readers, in Python: `HOST PORT PATH SRC:N...` opens N connections
 /// from each source address SRC (taking the sources in turn), each with a
@@ -248,64 +217,7 @@ print("done", counts, flush=True)
 /// writes stall), *refused* if closed or reset before any. Nothing is
 /// reopened. Prints `connected` once every connection is open, and its
 /// counts on SIGTERM (or after 60 s), then closes them all.
-const READERS_PY: &str = r#"
-import collections, resource, selectors, signal, socket, sys, time
-host, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-sources = [(a, int(n)) for a, n in (arg.rsplit(":", 1) for arg in sys.argv[4:])]
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-request = ("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode()
-order = [a for i in range(max(n for _, n in sources)) for a, n in sources if i < n]
-sel = selectors.DefaultSelector()
-counts = dict(connected=0, connect_failed=0, answered=0, refused=0)
-answered_from = collections.Counter()
-held = []
-started = time.monotonic()
-for src in order:
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.bind((src, 0))
-    s.settimeout(2)
-    try:
-        s.connect((host, port))
-    except OSError:
-        counts["connect_failed"] += 1
-        s.close()
-        continue
-    counts["connected"] += 1
-    try:
-        s.sendall(request)
-    except OSError:
-        counts["refused"] += 1
-        s.close()
-        continue
-    s.setblocking(False)
-    sel.register(s, selectors.EVENT_READ, src)
-print("connected", counts, "in %.2f s" % (time.monotonic() - started), flush=True)
-end = time.monotonic() + 60
-while not stop and time.monotonic() < end:
-    for key, _ in sel.select(timeout=0.1):
-        s = key.fileobj
-        try:
-            data = s.recv(1, socket.MSG_PEEK)
-        except OSError:
-            data = b""
-        sel.unregister(s)
-        if data:
-            counts["answered"] += 1
-            answered_from[key.data] += 1
-            held.append(s)
-        else:
-            counts["refused"] += 1
-            s.close()
-per_source = sorted(answered_from.values()) or [0]
-counts["pending"] = len(sel.get_map())
-print("done", counts, "answered per source address: min %d, max %d" % (per_source[0], per_source[-1]), flush=True)
-for s in held:
-    s.close()
-"#;
+const READERS_PY: &str = include_str!("fixtures/slow_readers.py");
 
 /// Starts the peer's idle clients in the peer namespace.
 fn peer_clients(net: &Net, dir: &TempDir, args: &[String]) -> Proc {
@@ -765,19 +677,12 @@ fn term_int_and_quit_each_start_the_drain_and_repeats_are_logged() {
     }
 }
 
-/// The "Envoy" of the PID 1 test: makes `ORPHANS` orphans (each outlives
-/// the subshell that started it, so the kernel hands it to PID 1), each of
-/// which writes its parent's pid to the file given and exits; then waits.
+/// The "Envoy" of the PID 1 test: `orphans.sh FILE N` makes N orphans
+/// (each outlives the subshell that started it, so the kernel hands it to
+/// PID 1), each of which writes its parent's pid to FILE and exits; then
+/// waits.
 const ORPHANS: usize = 20;
-const ORPHAN_MAKER: &str = r#"
-out="$1"
-i=0
-while [ "$i" -lt 20 ]; do
-  ( sh -c 'sleep 0.3; read -r _ _ _ ppid _ < /proc/$$/stat; echo "$ppid" >> "$0"' "$out" & )
-  i=$((i + 1))
-done
-exec sleep 600
-"#;
+const ORPHAN_MAKER: &str = include_str!("fixtures/orphans.sh");
 
 #[test]
 fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
@@ -797,6 +702,7 @@ fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
         .args(["--termination-drain-duration", "200ms", "--", "sh"])
         .arg(&script)
         .arg(&parents)
+        .arg(ORPHANS.to_string())
         .env("LIFEGUARD_LOG", "info");
     let mut unshare = Proc::spawn("unshare+lifeguard", cmd, temp_dir("pid1-agent"));
     let lifeguard = wait_for("lifeguard as PID 1", Duration::from_secs(10), || {

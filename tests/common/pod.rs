@@ -12,7 +12,7 @@
 //!   lifeguard as in Kubernetes; with it, PID 1 of the pod's pid namespace
 //!   is a process named `pause` in its own cgroup, and lifeguard, Envoy and
 //!   the app all live in that namespace, each container in its own cgroup;
-//! - the **app**, a python3 script (`APP` below): it serves HTTP on
+//! - the **app**, a python3 script (`tests/fixtures/pod_app.py`): it serves HTTP on
 //!   127.0.0.1:8080 behind Envoy's inbound listener; on SIGTERM it stops
 //!   accepting, finishes its requests in flight, then calls the peer
 //!   through Envoy's outbound listener (127.0.0.1:15001) for a while and
@@ -374,122 +374,7 @@ pub fn pod_bootstrap(peer: Ipv4Addr, internal: bool) -> String {
 /// `fresh` (a new connection per call, none held between calls),
 /// `stubborn` (ignores SIGTERM, serves until killed). NAME, when given,
 /// becomes the process name.
-pub const APP: &str = r#"
-import os, signal, socket, sys, threading, time
-
-mode, call_seconds, name = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-if name:
-    with open("/proc/self/comm", "w") as f:
-        f.write(name)
-stopping = threading.Event()
-handlers = []
-
-def say(*words):
-    print(*words, flush=True)
-
-def serve(conn):
-    conn.settimeout(0.05)
-    buf = b""
-    while True:
-        while b"\r\n\r\n" not in buf:
-            if stopping.is_set() and not buf:
-                conn.close()
-                return
-            try:
-                data = conn.recv(65536)
-            except socket.timeout:
-                continue
-            except OSError:
-                conn.close()
-                return
-            if not data:
-                conn.close()
-                return
-            buf += data
-        head, buf = buf.split(b"\r\n\r\n", 1)
-        path = head.split(b" ")[1].decode()
-        say("inbound", path)
-        if path.startswith("/work/"):
-            time.sleep(float(path[len("/work/"):]))
-        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\ndone\n")
-        say("answered", path)
-
-def read_response(conn):
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        data = conn.recv(65536)
-        if not data:
-            raise OSError("closed before the answer")
-        buf += data
-    head, body = buf.split(b"\r\n\r\n", 1)
-    lines = head.decode().split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    length = 0
-    for line in lines[1:]:
-        key, _, value = line.partition(":")
-        if key.strip().lower() == "content-length":
-            length = int(value)
-    while len(body) < length:
-        data = conn.recv(65536)
-        if not data:
-            raise OSError("closed in the body")
-        body += data
-    return status, body
-
-listener = socket.socket()
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("127.0.0.1", 8080))
-listener.listen(64)
-listener.settimeout(0.05)
-if mode == "stubborn":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-else:
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-say("ready")
-while not stopping.is_set():
-    try:
-        conn, _ = listener.accept()
-    except socket.timeout:
-        continue
-    t = threading.Thread(target=serve, args=(conn,))
-    t.start()
-    handlers.append(t)
-say("sigterm")
-listener.close()
-for t in handlers:
-    t.join()
-say("inbound done")
-
-ok = failed = 0
-conn = None
-end = time.time() + call_seconds
-while time.time() < end:
-    try:
-        if conn is None:
-            conn = socket.create_connection(("127.0.0.1", 15001), timeout=5)
-        close = mode == "fresh"
-        conn.sendall(b"GET /call HTTP/1.1\r\nHost: peer\r\n" + (b"Connection: close\r\n" if close else b"") + b"\r\n")
-        status, body = read_response(conn)
-        if status == 200 and body == b"peer\n":
-            ok += 1
-        else:
-            failed += 1
-            say("call failed:", status, body)
-        if close:
-            conn.close()
-            conn = None
-    except Exception as e:
-        failed += 1
-        say("call failed:", repr(e))
-        if conn is not None:
-            conn.close()
-        conn = None
-    time.sleep(0.1)
-if conn is not None:
-    conn.close()
-say("calls", ok, "ok", failed, "failed")
-sys.exit(0 if failed == 0 and ok > 0 else 1)
-"#;
+pub const APP: &str = include_str!("../fixtures/pod_app.py");
 
 /// How the app behaves after SIGTERM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
