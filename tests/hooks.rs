@@ -96,7 +96,7 @@ fn drain_client_drains_through_the_agent_and_reports_failures() {
     assert!(out.contains("\"phase\":\"drained\""), "{out}");
     assert_eq!(get(ports.agent.addr(), "/healthz/ready").unwrap().0, 503);
     pod.sigterm();
-    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);
+    assert_eq!(pod.agent.exit_code(Duration::from_secs(10)), 0);
 }
 
 /// The app of the test below.

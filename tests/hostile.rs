@@ -306,13 +306,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     let (rss_before, _) = memory_kib(pid);
     let prober = Prober::start(&net, pid);
     let mut idle = peer_clients(&net, &peer_dir, &args(&[&host, "15020", "5000", "12"]));
-    wait_for("the peer's 5,000 connections", Duration::from_secs(30), || {
-        if idle.output().contains("opened") {
-            Ok(())
-        } else {
-            Err(idle.output())
-        }
-    });
+    idle.wait_output("opened", Duration::from_secs(30));
     // Past one header-read timeout: the peer's connections are cut and
     // reopened meanwhile.
     thread::sleep(Duration::from_secs(8));
@@ -627,14 +621,10 @@ fn hup_usr1_usr2_are_logged_and_ignored_and_quit_drains() {
         (libc::SIGUSR2, "SIGUSR2"),
     ] {
         agent.signal(sig);
-        wait_for(&format!("{name} in the log"), Duration::from_secs(5), || {
-            let out = agent.output();
-            if out.contains(&format!("signal received; ignored signal=\"{name}\"")) {
-                Ok(())
-            } else {
-                Err(out)
-            }
-        });
+        agent.wait_output(
+            &format!("signal received; ignored signal=\"{name}\""),
+            Duration::from_secs(5),
+        );
         assert!(agent.is_running(), "{name} killed lifeguard");
         assert_eq!(get(status.addr(), "/healthz/ready").unwrap().0, 200, "{name}");
     }
@@ -660,14 +650,7 @@ fn term_int_and_quit_each_start_the_drain_and_repeats_are_logged() {
     ] {
         let (mut agent, _status) = agent_on_fake(&admin, &["--drain-delay", "1s"]);
         agent.signal(first);
-        wait_for("the drain to start", Duration::from_secs(5), || {
-            let out = agent.output();
-            if out.contains("drain started") {
-                Ok(())
-            } else {
-                Err(out)
-            }
-        });
+        agent.wait_output("drain started", Duration::from_secs(5));
         agent.signal(then);
         let code = agent.wait_exit(Duration::from_secs(10)).expect("one exit");
         assert_eq!(code.code(), Some(0), "{}", agent.output());

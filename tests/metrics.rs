@@ -29,14 +29,6 @@ fn promtool(text: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-/// The value of the sample named exactly `series` (name and labels).
-fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// lifeguard's part of a merged scrape.
 fn ours_only(scrape: &str) -> String {
     scrape
@@ -246,5 +238,5 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
 
     // The scrape keeps answering while Envoy is stopped.
     pod.sigterm();
-    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);
+    assert_eq!(pod.agent.exit_code(Duration::from_secs(10)), 0);
 }

@@ -123,13 +123,6 @@ fn part_size(text: &str, prefix: &str) -> usize {
         .sum()
 }
 
-fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 #[test]
 fn a_2000_cluster_envoy_stays_ready_while_its_merged_scrape_is_read_in_a_loop() {
     let ports = Ports::new();

@@ -233,6 +233,29 @@ impl Proc {
         poll(timeout, Duration::from_millis(5), || child.try_wait().unwrap())
     }
 
+    /// Waits up to `timeout` for the process to exit and returns its exit
+    /// code (-1: killed by a signal); panics with its output when it does
+    /// not exit.
+    pub fn exit_code(&mut self, timeout: Duration) -> i32 {
+        let status = self
+            .wait_exit(timeout)
+            .unwrap_or_else(|| panic!("{} did not exit within {timeout:?}:\n{}", self.name, self.output()));
+        status.code().unwrap_or(-1)
+    }
+
+    /// Waits up to `timeout` until the output contains `text`; returns the
+    /// output.
+    pub fn wait_output(&self, text: &str, timeout: Duration) -> String {
+        wait_for(&format!("{text:?} in the output of {}", self.name), timeout, || {
+            let out = self.output();
+            if out.contains(text) {
+                Ok(out)
+            } else {
+                Err(out)
+            }
+        })
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
@@ -456,6 +479,15 @@ pub fn envoy_pid(agent: &Proc) -> i32 {
             .and_then(|pid| pid.parse().ok())
             .ok_or(())
     })
+}
+
+/// The value of the sample named exactly `series` (name and labels) in a
+/// Prometheus scrape.
+pub fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 // ---------------------------------------------------------------------------
@@ -769,14 +801,6 @@ impl Pod {
     pub fn sigterm(&self) -> Instant {
         self.agent.signal(libc::SIGTERM);
         Instant::now()
-    }
-
-    pub fn exit_code(&mut self, timeout: Duration) -> i32 {
-        let status = self
-            .agent
-            .wait_exit(timeout)
-            .unwrap_or_else(|| panic!("lifeguard did not exit within {timeout:?}:\n{}", self.agent.output()));
-        status.code().unwrap_or(-1)
     }
 }
 

@@ -604,13 +604,7 @@ impl TestPod {
             None => Enter::Net(&self.net.pod),
         };
         let (app, pid) = spawn_in("app", &self.app_cgroup, how, &argv, &[]);
-        wait_for("the app to listen", Duration::from_secs(10), || {
-            if app.output().contains("ready") {
-                Ok(())
-            } else {
-                Err(app.output())
-            }
-        });
+        app.wait_output("ready", Duration::from_secs(10));
         self.app = Some(app);
         self.app_pid = Some(pid);
         pid
@@ -655,15 +649,6 @@ impl TestPod {
     pub fn kubelet_sigkill(&self) {
         self.app_cgroup.kill_all();
         self.proxy_cgroup.kill_all();
-    }
-
-    /// lifeguard's exit code.
-    pub fn agent_exit_code(&mut self, timeout: Duration) -> i32 {
-        let status = self
-            .agent
-            .wait_exit(timeout)
-            .unwrap_or_else(|| panic!("lifeguard did not exit within {timeout:?}:\n{}", self.agent.output()));
-        status.code().unwrap_or(-1)
     }
 
     /// A request from a downstream client outside the pod, in a thread:
