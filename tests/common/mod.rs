@@ -1,9 +1,10 @@
-//! Test kit shared by the integration tests and `bench/reaction.rs`: the
-//! real Envoy and the lifeguard binary as child processes, loopback ports
-//! that parallel test processes never share, an HTTP client (`ureq`), fake
-//! HTTP servers (hyper on a small tokio runtime), temporary directories
-//! (`tempfile`), what /proc says about a process (`procfs`), network
-//! namespaces (`netns`), and waiting on a condition with a deadline.
+//! Test kit shared by the integration tests and the benchmarks that reuse
+//! them (`bench/reaction.rs`, `bench/app_exit.rs`): the real Envoy and the
+//! lifeguard binary as child processes, loopback ports that parallel test
+//! processes never share, an HTTP client (`ureq`), fake HTTP servers (hyper
+//! on a small tokio runtime), temporary directories (`tempfile`), what
+//! /proc says about a process (`procfs`), network namespaces (`netns`), and
+//! waiting on a condition with a deadline.
 //!
 //! Every process and server started here is stopped when its handle drops,
 //! also when a test panics.
