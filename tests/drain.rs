@@ -10,8 +10,7 @@ use common::*;
 #[test]
 fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {
     let mut pod = Pod::start(&["--termination-drain-duration", "1s"]);
-    let req = pod.request("/delay/3");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/3");
     pod.sigterm();
     let (result, _) = req.join().unwrap();
     match result {
@@ -45,8 +44,7 @@ fn exit_on_zero_lets_the_request_in_flight_finish_then_stops_envoy() {
     );
     let envoy_pid = envoy_pid(&pod.agent);
 
-    let req = pod.request("/delay/3");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/3");
     pod.sigterm();
     let (result, answered_at) = req.join().unwrap();
     assert_eq!(result.unwrap(), (200, "done\n".to_owned()));
@@ -70,8 +68,7 @@ fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
         "--minimum-drain-duration",
         "1s",
     ]);
-    let req = pod.request("/delay/3");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/3");
     let sent = pod.sigterm();
     let body = wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
     eprintln!("SIGTERM -> 503 on the agent: {:?}", sent.elapsed());
@@ -117,8 +114,7 @@ fn the_deadline_stops_envoy_and_reports_the_connection_cut() {
         "--minimum-drain-duration",
         "1s",
     ]);
-    let req = pod.request("/delay/10");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/10");
     let sent = pod.sigterm();
     let code = pod.agent.exit_code(Duration::from_secs(10));
     let took = sent.elapsed();
@@ -150,8 +146,7 @@ fn envoy_killed_mid_drain_makes_lifeguard_exit_non_zero() {
         "1s",
     ]);
     let envoy = envoy_pid(&pod.agent);
-    let _req = pod.request("/delay/10");
-    pod.wait_inflight(1);
+    let _req = pod.request_in_flight("/delay/10");
     pod.sigterm();
     wait_for("the drain phase", Duration::from_secs(5), || {
         match get(pod.ports.agent.addr(), "/drain") {

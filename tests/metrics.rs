@@ -195,8 +195,7 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
     );
 
     // One slow request in flight, then the native-sidecar drain.
-    let slow = pod.request("/delay/2");
-    pod.wait_inflight(1);
+    let slow = pod.request_in_flight("/delay/2");
     let agent_addr = pod.ports.agent.addr();
     let drain = thread::spawn(move || http("POST", agent_addr, "/drain"));
 

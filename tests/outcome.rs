@@ -47,8 +47,7 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
         "--linger",
         "30s",
     ]);
-    let req = pod.request("/delay/10");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/10");
     let sent = pod.sigterm();
     let stopped = wait_stopped(&pod);
     // Written as Envoy stopped, before the linger.
@@ -109,8 +108,7 @@ fn a_scrape_after_envoy_stopped_sees_the_cut_and_ends_the_linger() {
         "--termination-message-path",
         "none",
     ]);
-    let req = pod.request("/delay/10");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/10");
     pod.sigterm();
     wait_stopped(&pod);
     // Lingering: the probe says 503, the process is still there.

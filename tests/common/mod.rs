@@ -784,19 +784,18 @@ impl Pod {
         }
     }
 
-    /// A request through Envoy's inbound listener, in a thread.
-    pub fn request(&self, path: &str) -> std::thread::JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
+    /// A request through Envoy's inbound listener, in a thread, once Envoy
+    /// counts it in flight (the only one); the thread returns the answer
+    /// and when it came.
+    pub fn request_in_flight(&self, path: &str) -> std::thread::JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
         let addr = self.ports.inbound.addr();
         let path = path.to_owned();
-        std::thread::spawn(move || {
+        let request = std::thread::spawn(move || {
             let r = http_timeout("GET", addr, &path, Duration::from_secs(20));
             (r, Instant::now())
-        })
-    }
-
-    /// Waits until Envoy counts `n` active requests on the inbound listener.
-    pub fn wait_inflight(&self, n: u64) {
-        wait_inflight(self.ports.admin.addr(), n);
+        });
+        wait_inflight(self.ports.admin.addr(), 1);
+        request
     }
 
     pub fn sigterm(&self) -> Instant {
