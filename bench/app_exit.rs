@@ -68,7 +68,7 @@ fn one(policy: &str, shared: bool) -> Run {
     let sigterm = pod.kubelet_sigterm();
     let app_gone = app_exit.wait().expect("the app exits");
     let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
-    let code = pod.agent_exit_code(Duration::from_secs(15));
+    let code = pod.agent.exit_code(Duration::from_secs(15));
     let (answer, _) = inflight.join().unwrap();
     let _ = pod.app.as_mut().unwrap().wait_exit(Duration::from_secs(5));
     drop(idle);

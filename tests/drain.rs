@@ -10,8 +10,7 @@ use common::*;
 #[test]
 fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {
     let mut pod = Pod::start(&["--termination-drain-duration", "1s"]);
-    let req = pod.request("/delay/3");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/3");
     pod.sigterm();
     let (result, _) = req.join().unwrap();
     match result {
@@ -20,7 +19,12 @@ fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {
         Err(_) => {} // reset or closed: the failure users see
     }
     // lifeguard says so: exit 3, and the request it cut in the log.
-    assert_eq!(pod.exit_code(Duration::from_secs(10)), 3, "{}", pod.agent.output());
+    assert_eq!(
+        pod.agent.exit_code(Duration::from_secs(10)),
+        3,
+        "{}",
+        pod.agent.output()
+    );
     let out = pod.agent.output();
     assert!(
         out.contains("the drain time ran out with requests in flight") && out.contains("left_at_stop=1"),
@@ -40,12 +44,11 @@ fn exit_on_zero_lets_the_request_in_flight_finish_then_stops_envoy() {
     );
     let envoy_pid = envoy_pid(&pod.agent);
 
-    let req = pod.request("/delay/3");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/3");
     pod.sigterm();
     let (result, answered_at) = req.join().unwrap();
     assert_eq!(result.unwrap(), (200, "done\n".to_owned()));
-    let code = pod.exit_code(Duration::from_secs(10));
+    let code = pod.agent.exit_code(Duration::from_secs(10));
     let stopped_after = answered_at.elapsed();
     assert!(!process_alive(envoy_pid), "Envoy still runs after lifeguard exited");
     eprintln!("last connection closed -> lifeguard exited (Envoy stopped before): {stopped_after:?}");
@@ -65,8 +68,7 @@ fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
         "--minimum-drain-duration",
         "1s",
     ]);
-    let req = pod.request("/delay/3");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/3");
     let sent = pod.sigterm();
     let body = wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
     eprintln!("SIGTERM -> 503 on the agent: {:?}", sent.elapsed());
@@ -112,10 +114,9 @@ fn the_deadline_stops_envoy_and_reports_the_connection_cut() {
         "--minimum-drain-duration",
         "1s",
     ]);
-    let req = pod.request("/delay/10");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/10");
     let sent = pod.sigterm();
-    let code = pod.exit_code(Duration::from_secs(10));
+    let code = pod.agent.exit_code(Duration::from_secs(10));
     let took = sent.elapsed();
     eprintln!("deadline 3s: lifeguard exited {took:?} after SIGTERM");
     assert!(
@@ -145,8 +146,7 @@ fn envoy_killed_mid_drain_makes_lifeguard_exit_non_zero() {
         "1s",
     ]);
     let envoy = envoy_pid(&pod.agent);
-    let _req = pod.request("/delay/10");
-    pod.wait_inflight(1);
+    let _req = pod.request_in_flight("/delay/10");
     pod.sigterm();
     wait_for("the drain phase", Duration::from_secs(5), || {
         match get(pod.ports.agent.addr(), "/drain") {
@@ -158,7 +158,7 @@ fn envoy_killed_mid_drain_makes_lifeguard_exit_non_zero() {
     unsafe {
         libc::kill(envoy, libc::SIGKILL);
     }
-    let code = pod.exit_code(Duration::from_secs(5));
+    let code = pod.agent.exit_code(Duration::from_secs(5));
     assert_eq!(code, 4, "{}", pod.agent.output());
     assert!(pod.agent.output().contains("Envoy exited on its own"));
 }
@@ -168,7 +168,7 @@ fn drain_until_requests_is_not_held_by_an_idle_keepalive_connection() {
     let mut pod = Pod::start(&["--drain-until", "requests", "--minimum-drain-duration", "500ms"]);
     let idle = idle_keepalive_connection(pod.ports.inbound.addr(), "/delay/0");
     let sent = pod.sigterm();
-    let code = pod.exit_code(Duration::from_secs(10));
+    let code = pod.agent.exit_code(Duration::from_secs(10));
     eprintln!(
         "requests mode with an idle connection: exited {:?} after SIGTERM",
         sent.elapsed()
@@ -192,7 +192,7 @@ fn drain_until_connections_is_held_by_the_same_idle_connection_until_the_deadlin
     ]);
     let idle = idle_keepalive_connection(pod.ports.inbound.addr(), "/delay/0");
     pod.sigterm();
-    let code = pod.exit_code(Duration::from_secs(10));
+    let code = pod.agent.exit_code(Duration::from_secs(10));
     assert_eq!(code, 3, "{}", pod.agent.output());
     drop(idle);
 }
@@ -220,7 +220,7 @@ fn post_drain_flips_readiness_drains_and_leaves_envoy_running_until_sigterm() {
     );
     // SIGTERM now stops Envoy promptly.
     pod.sigterm();
-    assert_eq!(pod.exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
+    assert_eq!(pod.agent.exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
 }
 
 #[test]
@@ -228,17 +228,12 @@ fn an_external_envoy_is_drained_and_quit_through_its_admin_api() {
     let ports = Ports::new();
     let _app = App::start(&ports.app);
     let mut envoy = start_envoy(&bootstrap(&ports));
-    let mut args = ports.agent_args();
-    args.extend(
-        [
-            "--exit-on-zero-active-connections",
-            "true",
-            "--minimum-drain-duration",
-            "200ms",
-        ]
-        .map(String::from),
-    );
-    let mut agent = start_agent(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut agent = ports.start_agent(&[
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "200ms",
+    ]);
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     agent.signal(libc::SIGTERM);
     let code = agent
@@ -256,7 +251,7 @@ fn quitquitquit_stops_envoy_and_exits_cleanly() {
     let envoy = envoy_pid(&pod.agent);
     let (status, body) = http("POST", pod.ports.agent.addr(), "/quitquitquit").unwrap();
     assert_eq!((status, body.as_str()), (200, "OK\n"));
-    assert_eq!(pod.exit_code(Duration::from_secs(5)), 0);
+    assert_eq!(pod.agent.exit_code(Duration::from_secs(5)), 0);
     assert!(!process_alive(envoy));
 }
 
@@ -267,7 +262,7 @@ fn a_second_signal_changes_nothing() {
     wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
     pod.agent.signal(libc::SIGINT);
     pod.agent.signal(libc::SIGTERM);
-    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);
+    assert_eq!(pod.agent.exit_code(Duration::from_secs(10)), 0);
     assert!(
         sent.elapsed() >= Duration::from_secs(1),
         "the fixed drain was cut short"

@@ -11,16 +11,13 @@ use std::time::Duration;
 use common::*;
 
 fn helper(name: &'static str, args: &[&str]) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+    let mut cmd = Command::new(lifeguard_bin());
     cmd.args(args);
     Proc::spawn(name, cmd, temp_dir(name))
 }
 
 fn run_helper(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lifeguard"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(lifeguard_bin()).args(args).output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -38,9 +35,7 @@ fn wait_exits_0_once_envoy_and_the_agent_are_ready() {
         "wait",
         &["wait", "--url", &url, "--timeout", "60s", "--period", "100ms"],
     );
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin]);
+    let _agent = ports.start_agent(&[]);
     let _envoy = start_envoy(&bootstrap(&ports));
     let code = wait
         .wait_exit(Duration::from_secs(60))
@@ -101,8 +96,11 @@ fn drain_client_drains_through_the_agent_and_reports_failures() {
     assert!(out.contains("\"phase\":\"drained\""), "{out}");
     assert_eq!(get(ports.agent.addr(), "/healthz/ready").unwrap().0, 503);
     pod.sigterm();
-    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);
+    assert_eq!(pod.agent.exit_code(Duration::from_secs(10)), 0);
 }
+
+/// The app of the test below.
+const APP_SOCKETS: &str = include_str!("fixtures/app_sockets.py");
 
 /// A listener in its own network namespace (so no other process of this
 /// machine is seen) and `wait-app-exit` beside it.
@@ -112,27 +110,16 @@ fn wait_app_exit_names_the_app_socket_and_ends_when_it_closes() {
     let ready = dir.path().join("ready");
     let close = dir.path().join("close");
     let end = dir.path().join("end");
-    let app = format!(
-        r#"
-import socket, os, time
-app = socket.socket(); app.bind(("127.0.0.1", 9999)); app.listen()
-v6 = socket.socket(socket.AF_INET6); v6.bind(("::", 9997)); v6.listen()
-ignored = socket.socket(); ignored.bind(("127.0.0.1", 9998)); ignored.listen()
-open("{ready}", "w").write(str(os.getpid()))
-deadline = time.time() + 60
-while not os.path.exists("{close}") and time.time() < deadline: time.sleep(0.02)
-app.close(); v6.close()
-while not os.path.exists("{end}") and time.time() < deadline: time.sleep(0.02)
-"#,
+    let app = dir.path().join("app_sockets.py");
+    std::fs::write(&app, APP_SOCKETS).unwrap();
+    let script = format!(
+        "python3 {app} {ready} {close} {end} & i=0; while [ ! -e {ready} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; \
+         exec {bin} wait-app-exit --period 100ms --ignore-port 9998",
+        app = app.display(),
         ready = ready.display(),
         close = close.display(),
-        end = end.display()
-    );
-    let script = format!(
-        "python3 -c '{app}' & i=0; while [ ! -e {ready} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; \
-         exec {bin} wait-app-exit --period 100ms --ignore-port 9998",
-        ready = ready.display(),
-        bin = env!("CARGO_BIN_EXE_lifeguard"),
+        end = end.display(),
+        bin = lifeguard_bin().display(),
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["--net", "sh", "-c", &script]);
@@ -214,7 +201,7 @@ fn check_reports_bad_durations_and_drains_that_cannot_fit() {
     let dir = temp_dir("check");
     let file = dir.path().join("lifeguard.toml");
     std::fs::write(&file, "poll_interval = \"2s\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_lifeguard"))
+    let out = Command::new(lifeguard_bin())
         .args(["check", "--config", file.to_str().unwrap(), "--admin-timeout", "300ms"])
         .env("TERMINATION_GRACE_PERIOD", "45")
         .output()
@@ -305,7 +292,7 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
             assert!(hooks["preStop"].is_null(), "{file}: the proxy has a preStop hook");
         }
         // The settings the pod passes are valid for `lifeguard check`.
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+        let mut cmd = Command::new(lifeguard_bin());
         cmd.arg("check");
         for e in env {
             cmd.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());

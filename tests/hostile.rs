@@ -2,15 +2,16 @@
 //! stop the pod, cannot starve the probes, cannot grow lifeguard's memory;
 //! signals never kill lifeguard without a drain; as PID 1 it reaps orphans.
 //!
-//! "Another host" is a network namespace the test creates: a pod namespace
-//! (Envoy and lifeguard, bound on 0.0.0.0 as in a pod) and a peer namespace
-//! joined by a veth pair whose addresses exist only inside the two. Both are
-//! removed at the end, also when the test fails. Needs root.
+//! "Another host" is a network namespace the test creates (the kit's
+//! `Net`): a pod namespace (Envoy and lifeguard, bound on 0.0.0.0 as in a
+//! pod) and a peer namespace joined by a veth pair whose addresses exist
+//! only inside the two. Both are removed at the end, also when the test
+//! fails. Needs root.
 
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,9 +19,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::netns::{Net, Netns};
 use common::*;
-use lifeguard::status::connections::SlotLimits;
-use lifeguard::status::connections::MAX_CONNECTIONS;
+use lifeguard::status::connections::{SlotLimits, MAX_CONNECTIONS};
+use procfs::net::TcpState;
+use procfs::process::{FDTarget, Process};
 
 /// The user-facing bound on one probe (the issue's): every probe must be
 /// answered within it, whatever a remote peer does.
@@ -29,141 +32,10 @@ const PROBE_BOUND: Duration = Duration::from_millis(100);
 const RSS_BOUND_KB: u64 = 64 * 1024;
 
 // ---------------------------------------------------------------------------
-// Network namespaces
-
-/// Two network namespaces, `pod` and `peer`, joined by a veth pair:
-/// `pod_ip` (.1) in the pod, `peer_ip` (.2) in the peer, on a /24 of 10/8
-/// chosen at random, which exists nowhere but inside these two namespaces
-/// (the pod reaches the whole /24 over the veth, so more peer addresses
-/// from it need no route). Deleted on drop (the namespaces go once the last
-/// process in them has exited; the veth pair goes with them).
-struct Netns {
-    pod: String,
-    peer: String,
-    /// The veth end in the peer namespace.
-    peer_dev: String,
-    pod_ip: Ipv4Addr,
-    peer_ip: Ipv4Addr,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("the ip command");
-    assert!(
-        out.status.success(),
-        "ip {}: {} (this test needs root)",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Netns {
-    fn create() -> Netns {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let tag = format!("{:x}{:04x}", std::process::id(), nanos & 0xffff);
-        let (a, b) = ((nanos >> 16) as u8, (nanos >> 8) as u8);
-        // Created inside the pod namespace, one end moved to the peer's:
-        // the test's own namespace never sees the pair.
-        let (vpod, vpeer) = (format!("lg{tag}a"), format!("lg{tag}b"));
-        let ns = Netns {
-            pod: format!("lg-{tag}-pod"),
-            peer: format!("lg-{tag}-peer"),
-            peer_dev: vpeer[..vpeer.len().min(15)].to_owned(),
-            pod_ip: Ipv4Addr::new(10, a, b, 1),
-            peer_ip: Ipv4Addr::new(10, a, b, 2),
-        };
-        ip(&["netns", "add", &ns.pod]);
-        ip(&["netns", "add", &ns.peer]);
-        let (vpod, vpeer) = (&vpod[..vpod.len().min(15)], ns.peer_dev.as_str());
-        ip(&[
-            "-n", &ns.pod, "link", "add", vpod, "type", "veth", "peer", "name", vpeer, "netns", &ns.peer,
-        ]);
-        let pod_cidr = format!("{}/24", ns.pod_ip);
-        let peer_cidr = format!("{}/24", ns.peer_ip);
-        ip(&["-n", &ns.pod, "addr", "add", &pod_cidr, "dev", vpod]);
-        ip(&["-n", &ns.peer, "addr", "add", &peer_cidr, "dev", vpeer]);
-        for (n, dev) in [(&ns.pod, vpod), (&ns.peer, vpeer)] {
-            ip(&["-n", n, "link", "set", "lo", "up"]);
-            ip(&["-n", n, "link", "set", dev, "up"]);
-        }
-        ns
-    }
-
-    /// Gives the peer `n` more addresses on its veth end, from the same /24
-    /// (.16 on): to the pod, `n` more remote peers.
-    fn add_peer_addresses(&self, n: u8) -> Vec<Ipv4Addr> {
-        assert!(n <= 200);
-        let [x, y, z, _] = self.peer_ip.octets();
-        let addrs: Vec<Ipv4Addr> = (0..n).map(|i| Ipv4Addr::new(x, y, z, 16 + i)).collect();
-        for addr in &addrs {
-            ip(&[
-                "-n",
-                &self.peer,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                &self.peer_dev,
-            ]);
-        }
-        addrs
-    }
-
-    /// A command run inside namespace `ns` (`ip netns exec` execs it: the
-    /// process's pid is the command's).
-    fn command(ns: &str, program: &str) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns, program]);
-        cmd
-    }
-
-    /// Runs `f` on a thread that has joined namespace `ns` (a network
-    /// namespace is per thread: sockets it opens are in `ns`).
-    fn spawn<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
-        let path = format!("/run/netns/{ns}");
-        thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap();
-            // SAFETY: setns on a namespace file we hold open; it affects
-            // only this thread.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-            f()
-        })
-    }
-
-    fn run<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-        Netns::spawn(ns, f).join().unwrap()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for n in [&self.pod, &self.peer] {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
 // Measuring
 
-/// lifeguard's resident memory now and at its peak, in KiB.
-fn rss_kb(pid: i32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// A TCP counter (`TcpExt` in /proc/<pid>/net/netstat) of the namespace
-/// `pid` lives in.
+/// A TCP counter (`TcpExt` in /proc/<pid>/net/netstat, which procfs does
+/// not read) of the namespace `pid` lives in.
 fn tcp_ext(pid: i32, name: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/net/netstat")).unwrap_or_default();
     let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
@@ -183,36 +55,27 @@ fn tcp_ext(pid: i32, name: &str) -> u64 {
 /// remote address, and whether bytes are queued that the peer has not
 /// taken (lifeguard's write stalled).
 fn held_connections(pid: i32, port: u16) -> Vec<(Ipv4Addr, bool)> {
-    let mut inodes = std::collections::HashSet::new();
-    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        for entry in dir.flatten() {
-            if let Ok(target) = std::fs::read_link(entry.path()) {
-                let target = target.to_string_lossy();
-                if let Some(inode) = target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')) {
-                    inodes.insert(inode.to_owned());
-                }
-            }
-        }
-    }
-    // /proc/net/tcp prints an IPv4 address as the hex of its in-memory
-    // (network order) u32 read as a host (little-endian) integer.
-    let hex_addr = |field: &str| {
-        let (addr, port) = field.split_once(':')?;
-        let addr = u32::from_str_radix(addr, 16).ok()?;
-        Some((Ipv4Addr::from(addr.to_le_bytes()), u16::from_str_radix(port, 16).ok()?))
+    let Ok(process) = Process::new(pid) else {
+        return Vec::new();
     };
-    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 10 || f[3] == "0A" || !inodes.contains(f[9]) {
-                return None;
-            }
-            let ((_, local_port), (remote, _)) = (hex_addr(f[1])?, hex_addr(f[2])?);
-            let tx_queue = f[4].split(':').next().and_then(|q| u64::from_str_radix(q, 16).ok());
-            (local_port == port).then_some((remote, tx_queue.unwrap_or(0) > 0))
+    let inodes: std::collections::HashSet<u64> = process
+        .fd()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| match fd.target {
+            FDTarget::Socket(inode) => Some(inode),
+            _ => None,
+        })
+        .collect();
+    process
+        .tcp()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.state != TcpState::Listen && c.local_address.port() == port && inodes.contains(&c.inode))
+        .filter_map(|c| match c.remote_address.ip() {
+            IpAddr::V4(remote) => Some((remote, c.tx_queue > 0)),
+            IpAddr::V6(_) => None,
         })
         .collect()
 }
@@ -274,10 +137,10 @@ struct Prober {
 }
 
 impl Prober {
-    fn start(ns: &Netns, agent_pid: i32) -> Prober {
+    fn start(net: &Net, agent_pid: i32) -> Prober {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let thread = Netns::spawn(&ns.pod, move || {
+        let thread = net.pod.spawn(move || {
             let mut probes = Probes::default();
             let envoy: SocketAddr = "127.0.0.1:15021".parse().unwrap();
             let direct: SocketAddr = "127.0.0.1:15020".parse().unwrap();
@@ -304,7 +167,7 @@ impl Prober {
         let sampler = thread::spawn(move || {
             let mut max_rss = 0;
             while !flag.load(Ordering::Relaxed) {
-                max_rss = max_rss.max(rss_kb(agent_pid).0);
+                max_rss = max_rss.max(memory_kib(agent_pid).0);
                 thread::sleep(Duration::from_millis(100));
             }
             max_rss
@@ -343,38 +206,7 @@ impl Drop for Prober {
 /// The peer's idle clients, in Python (one process holds thousands of
 /// sockets): N connections that send nothing, each reopened when closed.
 /// Runs SECS seconds, prints its counts as it ends.
-const PEER_PY: &str = r#"
-import resource, selectors, socket, sys, time
-host, port, n, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-sel = selectors.DefaultSelector()
-counts = dict(opened=0, closed_by_server=0, connect_failed=0)
-def open_one():
-    s = socket.socket()
-    s.settimeout(2)
-    try:
-        s.connect((host, port))
-    except OSError:
-        counts["connect_failed"] += 1
-        s.close()
-        return
-    s.setblocking(False)
-    sel.register(s, selectors.EVENT_READ)
-    counts["opened"] += 1
-end = time.monotonic() + secs
-for _ in range(n):
-    open_one()
-print("opened", counts, flush=True)
-while time.monotonic() < end:
-    for key, _ in sel.select(timeout=0.1):
-        s = key.fileobj
-        sel.unregister(s)
-        counts["closed_by_server"] += 1
-        s.close()
-        open_one()
-print("done", counts, flush=True)
-"#;
+const PEER_PY: &str = include_str!("fixtures/idle_clients.py");
 
 /// Slow readers, in Python: `HOST PORT PATH SRC:N...` opens N connections
 /// from each source address SRC (taking the sources in turn), each with a
@@ -384,79 +216,22 @@ print("done", counts, flush=True)
 /// writes stall), *refused* if closed or reset before any. Nothing is
 /// reopened. Prints `connected` once every connection is open, and its
 /// counts on SIGTERM (or after 60 s), then closes them all.
-const READERS_PY: &str = r#"
-import collections, resource, selectors, signal, socket, sys, time
-host, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-sources = [(a, int(n)) for a, n in (arg.rsplit(":", 1) for arg in sys.argv[4:])]
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-request = ("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode()
-order = [a for i in range(max(n for _, n in sources)) for a, n in sources if i < n]
-sel = selectors.DefaultSelector()
-counts = dict(connected=0, connect_failed=0, answered=0, refused=0)
-answered_from = collections.Counter()
-held = []
-started = time.monotonic()
-for src in order:
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.bind((src, 0))
-    s.settimeout(2)
-    try:
-        s.connect((host, port))
-    except OSError:
-        counts["connect_failed"] += 1
-        s.close()
-        continue
-    counts["connected"] += 1
-    try:
-        s.sendall(request)
-    except OSError:
-        counts["refused"] += 1
-        s.close()
-        continue
-    s.setblocking(False)
-    sel.register(s, selectors.EVENT_READ, src)
-print("connected", counts, "in %.2f s" % (time.monotonic() - started), flush=True)
-end = time.monotonic() + 60
-while not stop and time.monotonic() < end:
-    for key, _ in sel.select(timeout=0.1):
-        s = key.fileobj
-        try:
-            data = s.recv(1, socket.MSG_PEEK)
-        except OSError:
-            data = b""
-        sel.unregister(s)
-        if data:
-            counts["answered"] += 1
-            answered_from[key.data] += 1
-            held.append(s)
-        else:
-            counts["refused"] += 1
-            s.close()
-per_source = sorted(answered_from.values()) or [0]
-counts["pending"] = len(sel.get_map())
-print("done", counts, "answered per source address: min %d, max %d" % (per_source[0], per_source[-1]), flush=True)
-for s in held:
-    s.close()
-"#;
+const READERS_PY: &str = include_str!("fixtures/slow_readers.py");
 
 /// Starts the peer's idle clients in the peer namespace.
-fn peer_clients(ns: &Netns, dir: &TempDir, args: &[String]) -> Proc {
+fn peer_clients(net: &Net, dir: &TempDir, args: &[String]) -> Proc {
     let script = dir.path().join("peer.py");
     std::fs::write(&script, PEER_PY).unwrap();
-    let mut cmd = Netns::command(&ns.peer, "python3");
+    let mut cmd = net.peer.command("python3");
     cmd.arg(&script).args(args);
     Proc::spawn("peer", cmd, temp_dir("peer"))
 }
 
 /// Starts slow readers (READERS_PY) in namespace `netns`.
-fn slow_readers(name: &'static str, netns: &str, dir: &TempDir, args: &[String]) -> Proc {
+fn slow_readers(name: &'static str, netns: &Netns, dir: &TempDir, args: &[String]) -> Proc {
     let script = dir.path().join("readers.py");
     std::fs::write(&script, READERS_PY).unwrap();
-    let mut cmd = Netns::command(netns, "python3");
+    let mut cmd = netns.command("python3");
     cmd.arg(&script).args(args);
     Proc::spawn(name, cmd, temp_dir(name))
 }
@@ -476,7 +251,7 @@ fn py_count(output: &str, key: &str) -> u64 {
 
 #[test]
 fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
-    let ns = Netns::create();
+    let net = Net::new();
     // Envoy and lifeguard inside the pod namespace, on the pod's real ports
     // (nothing else listens there), bound on 0.0.0.0 like pilot-agent.
     let dir = temp_dir("hostile-pod");
@@ -484,7 +259,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml"))
             .unwrap();
     let envoy = envoy_command(&yaml, &dir);
-    let mut cmd = Netns::command(&ns.pod, env!("CARGO_BIN_EXE_lifeguard"));
+    let mut cmd = net.pod.command(lifeguard_bin());
     cmd.args([
         "run",
         "--status-addr",
@@ -497,7 +272,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     .env("LIFEGUARD_LOG", "info");
     let mut agent = Proc::spawn("lifeguard", cmd, temp_dir("hostile-agent"));
     let pid = agent.pid();
-    Netns::run(&ns.pod, || {
+    net.pod.run(|| {
         wait_status(
             "127.0.0.1:15021".parse().unwrap(),
             "/healthz/ready",
@@ -505,17 +280,19 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
             Duration::from_secs(30),
         )
     });
-    let remote = SocketAddr::from((ns.pod_ip, 15020));
+    let remote = SocketAddr::from((net.pod_ip, 15020));
 
     // The peer reaches the status port (readiness, metrics are public)...
-    let (status, body) = Netns::run(&ns.peer, move || get(remote, "/healthz/ready").unwrap());
+    let (status, body) = net.peer.run(move || get(remote, "/healthz/ready").unwrap());
     assert_eq!((status, body.as_str()), (200, "ready\n"));
     // ...but may not drain or stop the pod: 403, and nothing happens.
     for path in ["/drain", "/quitquitquit"] {
-        let (status, body) = Netns::run(&ns.peer, move || http("POST", remote, path).unwrap());
+        let (status, body) = net.peer.run(move || http("POST", remote, path).unwrap());
         assert_eq!(status, 403, "POST {path} from the peer: {body}");
     }
-    let (status, body) = Netns::run(&ns.pod, || get("127.0.0.1:15020".parse().unwrap(), "/drain").unwrap());
+    let (status, body) = net
+        .pod
+        .run(|| get("127.0.0.1:15020".parse().unwrap(), "/drain").unwrap());
     assert_eq!(status, 200);
     assert!(body.contains("\"phase\":\"serving\""), "{body}");
     assert!(agent.is_running());
@@ -523,18 +300,12 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
 
     // A peer holding 5,000 idle connections, reopening each one closed.
     let peer_dir = temp_dir("hostile-peer");
-    let host = ns.pod_ip.to_string();
+    let host = net.pod_ip.to_string();
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let (rss_before, _) = rss_kb(pid);
-    let prober = Prober::start(&ns, pid);
-    let mut idle = peer_clients(&ns, &peer_dir, &args(&[&host, "15020", "5000", "12"]));
-    wait_for("the peer's 5,000 connections", Duration::from_secs(30), || {
-        if idle.output().contains("opened") {
-            Ok(())
-        } else {
-            Err(idle.output())
-        }
-    });
+    let (rss_before, _) = memory_kib(pid);
+    let prober = Prober::start(&net, pid);
+    let mut idle = peer_clients(&net, &peer_dir, &args(&[&host, "15020", "5000", "12"]));
+    idle.wait_output("opened", Duration::from_secs(30));
     // Past one header-read timeout: the peer's connections are cut and
     // reopened meanwhile.
     thread::sleep(Duration::from_secs(8));
@@ -560,8 +331,8 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     const REMOTE_READERS: usize = READERS - LOOPBACK_READERS;
     let limits = SlotLimits::for_total(MAX_CONNECTIONS);
     let remote_cap = limits.total - limits.loopback_reserve;
-    let sources = ns.add_peer_addresses(PEER_ADDRS);
-    let subnet = |a: Ipv4Addr| a.octets()[..3] == ns.pod_ip.octets()[..3] && a != ns.pod_ip;
+    let sources = net.add_peer_addresses(PEER_ADDRS);
+    let subnet = |a: Ipv4Addr| a.octets()[..3] == net.pod_ip.octets()[..3] && a != net.pod_ip;
     let reader = Ipv4Addr::new(127, 0, 0, 2);
     let mut remote_args = args(&[&host, "15020", "/stats/prometheus"]);
     remote_args.extend(sources.iter().enumerate().map(|(i, a)| {
@@ -574,11 +345,11 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         "/stats/prometheus",
         &format!("{reader}:{LOOPBACK_READERS}"),
     ]);
-    let (rss_before_readers, _) = rss_kb(pid);
-    let prober = Prober::start(&ns, pid);
+    let (rss_before_readers, _) = memory_kib(pid);
+    let prober = Prober::start(&net, pid);
     let started = Instant::now();
-    let mut remote_readers = slow_readers("remote-readers", &ns.peer, &peer_dir, &remote_args);
-    let mut local_readers = slow_readers("local-readers", &ns.pod, &peer_dir, &local_args);
+    let mut remote_readers = slow_readers("remote-readers", &net.peer, &peer_dir, &remote_args);
+    let mut local_readers = slow_readers("local-readers", &net.pod, &peer_dir, &local_args);
     // lifeguard's side, every 100 ms until every reader it held is closed:
     // how many it holds (remote, loopback), how many of them with unsent
     // bytes queued, its RSS.
@@ -590,7 +361,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         let remote = held.iter().filter(|(a, _)| subnet(*a)).count();
         let local = held.iter().filter(|(a, _)| *a == reader).count();
         let stalled = held.iter().filter(|(a, s)| *s && (subnet(*a) || *a == reader)).count();
-        rss_max = rss_max.max(rss_kb(pid).0);
+        rss_max = rss_max.max(memory_kib(pid).0);
         if remote + local > peak.0 + peak.1 {
             peak = (remote, local, stalled);
         }
@@ -613,7 +384,7 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
         );
     }
     thread::sleep(Duration::from_secs(1));
-    let (rss_after, rss_hwm) = rss_kb(pid);
+    let (rss_after, rss_hwm) = memory_kib(pid);
     let (remote_out, local_out) = (remote_readers.output(), local_readers.output());
     eprintln!(
         "{READERS} slow readers of /stats/prometheus ({REMOTE_READERS} remote from {PEER_ADDRS} peer addresses, {LOOPBACK_READERS} from loopback): {}",
@@ -762,14 +533,12 @@ fn small_buffer_connection(addr: SocketAddr) -> TcpStream {
 }
 
 /// The state of lifeguard's side of the connection whose client end is
-/// `client` (a hex TCP state from /proc/<pid>/net/tcp), or None once gone.
-fn server_side_state(pid: i32, client: SocketAddr) -> Option<String> {
-    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).ok()?;
-    let remote = format!(":{:04X}", client.port());
-    table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() > 3 && f[2].ends_with(&remote) && f[2].starts_with("0100007F")).then(|| f[3].to_owned())
-    })
+/// `client` (from /proc/<pid>/net/tcp), or None once gone.
+fn server_side_state(pid: i32, client: SocketAddr) -> Option<TcpState> {
+    let connections = Process::new(pid).ok()?.tcp().ok()?;
+    connections
+        .into_iter()
+        .find_map(|c| (c.remote_address == client).then_some(c.state))
 }
 
 #[test]
@@ -792,7 +561,7 @@ fn a_peer_that_takes_no_response_bytes_is_closed_and_an_idle_keepalive_one_too()
         "lifeguard to close the slow reader",
         Duration::from_secs(30),
         || match server_side_state(pid, client) {
-            Some(state) if state == "01" => Err(state),
+            Some(TcpState::Established) => Err(TcpState::Established),
             _ => Ok(()),
         },
     );
@@ -833,42 +602,28 @@ fn a_peer_that_takes_no_response_bytes_is_closed_and_an_idle_keepalive_one_too()
     assert!(pod.agent.is_running(), "{}", pod.agent.output());
 }
 
-fn agent_on(admin: &FakeAdmin, extra: &[&str]) -> (Proc, Port) {
-    let status = port();
-    let addr = status.addr().to_string();
-    let url = admin.url();
-    let mut args = vec![
-        "--status-addr",
-        addr.as_str(),
-        "--admin-url",
-        url.as_str(),
-        "--termination-drain-duration",
-        "200ms",
-    ];
-    args.extend_from_slice(extra);
-    let agent = start_agent(&args);
-    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
-    (agent, status)
+/// A fake admin's agent; a drain ends 200 ms after it starts.
+fn agent_on_fake(admin: &FakeAdmin, extra: &[&str]) -> (Proc, Port) {
+    agent_on(
+        &admin.url(),
+        &[&["--termination-drain-duration", "200ms"], extra].concat(),
+    )
 }
 
 #[test]
 fn hup_usr1_usr2_are_logged_and_ignored_and_quit_drains() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (mut agent, status) = agent_on(&admin, &[]);
+    let (mut agent, status) = agent_on_fake(&admin, &[]);
     for (sig, name) in [
         (libc::SIGHUP, "SIGHUP"),
         (libc::SIGUSR1, "SIGUSR1"),
         (libc::SIGUSR2, "SIGUSR2"),
     ] {
         agent.signal(sig);
-        wait_for(&format!("{name} in the log"), Duration::from_secs(5), || {
-            let out = agent.output();
-            if out.contains(&format!("signal received; ignored signal=\"{name}\"")) {
-                Ok(())
-            } else {
-                Err(out)
-            }
-        });
+        agent.wait_output(
+            &format!("signal received; ignored signal=\"{name}\""),
+            Duration::from_secs(5),
+        );
         assert!(agent.is_running(), "{name} killed lifeguard");
         assert_eq!(get(status.addr(), "/healthz/ready").unwrap().0, 200, "{name}");
     }
@@ -892,16 +647,9 @@ fn term_int_and_quit_each_start_the_drain_and_repeats_are_logged() {
         (libc::SIGINT, libc::SIGTERM),
         (libc::SIGQUIT, libc::SIGINT),
     ] {
-        let (mut agent, _status) = agent_on(&admin, &["--drain-delay", "1s"]);
+        let (mut agent, _status) = agent_on_fake(&admin, &["--drain-delay", "1s"]);
         agent.signal(first);
-        wait_for("the drain to start", Duration::from_secs(5), || {
-            let out = agent.output();
-            if out.contains("drain started") {
-                Ok(())
-            } else {
-                Err(out)
-            }
-        });
+        agent.wait_output("drain started", Duration::from_secs(5));
         agent.signal(then);
         let code = agent.wait_exit(Duration::from_secs(10)).expect("one exit");
         assert_eq!(code.code(), Some(0), "{}", agent.output());
@@ -911,41 +659,12 @@ fn term_int_and_quit_each_start_the_drain_and_repeats_are_logged() {
     }
 }
 
-/// Pids of the processes whose parent is `parent`, with their state letter.
-fn children_of(parent: i32) -> Vec<(i32, char)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut f = rest.split_whitespace();
-        let state = f.next().and_then(|s| s.chars().next()).unwrap_or('?');
-        if f.next().and_then(|p| p.parse::<i32>().ok()) == Some(parent) {
-            out.push((pid, state));
-        }
-    }
-    out
-}
-
-/// The "Envoy" of the PID 1 test: makes `ORPHANS` orphans (each outlives
-/// the subshell that started it, so the kernel hands it to PID 1), each of
-/// which writes its parent's pid to the file given and exits; then waits.
+/// The "Envoy" of the PID 1 test: `orphans.sh FILE N` makes N orphans
+/// (each outlives the subshell that started it, so the kernel hands it to
+/// PID 1), each of which writes its parent's pid to FILE and exits; then
+/// waits.
 const ORPHANS: usize = 20;
-const ORPHAN_MAKER: &str = r#"
-out="$1"
-i=0
-while [ "$i" -lt 20 ]; do
-  ( sh -c 'sleep 0.3; read -r _ _ _ ppid _ < /proc/$$/stat; echo "$ppid" >> "$0"' "$out" & )
-  i=$((i + 1))
-done
-exec sleep 600
-"#;
+const ORPHAN_MAKER: &str = include_str!("fixtures/orphans.sh");
 
 #[test]
 fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
@@ -959,16 +678,17 @@ fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
     // --kill-child: when unshare dies (the Proc is dropped), so does
     // lifeguard, PID 1 of the namespace, and with it every process inside.
     cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-        .arg(env!("CARGO_BIN_EXE_lifeguard"))
+        .arg(lifeguard_bin())
         .args(["run", "--status-addr", &status.addr().to_string(), "--admin-url"])
         .arg(admin.url())
         .args(["--termination-drain-duration", "200ms", "--", "sh"])
         .arg(&script)
         .arg(&parents)
+        .arg(ORPHANS.to_string())
         .env("LIFEGUARD_LOG", "info");
     let mut unshare = Proc::spawn("unshare+lifeguard", cmd, temp_dir("pid1-agent"));
     let lifeguard = wait_for("lifeguard as PID 1", Duration::from_secs(10), || {
-        children_of(unshare.pid()).first().map(|c| c.0).ok_or(())
+        children(unshare.pid()).first().copied().ok_or(())
     });
     wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
     assert!(unshare.output().contains("running as PID 1"), "{}", unshare.output());
@@ -988,8 +708,11 @@ fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
     // only the "Envoy" (sleep) left.
     let started = Instant::now();
     wait_for("lifeguard to reap its orphans", Duration::from_secs(10), || {
-        let children = children_of(lifeguard);
-        if children.iter().all(|c| c.1 != 'Z') && children.len() == 1 {
+        let children: Vec<(i32, Option<char>)> = children(lifeguard)
+            .into_iter()
+            .map(|pid| (pid, process_state(pid)))
+            .collect();
+        if children.iter().all(|c| c.1 != Some('Z')) && children.len() == 1 {
             Ok(())
         } else {
             Err(children)

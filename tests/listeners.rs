@@ -49,16 +49,6 @@ fn bootstrap_with_listeners(ports: &Ports, port: u16, n: usize) -> String {
     yaml.replacen(clusters, &format!("{listeners}{clusters}"), 1)
 }
 
-/// A `/proc/PID/status` field in MiB (`VmRSS`, `VmHWM`).
-fn memory_mib(pid: i32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 /// The generated listeners' own `downstream_cx_active` lines (not the
 /// per-worker ones) in an answer to the active-count read.
 fn generated_lines(body: &str) -> usize {
@@ -89,8 +79,8 @@ fn exit_on_zero_fires_with_10000_listeners() {
     });
     let envoy_start = started.elapsed();
     eprintln!(
-        "Envoy LIVE after {envoy_start:?}, RSS {:.0} MiB",
-        memory_mib(envoy.pid(), "VmRSS")
+        "Envoy LIVE after {envoy_start:?}, RSS {} MiB",
+        memory_kib(envoy.pid()).0 >> 10
     );
 
     // Every generated listener is up. An active gauge never moved is not
@@ -140,13 +130,13 @@ fn exit_on_zero_fires_with_10000_listeners() {
     let read_time = read_at.elapsed();
     eprintln!(
         "active-count read ({ACTIVE_STATS}): {} bytes = {:.2} MiB, {} lines, {read_time:?} a read; \
-         ACTIVE_LIMIT {} MiB; Envoy RSS {:.0} MiB (peak {:.0} MiB)",
+         ACTIVE_LIMIT {} MiB; Envoy RSS {} MiB (peak {} MiB)",
         body.len(),
         body.len() as f64 / (1 << 20) as f64,
         body.lines().count(),
         ACTIVE_LIMIT >> 20,
-        memory_mib(envoy.pid(), "VmRSS"),
-        memory_mib(envoy.pid(), "VmHWM"),
+        memory_kib(envoy.pid()).0 >> 10,
+        memory_kib(envoy.pid()).1 >> 10,
     );
     assert!(body.len() > 1 << 20, "the read is not past 1 MiB: {} bytes", body.len());
     assert!(
@@ -156,19 +146,14 @@ fn exit_on_zero_fires_with_10000_listeners() {
     );
 
     // lifeguard against it, with a deadline far away (60 s - 2 s margin).
-    let mut args = ports.agent_args();
-    args.extend(
-        [
-            "--exit-on-zero-active-connections",
-            "true",
-            "--minimum-drain-duration",
-            "500ms",
-            "--termination-grace-period",
-            "60s",
-        ]
-        .map(String::from),
-    );
-    let mut agent = start_agent(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut agent = ports.start_agent(&[
+        "--exit-on-zero-active-connections",
+        "true",
+        "--minimum-drain-duration",
+        "500ms",
+        "--termination-grace-period",
+        "60s",
+    ]);
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 
     // One idle connection held open to the last listener, echoed once so

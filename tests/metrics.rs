@@ -29,14 +29,6 @@ fn promtool(text: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-/// The value of the sample named exactly `series` (name and labels).
-fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// lifeguard's part of a merged scrape.
 fn ours_only(scrape: &str) -> String {
     scrape
@@ -69,9 +61,7 @@ fn scrape(addr: std::net::SocketAddr) -> String {
 fn merged_scrape_passes_promtool_and_names_each_family_once() {
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap(&ports));
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin]);
+    let _agent = ports.start_agent(&[]);
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 
     let merged = scrape(ports.agent.addr());
@@ -146,16 +136,7 @@ fn merged_scrape_passes_promtool_and_names_each_family_once() {
 fn our_part_alone_passes_promtool_when_merging_is_off() {
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap(&ports));
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let _agent = start_agent(&[
-        "--status-addr",
-        &status,
-        "--admin-url",
-        &admin,
-        "--merge-envoy-metrics",
-        "false",
-    ]);
+    let _agent = ports.start_agent(&["--merge-envoy-metrics", "false"]);
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     let body = scrape(ports.agent.addr());
     assert!(families(&body).iter().all(|f| ours(f)), "merging is off");
@@ -171,9 +152,7 @@ fn our_part_alone_passes_promtool_when_merging_is_off() {
 #[test]
 fn with_envoy_down_the_scrape_still_answers_and_counts_the_failure() {
     let ports = Ports::new();
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin]);
+    let _agent = ports.start_agent(&[]);
     wait_status(ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(10));
     let first = scrape(ports.agent.addr());
     let second = scrape(ports.agent.addr());
@@ -216,8 +195,7 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
     );
 
     // One slow request in flight, then the native-sidecar drain.
-    let slow = pod.request("/delay/2");
-    pod.wait_inflight(1);
+    let slow = pod.request_in_flight("/delay/2");
     let agent_addr = pod.ports.agent.addr();
     let drain = thread::spawn(move || http("POST", agent_addr, "/drain"));
 
@@ -259,5 +237,5 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
 
     // The scrape keeps answering while Envoy is stopped.
     pod.sigterm();
-    assert_eq!(pod.exit_code(Duration::from_secs(10)), 0);
+    assert_eq!(pod.agent.exit_code(Duration::from_secs(10)), 0);
 }

@@ -8,14 +8,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// The value of the sample named exactly `series` (name and labels).
-fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// Waits until `GET /drain` says Envoy has stopped (the port still answers:
 /// lifeguard lingers); returns when that was first seen.
 fn wait_stopped(pod: &Pod) -> Instant {
@@ -55,13 +47,12 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
         "--linger",
         "30s",
     ]);
-    let req = pod.request("/delay/10");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/10");
     let sent = pod.sigterm();
     let stopped = wait_stopped(&pod);
     // Written as Envoy stopped, before the linger.
     let json = message(&msg);
-    let code = pod.exit_code(Duration::from_secs(10));
+    let code = pod.agent.exit_code(Duration::from_secs(10));
     let took = sent.elapsed();
     eprintln!(
         "cut drain: Envoy stopped {:?} after SIGTERM, lifeguard exited {took:?} after (grace 4s)",
@@ -117,8 +108,7 @@ fn a_scrape_after_envoy_stopped_sees_the_cut_and_ends_the_linger() {
         "--termination-message-path",
         "none",
     ]);
-    let req = pod.request("/delay/10");
-    pod.wait_inflight(1);
+    let req = pod.request_in_flight("/delay/10");
     pod.sigterm();
     wait_stopped(&pod);
     // Lingering: the probe says 503, the process is still there.
@@ -140,7 +130,7 @@ fn a_scrape_after_envoy_stopped_sees_the_cut_and_ends_the_linger() {
     let duration = sample(&scrape, "lifeguard_drain_duration_seconds").unwrap();
     assert!((2.9..4.0).contains(&duration), "{duration}");
 
-    let code = pod.exit_code(Duration::from_secs(10));
+    let code = pod.agent.exit_code(Duration::from_secs(10));
     let after = scraped.elapsed();
     eprintln!("scrape after Envoy's stop -> lifeguard exited {after:?} later");
     assert_eq!(code, 3);
@@ -169,7 +159,7 @@ fn without_a_scrape_the_linger_ends_after_its_time_and_json_logs_carry_the_summa
     let stopped = wait_stopped(&pod);
     // GET /drain is not a scrape: the linger goes on.
     assert_eq!(get(pod.ports.agent.addr(), "/drain").unwrap().0, 200);
-    let code = pod.exit_code(Duration::from_secs(10));
+    let code = pod.agent.exit_code(Duration::from_secs(10));
     let (since_signal, since_seen) = (sent.elapsed(), stopped.elapsed());
     eprintln!("linger 1.5s without a scrape: exited {since_seen:?} after the stop was seen");
     assert_eq!(code, 0, "{}", pod.agent.output());

