@@ -419,3 +419,231 @@ fn the_deadline_counts_from_the_hook_not_from_sigterm() {
     assert!(seen.iter().any(|v| v["left_at_stop"].as_u64() >= Some(1)), "{seen:#?}");
     assert!(hook.output().contains("127.0.0.1:8080 listening"), "{}", hook.output());
 }
+
+/// The summary line lifeguard logs last, as its fields (`key=value`).
+fn summary(agent_output: &str) -> String {
+    agent_output
+        .lines()
+        .rev()
+        .find(|l| l.contains("lifeguard exiting"))
+        .unwrap_or_else(|| panic!("no summary line:\n{agent_output}"))
+        .to_owned()
+}
+
+/// Issue #22, 1: the fixed policy's time runs out with a request in
+/// flight, but the app finishes it and exits before the kubelet's SIGTERM
+/// reaches lifeguard (its preStop hook returned only then): Envoy stops
+/// with nothing in flight, and the outcome says so.
+#[test]
+fn the_outcome_is_read_at_the_stop_not_when_the_drain_time_ran_out() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        false,
+        &["--drain-until", "time", "--termination-drain-duration", "1s"],
+    ));
+    let app = pod.start_app(AppMode::Pooled, 0.0, "");
+    let inflight = pod.request("/work/3");
+    pod.wait_app_says("inbound /work/3");
+    let watch = DrainWatch::start(&pod.net, Duration::from_millis(50));
+    let t0 = Instant::now();
+    let hook = pod.hook("wait-app-exit", &["wait-app-exit", "--period", "100ms"]);
+    signal(app, libc::SIGTERM);
+    let hook_exit = ExitWatch::new(hook.pid(), Duration::from_secs(30));
+    let returned = hook_exit.wait().expect("wait-app-exit returns once the app is gone");
+    let sigterm = pod.kubelet_sigterm();
+    let code = pod.agent.exit_code(Duration::from_secs(10));
+    let seen = watch.finish();
+    let (answer, _) = inflight.join().unwrap();
+    assert_eq!(answer.unwrap(), (200, "done\n".to_owned()), "the request in flight");
+    // The time ran out with the request still in flight...
+    assert!(
+        seen.iter()
+            .any(|v| s(v, "phase") == "drained" && v["active_requests"] == 1),
+        "{seen:#?}"
+    );
+    // ... and Envoy was stopped after the app had answered it.
+    let out = pod.agent.output();
+    let last = summary(&out);
+    eprintln!(
+        "hook at t0, drain time 1s, app done at t0+{:?}, SIGTERM at t0+{:?}: {last}",
+        returned - t0,
+        sigterm - t0
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        last.contains("outcome=\"drained\"") && last.contains("left_at_stop=0"),
+        "{last}"
+    );
+    assert!(
+        last.contains("trigger=\"POST /drain\"") && last.contains("stop_signal=\"SIGTERM\""),
+        "{last}"
+    );
+}
+
+/// Issue #22, 2: `wait-app-exit` that cannot reach the agent (a wrong
+/// `--agent-url`) still knows the proxy: lifeguard's processes in its own
+/// container and their descendants. Their listeners are never the app's,
+/// and the message names the agent as the agent.
+#[test]
+fn wait_app_exit_knows_the_proxy_without_the_agent() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        false,
+        &["--minimum-drain-duration", "500ms", "--termination-grace-period", "20s"],
+    ));
+    let app = pod.start_app(AppMode::Pooled, 0.0, "");
+    let mut hook = pod.hook(
+        "wait-app-exit",
+        &[
+            "wait-app-exit",
+            "--period",
+            "100ms",
+            "--agent-url",
+            "http://127.0.0.1:15999",
+        ],
+    );
+    let out = wait_for("the hook to name the app's listener", Duration::from_secs(10), || {
+        let out = hook.output();
+        if out.contains("waiting for") && out.contains(":8080 listening") {
+            Ok(out)
+        } else {
+            Err(out)
+        }
+    });
+    assert!(
+        out.contains("could not tell the agent at http://127.0.0.1:15999"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("Envoy admin"),
+        "the agent was named as Envoy's admin: {out}"
+    );
+    for port in [ADMIN, OUTBOUND, INBOUND, AGENT, STATUS] {
+        assert!(
+            !out.contains(&format!(":{port} ")),
+            "a proxy socket ({port}) was the app's: {out}"
+        );
+        assert!(
+            !out.contains(&format!(":{port})")),
+            "a proxy socket ({port}) was the app's: {out}"
+        );
+    }
+    let app_exit = ExitWatch::new(app, Duration::from_secs(30));
+    signal(app, libc::SIGTERM);
+    let app_gone = app_exit.wait().expect("the app exits");
+    let status = hook.wait_exit(Duration::from_secs(10)).expect("the hook returns");
+    assert_eq!(status.code(), Some(0), "{}", hook.output());
+    eprintln!(
+        "wait-app-exit without the agent: returned {:?} after the app exited",
+        app_gone.elapsed()
+    );
+    assert!(app_gone.elapsed() < PROMPT);
+    // The agent's own drain was never started: readiness still 200.
+    let status_addr = pod.net.pod_addr(STATUS);
+    pod.net
+        .peer
+        .run(move || wait_status(status_addr, "/healthz/ready", 200, Duration::from_secs(5)));
+}
+
+/// Issue #22, 6: a native sidecar as the kubelet runs it now. The proxy's
+/// preStop `lifeguard drain` starts at T0, beside the app's shutdown; the
+/// app exits later; lifeguard's SIGTERM comes only then. Envoy serves the
+/// app to its end and stops at once; the outcome says what happened.
+#[test]
+fn a_native_sidecar_is_drained_by_its_prestop_and_stopped_by_the_late_sigterm() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        true,
+        &["--minimum-drain-duration", "500ms", "--termination-grace-period", "20s"],
+    ));
+    let app = pod.start_app(AppMode::Pooled, 1.0, "");
+    let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
+    let app_exit = ExitWatch::new(app, Duration::from_secs(30));
+    let mut prestop = pod.hook("drain", &["drain"]);
+    signal(app, libc::SIGTERM);
+    let prestop_exit = ExitWatch::new(prestop.pid(), Duration::from_secs(30));
+    let app_gone = app_exit.wait().expect("the app exits");
+    let drained = prestop_exit.wait().expect("the preStop hook returns");
+    // The kubelet: the sidecar's SIGTERM after the last app container exited.
+    let sigterm = pod.kubelet_sigterm();
+    let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
+    let code = pod.agent.exit_code(Duration::from_secs(10));
+    let out = pod.agent.output();
+    let last = summary(&out);
+    eprintln!(
+        "native sidecar: app exit -> preStop returned {:?}; SIGTERM -> Envoy stopped {:?}; {last}",
+        drained.saturating_duration_since(app_gone),
+        envoy_gone.saturating_duration_since(sigterm)
+    );
+    assert!(envoy_gone > app_gone, "Envoy was stopped before the app exited");
+    assert!(envoy_gone.saturating_duration_since(sigterm) < PROMPT);
+    assert_eq!(
+        prestop.wait_exit(Duration::from_secs(5)).and_then(|s| s.code()),
+        Some(0)
+    );
+    let (ok, failed) = calls(&pod.app_output());
+    assert_eq!(failed, 0, "{}", pod.app_output());
+    assert!(ok > 0);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        last.contains("outcome=\"drained\"") && last.contains("cut_by_deadline=false"),
+        "{last}"
+    );
+    assert!(
+        last.contains("trigger=\"POST /drain\"") && last.contains("stop_signal=\"SIGTERM\""),
+        "{last}"
+    );
+}
+
+/// Issue #22, 6: the grace period runs out with the app still running (it
+/// ignores SIGTERM): the kubelet sends what is left SIGTERM, then SIGKILL
+/// 2 s later. Envoy is stopped between the two, and the outcome says the
+/// deadline cut the drain.
+#[test]
+fn a_native_sidecar_at_grace_expiry_stops_envoy_before_the_sigkill() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        true,
+        &[
+            "--minimum-drain-duration",
+            "500ms",
+            "--termination-grace-period",
+            "4s",
+            "--shutdown-margin",
+            "1s",
+        ],
+    ));
+    pod.start_app(AppMode::Stubborn, 0.0, "");
+    let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
+    let t0 = Instant::now();
+    let _prestop = pod.hook("drain", &["drain"]);
+    let status = pod.net.pod_addr(AGENT);
+    pod.net
+        .peer
+        .run(move || wait_status(status, "/healthz/ready", 503, Duration::from_secs(5)));
+    wait_for("the grace period to end", Duration::from_secs(10), || {
+        if t0.elapsed() >= Duration::from_secs(4) {
+            Ok(())
+        } else {
+            Err(t0.elapsed())
+        }
+    });
+    let sigterm = pod.kubelet_sigterm();
+    let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
+    let sigkill_at = sigterm + Duration::from_secs(2);
+    let code = pod.agent.exit_code(Duration::from_secs(2));
+    pod.kubelet_sigkill();
+    let out = pod.agent.output();
+    let last = summary(&out);
+    eprintln!(
+        "grace expiry: SIGTERM at t0+{:?} -> Envoy stopped {:?} later (SIGKILL due 2s after); {last}",
+        sigterm - t0,
+        envoy_gone.saturating_duration_since(sigterm)
+    );
+    assert!(envoy_gone < sigkill_at, "Envoy was still running at the SIGKILL");
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        last.contains("outcome=\"cut\"") && last.contains("cut_by_deadline=true"),
+        "{last}"
+    );
+    assert!(last.contains("stop_signal=\"SIGTERM\""), "{last}");
+    // What Envoy was stopped with was read at the stop: the app's listener
+    // and its process.
+    assert!(last.contains("left_at_stop=2"), "{last}");
+}

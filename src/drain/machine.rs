@@ -13,7 +13,7 @@ use super::plan::{DrainUntil, Plan};
 use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress};
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Work};
 use super::status::{Outcome, Phase, Status};
-use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
+use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, LAST_READ_TIMEOUT, WARN_EVERY};
 use crate::duration::Display as D;
 use crate::logging::Throttle;
 
@@ -113,6 +113,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
                 None => self.inbox.open = false,
                 Some(Event::Signal(name)) => {
                     self.inbox.stop_requested = true;
+                    self.inbox.publish(|s| s.stop_signal = Some(name));
                     break name;
                 }
                 Some(Event::Drain(reply)) => {
@@ -308,10 +309,13 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         let mut pacer = Pacer::default();
         let mut seen = Seen::default();
         loop {
+            // A read near (or past) the deadline still gets a short while:
+            // what Envoy is stopped with must be known, and the shutdown
+            // margin has room for it.
             let read_timeout = plan
                 .read_timeout
                 .min(deadline.saturating_duration_since(Instant::now()))
-                .max(Duration::from_millis(10));
+                .max(LAST_READ_TIMEOUT.min(plan.read_timeout));
             let read_started = Instant::now();
             let (envoy_read, took, app_read) = self.read_once(read_timeout).await?;
             if envoy_read.is_ok() {
@@ -533,7 +537,10 @@ impl Inbox {
                 } else {
                     tracing::info!(signal = name, "signal received; Envoy stops once drained");
                     self.stop_requested = true;
-                    self.publish(|s| s.stop_requested = true);
+                    self.publish(|s| {
+                        s.stop_requested = true;
+                        s.stop_signal = Some(name);
+                    });
                 }
             }
             Some(Event::Drain(reply)) => {

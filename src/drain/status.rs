@@ -84,6 +84,9 @@ pub struct Status {
     pub last_read_error: Option<String>,
     /// Whether a signal asked for Envoy to be stopped once drained.
     pub stop_requested: bool,
+    /// The signal that asked for Envoy's stop (`SIGTERM`, ...): with a
+    /// drain started by `POST /drain`, it says when the kubelet came.
+    pub stop_signal: Option<&'static str>,
     /// Whether the deadline cut the drain.
     pub cut_by_deadline: bool,
     /// What the policy counts (connections, requests, or work in flight and
@@ -114,6 +117,7 @@ impl Status {
             waited_on_last: None,
             last_read_error: None,
             stop_requested: false,
+            stop_signal: None,
             cut_by_deadline: false,
             left_at_stop: None,
             duration_seconds: None,

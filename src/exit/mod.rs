@@ -44,6 +44,10 @@ pub(crate) struct Summary {
     /// What started the drain: `SIGTERM`, `SIGINT`, `POST /drain`; None
     /// when there was no drain.
     pub(crate) trigger: Option<&'static str>,
+    /// The signal that asked for Envoy's stop, if one did (after
+    /// `POST /drain`, the kubelet's SIGTERM: at the app's exit for a native
+    /// sidecar, or at the end of the grace period).
+    pub(crate) stop_signal: Option<&'static str>,
     pub(crate) policy: DrainUntil,
     /// Unix time the drain began.
     pub(crate) started_at: Option<f64>,
@@ -79,6 +83,7 @@ impl Summary {
             outcome: kind,
             exit_code: outcome.exit_code(),
             trigger: status.trigger,
+            stop_signal: status.stop_signal,
             policy: status.policy,
             started_at: status.started_at.map(millis),
             duration_seconds: status.duration_seconds.map(millis),
@@ -120,6 +125,7 @@ impl Summary {
             outcome = self.outcome,
             exit_code = self.exit_code,
             trigger = self.trigger,
+            stop_signal = self.stop_signal,
             policy = %self.policy,
             started_at = self.started_at,
             duration_seconds = self.duration_seconds,
