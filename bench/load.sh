@@ -5,13 +5,16 @@
 #   b. bare-hyper: a bare hyper 1.x server answering a static 200, built in
 #      the same (release) profile: the ceiling for this stack
 #   c. nginx `return 200;` (one worker)
+#   d. with BASELINE=PATH: another lifeguard binary (say, built from an
+#      earlier commit), probed the same way, for a before/after ratio
+#      measured side by side
 # Each server is pinned to CPU 0, wrk (one thread) to CPU 1. Same threads,
 # connections and duration for all three. Then: admin requests Envoy saw
 # while lifeguard was probed at full rate, and p50/p99/p99.9 at half of
 # lifeguard's peak rate from bench/loadgen.rs (open-loop, corrected for
 # coordinated omission).
 #
-# Usage: bench/load.sh [SECONDS_PER_RUN=10] [ROUNDS=3] [CONNECTIONS=32]
+# Usage: [BASELINE=path/to/lifeguard] bench/load.sh [SECONDS_PER_RUN=10] [ROUNDS=3] [CONNECTIONS=32]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 D=${1:-10}
@@ -33,8 +36,10 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 cargo build --release --quiet --bin lifeguard --example bare-hyper --example loadgen
 
 # Ports 31000-31099, below the ephemeral range; refuse to run if taken.
-ADMIN=31000; STATUS=31021; AGENT=31020; INBOUND=31006; APP=31080; PROM=31090; BARE=31081; NGX=31082
-for p in $ADMIN $STATUS $AGENT $INBOUND $PROM $BARE $NGX; do
+ADMIN=31000; STATUS=31021; AGENT=31020; INBOUND=31006; APP=31080; PROM=31090; BARE=31081; NGX=31082; BASE=31022
+SERVERS="lifeguard bare-hyper nginx"
+[ -n "${BASELINE:-}" ] && SERVERS="$SERVERS baseline"
+for p in $ADMIN $STATUS $AGENT $INBOUND $PROM $BARE $NGX $BASE; do
   if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "port $p is in use" >&2; exit 1; fi
 done
 
@@ -54,6 +59,9 @@ sed -e "s#PREFIX#$work#g" -e "s/PORT/$NGX/" bench/nginx.conf > "$work/nginx.conf
 taskset -c 1 "$ENVOY" -c "$work/envoy.yaml" --disable-hot-restart -l error --concurrency 1 >"$work/envoy.log" 2>&1 & pids+=($!)
 LIFEGUARD_LOG=warn taskset -c 0 target/release/lifeguard run --status-addr 127.0.0.1:$AGENT --admin-url http://127.0.0.1:$ADMIN >"$work/lifeguard.log" 2>&1 & pids+=($!)
 taskset -c 0 target/release/examples/bare-hyper 127.0.0.1:$BARE >"$work/bare.log" 2>&1 & pids+=($!)
+if [ -n "${BASELINE:-}" ]; then
+  LIFEGUARD_LOG=warn taskset -c 0 "$BASELINE" run --status-addr 127.0.0.1:$BASE --admin-url http://127.0.0.1:$ADMIN >"$work/baseline.log" 2>&1 & pids+=($!)
+fi
 taskset -c 0 "$NGINX" -c "$work/nginx.conf" -p "$work" >"$work/nginx.out" 2>&1 & pids+=($!)
 
 wait_200() {
@@ -66,7 +74,9 @@ wait_200() {
 A=http://127.0.0.1:$AGENT/healthz/ready
 B=http://127.0.0.1:$BARE/healthz/ready
 N=http://127.0.0.1:$NGX/healthz/ready
+D_URL=http://127.0.0.1:$BASE/healthz/ready
 wait_200 $A; wait_200 $B; wait_200 $N
+[ -n "${BASELINE:-}" ] && wait_200 $D_URL
 
 to_us() { # wrk latency like 85.00us, 1.20ms, 1.01s -> microseconds
   awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n }'
@@ -94,8 +104,8 @@ declare -A RPS P99
 for mode in keepalive close; do
   printf '\n## %s\n%-6s %-10s %12s %10s %10s\n' "$mode" round server req/s p50_us p99_us
   for r in $(seq 1 "$R"); do
-    for s in lifeguard bare-hyper nginx; do
-      case $s in lifeguard) url=$A ;; bare-hyper) url=$B ;; nginx) url=$N ;; esac
+    for s in $SERVERS; do
+      case $s in lifeguard) url=$A ;; bare-hyper) url=$B ;; nginx) url=$N ;; baseline) url=$D_URL ;; esac
       before=0; [ $s = lifeguard ] && before=$(admin_rq)
       read -r rps p50 p99 < <(run_wrk $s "$url" $mode)
       if [ $s = lifeguard ]; then
@@ -111,11 +121,15 @@ for mode in keepalive close; do
   a=$(tr ' ' '\n' <<<"${RPS[$mode,lifeguard]}" | grep . | median)
   b=$(tr ' ' '\n' <<<"${RPS[$mode,bare-hyper]}" | grep . | median)
   c=$(tr ' ' '\n' <<<"${RPS[$mode,nginx]}" | grep . | median)
-  for s in lifeguard bare-hyper nginx; do
+  for s in $SERVERS; do
     vals=$(tr ' ' '\n' <<<"${RPS[$mode,$s]}" | grep . | sort -n | tr '\n' ' ')
     printf 'median %-10s %10.0f req/s  (min-max: %s)\n' $s "$(tr ' ' '\n' <<<"$vals" | grep . | median)" "$(awk '{print $1 "-" $NF}' <<<"$vals")"
   done
   awk -v a="$a" -v b="$b" -v c="$c" 'BEGIN {printf "ratio a/b (lifeguard / bare hyper) = %.3f\nratio a/c (lifeguard / nginx)      = %.3f\n", a / b, a / c}'
+  if [ -n "${BASELINE:-}" ]; then
+    d=$(tr ' ' '\n' <<<"${RPS[$mode,baseline]}" | grep . | median)
+    awk -v a="$a" -v d="$d" 'BEGIN {printf "ratio a/d (lifeguard / baseline)   = %.3f\n", a / d}'
+  fi
   [ $mode = keepalive ] && PEAK=$a
 done
 
