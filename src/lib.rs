@@ -24,6 +24,20 @@
 
 #![deny(unsafe_code)]
 
+/// `Display` for a clap `ValueEnum`: the value as the user types it
+/// (`app-exit`, `inbound`, `json`).
+macro_rules! display_as_value {
+    ($t:ty) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let value = clap::ValueEnum::to_possible_value(self).expect("no variant is skipped");
+                f.write_str(value.get_name())
+            }
+        }
+    };
+}
+pub(crate) use display_as_value;
+
 pub mod agent;
 pub mod cli;
 pub mod config;

@@ -8,7 +8,6 @@
 //! A line that can repeat without bound (a refused connection, a failed
 //! read) goes through a [`Throttle`].
 
-use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -42,11 +41,7 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-impl fmt::Display for LogFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
-    }
-}
+crate::display_as_value!(LogFormat);
 
 /// Lets a repeated log line through at most once per period, and counts
 /// the occurrences it held back, so a flood of one event is one line that

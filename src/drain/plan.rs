@@ -2,7 +2,6 @@
 //! listeners drain ([`DrainScope`]) and the times ([`Plan`]), derived from
 //! the settings in one place (`crate::agent`).
 
-use std::fmt;
 use std::time::Duration;
 
 use clap::ValueEnum;
@@ -93,11 +92,7 @@ pub enum DrainUntil {
     AppExit,
 }
 
-impl fmt::Display for DrainUntil {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
-    }
-}
+crate::display_as_value!(DrainUntil);
 
 /// Which listeners Envoy drains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -109,8 +104,4 @@ pub(crate) enum DrainScope {
     All,
 }
 
-impl fmt::Display for DrainScope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
-    }
-}
+crate::display_as_value!(DrainScope);

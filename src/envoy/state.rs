@@ -4,8 +4,6 @@
 //! first CDS and LDS updates when they are required ([`XdsCheck`]). Every
 //! reason not ready is one line of text, for the 503 body and the log.
 
-use std::fmt;
-
 use clap::ValueEnum;
 use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -199,11 +197,7 @@ pub enum XdsCheck {
     Off,
 }
 
-impl fmt::Display for XdsCheck {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_possible_value().expect("no variant is skipped").get_name())
-    }
-}
+crate::display_as_value!(XdsCheck);
 
 #[cfg(test)]
 mod tests {
