@@ -89,6 +89,11 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
             }
         }
     }
+    // Names at the crate root that are no module (a macro) are no edge.
+    let modules: BTreeSet<String> = graph.keys().cloned().collect();
+    for edges in graph.values_mut() {
+        edges.retain(|to| modules.contains(to));
+    }
     graph
 }
 
