@@ -73,7 +73,7 @@ fn main() {
             let answer = http_timeout("GET", inbound, "/delay/0.3", Duration::from_secs(10));
             (answer, Instant::now())
         });
-        wait_inflight(admin, 1);
+        wait_inflight(&ports, 1);
         let (probing, first_answer) = std::sync::mpsc::channel();
         let prober = thread::spawn(move || {
             let client = KeepAliveClient::new();

@@ -11,6 +11,7 @@ use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
 use crate::drain::exit_code;
 use crate::duration::Display as D;
 use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
+use crate::status::control::ControlSocket;
 use crate::url::{parse_loopback_url, LoopbackUrl};
 
 #[derive(Debug, Parser)]
@@ -86,6 +87,10 @@ pub(crate) enum Command {
         /// Envoy's admin API: the process that owns it is Envoy (loopback only).
         #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = base_url)]
         admin_url: LoopbackUrl,
+        /// The agent's control socket: used instead of --agent-url when the
+        /// file exists.
+        #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
+        control_socket: ControlSocket,
     },
 
     /// Native-sidecar preStop hook: `POST /drain` on the agent and wait until
@@ -97,6 +102,10 @@ pub(crate) enum Command {
         /// Give up after this long.
         #[arg(long, default_value = "5m", value_parser = positive_duration)]
         timeout: Duration,
+        /// The agent's control socket: used instead of --url when the file
+        /// exists.
+        #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
+        control_socket: ControlSocket,
     },
 }
 
@@ -217,14 +226,22 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             ignore_ports,
             agent_url,
             admin_url,
+            control_socket,
         } => Task::WaitAppExit(AppExitOptions {
             timeout,
             period,
             ignore_ports,
-            agent: agent_url,
+            agent: control_socket.or(agent_url),
             admin: admin_url,
         }),
-        Command::Drain { url, timeout } => Task::Drain(DrainOptions { url, timeout }),
+        Command::Drain {
+            url,
+            timeout,
+            control_socket,
+        } => Task::Drain(DrainOptions {
+            url: control_socket.or(url),
+            timeout,
+        }),
     }))
 }
 

@@ -177,16 +177,16 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
     let processes = app::shares_pod_process_namespace();
     let mut last_report: Option<Instant> = None;
     loop {
-        let (agent_port, admin_port) = (opts.agent.addr().port(), opts.admin.addr().port());
+        let (agent_port, admin_port) = (opts.agent.port(), opts.admin.port());
         let proxy = app::Proxy {
             pids: app::own_proxy_processes()
                 .into_iter()
-                .chain(app::listener_owner(agent_port))
+                .chain(agent_port.and_then(app::listener_owner))
                 .collect(),
-            control_ports: vec![agent_port, admin_port],
+            control_ports: agent_port.into_iter().chain(admin_port).collect(),
             ignored_ports: opts.ignore_ports.clone(),
         };
-        let work = match app::scan(&proxy, processes, Some(admin_port)) {
+        let work = match app::scan(&proxy, processes, admin_port) {
             Ok(work) => work,
             Err(e) => {
                 eprintln!("lifeguard wait-app-exit: cannot read /proc/net/tcp: {e}");

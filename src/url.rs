@@ -1,37 +1,92 @@
-//! Loopback HTTP addresses: Envoy's admin API, the agent, the readiness URL
-//! of `wait`. Only loopback hosts are accepted, so nothing lifeguard is
-//! configured with can send a request off the host.
+//! Local HTTP addresses: Envoy's admin API, the agent, the readiness URL of
+//! `wait`. Only loopback hosts and Unix sockets are accepted, so nothing
+//! lifeguard is configured with can send a request off the host.
+//!
+//! A Unix socket (`unix:///var/run/lifeguard/admin.sock`) is how only the
+//! proxy's container reaches Envoy's admin: every process of the pod shares
+//! loopback, but a socket file of mode 0600 in a directory only the proxy
+//! container mounts is the proxy's alone.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-/// A loopback HTTP address: `http://` plus a loopback host and a port
-/// (Envoy's admin API, the agent, the readiness URL of `wait`).
+use tokio::net::{TcpStream, UnixStream};
+use tokio_util::either::Either;
+
+/// A local HTTP address: `http://` plus a loopback host and a port, or
+/// `unix://` plus the absolute path of a Unix socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LoopbackUrl {
-    addr: SocketAddr,
+    to: To,
     authority: String,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum To {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// A connection to a [`LoopbackUrl`].
+pub(crate) type LocalStream = Either<TcpStream, UnixStream>;
+
 impl LoopbackUrl {
-    pub(crate) fn addr(&self) -> SocketAddr {
-        self.addr
+    /// A Unix socket's URL.
+    pub(crate) fn unix(path: &Path) -> Self {
+        Self {
+            to: To::Unix(path.to_owned()),
+            authority: "localhost".into(),
+        }
     }
+
+    /// The TCP port, when the address is one (None for a Unix socket).
+    pub(crate) fn port(&self) -> Option<u16> {
+        match &self.to {
+            To::Tcp(addr) => Some(addr.port()),
+            To::Unix(_) => None,
+        }
+    }
+
+    /// The `Host` header of a request to it.
     pub(crate) fn authority(&self) -> &str {
         &self.authority
+    }
+
+    /// A new connection (with `TCP_NODELAY` over TCP). No timeout here:
+    /// callers bound the whole exchange.
+    pub(crate) async fn connect(&self) -> std::io::Result<LocalStream> {
+        match &self.to {
+            To::Tcp(addr) => {
+                let stream = TcpStream::connect(addr).await?;
+                let _ = stream.set_nodelay(true);
+                Ok(Either::Left(stream))
+            }
+            To::Unix(path) => Ok(Either::Right(UnixStream::connect(path).await?)),
+        }
     }
 }
 
 impl fmt::Display for LoopbackUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}", self.authority)
+        match &self.to {
+            To::Tcp(_) => write!(f, "http://{}", self.authority),
+            To::Unix(path) => write!(f, "unix://{}", path.display()),
+        }
     }
 }
 
 impl FromStr for LoopbackUrl {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(path) = s.strip_prefix("unix://") {
+            let path = Path::new(path);
+            if !path.is_absolute() {
+                return Err("expected unix:///ABSOLUTE/PATH, for example unix:///var/run/lifeguard/admin.sock".into());
+            }
+            return Ok(Self::unix(path));
+        }
         let (url, path) = parse_loopback_url(s)?;
         if path != "/" {
             return Err("must not have a path".into());
@@ -45,7 +100,7 @@ impl FromStr for LoopbackUrl {
 pub(crate) fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
     let rest = s
         .strip_prefix("http://")
-        .ok_or("must start with http:// (plain HTTP on loopback)")?;
+        .ok_or("must start with http:// (plain HTTP on loopback) or unix:// (a Unix socket)")?;
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = Some(path)
         .filter(|p| !p.trim_end_matches('/').is_empty())
@@ -65,7 +120,7 @@ pub(crate) fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), Strin
         return Err("port 0 is not allowed".into());
     }
     let url = LoopbackUrl {
-        addr,
+        to: To::Tcp(addr),
         authority: authority.to_owned(),
     };
     Ok((url, path.to_owned()))

@@ -23,7 +23,7 @@ fn not_ready_with_a_reason_while_envoy_is_not_running() {
         },
     );
     assert!(
-        body.contains("cannot connect to Envoy admin") && body.contains(&ports.admin.port.to_string()),
+        body.contains(&format!("cannot connect to Envoy admin at {}", ports.admin_url())),
         "reason should say the admin API is unreachable: {body:?}"
     );
     // HEAD gets the status without a body.
@@ -38,10 +38,9 @@ fn ready_directly_and_through_envoy_once_envoy_is_live() {
     let _envoy = start_envoy(&bootstrap(&ports));
 
     // Time from Envoy's own /ready saying LIVE to the agent saying 200.
-    let envoy_ready = ports.admin.addr();
     let live_at = {
         let (s, _) = wait_for("Envoy /ready LIVE", Duration::from_secs(30), || {
-            match get(envoy_ready, "/ready") {
+            match ports.admin_get("/ready") {
                 Ok((200, body)) if body.trim() == "LIVE" => Ok((200, body)),
                 other => Err(other),
             }

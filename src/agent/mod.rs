@@ -29,6 +29,7 @@ use crate::exit::linger::Linger;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
 use crate::pod::app::{in_a_pod, Watcher};
+use crate::status::control::ControlServer;
 use crate::status::server::StatusServer;
 use crate::status::service::StatusService;
 use crate::{cli, hooks, logging};
@@ -115,9 +116,9 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let shutdown = CancellationToken::new();
     let metrics = Metrics::new(Instant::now());
     let admin = admin_client(&settings, &metrics);
-    let server = match StatusServer::bind(settings.status_addr).await {
-        Ok(server) => server,
-        Err(e) => return start_failed(&format!("cannot bind the status address {}", settings.status_addr), &e),
+    let (server, control) = match bind(&settings).await {
+        Ok(bound) => bound,
+        Err(code) => return code,
     };
     let local = server.local_addr().expect("a bound listener has an address");
     let (grace, scope) = (settings.termination_grace_period, settings.drain_scope);
@@ -144,9 +145,11 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let service = StatusService::new(readiness.clone())
         .with_drain(handle.clone())
         .with_metrics(&metrics, scraper)
-        .with_linger(linger.clone());
+        .with_linger(linger.clone())
+        .with_control(settings.loopback_control, settings.control_socket.0.clone());
     let message_path = settings.termination_message_path.resolve();
     log_start(&settings, local, &handle, message_path.as_deref());
+    let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));
     let tasks = [
         tokio::spawn(server.serve(service, shutdown.clone())),
         tokio::spawn(poller::run(
@@ -170,10 +173,37 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     )
     .await;
     shutdown.cancel();
-    for task in tasks {
+    for task in tasks.into_iter().chain(control) {
         let _ = task.await;
     }
     code
+}
+
+/// The status port and the control socket, bound before anything starts:
+/// an address in use stops start-up before a process is launched.
+async fn bind(settings: &Settings) -> Result<(StatusServer, Option<ControlServer>), u8> {
+    let server = match StatusServer::bind(settings.status_addr).await {
+        Ok(server) => server,
+        Err(e) => {
+            return Err(start_failed(
+                &format!("cannot bind the status address {}", settings.status_addr),
+                &e,
+            ))
+        }
+    };
+    match settings
+        .control_socket
+        .0
+        .as_deref()
+        .map(ControlServer::bind)
+        .transpose()
+    {
+        Ok(control) => Ok((server, control)),
+        Err(e) => Err(start_failed(
+            &format!("cannot bind the control socket {}", settings.control_socket),
+            &e,
+        )),
+    }
 }
 
 /// The admin client, telling the metrics of every call.
@@ -198,7 +228,7 @@ fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Op
         }
         tracing::warn!("{why}: app-exit, as asked, waits on every socket of this machine that is not the proxy's");
     }
-    let admin_port = settings.admin_url.addr().port();
+    let admin_port = settings.admin_url.port();
     let ignored = settings.ignore_app_ports.clone();
     match Watcher::for_pod(status_port, admin_port, envoy, ignored) {
         Ok(app) => {
@@ -232,6 +262,8 @@ fn log_start(
         drain_until = %handle.status().policy,
         deadline = %D(settings.drain_deadline()),
         termination_message = %message.map_or("none".into(), |p| p.display().to_string()),
+        control_socket = %settings.control_socket,
+        loopback_control = settings.loopback_control,
         "lifeguard listening"
     );
 }

@@ -18,13 +18,14 @@ use clap::{ArgAction, Args};
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Display as D;
-use parsers::{addr, filter, go_bool, grace, message_path, poll, ports, positive, span, url};
+use parsers::{addr, control_socket, filter, go_bool, grace, message_path, poll, ports, positive, span, url};
 
 mod layers;
 mod parsers;
 
 pub(crate) use layers::from_clap_error;
 
+use crate::status::control::ControlSocket;
 pub(crate) use crate::url::LoopbackUrl;
 use crate::{drain::DrainScope, drain::DrainUntil, envoy::state::XdsCheck, exit::MessagePath, logging::LogFormat};
 
@@ -151,6 +152,18 @@ pub(crate) struct Settings {
     #[serde(deserialize_with = "ports")]
     pub(crate) ignore_listener_ports: Vec<u16>,
 
+    /// A Unix socket (mode 0600) serving POST /drain, POST /quitquitquit and
+    /// GET /drain to whoever may open it; none by default. The hook
+    /// commands use it too when the file exists.
+    #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none", value_parser = control_socket::parse)]
+    #[serde(with = "control_socket")]
+    pub(crate) control_socket: ControlSocket,
+
+    /// Whether loopback callers of the status port may drain and stop Envoy
+    /// (POST /drain, /quitquitquit). false: only the control socket may.
+    #[arg(long, env = "LIFEGUARD_LOOPBACK_CONTROL", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
+    pub(crate) loopback_control: bool,
+
     /// Append Envoy's own metrics to `/stats/prometheus` (true or false).
     #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
     pub(crate) merge_envoy_metrics: bool,
@@ -223,6 +236,16 @@ impl Settings {
                     "must be shorter than termination_grace_period ({})",
                     D(self.termination_grace_period)
                 ),
+            });
+        }
+        if !self.loopback_control && self.control_socket.0.is_none() {
+            let (field, origin) = named("loopback_control");
+            let why = "with no control_socket nothing could drain or stop Envoy: set control_socket too";
+            return Err(ConfigError::Invalid {
+                field,
+                value: "false".into(),
+                origin,
+                why: why.into(),
             });
         }
         if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
@@ -341,7 +364,7 @@ pub(crate) mod tests {
     fn defaults_are_the_documented_ones() {
         let (s, eff) = load(&[]).unwrap();
         assert_eq!(s.status_addr, "0.0.0.0:15020".parse().unwrap());
-        assert_eq!(s.admin_url.addr(), "127.0.0.1:15000".parse().unwrap());
+        assert_eq!(s.admin_url.to_string(), "http://127.0.0.1:15000");
         assert_eq!(s.poll_interval, Duration::from_secs(1));
         assert_eq!(s.startup_poll_interval, Duration::from_millis(100));
         assert_eq!(s.admin_timeout, Duration::from_secs(1));
@@ -349,7 +372,9 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 22);
+        assert_eq!(eff.len(), 24);
+        assert_eq!(s.control_socket, ControlSocket(None));
+        assert!(s.loopback_control);
         assert_eq!(s.readiness_fail_delay, Duration::ZERO);
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.linger, Duration::ZERO);
@@ -674,15 +699,15 @@ pub(crate) mod tests {
 
     #[test]
     fn admin_url_forms() {
-        assert_eq!(
-            "http://localhost:15000".parse::<LoopbackUrl>().unwrap().addr(),
-            "127.0.0.1:15000".parse().unwrap()
-        );
-        assert_eq!(
-            "http://[::1]:15000/".parse::<LoopbackUrl>().unwrap().addr(),
-            "[::1]:15000".parse().unwrap()
-        );
-        assert!("http://127.0.0.1:15000/stats".parse::<LoopbackUrl>().is_err());
-        assert!("http://127.0.0.1:0".parse::<LoopbackUrl>().is_err());
+        let url = |s: &str| s.parse::<LoopbackUrl>();
+        assert_eq!(url("http://localhost:15000").unwrap().port(), Some(15000));
+        assert_eq!(url("http://[::1]:15000/").unwrap().to_string(), "http://[::1]:15000");
+        let unix = url("unix:///var/run/lifeguard/admin.sock").unwrap();
+        assert_eq!(unix.port(), None);
+        assert_eq!(unix.to_string(), "unix:///var/run/lifeguard/admin.sock");
+        assert!(url("unix://admin.sock").unwrap_err().contains("ABSOLUTE"));
+        assert!(url("http://127.0.0.1:15000/stats").is_err());
+        assert!(url("http://127.0.0.1:0").is_err());
+        assert!(url("http://10.0.0.1:15000").is_err());
     }
 }

@@ -1,6 +1,7 @@
-//! The client for Envoy's admin API (127.0.0.1:15000 in a sidecar).
+//! The client for Envoy's admin API (127.0.0.1:15000 in a sidecar, or a
+//! Unix socket only the proxy's container can reach).
 //!
-//! Every call opens a fresh loopback connection, and the whole exchange
+//! Every call opens a fresh connection (loopback TCP or a Unix socket), and the whole exchange
 //! (connect, request, reading the body) runs under one timeout, so a hung or
 //! slow Envoy costs at most that timeout and never a stuck task. Bodies are
 //! read up to a limit: an Envoy that answers with megabytes of garbage is an
@@ -18,9 +19,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
-use crate::url::LoopbackUrl;
+use crate::url::{LocalStream, LoopbackUrl};
 
 /// Why an admin call did not produce a usable body.
 #[derive(Debug, thiserror::Error)]
@@ -209,13 +209,10 @@ impl AdminClient {
     /// body read chunk by chunk ([`BodyStream`]). No timeout and no
     /// observer: the caller bounds and reports the whole read.
     pub(crate) async fn open(&self, path: &str) -> Result<(StatusCode, BodyStream), AdminError> {
-        let stream = TcpStream::connect(self.url.addr())
-            .await
-            .map_err(|source| AdminError::Connect {
-                url: self.url.to_string(),
-                source,
-            })?;
-        let _ = stream.set_nodelay(true);
+        let stream = self.url.connect().await.map_err(|source| AdminError::Connect {
+            url: self.url.to_string(),
+            source,
+        })?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         let request = Request::builder()
             .method(Method::GET)
@@ -255,7 +252,7 @@ impl AdminClient {
 /// as Envoy sends it (each chunk is hyper's buffer, not a copy). The
 /// connection is driven while chunks are awaited; dropping this closes it.
 pub(crate) struct BodyStream {
-    conn: Pin<Box<hyper::client::conn::http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>>>,
+    conn: Pin<Box<hyper::client::conn::http1::Connection<TokioIo<LocalStream>, Empty<Bytes>>>>,
     conn_done: bool,
     body: hyper::body::Incoming,
 }
@@ -307,13 +304,10 @@ pub(crate) async fn fetch(
     path: &str,
     limit: usize,
 ) -> Result<(StatusCode, Bytes), AdminError> {
-    let stream = TcpStream::connect(url.addr())
-        .await
-        .map_err(|source| AdminError::Connect {
-            url: url.to_string(),
-            source,
-        })?;
-    let _ = stream.set_nodelay(true);
+    let stream = url.connect().await.map_err(|source| AdminError::Connect {
+        url: url.to_string(),
+        source,
+    })?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     let request = Request::builder()
         .method(method)

@@ -222,12 +222,13 @@ pub(crate) struct Watcher {
 impl Watcher {
     /// The watcher of this pod, for an agent whose status listener is on
     /// `status_port`. `envoy` is Envoy's pid when lifeguard launched it;
-    /// otherwise Envoy is the owner of the admin listener on `admin_port`.
+    /// otherwise Envoy is the owner of the admin listener on `admin_port`
+    /// (None: Envoy's admin is a Unix socket).
     /// Err when sockets cannot be attributed to processes here (no /proc
     /// access, or an external Envoy whose process cannot be seen).
     pub(crate) fn for_pod(
         status_port: u16,
-        admin_port: u16,
+        admin_port: Option<u16>,
         envoy: Option<u32>,
         ignored_ports: Vec<u16>,
     ) -> Result<Watcher, String> {
@@ -241,7 +242,12 @@ impl Watcher {
             }
             None => return Err("cannot see which process owns lifeguard's own socket in /proc".into()),
         }
-        if envoy.is_none() {
+        if let (None, None) = (envoy, admin_port) {
+            return Err(
+                "Envoy is not lifeguard's child and its admin is a Unix socket: its process cannot be told".into(),
+            );
+        }
+        if let (None, Some(admin_port)) = (envoy, admin_port) {
             let sockets = sockets::sockets().map_err(|e| e.to_string())?;
             let admin = sockets.iter().find(|s| s.listening && s.local.port() == admin_port);
             if admin.is_some_and(|s| !sockets::owners().contains_key(&s.inode)) {
@@ -252,13 +258,13 @@ impl Watcher {
         }
         let proxy = Proxy {
             pids: std::iter::once(me).chain(envoy).collect(),
-            control_ports: vec![status_port, admin_port],
+            control_ports: std::iter::once(status_port).chain(admin_port).collect(),
             ignored_ports,
         };
         Ok(Watcher {
             proxy,
             processes: shares_pod_process_namespace(),
-            envoy_admin_port: envoy.is_none().then_some(admin_port),
+            envoy_admin_port: admin_port.filter(|_| envoy.is_none()),
         })
     }
 

@@ -16,7 +16,9 @@
 //!   streamed, then lifeguard's (any caller); the query string goes to
 //!   Envoy, gzip when accepted. The machinery is [`crate::metrics::scrape`]'s.
 //!
-//! Callers of the POST routes from other hosts get 403 and nothing happens.
+//! Callers of the POST routes from other hosts get 403 and nothing happens;
+//! so do loopback callers with `--loopback-control false` (then only the
+//! control socket drains and stops).
 //! Unknown paths get 404, known paths with another method 405.
 //!
 //! Files:
@@ -27,8 +29,11 @@
 //! - [`routes`]: one function per route.
 //! - [`connections`]: connection slots shared fairly between peers, and the
 //!   write timeout of a connection.
+//! - [`control`]: the same service on a Unix socket (`--control-socket`),
+//!   where drain and stop need no loopback check.
 
 pub mod connections;
+pub mod control;
 mod routes;
 pub mod server;
 pub mod service;

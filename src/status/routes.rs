@@ -71,12 +71,12 @@ pub(super) fn drain_status(shared: &Shared, mut headers: HeaderMap, method: &Met
     finish(headers, method, (StatusCode::OK, status_json(&drain.status())))
 }
 
-/// `POST /drain[?nowait]` and `POST /quitquitquit`, loopback callers only:
-/// answered once the drain has begun (`nowait`), is drained, or Envoy has
-/// stopped.
+/// `POST /drain[?nowait]` and `POST /quitquitquit`, for the callers that
+/// `allowed` lets through (loopback, or the control socket): answered once
+/// the drain has begun (`nowait`), is drained, or Envoy has stopped.
 pub(super) fn control(
     shared: &Shared,
-    loopback: bool,
+    allowed: Result<(), Bytes>,
     mut headers: HeaderMap,
     path: &str,
     query: Option<&str>,
@@ -84,8 +84,7 @@ pub(super) fn control(
     let Some(drain) = shared.drain.clone() else {
         return finish(headers, &Method::POST, not_found());
     };
-    if !loopback {
-        let forbidden = Bytes::from_static(b"forbidden: only loopback callers may do this\n");
+    if let Err(forbidden) = allowed {
         return finish(headers, &Method::POST, (StatusCode::FORBIDDEN, forbidden));
     }
     let quit = path == "/quitquitquit";

@@ -6,6 +6,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -82,11 +83,15 @@ impl Future for ResponseFuture {
 }
 
 /// The routes of the status port, as a service. One value per connection:
-/// it knows the peer, for the loopback guard; the rest is shared.
+/// it knows the peer (for the loopback guard) or that it came through the
+/// control socket; the rest is shared.
 #[derive(Clone)]
 pub struct StatusService {
     shared: Arc<Shared>,
     peer: Option<SocketAddr>,
+    /// The connection came through the control socket, whose file mode and
+    /// mount decide who may connect.
+    control_socket: bool,
 }
 
 /// What every connection's service shares.
@@ -100,6 +105,10 @@ pub(super) struct Shared {
     pub(super) linger: Option<Linger>,
     pub(super) probe_ok: Counter,
     pub(super) probe_unavailable: Counter,
+    /// Whether loopback TCP callers may drain and stop (`--loopback-control`).
+    pub(super) loopback_control: bool,
+    /// The control socket, named in the answer to a TCP caller refused.
+    pub(super) control_socket: Option<PathBuf>,
 }
 
 impl StatusService {
@@ -112,8 +121,46 @@ impl StatusService {
                 linger: None,
                 probe_ok: Counter::noop(),
                 probe_unavailable: Counter::noop(),
+                loopback_control: true,
+                control_socket: None,
             }),
             peer: None,
+            control_socket: false,
+        }
+    }
+
+    /// Who may drain and stop: loopback TCP callers when `loopback` (as
+    /// Istio), and always whoever may connect to the control `socket`.
+    pub(crate) fn with_control(mut self, loopback: bool, socket: Option<PathBuf>) -> Self {
+        let shared = Arc::make_mut(&mut self.shared);
+        (shared.loopback_control, shared.control_socket) = (loopback, socket);
+        self
+    }
+
+    /// The same service, answering a connection of the control socket.
+    pub(crate) fn for_control_socket(&self) -> Self {
+        Self {
+            peer: None,
+            control_socket: true,
+            ..self.clone()
+        }
+    }
+
+    /// Whether this connection may drain or stop; the 403 body when not.
+    fn may_control(&self) -> Result<(), Bytes> {
+        if self.control_socket {
+            return Ok(());
+        }
+        if !self.shared.loopback_control {
+            let socket = self.shared.control_socket.as_deref();
+            let on = socket.map_or("nowhere on TCP".into(), |p| {
+                format!("on the control socket {}", p.display())
+            });
+            return Err(Bytes::from(format!("forbidden: drain and stop are served {on} only\n")));
+        }
+        match self.peer_is_loopback() {
+            true => Ok(()),
+            false => Err(Bytes::from_static(b"forbidden: only loopback callers may do this\n")),
         }
     }
 
@@ -142,6 +189,7 @@ impl StatusService {
     pub(crate) fn for_peer(&self, peer: SocketAddr) -> Self {
         Self {
             peer: Some(peer),
+            control_socket: false,
             ..self.clone()
         }
     }
@@ -171,7 +219,7 @@ impl StatusService {
             }
             ("/drain", &Method::GET | &Method::HEAD) => routes::drain_status(shared, headers, method),
             ("/drain" | "/quitquitquit", &Method::POST) => {
-                routes::control(shared, self.peer_is_loopback(), headers, path, uri.query())
+                routes::control(shared, self.may_control(), headers, path, uri.query())
             }
             ("/healthz/ready", _) => routes::wrong_method(headers, method, "GET, HEAD"),
             ("/drain", _) => routes::wrong_method(headers, method, "GET, HEAD, POST"),

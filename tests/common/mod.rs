@@ -321,10 +321,25 @@ pub struct Ports {
     pub inbound: Port,
     pub app: Port,
     pub prometheus: Port,
+    /// Envoy's admin on a Unix socket instead of `admin`, when the run asks
+    /// for it (see [`admin_over_unix`]); the directory it lives in.
+    pub admin_socket: Option<(PathBuf, TempDir)>,
+}
+
+/// Whether this test run puts Envoy's admin on a Unix socket:
+/// `LIFEGUARD_TEST_ADMIN=unix`. `scripts/test` runs the readiness, drain,
+/// metrics and outcome tests once more that way, so every one of them
+/// covers both transports without being written twice.
+pub fn admin_over_unix() -> bool {
+    std::env::var("LIFEGUARD_TEST_ADMIN").is_ok_and(|v| v == "unix")
 }
 
 impl Ports {
     pub fn new() -> Ports {
+        let admin_socket = admin_over_unix().then(|| {
+            let dir = temp_dir("admin");
+            (dir.path().join("admin.sock"), dir)
+        });
         Ports {
             admin: port(),
             status_listener: port(),
@@ -332,11 +347,25 @@ impl Ports {
             inbound: port(),
             app: port(),
             prometheus: port(),
+            admin_socket,
         }
     }
 
+    /// The admin URL lifeguard is given: `http://127.0.0.1:PORT`, or
+    /// `unix:///…/admin.sock`.
     pub fn admin_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.admin.port)
+        match &self.admin_socket {
+            Some((path, _)) => format!("unix://{}", path.display()),
+            None => format!("http://127.0.0.1:{}", self.admin.port),
+        }
+    }
+
+    /// `GET path` on Envoy's admin, over whichever transport it listens on.
+    pub fn admin_get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        match &self.admin_socket {
+            Some((socket, _)) => unix_get(socket, path),
+            None => get(self.admin.addr(), path),
+        }
     }
 
     /// Starts `lifeguard run` on these ports (see `agent_args`) with
@@ -375,6 +404,12 @@ pub fn bootstrap(ports: &Ports) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     let mut out = text.replace("0.0.0.0", "127.0.0.1");
+    if let Some((socket, _)) = &ports.admin_socket {
+        // The admin listener and the cluster that routes 15090 to it.
+        let tcp = "socket_address: { address: 127.0.0.1, port_value: 15000 }";
+        assert_eq!(out.matches(tcp).count(), 2, "the bootstrap's admin address moved");
+        out = out.replace(tcp, &format!("pipe: {{ path: {} }}", socket.display()));
+    }
     for (from, to) in [
         (15000, &ports.admin),
         (15021, &ports.status_listener),
@@ -384,6 +419,9 @@ pub fn bootstrap(ports: &Ports) -> String {
         (15090, &ports.prometheus),
     ] {
         let needle = format!("port_value: {from} ");
+        if from == 15000 && ports.admin_socket.is_some() {
+            continue;
+        }
         assert!(out.contains(&needle), "bootstrap has no {needle:?}");
         out = out.replace(&needle, &format!("port_value: {} ", to.port));
     }
@@ -459,10 +497,10 @@ pub fn start_agent_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
 
 /// Waits until the Envoy whose admin API is on `admin` counts `n` active
 /// requests on its inbound listener.
-pub fn wait_inflight(admin: SocketAddr, n: u64) {
+pub fn wait_inflight(ports: &Ports, n: u64) {
     let want = format!("http.inbound_http.downstream_rq_active: {n}");
     wait_for("the request to reach Envoy", Duration::from_secs(10), || {
-        match get(admin, "/stats?filter=inbound_http.downstream_rq_active") {
+        match ports.admin_get("/stats?filter=inbound_http.downstream_rq_active") {
             Ok((200, body)) if body.contains(&want) => Ok(()),
             other => Err(other),
         }
@@ -545,6 +583,45 @@ fn build(method: &str, addr: SocketAddr, path: &str) -> std::io::Result<ureq::ht
 /// One HTTP/1.1 request on a fresh connection; returns status and body.
 pub fn http(method: &str, addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     http_timeout(method, addr, path, Duration::from_secs(5))
+}
+
+/// `GET path` over a Unix socket: the status and the body.
+pub fn unix_get(socket: &Path, path: &str) -> std::io::Result<(u16, String)> {
+    unix_request("GET", socket, path)
+}
+
+/// `POST path` (no body) over a Unix socket: the status and the body.
+pub fn unix_post(socket: &Path, path: &str) -> std::io::Result<(u16, String)> {
+    unix_request("POST", socket, path)
+}
+
+/// One request over a Unix socket (HTTP/1.1, `connection: close`, so the
+/// answer ends with the connection): the status and the body, chunked or
+/// not.
+fn unix_request(method: &str, socket: &Path, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer");
+    let (head, mut rest) = answer.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        return Ok((status, rest.to_owned()));
+    }
+    let mut body = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n").ok_or_else(bad)?;
+        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad())?;
+        if size == 0 {
+            return Ok((status, body));
+        }
+        body.push_str(after.get(..size).ok_or_else(bad)?);
+        rest = after.get(size + 2..).ok_or_else(bad)?;
+    }
 }
 
 pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
@@ -794,7 +871,7 @@ impl Pod {
             let r = http_timeout("GET", addr, &path, Duration::from_secs(20));
             (r, Instant::now())
         });
-        wait_inflight(self.ports.admin.addr(), 1);
+        wait_inflight(&self.ports, 1);
         request
     }
 

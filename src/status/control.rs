@@ -1,0 +1,131 @@
+//! The control socket (`--control-socket PATH`): the status service on a
+//! Unix socket, where `POST /drain`, `POST /quitquitquit` and `GET /drain`
+//! need no loopback check. Every process of a pod shares loopback, the app
+//! included; a socket file of mode 0600 in a directory only the proxy's
+//! container mounts is reachable by the proxy's container alone (its
+//! preStop hooks). With `--loopback-control false` the TCP port refuses the
+//! mutating routes, and this socket is the only way to drain or stop.
+
+use std::fmt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::UnixListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::server::HEADER_READ_TIMEOUT;
+use super::service::StatusService;
+use crate::url::LoopbackUrl;
+
+/// Where the control socket is: a path, or none (`none`, the default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ControlSocket(pub(crate) Option<PathBuf>);
+
+impl FromStr for ControlSocket {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "none" => Ok(ControlSocket(None)),
+            path if !Path::new(path).is_absolute() => Err("must be an absolute path (or none)".into()),
+            path if path.contains('\0') => Err("a path cannot contain NUL".into()),
+            path => Ok(ControlSocket(Some(path.into()))),
+        }
+    }
+}
+
+impl ControlSocket {
+    /// The socket's URL when it is set and its file exists, else `url`:
+    /// how a hook reaches the agent.
+    pub(crate) fn or(&self, url: LoopbackUrl) -> LoopbackUrl {
+        match &self.0 {
+            Some(path) if path.exists() => LoopbackUrl::unix(path),
+            _ => url,
+        }
+    }
+}
+
+impl fmt::Display for ControlSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            None => f.write_str("none"),
+            Some(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// The control socket, bound and not yet serving.
+pub(crate) struct ControlServer {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl ControlServer {
+    /// Binds `path` with mode 0600. A socket file left by an earlier run is
+    /// replaced; any other file there is an error, and so is a socket
+    /// another process still serves.
+    pub(crate) fn bind(path: &Path) -> std::io::Result<ControlServer> {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_socket() => {
+                if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::AddrInUse,
+                        "another process serves this socket",
+                    ));
+                }
+                std::fs::remove_file(path)?;
+            }
+            Ok(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "a file that is not a socket is in the way",
+                ))
+            }
+            Err(_) => {}
+        }
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(ControlServer {
+            listener,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Serves until `shutdown`, then removes the socket file.
+    pub(crate) async fn serve(self, service: StatusService, shutdown: CancellationToken) {
+        let tracker = TaskTracker::new();
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+        loop {
+            let stream = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "control socket: accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                },
+            };
+            let (service, http, shutdown) = (service.for_control_socket(), http.clone(), shutdown.clone());
+            tracker.spawn(async move {
+                let conn = http.serve_connection(TokioIo::new(stream), service);
+                tokio::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    _ = shutdown.cancelled() => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+                    }
+                }
+            });
+        }
+        tracker.close();
+        tracker.wait().await;
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
