@@ -647,3 +647,90 @@ fn a_native_sidecar_at_grace_expiry_stops_envoy_before_the_sigkill() {
     // and its process.
     assert!(last.contains("left_at_stop=2"), "{last}");
 }
+
+/// Issue #20: in the locked form (Envoy's admin and lifeguard's control on
+/// Unix sockets only the proxy's container may open, loopback control
+/// off), the app — another user, another cgroup, the same loopback —
+/// reaches neither Envoy's admin nor any way to drain or stop the proxy;
+/// the kubelet's probe, the merged scrape, the preStop hook and the drain
+/// work as before, and Envoy stops when the app is done.
+#[test]
+fn in_the_locked_form_the_app_can_neither_drain_nor_stop_the_proxy() {
+    let mut pod = TestPod::start(
+        &PodSpec::new(
+            true,
+            &["--minimum-drain-duration", "500ms", "--termination-grace-period", "20s"],
+        )
+        .locked(),
+    );
+    let app = pod.start_app(AppMode::Pooled, 1.0, "");
+    let sockets = pod.sockets.as_ref().unwrap();
+    let script = pod.dir.path().join("app_reach.py");
+    std::fs::write(&script, include_str!("fixtures/app_reach.py")).unwrap();
+    let argv: Vec<String> = [
+        "python3".into(),
+        script.display().to_string(),
+        sockets.admin.display().to_string(),
+        sockets.control.display().to_string(),
+    ]
+    .into();
+    let reach = pod.run_in_app("app-reach", &argv);
+    let out = reach.wait_output("done", Duration::from_secs(30));
+    eprintln!("what the app reached:\n{out}");
+    for line in [
+        "admin-tcp-quit refused",
+        "admin-tcp-config-dump refused",
+        "admin-unix-quit denied",
+        "admin-unix-drain denied",
+        "control-unix-quit denied",
+        "agent-drain open 403",
+        "agent-drain-nowait open 403",
+        "agent-quit open 403",
+        "agent-drain-status open 200",
+    ] {
+        assert!(out.lines().any(|l| l == line), "missing {line:?} in:\n{out}");
+    }
+    // Nothing happened: ready through Envoy (the kubelet's probe), no drain.
+    let status = pod.net.pod_addr(STATUS);
+    pod.net
+        .peer
+        .run(move || wait_status(status, "/healthz/ready", 200, Duration::from_secs(5)));
+    assert!(pod.admin_get("/ready").contains("LIVE"));
+    // The merged scrape from outside, Envoy's part read over the socket.
+    let agent = pod.net.pod_addr(AGENT);
+    let (code, scrape) = pod
+        .net
+        .peer
+        .run(move || http("GET", agent, "/stats/prometheus").unwrap());
+    assert_eq!(code, 200);
+    assert!(
+        scrape.contains("envoy_server_live") && scrape.contains("lifeguard_ready 1"),
+        "{scrape:.300}"
+    );
+
+    // Pod deletion, native order: the proxy's preStop hook drains through
+    // the control socket, the app shuts down; SIGTERM once the app is gone.
+    let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
+    let app_exit = ExitWatch::new(app, Duration::from_secs(30));
+    let mut prestop = pod.hook("drain", &["drain"]);
+    signal(app, libc::SIGTERM);
+    let app_gone = app_exit.wait().expect("the app exits");
+    assert_eq!(
+        prestop.wait_exit(Duration::from_secs(10)).and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        prestop.output()
+    );
+    assert!(
+        prestop.output().contains("\"phase\":\"drained\""),
+        "{}",
+        prestop.output()
+    );
+    pod.kubelet_sigterm();
+    let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
+    assert!(envoy_gone > app_gone, "Envoy was stopped before the app exited");
+    let code = pod.agent.exit_code(Duration::from_secs(10));
+    assert_eq!(code, 0, "{}", pod.agent.output());
+    let (_, failed) = calls(&pod.app_output());
+    assert_eq!(failed, 0, "{}", pod.app_output());
+}

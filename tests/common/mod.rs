@@ -405,10 +405,7 @@ pub fn bootstrap(ports: &Ports) -> String {
     let text = std::fs::read_to_string(path).unwrap();
     let mut out = text.replace("0.0.0.0", "127.0.0.1");
     if let Some((socket, _)) = &ports.admin_socket {
-        // The admin listener and the cluster that routes 15090 to it.
-        let tcp = "socket_address: { address: 127.0.0.1, port_value: 15000 }";
-        assert_eq!(out.matches(tcp).count(), 2, "the bootstrap's admin address moved");
-        out = out.replace(tcp, &format!("pipe: {{ path: {} }}", socket.display()));
+        out = admin_on_pipe(&out, socket);
     }
     for (from, to) in [
         (15000, &ports.admin),
@@ -426,6 +423,15 @@ pub fn bootstrap(ports: &Ports) -> String {
         out = out.replace(&needle, &format!("port_value: {} ", to.port));
     }
     out
+}
+
+/// `bootstrap` (the shipped one, its addresses on 127.0.0.1) with Envoy's
+/// admin on the Unix socket `socket` instead of 127.0.0.1:15000: the admin
+/// listener and the cluster that routes the 15090 listener to it.
+pub fn admin_on_pipe(bootstrap: &str, socket: &Path) -> String {
+    let tcp = "socket_address: { address: 127.0.0.1, port_value: 15000 }";
+    assert_eq!(bootstrap.matches(tcp).count(), 2, "the bootstrap's admin address moved");
+    bootstrap.replace(tcp, &format!("pipe: {{ path: {} }}", socket.display()))
 }
 
 /// The Envoy command line for `lifeguard run -- ...`, with the bootstrap

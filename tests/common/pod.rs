@@ -496,6 +496,11 @@ pub struct PodSpec {
     pub agent_args: Vec<String>,
     /// Envoy gets an internal listener (see [`pod_bootstrap`]).
     pub internal_listener: bool,
+    /// The locked form: Envoy's admin and lifeguard's control on Unix
+    /// sockets in a directory only the proxy's user may open (the emptyDir
+    /// only the proxy container mounts), `--loopback-control false`; the
+    /// app runs as another user (nobody).
+    pub locked: bool,
 }
 
 impl PodSpec {
@@ -504,8 +509,20 @@ impl PodSpec {
             shared_pids,
             agent_args: agent_args.iter().map(|s| s.to_string()).collect(),
             internal_listener: false,
+            locked: false,
         }
     }
+
+    /// The same pod, in the locked form.
+    pub fn locked(self) -> PodSpec {
+        PodSpec { locked: true, ..self }
+    }
+}
+
+/// The locked form's sockets.
+pub struct Sockets {
+    pub admin: PathBuf,
+    pub control: PathBuf,
 }
 
 /// A pod: the proxy container (lifeguard running Envoy) and, once started,
@@ -526,6 +543,8 @@ pub struct TestPod {
     _peer_service: TestServer,
     pub net: Net,
     pub dir: TempDir,
+    /// The locked form's sockets.
+    pub sockets: Option<Sockets>,
 }
 
 impl TestPod {
@@ -558,8 +577,32 @@ impl TestPod {
 
         let mut argv: Vec<String> = vec![lifeguard_bin().display().to_string(), "run".into()];
         argv.extend(spec.agent_args.iter().cloned());
+        let mut bootstrap = pod_bootstrap(net.peer_ip, spec.internal_listener);
+        let sockets = spec.locked.then(|| {
+            // The app (nobody) may read its script in the pod's directory,
+            // and may not enter the sockets' one.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            let run = dir.path().join("run");
+            std::fs::create_dir(&run).unwrap();
+            std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
+            let sockets = Sockets {
+                admin: run.join("admin.sock"),
+                control: run.join("control.sock"),
+            };
+            bootstrap = crate::common::admin_on_pipe(&bootstrap, &sockets.admin);
+            argv.extend([
+                "--admin-url".into(),
+                format!("unix://{}", sockets.admin.display()),
+                "--control-socket".into(),
+                sockets.control.display().to_string(),
+                "--loopback-control".into(),
+                "false".into(),
+            ]);
+            sockets
+        });
         argv.push("--".into());
-        argv.extend(envoy_command(&pod_bootstrap(net.peer_ip, spec.internal_listener), &dir));
+        argv.extend(envoy_command(&bootstrap, &dir));
         let how = match &pause {
             Some((_, pid)) => Enter::Join(*pid),
             None => Enter::NewPidNs(&net.pod),
@@ -584,6 +627,7 @@ impl TestPod {
             _peer_service: peer_service,
             net,
             dir,
+            sockets,
         }
     }
 
@@ -603,19 +647,55 @@ impl TestPod {
             Some((_, pid)) => Enter::Join(*pid),
             None => Enter::Net(&self.net.pod),
         };
-        let (app, pid) = spawn_in("app", &self.app_cgroup, how, &argv, &[]);
+        let (app, pid) = spawn_in("app", &self.app_cgroup, how, &self.as_app_user(&argv), &[]);
         app.wait_output("ready", Duration::from_secs(10));
         self.app = Some(app);
         self.app_pid = Some(pid);
         pid
     }
 
+    /// `argv` as the app's user: nobody in the locked form (with the
+    /// system's python, which nobody may run: a python of root's home is
+    /// out of its reach).
+    fn as_app_user(&self, argv: &[String]) -> Vec<String> {
+        if self.sockets.is_none() {
+            return argv.to_vec();
+        }
+        let mut out: Vec<String> = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            .map(String::from)
+            .into();
+        let system_python = Path::new("/usr/bin/python3");
+        for (i, arg) in argv.iter().enumerate() {
+            match (i, arg.as_str()) {
+                (0, "python3") if system_python.exists() => out.push(system_python.display().to_string()),
+                _ => out.push(arg.clone()),
+            }
+        }
+        out
+    }
+
+    /// Runs `argv` as another process of the app's container: its cgroup,
+    /// its user, the pod's network.
+    pub fn run_in_app(&self, name: &'static str, argv: &[String]) -> Proc {
+        let how = match &self.pause {
+            Some((_, pid)) => Enter::Join(*pid),
+            None => Enter::Net(&self.net.pod),
+        };
+        spawn_in(name, &self.app_cgroup, how, &self.as_app_user(argv), &[]).0
+    }
+
     /// Runs `lifeguard ARGS...` as a hook of the proxy container: its pid,
-    /// network and mount namespaces, its cgroup.
+    /// network and mount namespaces, its cgroup, its environment (in the
+    /// locked form, the control socket).
     pub fn hook(&self, name: &'static str, args: &[&str]) -> Proc {
         let mut argv = vec![lifeguard_bin().display().to_string()];
         argv.extend(args.iter().map(|s| s.to_string()));
-        spawn_in(name, &self.proxy_cgroup, Enter::Join(self.agent_pid), &argv, &[]).0
+        let control = self.sockets.as_ref().map(|s| s.control.display().to_string());
+        let env: Vec<(&str, &str)> = control
+            .iter()
+            .map(|c| ("LIFEGUARD_CONTROL_SOCKET", c.as_str()))
+            .collect();
+        spawn_in(name, &self.proxy_cgroup, Enter::Join(self.agent_pid), &argv, &env).0
     }
 
     /// The app's output so far.
@@ -662,8 +742,14 @@ impl TestPod {
         })
     }
 
-    /// Envoy's admin `GET path`, from inside the pod.
+    /// Envoy's admin `GET path`, from inside the pod (over its socket in
+    /// the locked form).
     pub fn admin_get(&self, path: &str) -> String {
+        if let Some(sockets) = &self.sockets {
+            return crate::common::unix_get(&sockets.admin, path)
+                .map(|(_, body)| body)
+                .unwrap_or_default();
+        }
         let path = path.to_owned();
         self.net.pod.run(move || {
             let addr = SocketAddr::from(([127, 0, 0, 1], ADMIN));
