@@ -18,7 +18,7 @@ use tokio_util::either::Either;
 /// A local HTTP address: `http://` plus a loopback host and a port, or
 /// `unix://` plus the absolute path of a Unix socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LoopbackUrl {
+pub struct LoopbackUrl {
     to: To,
     authority: String,
 }

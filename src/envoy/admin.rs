@@ -24,7 +24,7 @@ use crate::url::{LocalStream, LoopbackUrl};
 
 /// Why an admin call did not produce a usable body.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum AdminError {
+pub enum AdminError {
     #[error("cannot connect to Envoy admin at {url}: {source}")]
     Connect { url: String, source: std::io::Error },
     #[error("Envoy admin at {url} did not answer within {}", crate::duration::Display(*.timeout))]
@@ -56,7 +56,7 @@ impl AdminError {
 /// The admin endpoints lifeguard calls. The caller names the endpoint of
 /// each call (nothing is guessed from the path); the observer gets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Endpoint {
+pub enum Endpoint {
     /// `/ready`
     Ready,
     /// `/stats?...` (readiness and drain counts)
@@ -114,7 +114,7 @@ pub struct AdminClient {
 }
 
 /// Largest `/stats` answer accepted for the small filtered queries.
-pub(crate) const STATS_LIMIT: usize = 1 << 20;
+pub const STATS_LIMIT: usize = 1 << 20;
 
 /// Largest answer to the drain's active-count read. It has a few lines per
 /// listener (one per worker too): about 150 bytes a listener with two
@@ -122,7 +122,7 @@ pub(crate) const STATS_LIMIT: usize = 1 << 20;
 pub const ACTIVE_LIMIT: usize = 64 << 20;
 
 impl AdminClient {
-    pub(crate) fn new(url: LoopbackUrl, timeout: Duration) -> Self {
+    pub fn new(url: LoopbackUrl, timeout: Duration) -> Self {
         Self {
             url,
             timeout,
@@ -139,7 +139,7 @@ impl AdminClient {
     }
 
     /// `GET path`, expecting 200 and a UTF-8 body of at most `limit` bytes.
-    pub(crate) async fn get_text(&self, endpoint: Endpoint, path: &str, limit: usize) -> Result<String, AdminError> {
+    pub async fn get_text(&self, endpoint: Endpoint, path: &str, limit: usize) -> Result<String, AdminError> {
         let body = self.call(endpoint, Method::GET, path, limit).await?;
         String::from_utf8(body.into()).map_err(|_| AdminError::NotText { path: path.into() })
     }
@@ -166,7 +166,7 @@ impl AdminClient {
 
     /// `GET path` under `self.timeout`: the status, whatever it is, and up
     /// to `limit` bytes of body (`/ready` answers 503 with a state name).
-    pub(crate) async fn get_any(
+    pub async fn get_any(
         &self,
         endpoint: Endpoint,
         path: &str,

@@ -17,7 +17,7 @@ use crate::envoy::stats::{self, Value};
 ///
 /// `usedonly` matters: without it Envoy reports `server.state: 0` (LIVE)
 /// before it ever set the gauge. The regex is percent-encoded for the URI.
-pub(crate) const READINESS_STATS: &str = "/stats?usedonly&filter=\
+pub const READINESS_STATS: &str = "/stats?usedonly&filter=\
 %5E(server%5C.state%7Clistener_manager%5C.workers_started\
 %7C(cluster_manager%5C.cds%7Clistener_manager%5C.lds)%5C.update_(attempt%7Csuccess%7Crejected))%24";
 
