@@ -9,7 +9,6 @@
 //! a temporary directory only.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::time::{Duration, Instant};
