@@ -234,7 +234,7 @@ fn check_reports_bad_durations_and_drains_that_cannot_fit() {
 #[test]
 fn shipped_manifests_parse_and_keep_their_settings_in_step() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bootstrap = std::fs::read_to_string(root.join("config/envoy-bootstrap.yaml")).unwrap();
+    let bootstrap = std::fs::read_to_string(root.join("config/envoy-bootstrap-locked.yaml")).unwrap();
     for (file, native) in [
         ("config/k8s/classic-sidecar.yaml", false),
         ("config/k8s/native-sidecar.yaml", true),
@@ -248,7 +248,7 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
         assert_eq!(
             docs[0]["data"]["envoy.yaml"].as_str().unwrap(),
             bootstrap,
-            "{file}: the ConfigMap drifted from config/envoy-bootstrap.yaml"
+            "{file}: the ConfigMap drifted from config/envoy-bootstrap-locked.yaml"
         );
 
         let pod = &docs[1]["spec"]["template"]["spec"];
@@ -305,14 +305,36 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
             String::from_utf8_lossy(&out.stderr)
         );
         let settings = String::from_utf8_lossy(&out.stdout);
-        let policy = settings.lines().find(|l| l.starts_with("drain_until ")).unwrap_or("");
-        assert!(policy.contains("app-exit"), "{file}: {policy}");
+        let setting = |key: &str| {
+            let prefix = format!("{key} ");
+            settings.lines().find(|l| l.starts_with(&prefix)).unwrap_or("").to_owned()
+        };
+        assert!(setting("drain_until").contains("app-exit"), "{file}: {settings}");
+        // The locked form: admin and control on sockets of a directory only
+        // the proxy container mounts; no drain or stop from loopback.
+        let run = "/var/run/lifeguard";
+        assert!(setting("admin_url").contains(&format!("unix://{run}/admin.sock")), "{file}: {settings}");
+        assert!(setting("control_socket").contains(&format!("{run}/control.sock")), "{file}: {settings}");
+        assert!(setting("loopback_control").contains("false"), "{file}: {settings}");
+        let mounts = |c: &serde_yaml::Value| -> Vec<String> {
+            let mounts = c["volumeMounts"].as_sequence().cloned().unwrap_or_default();
+            mounts.iter().map(|m| m["mountPath"].as_str().unwrap().to_owned()).collect()
+        };
+        assert!(mounts(proxy).iter().any(|m| m == run), "{file}: the proxy does not mount {run}");
+        for app in pod["containers"].as_sequence().unwrap().iter().filter(|c| c["name"] != "proxy") {
+            assert!(!mounts(app).iter().any(|m| m == run), "{file}: {:?} mounts {run}", app["name"]);
+        }
+        let volumes = pod["volumes"].as_sequence().unwrap();
+        let volume = volumes.iter().find(|v| v["name"] == "lifeguard-run").expect("the sockets' volume");
+        assert!(volume["emptyDir"].is_mapping(), "{file}: {volume:?}");
     }
-    // And Envoy accepts the bootstrap.
-    let out = Command::new(envoy_bin())
-        .args(["--mode", "validate", "-c"])
-        .arg(root.join("config/envoy-bootstrap.yaml"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // And Envoy accepts both bootstraps.
+    for file in ["config/envoy-bootstrap.yaml", "config/envoy-bootstrap-locked.yaml"] {
+        let out = Command::new(envoy_bin())
+            .args(["--mode", "validate", "-c"])
+            .arg(root.join(file))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
