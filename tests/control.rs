@@ -11,16 +11,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(lifeguard_bin()).args(args).output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
-
 #[test]
 fn with_loopback_control_off_only_the_control_socket_drains_and_stops() {
     let dir = temp_dir("control");
@@ -52,7 +42,7 @@ fn with_loopback_control_off_only_the_control_socket_drains_and_stops() {
     assert_eq!(get(pod.ports.agent.addr(), "/drain").unwrap().0, 200);
 
     // The proxy container's preStop hook goes through the socket.
-    let (code, out) = run(&["drain", "--control-socket", &socket_arg, "--url", "http://127.0.0.1:1"]);
+    let (code, out) = run_lifeguard(&["drain", "--control-socket", &socket_arg, "--url", "http://127.0.0.1:1"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("\"phase\":\"drained\""), "{out}");
     assert_eq!(get(pod.ports.agent.addr(), "/healthz/ready").unwrap().0, 503);
@@ -78,7 +68,7 @@ fn with_loopback_control_off_only_the_control_socket_drains_and_stops() {
 
 #[test]
 fn loopback_control_off_without_a_socket_or_a_socket_in_the_way_stops_start_up() {
-    let (code, out) = run(&["check", "--loopback-control", "false"]);
+    let (code, out) = run_lifeguard(&["check", "--loopback-control", "false"]);
     assert_eq!(code, 2, "{out}");
     assert!(
         out.contains("--loopback-control") && out.contains("control_socket"),
@@ -91,7 +81,7 @@ fn loopback_control_off_without_a_socket_or_a_socket_in_the_way_stops_start_up()
     let ports = Ports::new();
     let status = ports.agent.addr().to_string();
     let path = file.display().to_string();
-    let (code, out) = run(&["run", "--status-addr", &status, "--control-socket", &path]);
+    let (code, out) = run_lifeguard(&["run", "--status-addr", &status, "--control-socket", &path]);
     assert_eq!(code, 2, "{out}");
     assert!(
         out.contains("cannot bind the control socket") && out.contains("not a socket"),
@@ -102,7 +92,7 @@ fn loopback_control_off_without_a_socket_or_a_socket_in_the_way_stops_start_up()
         b"x",
         "the file in the way was not touched"
     );
-    let (code, out) = run(&["check", "--control-socket", "control.sock"]);
+    let (code, out) = run_lifeguard(&["check", "--control-socket", "control.sock"]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("absolute"), "{out}");
 }

@@ -16,16 +16,6 @@ fn helper(name: &'static str, args: &[&str]) -> Proc {
     Proc::spawn(name, cmd, temp_dir(name))
 }
 
-fn run_helper(args: &[&str]) -> (i32, String) {
-    let out = Command::new(lifeguard_bin()).args(args).output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
-
 #[test]
 fn wait_exits_0_once_envoy_and_the_agent_are_ready() {
     let ports = Ports::new();
@@ -48,7 +38,7 @@ fn wait_exits_0_once_envoy_and_the_agent_are_ready() {
 fn wait_gives_up_after_the_timeout_with_the_last_reason() {
     let nothing = port();
     let url = format!("http://127.0.0.1:{}/healthz/ready", nothing.port);
-    let (code, out) = run_helper(&["wait", "--url", &url, "--timeout", "1s", "--period", "100ms"]);
+    let (code, out) = run_lifeguard(&["wait", "--url", &url, "--timeout", "1s", "--period", "100ms"]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("not ready after 1s") && out.contains("Connection refused"),
@@ -79,7 +69,7 @@ fn wait_with_timeout_0_keeps_waiting_until_the_url_answers_200() {
 #[test]
 fn drain_client_drains_through_the_agent_and_reports_failures() {
     let nothing = port();
-    let (code, out) = run_helper(&[
+    let (code, out) = run_lifeguard(&[
         "drain",
         "--url",
         &format!("http://127.0.0.1:{}", nothing.port),
@@ -91,7 +81,7 @@ fn drain_client_drains_through_the_agent_and_reports_failures() {
 
     let mut pod = Pod::start(&["--drain-until", "requests", "--minimum-drain-duration", "200ms"]);
     let ports = &pod.ports;
-    let (code, out) = run_helper(&["drain", "--url", &format!("http://127.0.0.1:{}", ports.agent.port)]);
+    let (code, out) = run_lifeguard(&["drain", "--url", &format!("http://127.0.0.1:{}", ports.agent.port)]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("\"phase\":\"drained\""), "{out}");
     assert_eq!(get(ports.agent.addr(), "/healthz/ready").unwrap().0, 503);
@@ -171,21 +161,21 @@ fn wait_app_exit_gives_up_after_its_timeout_naming_the_socket() {
     // process, not a proxy) holds it.
     let socket = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = socket.local_addr().unwrap().port().to_string();
-    let (code, out) = run_helper(&["wait-app-exit", "--timeout", "300ms", "--period", "100ms"]);
+    let (code, out) = run_lifeguard(&["wait-app-exit", "--timeout", "300ms", "--period", "100ms"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(&format!("127.0.0.1:{port}")), "{out}");
 }
 
 #[test]
 fn check_reports_bad_durations_and_drains_that_cannot_fit() {
-    let (code, out) = run_helper(&["check", "--termination-drain-duration", "5x"]);
+    let (code, out) = run_lifeguard(&["check", "--termination-drain-duration", "5x"]);
     assert_eq!(code, 2, "{out}");
     assert!(
         out.contains("--termination-drain-duration") && out.contains("5x"),
         "{out}"
     );
 
-    let (code, out) = run_helper(&[
+    let (code, out) = run_lifeguard(&[
         "check",
         "--termination-grace-period",
         "10s",
@@ -223,7 +213,7 @@ fn check_reports_bad_durations_and_drains_that_cannot_fit() {
     );
     assert!(line("status_addr").contains("(default)"), "{text}");
     // The shipped config file is valid and shows every default.
-    let (code, out) = run_helper(&[
+    let (code, out) = run_lifeguard(&[
         "check",
         "--config",
         concat!(env!("CARGO_MANIFEST_DIR"), "/config/lifeguard.toml"),
@@ -307,25 +297,53 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
         let settings = String::from_utf8_lossy(&out.stdout);
         let setting = |key: &str| {
             let prefix = format!("{key} ");
-            settings.lines().find(|l| l.starts_with(&prefix)).unwrap_or("").to_owned()
+            settings
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or("")
+                .to_owned()
         };
         assert!(setting("drain_until").contains("app-exit"), "{file}: {settings}");
         // The locked form: admin and control on sockets of a directory only
         // the proxy container mounts; no drain or stop from loopback.
         let run = "/var/run/lifeguard";
-        assert!(setting("admin_url").contains(&format!("unix://{run}/admin.sock")), "{file}: {settings}");
-        assert!(setting("control_socket").contains(&format!("{run}/control.sock")), "{file}: {settings}");
+        assert!(
+            setting("admin_url").contains(&format!("unix://{run}/admin.sock")),
+            "{file}: {settings}"
+        );
+        assert!(
+            setting("control_socket").contains(&format!("{run}/control.sock")),
+            "{file}: {settings}"
+        );
         assert!(setting("loopback_control").contains("false"), "{file}: {settings}");
         let mounts = |c: &serde_yaml::Value| -> Vec<String> {
             let mounts = c["volumeMounts"].as_sequence().cloned().unwrap_or_default();
-            mounts.iter().map(|m| m["mountPath"].as_str().unwrap().to_owned()).collect()
+            mounts
+                .iter()
+                .map(|m| m["mountPath"].as_str().unwrap().to_owned())
+                .collect()
         };
-        assert!(mounts(proxy).iter().any(|m| m == run), "{file}: the proxy does not mount {run}");
-        for app in pod["containers"].as_sequence().unwrap().iter().filter(|c| c["name"] != "proxy") {
-            assert!(!mounts(app).iter().any(|m| m == run), "{file}: {:?} mounts {run}", app["name"]);
+        assert!(
+            mounts(proxy).iter().any(|m| m == run),
+            "{file}: the proxy does not mount {run}"
+        );
+        for app in pod["containers"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter(|c| c["name"] != "proxy")
+        {
+            assert!(
+                !mounts(app).iter().any(|m| m == run),
+                "{file}: {:?} mounts {run}",
+                app["name"]
+            );
         }
         let volumes = pod["volumes"].as_sequence().unwrap();
-        let volume = volumes.iter().find(|v| v["name"] == "lifeguard-run").expect("the sockets' volume");
+        let volume = volumes
+            .iter()
+            .find(|v| v["name"] == "lifeguard-run")
+            .expect("the sockets' volume");
         assert!(volume["emptyDir"].is_mapping(), "{file}: {volume:?}");
     }
     // And Envoy accepts both bootstraps.

@@ -68,6 +68,18 @@ pub fn lifeguard_bin() -> PathBuf {
     }
 }
 
+/// Runs `lifeguard ARGS...` to its end: the exit code and stdout then
+/// stderr.
+pub fn run_lifeguard(args: &[&str]) -> (i32, String) {
+    let out = Command::new(lifeguard_bin()).args(args).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 /// A name part unique to this test process and call (namespaces, cgroups).
 pub fn unique() -> (u32, usize) {
     static N: AtomicUsize = AtomicUsize::new(0);
