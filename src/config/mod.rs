@@ -226,37 +226,33 @@ impl Settings {
     /// The rules across settings, applied once every layer is in. `named`
     /// gives a key's field (as the user wrote it) and source.
     fn resolve(&mut self, named: impl Fn(&str) -> (String, Source)) -> Result<(), ConfigError> {
-        if self.shutdown_margin >= self.termination_grace_period {
-            let (field, origin) = named("shutdown_margin");
-            return Err(ConfigError::Invalid {
+        let invalid = |key: &str, value: String, why: String| {
+            let (field, origin) = named(key);
+            Err(ConfigError::Invalid {
                 field,
-                value: D(self.shutdown_margin).to_string(),
+                value,
                 origin,
-                why: format!(
-                    "must be shorter than termination_grace_period ({})",
-                    D(self.termination_grace_period)
-                ),
-            });
+                why,
+            })
+        };
+        if self.shutdown_margin >= self.termination_grace_period {
+            let why = format!(
+                "must be shorter than termination_grace_period ({})",
+                D(self.termination_grace_period)
+            );
+            return invalid("shutdown_margin", D(self.shutdown_margin).to_string(), why);
         }
         if !self.loopback_control && self.control_socket.0.is_none() {
-            let (field, origin) = named("loopback_control");
             let why = "with no control_socket nothing could drain or stop Envoy: set control_socket too";
-            return Err(ConfigError::Invalid {
-                field,
-                value: "false".into(),
-                origin,
-                why: why.into(),
-            });
+            return invalid("loopback_control", "false".into(), why.into());
         }
         if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
-            let (field, origin) = named("readiness_fail_delay");
             let why = "cannot be used with drain_delay: readiness fails first with drain_delay, last with readiness_fail_delay";
-            return Err(ConfigError::Invalid {
-                field,
-                value: D(self.readiness_fail_delay).to_string(),
-                origin,
-                why: why.into(),
-            });
+            return invalid(
+                "readiness_fail_delay",
+                D(self.readiness_fail_delay).to_string(),
+                why.into(),
+            );
         }
         self.drain_until_given = named("drain_until").1 != Source::Default;
         if named("drain_until").1 == Source::Default {
