@@ -204,6 +204,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         if keep_running {
             tracing::info!("drained; Envoy keeps running until SIGTERM");
             self.inbox.wait_for_signal(&self.envoy).await?;
+            self.inbox.publish(|s| s.phase = Phase::Draining);
             let (now_left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
             (left, cut) = (now_left, !satisfied);
         }

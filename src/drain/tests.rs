@@ -716,6 +716,10 @@ async fn work_that_came_after_post_drain_is_waited_for_at_the_signal() {
     assert_eq!(waiter.await.unwrap().expect("drained").phase, Phase::Drained);
     at(&envoy, 11.0).await;
     handle.signal("SIGTERM");
+    // Waiting for the new work is draining again, not drained.
+    at(&envoy, 12.0).await;
+    assert_eq!(handle.status().phase, Phase::Draining);
+    assert_eq!(handle.status().waiting_on.as_deref(), Some("1 requests"));
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 12.5, 12.55);
