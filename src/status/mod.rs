@@ -32,6 +32,7 @@
 //! - [`control`]: the same service on a Unix socket (`--control-socket`),
 //!   where drain and stop need no loopback check.
 
+pub mod app_probe;
 pub mod connections;
 pub mod control;
 mod routes;
