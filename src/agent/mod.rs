@@ -29,6 +29,7 @@ use crate::exit::linger::Linger;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
 use crate::pod::app::{in_a_pod, Watcher};
+use crate::status::app_probe::{spec::PodIp, AppProber};
 use crate::status::control::ControlServer;
 use crate::status::server::StatusServer;
 use crate::status::service::StatusService;
@@ -100,6 +101,29 @@ impl Options {
     }
 }
 
+/// The app's probes, reaching the app where the kubelet would: the pod's
+/// address (INSTANCE_IP, else POD_IP), or loopback.
+fn app_prober(settings: &Settings, status_port: u16, metrics: &Metrics) -> Option<AppProber> {
+    let pod_ip = match settings.pod_ip {
+        PodIp(None) => std::env::var("POD_IP")
+            .ok()
+            .and_then(|ip| ip.parse().ok())
+            .map_or(PodIp(None), |ip| PodIp(Some(ip))),
+        given => given,
+    };
+    let dest = pod_ip.probe_destination(settings.app_probe_localhost);
+    let prober = AppProber::new(&settings.app_probers, dest, status_port, Some(metrics))?;
+    let paths = settings.app_probers.0.len();
+    match pod_ip.0 {
+        None if !settings.app_probe_localhost => tracing::warn!(
+            paths, %dest, "app probes served; the pod's address is unknown (no INSTANCE_IP or POD_IP), so they go to loopback, \
+             which an app listening only on the pod's address does not answer"
+        ),
+        _ => tracing::info!(paths, %dest, "app probes served"),
+    }
+    Some(prober)
+}
+
 /// Runs the agent until Envoy has stopped; returns the process exit code.
 /// Runs on the main thread (inside `block_on`), which Envoy's parent-death
 /// signal relies on.
@@ -147,6 +171,10 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         .with_metrics(&metrics, scraper)
         .with_linger(linger.clone())
         .with_control(settings.loopback_control, settings.control_socket.0.clone());
+    let service = match app_prober(&settings, local.port(), &metrics) {
+        Some(prober) => service.with_app_probes(prober),
+        None => service,
+    };
     let message_path = settings.termination_message_path.resolve();
     log_start(&settings, local, &handle, message_path.as_deref());
     let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));

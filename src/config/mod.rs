@@ -18,13 +18,16 @@ use clap::{ArgAction, Args};
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Display as D;
-use parsers::{addr, control_socket, filter, go_bool, grace, message_path, poll, ports, positive, span, url};
+use parsers::{
+    addr, app_probes, control_socket, filter, go_bool, grace, message_path, pod_ip, poll, ports, positive, span, url,
+};
 
 mod layers;
 mod parsers;
 
 pub(crate) use layers::from_clap_error;
 
+use crate::status::app_probe::spec::{AppProbes, PodIp};
 use crate::status::control::ControlSocket;
 pub(crate) use crate::url::LoopbackUrl;
 use crate::{drain::DrainScope, drain::DrainUntil, envoy::state::XdsCheck, exit::MessagePath, logging::LogFormat};
@@ -163,6 +166,27 @@ pub(crate) struct Settings {
     /// (POST /drain, /quitquitquit). false: only the control socket may.
     #[arg(long, env = "LIFEGUARD_LOOPBACK_CONTROL", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
     pub(crate) loopback_control: bool,
+
+    /// The app's probes and hooks to serve on the status port, as JSON:
+    /// the map Istio's injector (or `lifeguard inject`) writes, from
+    /// `/app-health/<container>/livez|readyz|startupz` and
+    /// `/app-lifecycle/<container>/prestopz|poststartz` to the original
+    /// probe (`httpGet`, `tcpSocket` or `grpc`, and `timeoutSeconds`).
+    #[arg(long, env = "ISTIO_KUBE_APP_PROBERS", value_name = "JSON", default_value = "", value_parser = app_probes::parse)]
+    #[serde(with = "app_probes")]
+    pub(crate) app_probers: AppProbes,
+
+    /// The pod's address, where the app probes reach the app (as the
+    /// kubelet would); POD_IP is read when INSTANCE_IP is not set, and
+    /// loopback when neither is.
+    #[arg(long, env = "INSTANCE_IP", value_name = "IP", default_value = "", value_parser = pod_ip::parse)]
+    #[serde(with = "pod_ip")]
+    pub(crate) pod_ip: PodIp,
+
+    /// Send the app probes to loopback instead of the pod's address
+    /// (Istio's legacy mode; true or false).
+    #[arg(long, env = "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION", value_name = "BOOL", default_value = "false", action = ArgAction::Set, value_parser = go_bool)]
+    pub(crate) app_probe_localhost: bool,
 
     /// Append Envoy's own metrics to `/stats/prometheus` (true or false).
     #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
@@ -368,7 +392,8 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 24);
+        assert_eq!(eff.len(), 27);
+        assert!(s.app_probers.0.is_empty() && s.pod_ip.0.is_none() && !s.app_probe_localhost);
         assert_eq!(s.control_socket, ControlSocket(None));
         assert!(s.loopback_control);
         assert_eq!(s.readiness_fail_delay, Duration::ZERO);
@@ -664,7 +689,10 @@ pub(crate) mod tests {
                 "README: the row of {flag} lacks {env}"
             );
             for default in arg.get_default_values() {
-                let default = format!("`{}`", default.to_str().unwrap());
+                let default = match default.to_str().unwrap() {
+                    "" => "(empty)".to_owned(),
+                    d => format!("`{d}`"),
+                };
                 assert!(
                     row.contains(&default),
                     "README: the row of {flag} lacks the default {default}"

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use metrics::{Counter, Key, Label, Metadata, Recorder, Unit};
+use metrics::{Counter, Histogram, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tokio::time::Instant;
 
@@ -72,6 +72,14 @@ struct Inner {
     last_success: AtomicU64,
 }
 
+/// One app probe's series.
+#[derive(Clone)]
+pub(crate) struct AppProbeMetrics {
+    /// `result="success"`, `"failure"`, `"busy"`.
+    pub(crate) results: [Counter; 3],
+    pub(crate) duration: Histogram,
+}
+
 /// Why a merged scrape carries less than Envoy's whole body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Incomplete {
@@ -104,6 +112,8 @@ pub mod names {
     pub(crate) const SCRAPE_ENVOY_INCOMPLETE: &str = "lifeguard_scrape_envoy_incomplete_total";
     pub(crate) const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
     pub(crate) const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
+    pub(crate) const APP_PROBE_RESULTS: &str = "lifeguard_app_probe_results_total";
+    pub(crate) const APP_PROBE_DURATION: &str = "lifeguard_app_probe_duration_seconds";
     pub(crate) const ADMIN_LAST_SUCCESS: &str = "lifeguard_envoy_admin_last_success_timestamp_seconds";
     pub(crate) const DRAIN_PHASE: &str = "lifeguard_drain_phase";
     pub(crate) const DRAIN_POLICY: &str = "lifeguard_drain_policy";
@@ -137,6 +147,13 @@ impl Metrics {
                 Matcher::Full(ADMIN_DURATION.into()),
                 &[
                     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ],
+            )
+            .expect("static buckets are not empty")
+            .set_buckets_for_metric(
+                Matcher::Full(APP_PROBE_DURATION.into()),
+                &[
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                 ],
             )
             .expect("static buckets are not empty")
@@ -207,6 +224,34 @@ impl Metrics {
         recorder
             .register_histogram(&Registrar::key(ADMIN_DURATION, &labels[..1]), &META)
             .record(took.as_secs_f64());
+    }
+
+    /// The handles of one app probe's series, by its status-port `path`:
+    /// its results (success, failure, busy) and the duration of its calls.
+    pub(crate) fn app_probe(&self, path: &str) -> AppProbeMetrics {
+        let recorder = &self.inner.recorder;
+        recorder.describe_counter(
+            APP_PROBE_RESULTS.into(),
+            None,
+            "App probes and hooks run through the status port (/app-health, /app-lifecycle), by path and result: \
+             success, failure (the app answered no or not in time) or busy (too many of the path in flight)."
+                .into(),
+        );
+        recorder.describe_histogram(
+            APP_PROBE_DURATION.into(),
+            Some(Unit::Seconds),
+            "Duration of the app probes lifeguard ran, by path.".into(),
+        );
+        let key = |name: &'static str, result: Option<&'static str>| {
+            let mut labels = vec![Label::new("path", path.to_owned())];
+            labels.extend(result.map(|r| Label::from_static_parts("result", r)));
+            Key::from_parts(name, labels)
+        };
+        AppProbeMetrics {
+            results: ["success", "failure", "busy"]
+                .map(|r| recorder.register_counter(&key(APP_PROBE_RESULTS, Some(r)), &META)),
+            duration: recorder.register_histogram(&key(APP_PROBE_DURATION, None), &META),
+        }
     }
 
     /// A merged scrape got Envoy's metrics from a new read or a shared one.

@@ -112,6 +112,27 @@ pub(super) fn control(
     }))
 }
 
+/// `GET|HEAD /app-health/<container>/<kind>` and `/app-lifecycle/...`:
+/// the app's own probe, run now (see [`super::app_probe`]); `request` is
+/// the kubelet's headers, passed on to the app.
+pub(super) fn app_probe(shared: &Shared, request: HeaderMap, method: &Method, path: &str) -> ResponseFuture {
+    let prober = match &shared.app_probes {
+        Some(prober) if prober.knows(path) => prober.clone(),
+        _ => {
+            let why = format!("no app probe is configured for {path}\n");
+            return finish(HeaderMap::new(), method, (StatusCode::NOT_FOUND, Bytes::from(why)));
+        }
+    };
+    if method != Method::GET && method != Method::HEAD {
+        return wrong_method(HeaderMap::new(), method, "GET, HEAD");
+    }
+    let (method, path) = (method.clone(), path.to_owned());
+    ResponseFuture::Waiting(Box::pin(async move {
+        let answer = prober.answer(&path, &request).await;
+        respond(HeaderMap::new(), &method, answer)
+    }))
+}
+
 /// A known path asked with another method: 405 and the methods it takes.
 pub(super) fn wrong_method(mut headers: HeaderMap, method: &Method, allow: &'static str) -> ResponseFuture {
     headers.insert(ALLOW, HeaderValue::from_static(allow));

@@ -18,6 +18,7 @@ use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::{Method, Request, Response};
 use metrics::Counter;
 
+use super::app_probe::AppProber;
 use super::routes;
 use crate::drain::DrainHandle;
 use crate::envoy::readiness::Readiness;
@@ -105,6 +106,8 @@ pub(super) struct Shared {
     pub(super) linger: Option<Linger>,
     pub(super) probe_ok: Counter,
     pub(super) probe_unavailable: Counter,
+    /// The app's probes (`/app-health/...`, `/app-lifecycle/...`).
+    pub(super) app_probes: Option<AppProber>,
     /// Whether loopback TCP callers may drain and stop (`--loopback-control`).
     pub(super) loopback_control: bool,
     /// The control socket, named in the answer to a TCP caller refused.
@@ -121,6 +124,7 @@ impl StatusService {
                 linger: None,
                 probe_ok: Counter::noop(),
                 probe_unavailable: Counter::noop(),
+                app_probes: None,
                 loopback_control: true,
                 control_socket: None,
             }),
@@ -173,6 +177,12 @@ impl StatusService {
         self
     }
 
+    /// Serves the app's probes through `prober`.
+    pub fn with_app_probes(mut self, prober: AppProber) -> Self {
+        Arc::make_mut(&mut self.shared).app_probes = Some(prober);
+        self
+    }
+
     /// Reports each scrape to `linger`.
     pub(crate) fn with_linger(mut self, linger: Linger) -> Self {
         Arc::make_mut(&mut self.shared).linger = Some(linger);
@@ -209,6 +219,9 @@ impl StatusService {
         let mut headers = std::mem::take(req.headers_mut());
         let (method, uri) = (req.method(), req.uri());
         let path = uri.path();
+        if path.starts_with("/app-health/") || path.starts_with("/app-lifecycle/") {
+            return routes::app_probe(shared, headers, method, path);
+        }
         let scrape =
             (path == "/stats/prometheus" || path == "/metrics").then(|| ScrapeRequest::new(uri.query(), &headers));
         headers.clear();

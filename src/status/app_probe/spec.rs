@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -115,6 +117,48 @@ impl fmt::Display for Port {
     }
 }
 
+/// The pod's address as the settings give it (empty: not given).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodIp(pub Option<IpAddr>);
+
+impl FromStr for PodIp {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "" => Ok(PodIp(None)),
+            s => s
+                .parse()
+                .map(|ip| PodIp(Some(ip)))
+                .map_err(|_| "not an IP address".into()),
+        }
+    }
+}
+
+impl fmt::Display for PodIp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(ip) => write!(f, "{ip}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl PodIp {
+    /// Where the app probes go: loopback in the legacy mode or with no
+    /// address, else the pod's address.
+    pub fn probe_destination(self, legacy_localhost: bool) -> IpAddr {
+        let loopback = |ip: Option<IpAddr>| match ip {
+            Some(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        };
+        match self.0 {
+            Some(ip) if !legacy_localhost => ip,
+            other => loopback(other),
+        }
+    }
+}
+
 /// What a path probes, by its last segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -186,6 +230,11 @@ pub enum Action {
 }
 
 impl AppProbes {
+    /// The JSON form, as `ISTIO_KUBE_APP_PROBERS` carries it.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("app probes serialize")
+    }
+
     /// Parses `ISTIO_KUBE_APP_PROBERS`'s JSON (empty: no probes) and checks
     /// every entry; the error names the entry.
     pub fn parse(json: &str) -> Result<AppProbes, String> {

@@ -1,0 +1,227 @@
+//! The gRPC probe: one unary `grpc.health.v1.Health/Check` over HTTP/2
+//! (plain text, as the kubelet's), written by hand: the request is one
+//! string field and the answer one enum, so a gRPC stack would add far
+//! more code than it saves. Tested against a real gRPC health server
+//! (tests/app_probes.rs).
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, TE, USER_AGENT};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use super::call::{connect_error, Target};
+
+/// The largest answer read: a health answer is a few bytes.
+const ANSWER_CAP: usize = 64 * 1024;
+
+/// The health service's answer to a Check, or why there is none.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Health {
+    /// `SERVING`, `NOT_SERVING`, `UNKNOWN`, `SERVICE_UNKNOWN`.
+    Status(&'static str),
+    /// The call failed with this gRPC status (code name, message).
+    Failed(String),
+}
+
+/// Asks the app's health service on `port` about `service`; `user_agent`
+/// is the kubelet's, passed on as the kubelet's own gRPC probe does.
+pub(crate) async fn check(
+    target: &Target,
+    port: u16,
+    service: &str,
+    user_agent: Option<&HeaderValue>,
+) -> Result<Health, String> {
+    let tcp = target
+        .connect(port)
+        .await
+        .map_err(|e| connect_error(target, port, &e))?;
+    let failed = |e: hyper::Error| format!("gRPC call to the app: {e}");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+        .await
+        .map_err(failed)?;
+    let mut request = Request::post(format!(
+        "http://{}/grpc.health.v1.Health/Check",
+        std::net::SocketAddr::new(target.dest, port)
+    ))
+    .body(Full::new(request_message(service)))
+    .map_err(|e| format!("cannot build the gRPC request: {e}"))?;
+    let headers = request.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(TE, HeaderValue::from_static("trailers"));
+    if let Some(agent) = user_agent {
+        headers.insert(USER_AGENT, agent.clone());
+    }
+    let ask = async move {
+        let answer = sender.send_request(request).await.map_err(failed)?;
+        if answer.status() != StatusCode::OK {
+            return Err(format!("gRPC call answered HTTP {}", answer.status()));
+        }
+        let head = answer.headers().clone();
+        let collected = Limited::new(answer.into_body(), ANSWER_CAP)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the gRPC answer: {e}"))?;
+        let trailers = collected.trailers().cloned().unwrap_or_default();
+        read_answer(&head, &trailers, collected.to_bytes())
+    };
+    let (answer, _) = tokio::join!(ask, conn);
+    answer
+}
+
+/// `HealthCheckRequest { service = 1 }`, in gRPC's length-prefixed frame.
+fn request_message(service: &str) -> Bytes {
+    let mut message = BytesMut::new();
+    if !service.is_empty() {
+        message.put_u8(0x0a); // field 1, length-delimited
+        put_varint(&mut message, service.len() as u64);
+        message.put_slice(service.as_bytes());
+    }
+    let mut frame = BytesMut::with_capacity(5 + message.len());
+    frame.put_u8(0); // not compressed
+    frame.put_u32(message.len() as u32);
+    frame.put_slice(&message);
+    frame.freeze()
+}
+
+fn put_varint(out: &mut BytesMut, mut n: u64) {
+    while n >= 0x80 {
+        out.put_u8((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    out.put_u8(n as u8);
+}
+
+fn get_varint(buf: &mut Bytes) -> Option<u64> {
+    let mut n = 0u64;
+    for shift in (0..64).step_by(7) {
+        if !buf.has_remaining() {
+            return None;
+        }
+        let b = buf.get_u8();
+        n |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// The call's outcome from its `grpc-status` (in the trailers, or in the
+/// headers of a trailers-only answer) and its message.
+fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> Result<Health, String> {
+    let code = trailers
+        .get("grpc-status")
+        .or_else(|| head.get("grpc-status"))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or("the gRPC answer has no grpc-status")?;
+    if code != 0 {
+        let message = trailers.get("grpc-message").or_else(|| head.get("grpc-message"));
+        let message = message.and_then(|m| m.to_str().ok()).unwrap_or("");
+        return Ok(Health::Failed(
+            format!("{} {message}", code_name(code)).trim_end().to_owned(),
+        ));
+    }
+    if body.len() < 5 || body[0] != 0 {
+        return Err("the gRPC answer is not one uncompressed message".into());
+    }
+    body.advance(5);
+    let mut status = 0; // a field left out is its default, UNKNOWN
+    while body.has_remaining() {
+        let key = get_varint(&mut body).ok_or("the health answer is not protobuf")?;
+        match key & 7 {
+            0 => {
+                let value = get_varint(&mut body).ok_or("the health answer is not protobuf")?;
+                if key >> 3 == 1 {
+                    status = value;
+                }
+            }
+            2 => {
+                let len = get_varint(&mut body).ok_or("the health answer is not protobuf")? as usize;
+                if len > body.remaining() {
+                    return Err("the health answer is cut short".into());
+                }
+                body.advance(len);
+            }
+            _ => return Err("the health answer is not protobuf".into()),
+        }
+    }
+    Ok(Health::Status(match status {
+        1 => "SERVING",
+        2 => "NOT_SERVING",
+        3 => "SERVICE_UNKNOWN",
+        _ => "UNKNOWN",
+    }))
+}
+
+fn code_name(code: u32) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    NAMES.get(code as usize).copied().unwrap_or("UNKNOWN_CODE")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_frame() {
+        assert_eq!(&request_message("")[..], &[0, 0, 0, 0, 0]);
+        assert_eq!(&request_message("x")[..], &[0, 0, 0, 0, 3, 0x0a, 1, b'x']);
+        let long = "s".repeat(200);
+        let frame = request_message(&long);
+        assert_eq!(&frame[5..8], &[0x0a, 0xc8, 0x01]);
+        assert_eq!(frame.len(), 5 + 3 + 200);
+    }
+
+    #[test]
+    fn answers() {
+        let ok: HeaderMap = [("grpc-status", "0")]
+            .iter()
+            .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
+            .collect();
+        let frame = |msg: &[u8]| {
+            let mut b = vec![0, 0, 0, 0, msg.len() as u8];
+            b.extend_from_slice(msg);
+            Bytes::from(b)
+        };
+        let none = HeaderMap::new();
+        assert_eq!(
+            read_answer(&none, &ok, frame(&[0x08, 1])),
+            Ok(Health::Status("SERVING"))
+        );
+        assert_eq!(
+            read_answer(&none, &ok, frame(&[0x08, 2])),
+            Ok(Health::Status("NOT_SERVING"))
+        );
+        assert_eq!(read_answer(&none, &ok, frame(&[])), Ok(Health::Status("UNKNOWN")));
+        let not_found: HeaderMap = [("grpc-status", "5"), ("grpc-message", "unknown service")]
+            .iter()
+            .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
+            .collect();
+        assert_eq!(
+            read_answer(&not_found, &none, Bytes::new()),
+            Ok(Health::Failed("NOT_FOUND unknown service".into()))
+        );
+        assert!(read_answer(&none, &none, Bytes::new()).is_err());
+        assert!(read_answer(&none, &ok, frame(&[0x08])).is_err());
+    }
+}
