@@ -20,7 +20,7 @@
 //! - [`exit`]: the exit summary, the termination message, the linger.
 //! - [`hooks`]: the pod hook helpers (`wait`, `wait-app-exit`, `drain`).
 //! - `duration`, `url`, `logging`: Go durations, loopback URLs, log lines.
-//! - `sys`: the one `unsafe` call (a pre-exec hook).
+//! - `sys`: the two `unsafe` calls (a pre-exec hook, one socket option).
 
 #![deny(unsafe_code)]
 

@@ -565,3 +565,25 @@ fn a_flood_of_probes_keeps_the_app_within_the_bound_and_other_paths_answered() {
     );
     assert_eq!(counted, Some(busy as f64));
 }
+
+/// An IPv6 pod: the probe reaches the app at the pod's IPv6 address. Its
+/// source, ::6, exists only where the capture rules added it; here it does
+/// not, so the probe goes from the pod's own address and says so once.
+#[test]
+fn an_ipv6_pod_address_is_probed_and_a_missing_source_is_logged_once() {
+    let app_port = port();
+    let app = TcpListener::bind(("::1", app_port.port)).unwrap();
+    let json = format!(
+        r#"{{"/app-health/v6/readyz":{{"tcpSocket":{{"port":{}}}}}}}"#,
+        app_port.port
+    );
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (agent, status) = agent_on(&admin.url(), &["--app-probers", &json, "--pod-ip", "::1"]);
+    for _ in 0..3 {
+        assert_eq!(kubelet_get(status.addr(), "/app-health/v6/readyz").0, 200);
+    }
+    let (_, peer) = app.accept().unwrap();
+    assert_eq!(peer.ip().to_string(), "::1");
+    let log = agent.wait_output("cannot use their source address", Duration::from_secs(5));
+    assert_eq!(log.matches("cannot use their source address").count(), 1, "{log}");
+}

@@ -15,6 +15,10 @@
 //! - `GET /stats/prometheus` (alias `/metrics`) — Envoy's own metrics,
 //!   streamed, then lifeguard's (any caller); the query string goes to
 //!   Envoy, gzip when accepted. The machinery is [`crate::metrics::scrape`]'s.
+//! - `GET|HEAD /app-health/<container>/livez|readyz|startupz` and
+//!   `/app-lifecycle/<container>/prestopz|poststartz` — the app's own probe
+//!   or hook, run now against the app ([`app_probe`]); any caller, through
+//!   the drain and the linger.
 //!
 //! Callers of the POST routes from other hosts get 403 and nothing happens;
 //! so do loopback callers with `--loopback-control false` (then only the
@@ -31,6 +35,7 @@
 //!   write timeout of a connection.
 //! - [`control`]: the same service on a Unix socket (`--control-socket`),
 //!   where drain and stop need no loopback check.
+//! - [`app_probe`]: the app's probes, run as the kubelet would.
 
 pub mod app_probe;
 pub mod connections;

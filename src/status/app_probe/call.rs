@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Body;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, HOST, LOCATION};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, LOCATION};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -74,6 +74,7 @@ impl Target {
             SocketAddr::V6(_) => TcpSocket::new_v6()?,
         };
         if !self.source_missing.load(Ordering::Relaxed) {
+            let _ = crate::sys::bind_address_no_port(&socket);
             if let Err(e) = socket.bind(SocketAddr::new(self.source, 0)) {
                 if !self.source_missing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(source = %self.source, error = %e,
@@ -213,6 +214,11 @@ fn build_request(call: &HttpCall, h2: bool, dest: IpAddr) -> Result<Request<Empt
         if !(h2 && name == HOST) {
             headers.append(name, value.clone());
         }
+    }
+    if !h2 {
+        // One request per connection, as the kubelet: the app closes first,
+        // so the closed connection waits out TIME_WAIT on its side.
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
     }
     Ok(request)
 }
