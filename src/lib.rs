@@ -52,4 +52,5 @@ pub mod pod;
 pub mod status;
 #[allow(unsafe_code)]
 mod sys;
+pub use sys::tune_memory;
 pub mod url;

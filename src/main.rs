@@ -10,6 +10,7 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    lifeguard::tune_memory();
     match lifeguard::cli::parse(std::env::args_os().collect()) {
         Ok(invocation) => ExitCode::from(lifeguard::agent::main(invocation)),
         Err(code) => ExitCode::from(code),

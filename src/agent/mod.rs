@@ -53,13 +53,31 @@ pub fn main(invocation: Invocation) -> u8 {
             for warning in settings.warnings() {
                 tracing::warn!("{warning}");
             }
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .on_thread_park(return_freed_memory_now_and_then)
+                .build();
             runtime.expect("tokio runtime").block_on(run(settings, envoy))
         }
         Task::Check { settings, effective } => cli::check_report(&settings, &effective),
         Task::Wait(opts) => helper_runtime().block_on(hooks::wait(&opts)),
         Task::WaitAppExit(opts) => helper_runtime().block_on(hooks::wait_app_exit(&opts)),
         Task::Drain(opts) => helper_runtime().block_on(hooks::drain(&opts)),
+    }
+}
+
+/// When a worker goes idle: gives the memory its heap freed back to the
+/// system, at most every 100 ms per thread (a burst, such as a merged
+/// scrape, is then not kept while the agent idles).
+fn return_freed_memory_now_and_then() {
+    thread_local!(static LAST: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) });
+    let now = std::time::Instant::now();
+    let due = LAST
+        .get()
+        .is_none_or(|last| now.duration_since(last) >= Duration::from_millis(100));
+    if due {
+        LAST.set(Some(now));
+        crate::sys::return_freed_memory();
     }
 }
 
