@@ -75,10 +75,10 @@ struct Inner {
 
 /// One app probe's series.
 #[derive(Clone)]
-pub(crate) struct AppProbeMetrics {
+pub struct AppProbeMetrics {
     /// `result="success"`, `"failure"`, `"busy"`.
-    pub(crate) results: [Counter; 3],
-    pub(crate) duration: Histogram,
+    pub results: [Counter; 3],
+    pub duration: Histogram,
 }
 
 /// Why a merged scrape carries less than Envoy's whole body.
@@ -230,7 +230,7 @@ impl Metrics {
 
     /// The handles of one app probe's series, by its status-port `path`:
     /// its results (success, failure, busy) and the duration of its calls.
-    pub(crate) fn app_probe(&self, path: &str) -> AppProbeMetrics {
+    pub fn app_probe(&self, path: &str) -> AppProbeMetrics {
         let recorder = &self.inner.recorder;
         recorder.describe_counter(
             APP_PROBE_RESULTS.into(),
@@ -269,7 +269,7 @@ impl Metrics {
     /// The handles of one app target's failures
     /// (`lifeguard_scrape_app_incomplete_total{target,reason}`), by
     /// [`Incomplete`]; `target` is its port and path.
-    pub(crate) fn app_scrape(&self, target: &str) -> [Counter; 4] {
+    pub fn app_scrape(&self, target: &str) -> [Counter; 4] {
         let recorder = &self.inner.recorder;
         recorder.describe_counter(
             SCRAPE_APP_INCOMPLETE.into(),
