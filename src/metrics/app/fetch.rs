@@ -117,7 +117,12 @@ async fn read(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let _ = tx.send(Piece::Start(Format::of_content_type(got), slot));
-    let mut body = response.into_body();
+    stream_body(response.into_body(), tx).await
+}
+
+/// The app's body, as whole lines, up to [`APP_BODY_CAP`].
+async fn stream_body(mut body: hyper::body::Incoming, tx: &mpsc::UnboundedSender<Piece>) -> Outcome {
+    let error = |e: &dyn std::fmt::Display| (Some(Incomplete::Error), e.to_string());
     let (mut tail, mut bytes) = (BytesMut::new(), 0usize);
     while let Some(frame) = body.frame().await {
         let data = match frame {
