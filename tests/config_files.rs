@@ -41,6 +41,8 @@ fn exported() -> BTreeSet<String> {
     metrics.admin_call("stats", "ok", Duration::from_millis(1));
     metrics.envoy_read(true, true);
     metrics.envoy_read(true, false);
+    metrics.app_probe("/app-health/web/readyz").duration.record(0.01);
+    metrics.app_scrape("8080/metrics")[0].increment(1);
     let readiness = Readiness::standalone(Duration::from_secs(4));
     readiness.store(Verdict::ready(tokio::time::Instant::now()));
     let mut status = Status::initial(DrainUntil::AppExit, String::new());

@@ -181,6 +181,7 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         readiness.clone(),
         settings.merge_envoy_metrics.then(|| admin.clone()),
     )
+    .with_app_metrics(&settings.app_metrics)
     .with_drain(handle.clone())
     .with_heartbeat(heartbeat.clone())
     .with_shutdown(shutdown.clone());

@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::Display as D;
 use parsers::{
-    addr, app_probes, control_socket, filter, go_bool, grace, message_path, pod_ip, poll, ports, positive, span, url,
+    addr, app_metrics, app_probes, control_socket, filter, go_bool, grace, message_path, pod_ip, poll, ports, positive,
+    span, url,
 };
 
 mod layers;
@@ -27,6 +28,7 @@ mod parsers;
 
 pub(crate) use layers::from_clap_error;
 
+use crate::metrics::app::AppMetrics;
 use crate::status::app_probe::spec::{AppProbes, PodIp};
 use crate::status::control::ControlSocket;
 pub(crate) use crate::url::LoopbackUrl;
@@ -188,6 +190,14 @@ pub(crate) struct Settings {
     #[arg(long, env = "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION", value_name = "BOOL", default_value = "false", action = ArgAction::Set, value_parser = go_bool)]
     pub(crate) app_probe_localhost: bool,
 
+    /// The app's own metrics, served last in `/stats/prometheus`, as the
+    /// JSON Istio's injector writes: `{"scrape":"true","port":"8080",
+    /// "path":"/metrics"}` or `{"targets":[{"port":..,"path":..},...]}`;
+    /// `"scrape":"false"` or empty: none. Read on 127.0.0.1.
+    #[arg(long, env = "ISTIO_PROMETHEUS_ANNOTATIONS", value_name = "JSON", default_value = "", value_parser = app_metrics::parse)]
+    #[serde(with = "app_metrics")]
+    pub(crate) app_metrics: AppMetrics,
+
     /// Append Envoy's own metrics to `/stats/prometheus` (true or false).
     #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
     pub(crate) merge_envoy_metrics: bool,
@@ -269,6 +279,12 @@ impl Settings {
         if !self.loopback_control && self.control_socket.0.is_none() {
             let why = "with no control_socket nothing could drain or stop Envoy: set control_socket too";
             return invalid("loopback_control", "false".into(), why.into());
+        }
+        if let Err(why) = self
+            .app_metrics
+            .check_ports(self.status_addr.port(), self.admin_url.port())
+        {
+            return invalid("app_metrics", self.app_metrics.to_json(), why);
         }
         if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
             let why = "cannot be used with drain_delay: readiness fails first with drain_delay, last with readiness_fail_delay";
@@ -392,7 +408,7 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 27);
+        assert_eq!(eff.len(), 28);
         assert!(s.app_probers.0.is_empty() && s.pod_ip.0.is_none() && !s.app_probe_localhost);
         assert_eq!(s.control_socket, ControlSocket(None));
         assert!(s.loopback_control);

@@ -10,6 +10,7 @@ use serde::{de, Deserialize, Deserializer};
 
 use crate::duration::{self, Display as D};
 use crate::exit::MessagePath;
+use crate::metrics::app::AppMetrics;
 use crate::status::app_probe::spec::{AppProbes, PodIp};
 use crate::status::control::ControlSocket;
 use crate::url::LoopbackUrl;
@@ -42,6 +43,7 @@ shared_parser!(span: Duration = |s| at_least(s, Duration::ZERO), shown as |d: &D
 shared_parser!(grace: Duration = grace_period, shown as |d: &Duration| D(*d));
 shared_parser!(message_path: MessagePath = MessagePath::from_str, shown as |p: &MessagePath| p.clone());
 shared_parser!(app_probes: AppProbes = AppProbes::parse, shown as |p: &AppProbes| p.to_json());
+shared_parser!(app_metrics: AppMetrics = AppMetrics::parse, shown as |m: &AppMetrics| m.to_json());
 shared_parser!(pod_ip: PodIp = PodIp::from_str, shown as |p: &PodIp| *p);
 shared_parser!(control_socket: ControlSocket = ControlSocket::from_str, shown as |p: &ControlSocket| p.clone());
 

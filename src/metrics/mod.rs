@@ -39,6 +39,7 @@ use crate::envoy::poller::ReadinessEvents;
 use crate::envoy::readiness::Readiness;
 use exposition::{drain_families, process_families, Exposition};
 
+pub mod app;
 pub mod exposition;
 pub mod scrape;
 
@@ -74,10 +75,10 @@ struct Inner {
 
 /// One app probe's series.
 #[derive(Clone)]
-pub(crate) struct AppProbeMetrics {
+pub struct AppProbeMetrics {
     /// `result="success"`, `"failure"`, `"busy"`.
-    pub(crate) results: [Counter; 3],
-    pub(crate) duration: Histogram,
+    pub results: [Counter; 3],
+    pub duration: Histogram,
 }
 
 /// Why a merged scrape carries less than Envoy's whole body.
@@ -110,6 +111,7 @@ pub mod names {
     pub(crate) const READINESS_KEPT: &str = "lifeguard_readiness_kept_total";
     pub(crate) const SCRAPE_ENVOY_READS: &str = "lifeguard_scrape_envoy_reads_total";
     pub(crate) const SCRAPE_ENVOY_INCOMPLETE: &str = "lifeguard_scrape_envoy_incomplete_total";
+    pub(crate) const SCRAPE_APP_INCOMPLETE: &str = "lifeguard_scrape_app_incomplete_total";
     pub(crate) const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
     pub(crate) const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
     pub(crate) const APP_PROBE_RESULTS: &str = "lifeguard_app_probe_results_total";
@@ -228,7 +230,7 @@ impl Metrics {
 
     /// The handles of one app probe's series, by its status-port `path`:
     /// its results (success, failure, busy) and the duration of its calls.
-    pub(crate) fn app_probe(&self, path: &str) -> AppProbeMetrics {
+    pub fn app_probe(&self, path: &str) -> AppProbeMetrics {
         let recorder = &self.inner.recorder;
         recorder.describe_counter(
             APP_PROBE_RESULTS.into(),
@@ -262,6 +264,33 @@ impl Metrics {
     /// A merged scrape's Envoy part is missing or cut short.
     pub(crate) fn scrape_incomplete(&self, why: Incomplete) {
         self.inner.scrape_incomplete[why as usize].increment(1);
+    }
+
+    /// The handles of one app target's failures
+    /// (`lifeguard_scrape_app_incomplete_total{target,reason}`), by
+    /// [`Incomplete`]; `target` is its port and path.
+    pub fn app_scrape(&self, target: &str) -> [Counter; 4] {
+        let recorder = &self.inner.recorder;
+        recorder.describe_counter(
+            SCRAPE_APP_INCOMPLETE.into(),
+            None,
+            "Merged scrapes whose part from an app target is missing or cut short, by target (port and path) and \
+             reason (timeout, error, cap, busy)."
+                .into(),
+        );
+        [
+            Incomplete::Timeout,
+            Incomplete::Error,
+            Incomplete::Cap,
+            Incomplete::Busy,
+        ]
+        .map(|why| {
+            let labels = vec![
+                Label::new("target", target.to_owned()),
+                Label::from_static_parts("reason", why.label()),
+            ];
+            recorder.register_counter(&Key::from_parts(SCRAPE_APP_INCOMPLETE, labels), &META)
+        })
     }
 
     /// Renders lifeguard's families: the state read now, then the events.

@@ -36,6 +36,12 @@
 //!   continues the shared stream's: one gzip member, compressed once per
 //!   read.
 //!
+//! - **The app's metrics** (`ISTIO_PROMETHEUS_ANNOTATIONS`, see
+//!   [`super::app`]) come last, one part per target in the given order:
+//!   each target is read from the scrape's start, beside Envoy, within the
+//!   same budget, and fitted into the answer's format line by line; a
+//!   family already in the answer is left out of the app's part.
+//!
 //! Memory bound: a read (its chunks, and its compressed copy, about a
 //! twentieth of the size) lives while its producer runs, while it may be
 //! shared, or while a client still walks it, and is freed after the last
@@ -48,7 +54,7 @@
 //! clients; a client holds a position in a list, its own part (a few KB)
 //! and, while it compresses that part, a deflate state.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -60,7 +66,8 @@ use flate2::Compression;
 use futures_util::stream::{self, Stream, StreamExt};
 use hyper::header::{HeaderMap, ACCEPT_ENCODING};
 use hyper::StatusCode;
-use tokio::sync::watch;
+use metrics::Counter;
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -68,6 +75,9 @@ use crate::drain::DrainHandle;
 use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
 use crate::envoy::poller::Heartbeat;
 use crate::envoy::readiness::Readiness;
+use crate::metrics::app::fetch::{self, Piece, MAX_APP_READS};
+use crate::metrics::app::lines::{note_families, Format, LineFilter};
+use crate::metrics::app::{AppMetrics, Target};
 use crate::metrics::{Incomplete, Metrics};
 
 /// Largest Envoy body taken into a scrape: far above a 20,000-cluster
@@ -99,6 +109,8 @@ pub(crate) struct ScrapeRequest {
     pub(crate) budget: Duration,
     /// Whether the client accepts gzip.
     pub(crate) gzip: bool,
+    /// The answer's format, by the client's `Accept`.
+    pub(crate) format: Format,
 }
 
 impl ScrapeRequest {
@@ -115,6 +127,7 @@ impl ScrapeRequest {
             query: query.unwrap_or("").to_owned(),
             budget: envoy_budget(timeout),
             gzip: accepts_gzip(headers),
+            format: Format::for_accept(headers),
         }
     }
 }
@@ -236,6 +249,9 @@ struct Read {
     finished: Mutex<Option<Instant>>,
     /// Cancelled to free a read kept only to be shared, when room is needed.
     release: CancellationToken,
+    /// The families of Envoy's body so far (`# TYPE` lines), when app
+    /// metrics follow it: the app's copies of them are left out.
+    families: Option<Mutex<HashSet<String>>>,
     _live: Live,
 }
 
@@ -291,6 +307,19 @@ struct Inner {
     /// The newest read per query string.
     reads: Mutex<HashMap<String, Weak<Read>>>,
     live: Arc<AtomicUsize>,
+    /// The app's metrics targets (none: no app part).
+    apps: Vec<AppSource>,
+    /// Memory slots for app reads, shared by all scrapes.
+    app_slots: Arc<Semaphore>,
+    /// App families left out, logged once each (`target family`).
+    logged_drops: Mutex<HashSet<String>>,
+}
+
+/// One app metrics target and its failure counters (by [`Incomplete`]).
+struct AppSource {
+    target: Target,
+    label: String,
+    failures: [Counter; 4],
 }
 
 impl Scraper {
@@ -305,6 +334,9 @@ impl Scraper {
                 shutdown: CancellationToken::new(),
                 reads: Mutex::new(HashMap::new()),
                 live: Arc::new(AtomicUsize::new(0)),
+                apps: Vec::new(),
+                app_slots: Arc::new(Semaphore::new(MAX_APP_READS)),
+                logged_drops: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -323,6 +355,21 @@ impl Scraper {
     /// that a busy admin thread is alive).
     pub(crate) fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Self {
         self.inner_mut().heartbeat = heartbeat;
+        self
+    }
+
+    /// Serves the app's metrics from `targets` after lifeguard's part.
+    pub(crate) fn with_app_metrics(mut self, targets: &AppMetrics) -> Self {
+        let inner = self.inner_mut();
+        inner.apps = targets
+            .0
+            .iter()
+            .map(|target| AppSource {
+                target: target.clone(),
+                label: target.label(),
+                failures: inner.metrics.app_scrape(&target.label()),
+            })
+            .collect();
         self
     }
 
@@ -352,6 +399,9 @@ impl Scraper {
             i: 0,
             crc: 0,
             len: 0,
+            apps: Vec::new(),
+            taken: HashSet::new(),
+            gz: None,
         };
         stream::unfold(client, |mut client| async move {
             let frame = client.next().await?;
@@ -403,6 +453,7 @@ impl Scraper {
                     started: now,
                     finished: Mutex::new(None),
                     release: CancellationToken::new(),
+                    families: (!inner.apps.is_empty()).then(|| Mutex::new(HashSet::new())),
                     _live: Live(inner.live.clone()),
                 });
                 reads.insert(query.to_owned(), Arc::downgrade(&read));
@@ -549,9 +600,17 @@ async fn fill(
         if *bytes > ENVOY_BODY_CAP {
             return End::Cut(Incomplete::Cap);
         }
+        let before = read.plain.tx.borrow().items.len();
         if !push_lines(&read.plain, tail, chunk) {
             tracing::warn!(path, "a line of Envoy's metrics is longer than {} KiB", LINE_CAP >> 10);
             return End::Cut(Incomplete::Error);
+        }
+        if let Some(families) = &read.families {
+            let items = read.plain.tx.borrow();
+            let mut families = families.lock().unwrap_or_else(|e| e.into_inner());
+            for item in &items.items[before..] {
+                note_families(item, &mut families);
+            }
         }
     }
 }
@@ -675,7 +734,17 @@ enum Step {
     Start,
     Envoy,
     Ours,
+    /// The app target of this index (past the last: the end).
+    App(usize),
     Done,
+}
+
+/// One app target's read, as a client takes it.
+struct AppRead {
+    rx: mpsc::UnboundedReceiver<Piece>,
+    filter: Option<LineFilter>,
+    /// The read's memory slot, held until its part is sent.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// One client's walk through a scrape.
@@ -690,6 +759,12 @@ struct Client {
     /// CRC-32 and length of the plain text sent compressed so far.
     crc: u32,
     len: u64,
+    /// The app targets' reads, in order.
+    apps: Vec<AppRead>,
+    /// The families already in this answer.
+    taken: HashSet<String>,
+    /// This client's own compressor, after Envoy's shared blocks.
+    gz: Option<GzTail>,
 }
 
 impl Client {
@@ -697,6 +772,7 @@ impl Client {
     async fn next(&mut self) -> Option<Bytes> {
         match self.step {
             Step::Start => {
+                self.start_apps();
                 self.read = self.scraper.join(&self.req.query, self.deadline, self.req.gzip);
                 self.step = if self.read.is_some() { Step::Envoy } else { Step::Ours };
                 Some(if self.req.gzip {
@@ -705,70 +781,204 @@ impl Client {
                     Bytes::new()
                 })
             }
-            Step::Envoy => {
-                let read = self.read.clone()?;
-                let next = if self.req.gzip {
-                    let list = read.gzip.get()?.clone();
-                    let mut rx = list.tx.subscribe();
-                    match list.get(&mut rx, self.i, Some(self.deadline)).await {
-                        Next::Item(chunk) => {
-                            self.crc = chunk.crc;
-                            self.len = chunk.len;
-                            Next::Item(chunk.data)
-                        }
-                        Next::End(end) => Next::End(end),
-                        Next::Timeout => Next::Timeout,
-                    }
-                } else {
-                    let mut rx = read.plain.tx.subscribe();
-                    read.plain.get(&mut rx, self.i, Some(self.deadline)).await
-                };
-                match next {
-                    Next::Item(chunk) => {
-                        self.i += 1;
-                        return Some(chunk);
-                    }
-                    Next::End(End::Complete) => {}
-                    Next::End(End::Cut(why)) => self.scraper.inner.metrics.scrape_incomplete(why),
-                    Next::Timeout => {
-                        self.scraper.inner.metrics.scrape_incomplete(Incomplete::Timeout);
-                        tracing::debug!(
-                            budget_ms = self.req.budget.as_millis() as u64,
-                            "a scrape took what Envoy had sent by its timeout"
-                        );
-                    }
-                }
-                // Done with Envoy: let the read go (it is freed with its
-                // last client).
-                self.read = None;
-                self.step = Step::Ours;
-                Some(Bytes::new())
-            }
+            Step::Envoy => self.envoy().await,
             Step::Ours => {
-                self.step = Step::Done;
+                self.step = Step::App(0);
                 let ours = self.scraper.ours();
-                if !self.req.gzip {
-                    return Some(ours);
+                note_families(&ours, &mut self.taken);
+                if !self.req.format.is_open_metrics() {
+                    return Some(self.emit(ours));
                 }
-                Some(finish_gzip(&ours, self.crc, self.len))
+                // Our text as OpenMetrics: no blank lines, no `untyped`.
+                let mut out = Vec::with_capacity(ours.len());
+                LineFilter::new(Format::Text, self.req.format).push(&ours, &HashSet::new(), &mut out);
+                Some(self.emit(Bytes::from(out)))
+            }
+            Step::App(i) if i < self.apps.len() => Some(self.app(i).await),
+            Step::App(_) => {
+                self.step = Step::Done;
+                let eof: &[u8] = if self.req.format.is_open_metrics() {
+                    b"# EOF\n"
+                } else {
+                    b""
+                };
+                if !self.req.gzip {
+                    return Some(Bytes::from_static(eof));
+                }
+                let tail = self.gz.take().unwrap_or_else(|| GzTail::new(self.crc, self.len));
+                Some(tail.finish(eof))
             }
             Step::Done => None,
         }
+    }
+
+    /// Starts reading every app target, within this scrape's budget.
+    fn start_apps(&mut self) {
+        let inner = &*self.scraper.inner;
+        self.apps = inner
+            .apps
+            .iter()
+            .map(|app| AppRead {
+                rx: fetch::start(&app.target, self.req.format, self.deadline, inner.app_slots.clone()),
+                filter: None,
+                _slot: None,
+            })
+            .collect();
+    }
+
+    /// The next piece of Envoy's part; past its end, on to ours.
+    async fn envoy(&mut self) -> Option<Bytes> {
+        let read = self.read.clone()?;
+        let next = if self.req.gzip {
+            let list = read.gzip.get()?.clone();
+            let mut rx = list.tx.subscribe();
+            match list.get(&mut rx, self.i, Some(self.deadline)).await {
+                Next::Item(chunk) => {
+                    self.crc = chunk.crc;
+                    self.len = chunk.len;
+                    Next::Item(chunk.data)
+                }
+                Next::End(end) => Next::End(end),
+                Next::Timeout => Next::Timeout,
+            }
+        } else {
+            let mut rx = read.plain.tx.subscribe();
+            read.plain.get(&mut rx, self.i, Some(self.deadline)).await
+        };
+        match next {
+            Next::Item(chunk) => {
+                self.i += 1;
+                return Some(chunk);
+            }
+            Next::End(End::Complete) => {}
+            Next::End(End::Cut(why)) => self.scraper.inner.metrics.scrape_incomplete(why),
+            Next::Timeout => {
+                self.scraper.inner.metrics.scrape_incomplete(Incomplete::Timeout);
+                tracing::debug!(
+                    budget_ms = self.req.budget.as_millis() as u64,
+                    "a scrape took what Envoy had sent by its timeout"
+                );
+            }
+        }
+        if let Some(families) = &read.families {
+            let families = families.lock().unwrap_or_else(|e| e.into_inner());
+            self.taken.extend(families.iter().cloned());
+        }
+        // Done with Envoy: let the read go (it is freed with its last client).
+        self.read = None;
+        self.step = Step::Ours;
+        Some(Bytes::new())
+    }
+
+    /// The next piece of app target `i`'s part; past its end, the next.
+    async fn app(&mut self, i: usize) -> Bytes {
+        let app = &mut self.apps[i];
+        match app.rx.recv().await {
+            Some(Piece::Start(from, slot)) => {
+                app.filter = Some(LineFilter::new(from, self.req.format));
+                app._slot = Some(slot);
+                Bytes::new()
+            }
+            Some(Piece::Lines(lines)) => {
+                let mut out = Vec::with_capacity(lines.len());
+                if let Some(filter) = &mut app.filter {
+                    filter.push(&lines, &self.taken, &mut out);
+                }
+                self.emit(Bytes::from(out))
+            }
+            Some(Piece::End(why, error)) => {
+                self.app_done(i, why, &error);
+                Bytes::new()
+            }
+            None => {
+                self.app_done(i, Some(Incomplete::Error), "the read stopped");
+                Bytes::new()
+            }
+        }
+    }
+
+    /// App target `i`'s part is over: its families join the answer's, and
+    /// what went wrong is counted and logged.
+    fn app_done(&mut self, i: usize, why: Option<Incomplete>, error: &str) {
+        self.step = Step::App(i + 1);
+        let inner = &*self.scraper.inner;
+        let source = &inner.apps[i];
+        let read = &mut self.apps[i];
+        read._slot = None;
+        if let Some(filter) = read.filter.take() {
+            let dropped = filter.finish(&mut self.taken);
+            let mut logged = inner.logged_drops.lock().unwrap_or_else(|e| e.into_inner());
+            for family in dropped {
+                if logged.len() < 1000 && logged.insert(format!("{} {family}", source.label)) {
+                    tracing::warn!(
+                        target = %source.label, family,
+                        "the app's metrics declare a family already in the scrape (Envoy's, lifeguard's or an earlier target's): the app's is left out"
+                    );
+                }
+            }
+        }
+        if let Some(why) = why {
+            source.failures[why as usize].increment(1);
+            tracing::warn!(target = %source.label, reason = why.label(), error, "the app's metrics are missing from a scrape or cut short");
+        }
+    }
+
+    /// `plain` as sent: as it is, or compressed by this client's own
+    /// compressor (after Envoy's shared blocks).
+    fn emit(&mut self, plain: Bytes) -> Bytes {
+        if !self.req.gzip || plain.is_empty() {
+            return plain;
+        }
+        let (crc, len) = (self.crc, self.len);
+        self.gz.get_or_insert_with(|| GzTail::new(crc, len)).write(&plain)
+    }
+}
+
+/// A client's own deflate blocks after the shared ones, and the gzip
+/// trailer whose CRC continues the shared stream's.
+struct GzTail {
+    encoder: DeflateEncoder<Vec<u8>>,
+    crc: crc32fast::Hasher,
+    len: u64,
+}
+
+impl GzTail {
+    /// After shared blocks of plain text of CRC `crc` and length `len`.
+    fn new(crc: u32, len: u64) -> Self {
+        Self {
+            encoder: DeflateEncoder::new(Vec::new(), Compression::default()),
+            crc: crc32fast::Hasher::new_with_initial_len(crc, len),
+            len,
+        }
+    }
+
+    /// `plain`, compressed up to a sync flush.
+    fn write(&mut self, plain: &[u8]) -> Bytes {
+        // Writing to a Vec cannot fail; flush() is a sync flush.
+        let _ = self.encoder.write_all(plain);
+        let _ = self.encoder.flush();
+        self.crc.update(plain);
+        self.len += plain.len() as u64;
+        Bytes::from(std::mem::take(self.encoder.get_mut()))
+    }
+
+    /// `plain` as the final block, and the trailer.
+    fn finish(mut self, plain: &[u8]) -> Bytes {
+        let _ = self.encoder.write_all(plain);
+        self.crc.update(plain);
+        let total = self.len + plain.len() as u64;
+        let mut out = self.encoder.finish().unwrap_or_default();
+        out.extend_from_slice(&self.crc.finalize().to_le_bytes());
+        out.extend_from_slice(&(total as u32).to_le_bytes());
+        Bytes::from(out)
     }
 }
 
 /// `ours` as the final deflate block of a gzip member whose earlier blocks
 /// (plain text of CRC `crc` and length `len`) were sent, and the trailer.
+#[cfg(test)]
 fn finish_gzip(ours: &[u8], crc: u32, len: u64) -> Bytes {
-    let mut encoder = DeflateEncoder::new(Vec::with_capacity(ours.len() / 4 + 64), Compression::default());
-    let _ = encoder.write_all(ours);
-    let mut out = encoder.finish().unwrap_or_default();
-    let mut hasher = crc32fast::Hasher::new_with_initial_len(crc, len);
-    hasher.update(ours);
-    let total = len + ours.len() as u64;
-    out.extend_from_slice(&hasher.finalize().to_le_bytes());
-    out.extend_from_slice(&(total as u32).to_le_bytes());
-    Bytes::from(out)
+    GzTail::new(crc, len).finish(ours)
 }
 
 #[cfg(test)]

@@ -14,9 +14,8 @@ use crate::metrics::scrape::ScrapeRequest;
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
-static PROMETHEUS_TEXT: HeaderValue = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
 static GZIP: HeaderValue = HeaderValue::from_static("gzip");
-static ACCEPT_ENCODING_VALUE: HeaderValue = HeaderValue::from_static("accept-encoding");
+static VARY_VALUE: HeaderValue = HeaderValue::from_static("accept, accept-encoding");
 
 /// `GET|HEAD /healthz/ready`: from the readiness snapshot, never waiting
 /// on Envoy.
@@ -43,8 +42,8 @@ pub(super) fn scrape(
     let (Some(scraper), Some(scrape)) = (&shared.scraper, scrape) else {
         return finish(headers, method, not_found());
     };
-    headers.insert(CONTENT_TYPE, PROMETHEUS_TEXT.clone());
-    headers.insert(VARY, ACCEPT_ENCODING_VALUE.clone());
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(scrape.format.content_type()));
+    headers.insert(VARY, VARY_VALUE.clone());
     if scrape.gzip {
         headers.insert(CONTENT_ENCODING, GZIP.clone());
     }
