@@ -8,6 +8,9 @@
 #   d. with BASELINE=PATH: another lifeguard binary (say, built from an
 #      earlier commit), probed the same way, for a before/after ratio
 #      measured side by side
+#   e. when Go is installed: Go net/http answering a static 200
+#      (bench/go_http/main.go), the stack of pilot-agent's status server;
+#      skipped otherwise
 # Each server is pinned to CPU 0, wrk (one thread) to CPU 1. Same threads,
 # connections and duration for all three. Then: admin requests Envoy saw
 # while lifeguard was probed at full rate, and p50/p99/p99.9 at half of
@@ -36,15 +39,19 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 cargo build --release --quiet --bin lifeguard --example bare-hyper --example loadgen
 
 # Ports 31000-31099, below the ephemeral range; refuse to run if taken.
-ADMIN=31000; STATUS=31021; AGENT=31020; INBOUND=31006; APP=31080; PROM=31090; BARE=31081; NGX=31082; BASE=31022
+ADMIN=31000; STATUS=31021; AGENT=31020; INBOUND=31006; APP=31080; PROM=31090; BARE=31081; NGX=31082; BASE=31022; GO=31083
 SERVERS="lifeguard bare-hyper nginx"
 [ -n "${BASELINE:-}" ] && SERVERS="$SERVERS baseline"
-for p in $ADMIN $STATUS $AGENT $INBOUND $PROM $BARE $NGX $BASE; do
+if command -v go >/dev/null 2>&1; then SERVERS="$SERVERS go"; else echo "bench/load.sh: no Go: the Go net/http stand-in is skipped" >&2; fi
+for p in $ADMIN $STATUS $AGENT $INBOUND $PROM $BARE $NGX $BASE $GO; do
   if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "port $p is in use" >&2; exit 1; fi
 done
 
 work=$(mktemp -d)
 pids=()
+if [[ " $SERVERS " == *" go "* ]]; then
+  (cd bench/go_http && GO111MODULE=off go build -o "$work/go-http" main.go)
+fi
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
@@ -63,6 +70,9 @@ if [ -n "${BASELINE:-}" ]; then
   LIFEGUARD_LOG=warn taskset -c 0 "$BASELINE" run --status-addr 127.0.0.1:$BASE --admin-url http://127.0.0.1:$ADMIN >"$work/baseline.log" 2>&1 & pids+=($!)
 fi
 taskset -c 0 "$NGINX" -c "$work/nginx.conf" -p "$work" >"$work/nginx.out" 2>&1 & pids+=($!)
+if [[ " $SERVERS " == *" go "* ]]; then
+  GOMAXPROCS=1 taskset -c 0 "$work/go-http" 127.0.0.1:$GO >"$work/go.log" 2>&1 & pids+=($!)
+fi
 
 wait_200() {
   for _ in $(seq 1 300); do
@@ -77,6 +87,8 @@ N=http://127.0.0.1:$NGX/healthz/ready
 D_URL=http://127.0.0.1:$BASE/healthz/ready
 wait_200 $A; wait_200 $B; wait_200 $N
 [ -n "${BASELINE:-}" ] && wait_200 $D_URL
+G_URL=http://127.0.0.1:$GO/healthz/ready
+[[ " $SERVERS " == *" go "* ]] && wait_200 $G_URL
 
 to_us() { # wrk latency like 85.00us, 1.20ms, 1.01s -> microseconds
   awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n }'
@@ -105,7 +117,7 @@ for mode in keepalive close; do
   printf '\n## %s\n%-6s %-10s %12s %10s %10s\n' "$mode" round server req/s p50_us p99_us
   for r in $(seq 1 "$R"); do
     for s in $SERVERS; do
-      case $s in lifeguard) url=$A ;; bare-hyper) url=$B ;; nginx) url=$N ;; baseline) url=$D_URL ;; esac
+      case $s in lifeguard) url=$A ;; bare-hyper) url=$B ;; nginx) url=$N ;; baseline) url=$D_URL ;; go) url=$G_URL ;; esac
       before=0; [ $s = lifeguard ] && before=$(admin_rq)
       read -r rps p50 p99 < <(run_wrk $s "$url" $mode)
       if [ $s = lifeguard ]; then
@@ -129,6 +141,10 @@ for mode in keepalive close; do
   if [ -n "${BASELINE:-}" ]; then
     d=$(tr ' ' '\n' <<<"${RPS[$mode,baseline]}" | grep . | median)
     awk -v a="$a" -v d="$d" 'BEGIN {printf "ratio a/d (lifeguard / baseline)   = %.3f\n", a / d}'
+  fi
+  if [[ " $SERVERS " == *" go "* ]]; then
+    e=$(tr ' ' '\n' <<<"${RPS[$mode,go]}" | grep . | median)
+    awk -v a="$a" -v e="$e" 'BEGIN {printf "ratio a/e (lifeguard / Go net/http) = %.3f\n", a / e}'
   fi
   [ $mode = keepalive ] && PEAK=$a
 done
