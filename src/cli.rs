@@ -3,6 +3,7 @@
 //! reports a bad setting (exit 2, naming the field as the user wrote it).
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -11,6 +12,7 @@ use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
 use crate::drain::exit_code;
 use crate::duration::Display as D;
 use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
+use crate::inject::InjectOptions;
 use crate::status::control::ControlSocket;
 use crate::url::{parse_loopback_url, LoopbackUrl};
 
@@ -91,6 +93,23 @@ pub(crate) enum Command {
         /// file exists.
         #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
         control_socket: ControlSocket,
+    },
+
+    /// Rewrite a pod's probes and hooks to the status port as Istio's
+    /// injector does, and hand the originals to the proxy container in
+    /// ISTIO_KUBE_APP_PROBERS: Kubernetes YAML in (a file, or stdin), the
+    /// rewritten YAML out. Idempotent.
+    Inject {
+        /// The manifest (several documents allowed); stdin when absent or `-`.
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// The proxy container, when it does not run `lifeguard` itself.
+        #[arg(long, value_name = "NAME")]
+        proxy_container: Option<String>,
+        /// The status port probes are rewritten to (default: the proxy's
+        /// --status-addr port, else 15020).
+        #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+        status_port: Option<u16>,
     },
 
     /// Native-sidecar preStop hook: `POST /drain` on the agent and wait until
@@ -175,6 +194,8 @@ pub(crate) enum Task {
     WaitAppExit(AppExitOptions),
     /// `lifeguard drain`.
     Drain(DrainOptions),
+    /// `lifeguard inject`.
+    Inject(InjectOptions),
 }
 
 /// Parses `argv`. Help, version and usage errors are printed by clap, which
@@ -233,6 +254,15 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             ignore_ports,
             agent: control_socket.or(agent_url),
             admin: admin_url,
+        }),
+        Command::Inject {
+            file,
+            proxy_container,
+            status_port,
+        } => Task::Inject(InjectOptions {
+            input: file,
+            proxy_container,
+            status_port,
         }),
         Command::Drain {
             url,

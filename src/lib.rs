@@ -19,8 +19,11 @@
 //! - [`metrics`]: our families, their exposition, the merged scrape.
 //! - [`exit`]: the exit summary, the termination message, the linger.
 //! - [`hooks`]: the pod hook helpers (`wait`, `wait-app-exit`, `drain`).
+//! - [`inject`]: `lifeguard inject`, the pod's probes rewritten to the
+//!   status port.
 //! - `duration`, `url`, `logging`: Go durations, loopback URLs, log lines.
-//! - `sys`: the two `unsafe` calls (a pre-exec hook, one socket option).
+//! - `sys`: the `unsafe` calls (a pre-exec hook, one socket option, the
+//!   allocator's collect) and the process's memory settings.
 
 #![deny(unsafe_code)]
 
@@ -46,6 +49,7 @@ pub mod duration;
 pub mod envoy;
 pub mod exit;
 pub mod hooks;
+pub mod inject;
 pub mod logging;
 pub mod metrics;
 pub mod pod;

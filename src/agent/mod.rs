@@ -33,7 +33,7 @@ use crate::status::app_probe::{spec::PodIp, AppProber};
 use crate::status::control::ControlServer;
 use crate::status::server::StatusServer;
 use crate::status::service::StatusService;
-use crate::{cli, hooks, logging};
+use crate::{cli, hooks, inject, logging};
 use signals::Signals;
 
 pub mod signals;
@@ -63,6 +63,7 @@ pub fn main(invocation: Invocation) -> u8 {
         Task::Wait(opts) => helper_runtime().block_on(hooks::wait(&opts)),
         Task::WaitAppExit(opts) => helper_runtime().block_on(hooks::wait_app_exit(&opts)),
         Task::Drain(opts) => helper_runtime().block_on(hooks::drain(&opts)),
+        Task::Inject(opts) => inject::run(&opts),
     }
 }
 
