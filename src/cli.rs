@@ -156,6 +156,12 @@ pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
         println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
     }
     println!("{:width$} = {}", "drain deadline", D(settings.drain_deadline()));
+    if !settings.proxy_config_unused.is_empty() {
+        println!(
+            "PROXY_CONFIG fields not used: {}",
+            settings.proxy_config_unused.join(", ")
+        );
+    }
     let warnings = settings.warnings();
     for w in &warnings {
         eprintln!("lifeguard check: {w}");

@@ -53,6 +53,13 @@ pub fn main(invocation: Invocation) -> u8 {
             for warning in settings.warnings() {
                 tracing::warn!("{warning}");
             }
+            if !settings.proxy_config_unused.is_empty() {
+                let fields = settings.proxy_config_unused.join(", ");
+                tracing::info!(
+                    fields,
+                    "PROXY_CONFIG fields lifeguard does not use (Istio's agent and injector read them)"
+                );
+            }
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .on_thread_park(return_freed_memory_now_and_then)
@@ -164,9 +171,9 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         Err(code) => return code,
     };
     let local = server.local_addr().expect("a bound listener has an address");
-    let (grace, scope) = (settings.termination_grace_period, settings.drain_scope);
+    let (envoy_drain, scope) = (settings.envoy_drain(), settings.drain_scope);
     let ignored = settings.ignore_listener_ports.clone();
-    let envoy = match Envoy::start(envoy_command, grace, admin.clone(), ignored, scope) {
+    let envoy = match Envoy::start(envoy_command, envoy_drain, admin.clone(), ignored, scope) {
         Ok(envoy) => envoy,
         Err(e) => return start_failed("cannot start Envoy", &e),
     };

@@ -13,6 +13,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args};
 
+use super::proxy_config::{EnvNames, ProxyLayer};
 use super::{ConfigError, Effective, RunArgs, Settings, Source};
 
 /// The settings' clap arguments, for their flags and env names.
@@ -46,37 +47,41 @@ impl RunArgs {
             Some(ValueSource::EnvVariable) => Some(Source::Env),
             _ => None,
         };
-        let source = |key: &str| {
-            given(key).unwrap_or(if file.contains_key(key) {
-                Source::File
-            } else {
-                Source::Default
-            })
-        };
         let mut table = toml::Table::try_from(&self.settings).expect("settings serialize");
-        for (key, value) in &file {
+        for key in file.keys() {
             if !table.contains_key(key) {
                 let known: Vec<_> = table.keys().map(String::as_str).collect();
                 let message = format!("unknown field `{key}`, expected one of {}", known.join(", "));
                 let path = self.config.clone().unwrap_or_default();
                 return Err(ConfigError::File { path, message });
             }
-            if given(key).is_some() {
-                continue;
-            }
-            let mut trial = table.clone();
-            trial.insert(key.clone(), value.clone());
-            if let Err(e) = trial.try_into::<Settings>() {
-                return Err(ConfigError::Invalid {
-                    field: key.clone(),
-                    value: shown(value),
-                    origin: Source::File,
-                    why: e.message().to_owned(),
-                });
-            }
-            table.insert(key.clone(), value.clone());
         }
-        let mut settings: Settings = table.try_into().expect("every file value was checked");
+        // The layers under flags and env, lowest first: the file, then PROXY_CONFIG.
+        let with_file = layer(&table, &file, &given, |key| (key.to_owned(), Source::File))?;
+        let proxy = match &self.proxy_config {
+            Some(text) => {
+                ProxyLayer::parse(text, &with_file, &env_names()).map_err(|(field, why)| ConfigError::Invalid {
+                    field,
+                    value: text.trim().to_owned(),
+                    origin: Source::ProxyConfig,
+                    why,
+                })?
+            }
+            None => ProxyLayer::default(),
+        };
+        let named = |key: &str| (proxy.fields.get(key).cloned().unwrap_or_default(), Source::ProxyConfig);
+        table = layer(&with_file, &proxy.values, &given, named)?;
+        let source = |key: &str| {
+            given(key).unwrap_or(if proxy.values.contains_key(key) {
+                Source::ProxyConfig
+            } else if file.contains_key(key) {
+                Source::File
+            } else {
+                Source::Default
+            })
+        };
+        let mut settings: Settings = table.try_into().expect("every layered value was checked");
+        settings.proxy_config_unused = proxy.unused;
         settings.resolve(|key| (field_name(key, source(key)), source(key)))?;
 
         let table = toml::Table::try_from(&settings).expect("settings serialize");
@@ -95,6 +100,44 @@ impl RunArgs {
             .collect();
         Ok((settings, effective))
     }
+}
+
+/// `base` with the values of a lower layer laid in, each checked by the
+/// settings' own parsers, except where a flag or env variable was `given`.
+/// `named` says how the layer names a key in errors.
+fn layer(
+    base: &toml::Table,
+    values: &toml::Table,
+    given: &impl Fn(&str) -> Option<Source>,
+    named: impl Fn(&str) -> (String, Source),
+) -> Result<toml::Table, ConfigError> {
+    let mut table = base.clone();
+    for (key, value) in values {
+        if given(key).is_some() {
+            continue;
+        }
+        let mut trial = table.clone();
+        trial.insert(key.clone(), value.clone());
+        if let Err(e) = trial.try_into::<Settings>() {
+            let (field, origin) = named(key);
+            return Err(ConfigError::Invalid {
+                field,
+                value: shown(value),
+                origin,
+                why: e.message().to_owned(),
+            });
+        }
+        table.insert(key.clone(), value.clone());
+    }
+    Ok(table)
+}
+
+/// Every setting's env variable, and the setting's key.
+fn env_names() -> EnvNames {
+    settings_command()
+        .get_arguments()
+        .filter_map(|a| Some((a.get_env()?.to_str()?.to_owned(), a.get_id().as_str().to_owned())))
+        .collect()
 }
 
 /// A TOML value the way a user types it on the command line.

@@ -25,6 +25,7 @@ use parsers::{
 
 mod layers;
 mod parsers;
+mod proxy_config;
 
 pub(crate) use layers::from_clap_error;
 
@@ -40,6 +41,10 @@ pub(crate) struct RunArgs {
     /// TOML file with settings (flags and env variables override it).
     #[arg(long, env = "LIFEGUARD_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
+    /// Istio's proxy config, as its injector writes it (JSON or YAML): a
+    /// layer under flags and env, over the file.
+    #[arg(long, env = "PROXY_CONFIG", value_name = "JSON")]
+    pub(crate) proxy_config: Option<String>,
     #[command(flatten)]
     pub(crate) settings: Settings,
 }
@@ -134,6 +139,14 @@ pub(crate) struct Settings {
     /// --termination-drain-duration is given, app-exit otherwise.
     #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT", default_value = "app-exit")]
     pub(crate) drain_until: DrainUntil,
+    /// Envoy's `--drain-time-s`, added to Envoy's command line unless it
+    /// sets it: how long Envoy may take before it closes drained listeners
+    /// (Istio's drainDuration). 0s: the grace period, so Envoy never closes
+    /// them before lifeguard's deadline.
+    #[arg(long, env = "LIFEGUARD_ENVOY_DRAIN_TIME", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub(crate) envoy_drain_time: Duration,
+
     /// Whether the policy was asked for (not the default).
     #[arg(skip)]
     #[serde(skip)]
@@ -143,6 +156,11 @@ pub(crate) struct Settings {
     /// ingress gateway, whose listeners carry no traffic direction).
     #[arg(long, env = "LIFEGUARD_DRAIN_SCOPE", value_name = "SCOPE", default_value = "inbound")]
     pub(crate) drain_scope: DrainScope,
+
+    /// PROXY_CONFIG's fields lifeguard does not use, listed once at start-up.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub(crate) proxy_config_unused: Vec<String>,
 
     /// Local port of another sidecar whose sockets the app-exit policy and
     /// wait-app-exit leave out (repeatable).
@@ -226,6 +244,15 @@ impl Settings {
     /// period less the shutdown margin.
     pub(crate) fn drain_deadline(&self) -> Duration {
         self.termination_grace_period.saturating_sub(self.shutdown_margin)
+    }
+
+    /// Envoy's `--drain-time-s`: `envoy_drain_time`, or the grace period
+    /// when it is 0.
+    pub(crate) fn envoy_drain(&self) -> Duration {
+        match self.envoy_drain_time {
+            t if t.is_zero() => self.termination_grace_period,
+            t => t,
+        }
     }
 
     /// Durations that do not fit inside the drain deadline, as warnings.
@@ -314,14 +341,19 @@ impl Settings {
 pub(crate) enum Source {
     Flag,
     Env,
+    /// Istio's `PROXY_CONFIG`.
+    ProxyConfig,
     File,
     Default,
 }
 
-/// `flag`, `env`, `file`, `default`.
+/// `flag`, `env`, `PROXY_CONFIG`, `file`, `default`.
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&format!("{self:?}").to_lowercase())
+        match self {
+            Source::ProxyConfig => f.write_str("PROXY_CONFIG"),
+            other => f.write_str(&format!("{other:?}").to_lowercase()),
+        }
     }
 }
 
@@ -408,7 +440,7 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 28);
+        assert_eq!(eff.len(), 29);
         assert!(s.app_probers.0.is_empty() && s.pod_ip.0.is_none() && !s.app_probe_localhost);
         assert_eq!(s.control_socket, ControlSocket(None));
         assert!(s.loopback_control);
@@ -714,7 +746,7 @@ pub(crate) mod tests {
                     "README: the row of {flag} lacks the default {default}"
                 );
             }
-            if key == "config" {
+            if key == "config" || key == "proxy_config" {
                 continue;
             }
             assert!(

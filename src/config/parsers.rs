@@ -82,7 +82,7 @@ fn log_filter(s: &str) -> Result<String, String> {
 }
 
 /// A boolean the way Go's `strconv.ParseBool` (and so Istio) reads one.
-pub(super) fn go_bool(s: &str) -> Result<bool, String> {
+pub(crate) fn go_bool(s: &str) -> Result<bool, String> {
     match s {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),

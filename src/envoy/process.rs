@@ -61,11 +61,12 @@ impl Envoy {
     /// The Envoy of these settings: launched from `command` (with the drain
     /// flags added when missing), or, when `command` is empty, the one
     /// running beside lifeguard.
-    /// `grace` is the pod's grace period; `ignored` the listener ports left
-    /// out of the active counts; `scope` which listeners drain.
+    /// `drain_time` is Envoy's `--drain-time-s` (the pod's grace period
+    /// unless configured); `ignored` the listener ports left out of the
+    /// active counts; `scope` which listeners drain.
     pub(crate) fn start(
         command: Vec<String>,
-        grace: Duration,
+        drain_time: Duration,
         admin: AdminClient,
         ignored: Vec<u16>,
         scope: DrainScope,
@@ -74,7 +75,7 @@ impl Envoy {
             return Ok(Envoy::external(admin, ignored).with_scope(scope));
         }
         let mut command = command;
-        let extra = drain_flags(&command, grace);
+        let extra = drain_flags(&command, drain_time);
         if !extra.is_empty() {
             tracing::info!("adding {} to Envoy's command line", extra.join(" "));
             command.extend(extra);
@@ -107,14 +108,14 @@ pub(crate) struct Child {
 /// default, `gradual`, would mark only a few responses `connection: close`
 /// early in a long drain window), and do not let Envoy's drain timer close
 /// the listeners before lifeguard's deadline.
-pub(crate) fn drain_flags(command: &[String], grace: Duration) -> Vec<String> {
+pub(crate) fn drain_flags(command: &[String], drain_time: Duration) -> Vec<String> {
     let has = |flag: &str| command.iter().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
     let mut extra = Vec::new();
     if !has("--drain-strategy") {
         extra.extend(["--drain-strategy".to_owned(), "immediate".to_owned()]);
     }
     if !has("--drain-time-s") {
-        extra.extend(["--drain-time-s".to_owned(), grace.as_secs().max(1).to_string()]);
+        extra.extend(["--drain-time-s".to_owned(), drain_time.as_secs().max(1).to_string()]);
     }
     extra
 }

@@ -1,0 +1,216 @@
+//! Istio's `PROXY_CONFIG`: the proxy's settings as the injector writes
+//! them into the pod (JSON, or YAML), read as a settings layer between the
+//! env variables and the file. The fields lifeguard acts on:
+//!
+//! | field | setting |
+//! | --- | --- |
+//! | `terminationDrainDuration` | `termination_drain_duration` |
+//! | `drainDuration` | `envoy_drain_time` (Envoy's `--drain-time-s`) |
+//! | `statusPort` | the port of `status_addr` |
+//! | `proxyAdminPort` | the port of `admin_url` (when it is TCP) |
+//! | `proxyMetadata.<VAR>` | the setting whose env variable is `VAR` (`EXIT_ON_ZERO_ACTIVE_CONNECTIONS`, `MINIMUM_DRAIN_DURATION`, ...) |
+//!
+//! Every other field is listed once at start-up as not used. Values go
+//! through the same parsers as a flag's.
+
+use std::collections::BTreeMap;
+
+use serde_norway::Value;
+
+/// What `PROXY_CONFIG` sets: file-layer values by setting key, the names
+/// the user wrote them under (for errors), and the fields left unused.
+#[derive(Debug, Default)]
+pub(crate) struct ProxyLayer {
+    pub(crate) values: toml::Table,
+    /// Setting key → the field as written (`PROXY_CONFIG terminationDrainDuration`).
+    pub(crate) fields: BTreeMap<String, String>,
+    pub(crate) unused: Vec<String>,
+}
+
+/// The settings' env variables, for `proxyMetadata`: env name → setting key.
+pub(crate) type EnvNames = BTreeMap<String, String>;
+
+impl ProxyLayer {
+    /// Reads `text` against `base`, the settings as the lower layers have
+    /// them (the type of each value, and the addresses the ports go into).
+    pub(crate) fn parse(text: &str, base: &toml::Table, env: &EnvNames) -> Result<ProxyLayer, (String, String)> {
+        let whole = |why: String| ("PROXY_CONFIG".to_owned(), why);
+        let value: Value = serde_norway::from_str(text).map_err(|e| whole(format!("neither JSON nor YAML: {e}")))?;
+        let map = match value {
+            Value::Null => return Ok(ProxyLayer::default()),
+            Value::Mapping(map) => map,
+            _ => return Err(whole("expected an object of proxy settings".into())),
+        };
+        let mut layer = ProxyLayer::default();
+        for (key, value) in map {
+            let key = key.as_str().unwrap_or("").to_owned();
+            let field = format!("PROXY_CONFIG {key}");
+            match key.as_str() {
+                "terminationDrainDuration" => layer.set("termination_drain_duration", &field, text_of(&value, &field)?),
+                "drainDuration" => layer.set("envoy_drain_time", &field, text_of(&value, &field)?),
+                "statusPort" => {
+                    let port = port_of(&value, &field)?;
+                    let addr = base
+                        .get("status_addr")
+                        .and_then(toml::Value::as_str)
+                        .unwrap_or("0.0.0.0:15020");
+                    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                    layer.set("status_addr", &field, format!("{host}:{port}").into());
+                }
+                "proxyAdminPort" => {
+                    let port = port_of(&value, &field)?;
+                    let url = base.get("admin_url").and_then(toml::Value::as_str).unwrap_or("");
+                    match url.starts_with("http://") {
+                        true => layer.set("admin_url", &field, format!("http://127.0.0.1:{port}").into()),
+                        false => layer.unused.push(format!("{key} (admin_url is a Unix socket)")),
+                    }
+                }
+                "proxyMetadata" => layer.metadata(&value, base, env)?,
+                _ => layer.unused.push(key),
+            }
+        }
+        Ok(layer)
+    }
+
+    fn set(&mut self, key: &str, field: &str, value: toml::Value) {
+        self.values.insert(key.to_owned(), value);
+        self.fields.insert(key.to_owned(), field.to_owned());
+    }
+
+    /// `proxyMetadata` entries that name a setting's env variable.
+    fn metadata(&mut self, value: &Value, base: &toml::Table, env: &EnvNames) -> Result<(), (String, String)> {
+        let Value::Mapping(entries) = value else {
+            return Err(("PROXY_CONFIG proxyMetadata".into(), "expected an object".into()));
+        };
+        for (name, value) in entries {
+            let name = name.as_str().unwrap_or("");
+            let field = format!("PROXY_CONFIG proxyMetadata.{name}");
+            let Some(key) = env.get(name) else {
+                self.unused.push(format!("proxyMetadata.{name}"));
+                continue;
+            };
+            let text = text_of(value, &field)?;
+            let text = text.as_str().unwrap_or("").to_owned();
+            let typed = match base.get(key) {
+                Some(toml::Value::Boolean(_)) => {
+                    toml::Value::Boolean(crate::config::parsers::go_bool(&text).map_err(|why| (field.clone(), why))?)
+                }
+                Some(toml::Value::Array(_)) => {
+                    let ports: Result<Vec<toml::Value>, _> = text
+                        .split(',')
+                        .filter(|p| !p.trim().is_empty())
+                        .map(|p| p.trim().parse::<i64>().map(toml::Value::Integer))
+                        .collect();
+                    toml::Value::Array(ports.map_err(|_| (field.clone(), format!("{text:?} is not a list of ports")))?)
+                }
+                _ => toml::Value::String(text),
+            };
+            self.set(key, &field, typed);
+        }
+        Ok(())
+    }
+}
+
+/// A scalar as text (Istio writes durations as strings, some numbers bare).
+fn text_of(value: &Value, field: &str) -> Result<toml::Value, (String, String)> {
+    match value {
+        Value::String(s) => Ok(s.clone().into()),
+        Value::Number(n) => Ok(n.to_string().into()),
+        Value::Bool(b) => Ok(b.to_string().into()),
+        _ => Err((field.to_owned(), "expected a string".into())),
+    }
+}
+
+fn port_of(value: &Value, field: &str) -> Result<u16, (String, String)> {
+    let n = match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    };
+    match n.and_then(|n| u16::try_from(n).ok()).filter(|p| *p > 0) {
+        Some(port) => Ok(port),
+        None => Err((field.to_owned(), "expected a port between 1 and 65535".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> toml::Table {
+        toml::toml! {
+            status_addr = "0.0.0.0:15020"
+            admin_url = "http://127.0.0.1:15000"
+            exit_on_zero_active_connections = false
+            ignore_app_ports = []
+            minimum_drain_duration = "5s"
+        }
+    }
+
+    fn env() -> EnvNames {
+        [
+            ("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", "exit_on_zero_active_connections"),
+            ("LIFEGUARD_IGNORE_APP_PORTS", "ignore_app_ports"),
+            ("MINIMUM_DRAIN_DURATION", "minimum_drain_duration"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .collect()
+    }
+
+    #[test]
+    fn istio_fields_become_settings_and_the_rest_is_listed() {
+        let layer = ProxyLayer::parse(
+            r#"{"terminationDrainDuration":"30s","drainDuration":"23s","statusPort":15120,"proxyAdminPort":"15100",
+                "discoveryAddress":"istiod:15012","proxyMetadata":{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS":"true",
+                "LIFEGUARD_IGNORE_APP_PORTS":"9000,9001","MINIMUM_DRAIN_DURATION":"10s","FOO":"bar"}}"#,
+            &base(),
+            &env(),
+        )
+        .unwrap();
+        let v = &layer.values;
+        assert_eq!(v["termination_drain_duration"].as_str(), Some("30s"));
+        assert_eq!(v["envoy_drain_time"].as_str(), Some("23s"));
+        assert_eq!(v["status_addr"].as_str(), Some("0.0.0.0:15120"));
+        assert_eq!(v["admin_url"].as_str(), Some("http://127.0.0.1:15100"));
+        assert_eq!(v["exit_on_zero_active_connections"].as_bool(), Some(true));
+        assert_eq!(v["ignore_app_ports"].as_array().unwrap().len(), 2);
+        assert_eq!(v["minimum_drain_duration"].as_str(), Some("10s"));
+        assert_eq!(layer.unused, ["discoveryAddress", "proxyMetadata.FOO"]);
+        assert_eq!(layer.fields["status_addr"], "PROXY_CONFIG statusPort");
+    }
+
+    #[test]
+    fn yaml_as_istio_also_accepts_and_empty_is_nothing() {
+        let layer = ProxyLayer::parse(
+            "terminationDrainDuration: 45s\nholdApplicationUntilProxyStarts: true\n",
+            &base(),
+            &env(),
+        )
+        .unwrap();
+        assert_eq!(layer.values["termination_drain_duration"].as_str(), Some("45s"));
+        assert_eq!(layer.unused, ["holdApplicationUntilProxyStarts"]);
+        assert!(ProxyLayer::parse("{}\n", &base(), &env()).unwrap().values.is_empty());
+        assert!(ProxyLayer::parse("", &base(), &env()).unwrap().values.is_empty());
+    }
+
+    #[test]
+    fn malformed_values_name_the_field() {
+        for (text, field) in [
+            ("{not json", "PROXY_CONFIG"),
+            ("[1, 2]", "PROXY_CONFIG"),
+            (r#"{"statusPort":70000}"#, "PROXY_CONFIG statusPort"),
+            (
+                r#"{"terminationDrainDuration":{"seconds":3}}"#,
+                "PROXY_CONFIG terminationDrainDuration",
+            ),
+            (
+                r#"{"proxyMetadata":{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS":"maybe"}}"#,
+                "PROXY_CONFIG proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS",
+            ),
+        ] {
+            let (f, _) = ProxyLayer::parse(text, &base(), &env()).unwrap_err();
+            assert_eq!(f, field, "{text}");
+        }
+    }
+}
