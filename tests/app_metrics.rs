@@ -287,6 +287,9 @@ fn failing_apps_leave_the_rest_of_the_scrape() {
     assert!(failures(format!("{}/metrics", broken.port), "error") >= 1.0);
     assert!(failures(format!("{}/big", big.port), "cap") >= 1.0);
     assert_eq!(failures(format!("{}/metrics", ports.app.port), "error"), 0.0);
+    // Every source's failure, whatever the reason, in one family.
+    let by_source = sample(&after, r#"lifeguard_scrape_failures_total{source="app"}"#).unwrap_or(0.0);
+    assert!(by_source >= 3.0, "{by_source}");
 }
 
 #[test]

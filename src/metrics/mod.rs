@@ -112,6 +112,7 @@ pub mod names {
     pub(crate) const SCRAPE_ENVOY_READS: &str = "lifeguard_scrape_envoy_reads_total";
     pub(crate) const SCRAPE_ENVOY_INCOMPLETE: &str = "lifeguard_scrape_envoy_incomplete_total";
     pub(crate) const SCRAPE_APP_INCOMPLETE: &str = "lifeguard_scrape_app_incomplete_total";
+    pub(crate) const SCRAPE_FAILURES: &str = "lifeguard_scrape_failures_total";
     pub(crate) const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
     pub(crate) const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
     pub(crate) const APP_PROBE_RESULTS: &str = "lifeguard_app_probe_results_total";
@@ -197,11 +198,11 @@ impl Metrics {
                 )
             }),
             scrape_incomplete: [Incomplete::Timeout, Incomplete::Error, Incomplete::Cap, Incomplete::Busy].map(|why| {
-                r.counter(
+                r.failure_counted("envoy", r.counter(
                     SCRAPE_ENVOY_INCOMPLETE,
                     &[("reason", why.label())],
                     "Merged scrapes whose Envoy part is missing or cut short, by reason (timeout, error, cap, busy).",
-                )
+                ))
             }),
             first_ready: OnceLock::new(),
             last_success: AtomicU64::new(0),
@@ -289,7 +290,8 @@ impl Metrics {
                 Label::new("target", target.to_owned()),
                 Label::from_static_parts("reason", why.label()),
             ];
-            recorder.register_counter(&Key::from_parts(SCRAPE_APP_INCOMPLETE, labels), &META)
+            let counter = recorder.register_counter(&Key::from_parts(SCRAPE_APP_INCOMPLETE, labels), &META);
+            Registrar { recorder }.failure_counted("app", counter)
         })
     }
 
@@ -360,6 +362,21 @@ impl ReadinessEvents for Metrics {
     }
 }
 
+/// A counter that counts in two series.
+struct Both(Counter, Counter);
+
+impl metrics::CounterFn for Both {
+    fn increment(&self, value: u64) {
+        self.0.increment(value);
+        self.1.increment(value);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.0.absolute(value);
+        self.1.absolute(value);
+    }
+}
+
 /// Registers handles on our recorder.
 struct Registrar<'a> {
     recorder: &'a PrometheusRecorder,
@@ -368,6 +385,17 @@ struct Registrar<'a> {
 const META: Metadata<'static> = Metadata::new("lifeguard", metrics::Level::INFO, Some("lifeguard"));
 
 impl Registrar<'_> {
+    /// `counter`, also counting in `lifeguard_scrape_failures_total{source}`:
+    /// every failure of a source of the merged scrape, whatever the reason.
+    fn failure_counted(&self, source: &'static str, counter: Counter) -> Counter {
+        let all = self.counter(
+            SCRAPE_FAILURES,
+            &[("source", source)],
+            "Merged scrapes whose part from a source (envoy, app) is missing or cut short, whatever the reason.",
+        );
+        Counter::from_arc(Arc::new(Both(counter, all)))
+    }
+
     fn key(name: &'static str, labels: &[(&'static str, &'static str)]) -> Key {
         Key::from_parts(
             name,
