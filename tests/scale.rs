@@ -503,3 +503,125 @@ fn slow_active_count_reads_make_the_drain_read_less_often() {
         assert!(gap >= Duration::from_millis(1900), "reads {gap:?} apart");
     }
 }
+
+/// lifeguard's peak RSS, sampled every 20 ms from another thread until
+/// stopped; the peak in KiB.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    fn start(pid: i32) -> RssSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = stop.clone();
+        let thread = thread::spawn(move || {
+            let mut peak = 0;
+            while !done.load(Ordering::Relaxed) {
+                peak = peak.max(memory_kib(pid).0);
+                thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        RssSampler { stop, thread }
+    }
+
+    fn peak_kib(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// The bound a user relies on: lifeguard's memory does not follow Envoy's
+/// size. A 3,000-cluster Envoy sends about 40 MB of metrics; lifeguard,
+/// which holds at most a window of it per read (4 MiB, and 1 MiB of its
+/// gzip copy), stays within 32 MiB above its idle RSS (a generous margin;
+/// the figures are printed) while 1 and then 4 clients scrape at once, and
+/// while a client that stopped reading mid-body sits beside one that reads:
+/// the stalled one is let go, the other gets all of Envoy's series.
+#[test]
+fn memory_stays_bounded_whatever_envoys_size_and_a_stalled_scraper_stalls_no_one() {
+    const CLUSTERS: usize = 3000;
+    const BOUND_KIB: u64 = 32 * 1024;
+    let ports = Ports::new();
+    let _envoy = start_envoy(&bootstrap_with_clusters(&ports, CLUSTERS));
+    let agent_proc = ports.start_agent(&[]);
+    let agent = ports.agent.addr();
+    wait_status(agent, "/healthz/ready", 200, Duration::from_secs(120));
+    let pid = agent_proc.pid();
+    let idle = memory_kib(pid).0;
+    let last = format!(
+        "envoy_cluster_upstream_cx_total{{envoy_cluster_name=\"gen_{}\"}}",
+        CLUSTERS - 1
+    );
+    let full = |answer: &Answer| answer.status == 200 && answer.text().contains(&last);
+
+    for clients in [1, 4] {
+        let sampler = RssSampler::start(pid);
+        let started = Instant::now();
+        let scrapes: Vec<_> = (0..clients)
+            .map(|i| {
+                thread::spawn(move || {
+                    let gzip: &[(&str, &str)] = if i % 2 == 1 {
+                        &[("Accept-Encoding", "gzip")]
+                    } else {
+                        &[]
+                    };
+                    get_with(agent, "/stats/prometheus", gzip, Duration::from_secs(60)).unwrap()
+                })
+            })
+            .collect();
+        let answers: Vec<Answer> = scrapes.into_iter().map(|t| t.join().unwrap()).collect();
+        let took = started.elapsed();
+        let peak = sampler.peak_kib();
+        let sizes: Vec<usize> = answers.iter().map(|a| a.body.len()).collect();
+        eprintln!(
+            "{clients} scraper(s), {CLUSTERS} clusters: bodies {sizes:?} bytes in {took:?}; lifeguard RSS idle {idle} KiB, peak {peak} KiB (+{} KiB)",
+            peak.saturating_sub(idle)
+        );
+        let plain: Vec<&Answer> = answers
+            .iter()
+            .filter(|a| a.header("content-encoding").is_none())
+            .collect();
+        assert!(
+            plain.iter().all(|a| full(a)),
+            "every plain scrape carries all of Envoy's series"
+        );
+        assert!(sizes[0] > 30_000_000, "Envoy's part is the big one: {sizes:?}");
+        assert!(
+            peak.saturating_sub(idle) < BOUND_KIB,
+            "peak {peak} KiB, idle {idle} KiB"
+        );
+    }
+
+    // A client that reads a little and then stops, beside one that reads.
+    let sampler = RssSampler::start(pid);
+    let mut stalled = TcpStream::connect(agent).unwrap();
+    stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stalled
+        .write_all(format!("GET /stats/prometheus HTTP/1.1\r\nHost: {agent}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut first = vec![0u8; 64 * 1024];
+    stalled.read_exact(&mut first).unwrap();
+    let started = Instant::now();
+    let other = get_with(agent, "/stats/prometheus", &[], Duration::from_secs(60)).unwrap();
+    let took = started.elapsed();
+    let peak = sampler.peak_kib();
+    eprintln!(
+        "beside a stalled scraper: {} bytes in {took:?}; peak {peak} KiB",
+        other.body.len()
+    );
+    assert!(full(&other), "the reading client gets all of Envoy's series");
+    assert!(
+        peak.saturating_sub(idle) < BOUND_KIB,
+        "peak {peak} KiB, idle {idle} KiB"
+    );
+    drop(stalled);
+    let scrape = get_with(agent, "/stats/prometheus", &[], Duration::from_secs(60)).unwrap();
+    let slow = sample(
+        &scrape.text(),
+        r#"lifeguard_scrape_envoy_incomplete_total{reason="slow"}"#,
+    );
+    eprintln!("scrapes let go for holding the window: {slow:?}");
+    assert!(full(&scrape));
+}

@@ -42,6 +42,7 @@ use exposition::{drain_families, process_families, Exposition};
 pub mod app;
 pub mod exposition;
 pub mod scrape;
+pub(crate) mod window;
 
 /// The metric handles, registered once. Cloning shares them.
 #[derive(Clone)]
@@ -66,7 +67,7 @@ struct Inner {
     /// `lifeguard_scrape_envoy_reads_total{read="new"}`, `{read="joined"}`.
     scrape_reads: [Counter; 2],
     /// `lifeguard_scrape_envoy_incomplete_total{reason}`, by [`Incomplete`].
-    scrape_incomplete: [Counter; 4],
+    scrape_incomplete: [Counter; 5],
     /// Seconds from start to the first ready read, once there was one.
     first_ready: OnceLock<f64>,
     /// Unix time of the last admin read Envoy answered, as f64 bits (0: none).
@@ -92,11 +93,14 @@ pub(crate) enum Incomplete {
     Cap = 2,
     /// Too many Envoy reads were already held for slow clients.
     Busy = 3,
+    /// The client held the shared window full while others waited, and
+    /// was let go (see [`window`](crate::metrics::window)).
+    Slow = 4,
 }
 
 impl Incomplete {
     pub(crate) fn label(self) -> &'static str {
-        ["timeout", "error", "cap", "busy"][self as usize]
+        ["timeout", "error", "cap", "busy", "slow"][self as usize]
     }
 }
 
@@ -197,11 +201,18 @@ impl Metrics {
                     "Merged scrapes by how they got Envoy's metrics: a new Envoy read, or one shared with other scrapes.",
                 )
             }),
-            scrape_incomplete: [Incomplete::Timeout, Incomplete::Error, Incomplete::Cap, Incomplete::Busy].map(|why| {
+            scrape_incomplete: [
+                Incomplete::Timeout,
+                Incomplete::Error,
+                Incomplete::Cap,
+                Incomplete::Busy,
+                Incomplete::Slow,
+            ]
+            .map(|why| {
                 r.failure_counted("envoy", r.counter(
                     SCRAPE_ENVOY_INCOMPLETE,
                     &[("reason", why.label())],
-                    "Merged scrapes whose Envoy part is missing or cut short, by reason (timeout, error, cap, busy).",
+                    "Merged scrapes whose Envoy part is missing or cut short, by reason (timeout, error, cap, busy, slow).",
                 ))
             }),
             first_ready: OnceLock::new(),

@@ -67,7 +67,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use hyper::header::{HeaderMap, ACCEPT_ENCODING};
 use hyper::StatusCode;
 use metrics::Counter;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -78,6 +78,7 @@ use crate::envoy::readiness::Readiness;
 use crate::metrics::app::fetch::{self, Piece, MAX_APP_READS};
 use crate::metrics::app::lines::{note_families, Format, LineFilter};
 use crate::metrics::app::{AppMetrics, Target};
+use crate::metrics::window::{Cursor, End, List, Next, Weight};
 use crate::metrics::{Incomplete, Metrics};
 
 /// Largest Envoy body taken into a scrape: far above a 20,000-cluster
@@ -159,75 +160,6 @@ pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
         })
 }
 
-/// How a list ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    Complete,
-    Cut(Incomplete),
-}
-
-/// A shared, append-only list that readers walk at their own pace.
-struct List<T> {
-    tx: watch::Sender<Chunks<T>>,
-}
-
-struct Chunks<T> {
-    items: Vec<T>,
-    end: Option<End>,
-}
-
-/// What a reader gets next.
-enum Next<T> {
-    Item(T),
-    End(End),
-    Timeout,
-}
-
-impl<T: Clone> List<T> {
-    fn new() -> Self {
-        Self {
-            tx: watch::Sender::new(Chunks {
-                items: Vec::new(),
-                end: None,
-            }),
-        }
-    }
-
-    fn push(&self, item: T) {
-        self.tx.send_modify(|c| c.items.push(item));
-    }
-
-    fn end(&self, end: End) {
-        self.tx.send_modify(|c| {
-            c.end.get_or_insert(end);
-        });
-    }
-
-    fn ended(&self) -> Option<End> {
-        self.tx.borrow().end
-    }
-
-    /// Item `i`, waiting for it until `deadline` (None: no deadline).
-    async fn get(&self, rx: &mut watch::Receiver<Chunks<T>>, i: usize, deadline: Option<Instant>) -> Next<T> {
-        let wait = rx.wait_for(|c| c.items.len() > i || c.end.is_some());
-        let chunks = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, wait).await {
-                Ok(chunks) => chunks,
-                Err(_) => return Next::Timeout,
-            },
-            None => wait.await,
-        };
-        // The sender lives in the list we hold: it cannot be gone.
-        let Ok(chunks) = chunks else {
-            return Next::End(End::Cut(Incomplete::Error));
-        };
-        match chunks.items.get(i) {
-            Some(item) => Next::Item(item.clone()),
-            None => Next::End(chunks.end.unwrap_or(End::Cut(Incomplete::Error))),
-        }
-    }
-}
-
 /// A run of deflate blocks ending on a sync flush, with the CRC-32 and
 /// length of all the plain text compressed up to its end.
 #[derive(Clone)]
@@ -237,10 +169,21 @@ struct GzChunk {
     len: u64,
 }
 
+impl Weight for GzChunk {
+    fn weight(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// The most of Envoy's body held for a read at once (see [`crate::metrics::window`]).
+pub(crate) const PLAIN_WINDOW: usize = 4 << 20;
+/// The most of its compressed copy held at once.
+pub(crate) const GZIP_WINDOW: usize = 1 << 20;
+
 /// One read of Envoy's `/stats/prometheus`, shared by the scrapes that
 /// join it, freed with the last of them.
 struct Read {
-    plain: List<Bytes>,
+    plain: Arc<List<Bytes>>,
     gzip: OnceLock<Arc<List<GzChunk>>>,
     /// The latest budget end among its clients: the read stops there.
     deadline: Mutex<Instant>,
@@ -265,8 +208,12 @@ impl Read {
         *d = (*d).max(deadline);
     }
 
-    /// Whether a new scrape may share it: running, or complete and fresh.
+    /// Whether a new scrape may share it: its start still held, and
+    /// running, or complete and fresh.
     fn shareable(&self, now: Instant) -> bool {
+        if !self.plain.holds_start() {
+            return false;
+        }
         match self.plain.ended() {
             None => true,
             // A read that timed out is shared (with what it got) as long as
@@ -395,8 +342,8 @@ impl Scraper {
             req,
             deadline,
             read: None,
+            place: None,
             step: Step::Start,
-            i: 0,
             crc: 0,
             len: 0,
             apps: Vec::new(),
@@ -410,78 +357,93 @@ impl Scraper {
         .filter(|b| std::future::ready(!b.is_empty()))
     }
 
-    /// The read this scrape takes Envoy's part from: joined, started, or
-    /// none (merging off, or too many reads held).
-    fn join(&self, query: &str, deadline: Instant, gzip: bool) -> Option<Arc<Read>> {
+    /// The read this scrape takes Envoy's part from, and its place in it:
+    /// joined, started, or none (merging off, or too many reads held).
+    fn join(&self, query: &str, deadline: Instant, gzip: bool) -> Option<(Arc<Read>, Place)> {
         let inner = &*self.inner;
         let admin = inner.admin.as_ref()?;
         let now = Instant::now();
         let mut reads = inner.reads.lock().unwrap_or_else(|e| e.into_inner());
         reads.retain(|_, r| r.strong_count() > 0);
         let newest = reads.get(query).and_then(Weak::upgrade);
-        let joined = match newest {
-            Some(read) if read.shareable(now) => Some(read),
-            newest if inner.live.load(Ordering::Relaxed) >= MAX_LIVE_READS => {
-                if release_idle(&reads) {
-                    None
-                } else if let Some(read) = newest {
-                    Some(read)
-                } else {
-                    drop(reads);
-                    inner.metrics.scrape_incomplete(Incomplete::Busy);
-                    tracing::debug!(
-                        query,
-                        "Envoy's metrics left out of a scrape: {MAX_LIVE_READS} reads already held for other clients"
-                    );
-                    return None;
-                }
-            }
-            _ => None,
-        };
-        let read = match joined {
-            Some(read) => {
-                read.extend(deadline);
-                inner.metrics.scrape_read(true);
-                read
-            }
-            None => {
-                inner.live.fetch_add(1, Ordering::Relaxed);
-                let read = Arc::new(Read {
-                    plain: List::new(),
-                    gzip: OnceLock::new(),
-                    deadline: Mutex::new(deadline),
-                    started: now,
-                    finished: Mutex::new(None),
-                    release: CancellationToken::new(),
-                    families: (!inner.apps.is_empty()).then(|| Mutex::new(HashSet::new())),
-                    _live: Live(inner.live.clone()),
-                });
-                reads.insert(query.to_owned(), Arc::downgrade(&read));
-                inner.metrics.scrape_read(false);
-                let path = if query.is_empty() {
-                    "/stats/prometheus".to_owned()
-                } else {
-                    format!("/stats/prometheus?{query}")
-                };
-                tokio::spawn(produce(
-                    read.clone(),
-                    admin.clone(),
-                    path,
-                    inner.heartbeat.clone(),
-                    inner.shutdown.clone(),
-                ));
-                read
-            }
-        };
-        drop(reads);
-        if gzip {
-            read.gzip.get_or_init(|| {
-                let list = Arc::new(List::new());
-                tokio::spawn(compress(read.clone(), list.clone(), inner.shutdown.clone()));
-                list
-            });
+        let shared = newest.as_ref().filter(|r| r.shareable(now));
+        if let Some(joined) = shared.and_then(|r| Some((r.clone(), r.place(gzip, &inner.shutdown)?))) {
+            joined.0.extend(deadline);
+            inner.metrics.scrape_read(true);
+            return Some(joined);
         }
-        Some(read)
+        if inner.live.load(Ordering::Relaxed) >= MAX_LIVE_READS && !release_idle(&reads) {
+            // At the limit: an older read of the same query whose start is
+            // still held, or lifeguard's part alone.
+            if let Some(joined) = newest.and_then(|r| Some((r.clone(), r.place(gzip, &inner.shutdown)?))) {
+                joined.0.extend(deadline);
+                inner.metrics.scrape_read(true);
+                return Some(joined);
+            }
+            drop(reads);
+            inner.metrics.scrape_incomplete(Incomplete::Busy);
+            tracing::debug!(
+                query,
+                "Envoy's metrics left out of a scrape: {MAX_LIVE_READS} reads already held for other clients"
+            );
+            return None;
+        }
+        inner.live.fetch_add(1, Ordering::Relaxed);
+        let read = Arc::new(Read {
+            plain: List::new(PLAIN_WINDOW),
+            gzip: OnceLock::new(),
+            deadline: Mutex::new(deadline),
+            started: now,
+            finished: Mutex::new(None),
+            release: CancellationToken::new(),
+            families: (!inner.apps.is_empty()).then(|| Mutex::new(HashSet::new())),
+            _live: Live(inner.live.clone()),
+        });
+        reads.insert(query.to_owned(), Arc::downgrade(&read));
+        inner.metrics.scrape_read(false);
+        // Its first reader joins before anything is read: nothing is dropped
+        // before it has it.
+        let place = read.place(gzip, &inner.shutdown).expect("a new read holds its start");
+        let path = if query.is_empty() {
+            "/stats/prometheus".to_owned()
+        } else {
+            format!("/stats/prometheus?{query}")
+        };
+        tokio::spawn(produce(
+            read.clone(),
+            admin.clone(),
+            path,
+            inner.heartbeat.clone(),
+            inner.shutdown.clone(),
+        ));
+        Some((read, place))
+    }
+}
+
+/// A client's place in a read: in Envoy's body, or in its compressed copy.
+enum Place {
+    Plain(Cursor<Bytes>),
+    Gzip(Cursor<GzChunk>),
+}
+
+impl Read {
+    /// A new reader's place from the start (of the compressed copy when
+    /// `gzip`, started now if need be); None once the start is gone.
+    fn place(self: &Arc<Self>, gzip: bool, shutdown: &CancellationToken) -> Option<Place> {
+        if !gzip {
+            return self.plain.join().map(Place::Plain);
+        }
+        let list = match self.gzip.get() {
+            Some(list) => list.clone(),
+            None => {
+                let source = self.plain.join()?;
+                let list = List::new(GZIP_WINDOW);
+                let _ = self.gzip.set(list.clone());
+                tokio::spawn(compress(self.clone(), source, list.clone(), shutdown.clone()));
+                list
+            }
+        };
+        list.join().map(Place::Gzip)
     }
 }
 
@@ -517,7 +479,10 @@ async fn produce(read: Arc<Read>, admin: AdminClient, path: String, heartbeat: H
         End::Cut(_) => CallOutcome::Error,
     };
     admin.observe(Endpoint::Prometheus, outcome, took);
+    // Kept to be shared only when it can be: whole (a body larger than the
+    // window was not kept, so no later scrape could start from it).
     let retain = match end {
+        _ if !read.plain.holds_start() => Duration::ZERO,
         End::Complete | End::Cut(Incomplete::Timeout) => REUSE_MIN.max(took),
         End::Cut(_) => Duration::ZERO,
     };
@@ -600,17 +565,20 @@ async fn fill(
         if *bytes > ENVOY_BODY_CAP {
             return End::Cut(Incomplete::Cap);
         }
-        let before = read.plain.tx.borrow().items.len();
+        let before = read.plain.len();
         if !push_lines(&read.plain, tail, chunk) {
             tracing::warn!(path, "a line of Envoy's metrics is longer than {} KiB", LINE_CAP >> 10);
             return End::Cut(Incomplete::Error);
         }
         if let Some(families) = &read.families {
-            let items = read.plain.tx.borrow();
             let mut families = families.lock().unwrap_or_else(|e| e.into_inner());
-            for item in &items.items[before..] {
-                note_families(item, &mut families);
-            }
+            read.plain.each_from(before, |item| note_families(item, &mut families));
+        }
+        // Back-pressure: no more than the window ahead of the slowest reader.
+        match bounded(read, read.plain.room(read.deadline())).await {
+            Some(Ok(())) => {}
+            Some(Err(end)) => return end,
+            None => return End::Cut(Incomplete::Timeout),
         }
     }
 }
@@ -688,43 +656,41 @@ async fn bounded<F: std::future::Future>(read: &Read, fut: F) -> Option<F::Outpu
 
 /// Compresses `read.plain` into `out` as it grows, once for every client
 /// of the read that wants gzip.
-async fn compress(read: Arc<Read>, out: Arc<List<GzChunk>>, shutdown: CancellationToken) {
-    let mut rx = read.plain.tx.subscribe();
+async fn compress(read: Arc<Read>, mut source: Cursor<Bytes>, out: Arc<List<GzChunk>>, shutdown: CancellationToken) {
     let mut encoder = DeflateEncoder::new(Vec::new(), Compression::fast());
     let mut crc = crc32fast::Hasher::new();
     let mut len = 0u64;
-    let mut i = 0;
+    let mut i = 0u64;
     loop {
         let next = tokio::select! {
-            next = read.plain.get(&mut rx, i, None) => next,
+            next = source.next(None) => next,
             _ = shutdown.cancelled() => Next::End(End::Cut(Incomplete::Error)),
         };
-        match next {
-            Next::Item(chunk) => {
-                i += 1;
-                crc.update(&chunk);
-                len += chunk.len() as u64;
-                // Writing to a Vec cannot fail; flush() is a sync flush.
-                let _ = encoder.write_all(&chunk);
-                let _ = encoder.flush();
-                let data = Bytes::from(std::mem::take(encoder.get_mut()));
-                out.push(GzChunk {
-                    data,
-                    crc: crc.clone().finalize(),
-                    len,
-                });
-                if i % 16 == 0 {
-                    tokio::task::yield_now().await;
-                }
-            }
-            Next::End(end) => {
-                out.end(end);
-                return;
-            }
-            Next::Timeout => {
-                out.end(End::Cut(Incomplete::Error));
-                return;
-            }
+        let chunk = match next {
+            Next::Item(chunk) => chunk,
+            Next::End(end) => return out.end(end),
+            Next::Timeout => return out.end(End::Cut(Incomplete::Error)),
+        };
+        i += 1;
+        crc.update(&chunk);
+        len += chunk.len() as u64;
+        // Writing to a Vec cannot fail; flush() is a sync flush.
+        let _ = encoder.write_all(&chunk);
+        let _ = encoder.flush();
+        let data = Bytes::from(std::mem::take(encoder.get_mut()));
+        out.push(GzChunk {
+            data,
+            crc: crc.clone().finalize(),
+            len,
+        });
+        // The compressed copy waits for its slowest reader too.
+        match bounded(&read, out.room(read.deadline())).await {
+            Some(Ok(())) => {}
+            Some(Err(end)) => return out.end(end),
+            None => return out.end(End::Cut(Incomplete::Timeout)),
+        }
+        if i % 16 == 0 {
+            tokio::task::yield_now().await;
         }
     }
 }
@@ -754,8 +720,8 @@ struct Client {
     deadline: Instant,
     read: Option<Arc<Read>>,
     step: Step,
-    /// The next item of the list walked.
-    i: usize,
+    /// This client's place in the read.
+    place: Option<Place>,
     /// CRC-32 and length of the plain text sent compressed so far.
     crc: u32,
     len: u64,
@@ -773,7 +739,8 @@ impl Client {
         match self.step {
             Step::Start => {
                 self.start_apps();
-                self.read = self.scraper.join(&self.req.query, self.deadline, self.req.gzip);
+                let joined = self.scraper.join(&self.req.query, self.deadline, self.req.gzip);
+                (self.read, self.place) = joined.map_or((None, None), |(read, place)| (Some(read), Some(place)));
                 self.step = if self.read.is_some() { Step::Envoy } else { Step::Ours };
                 Some(if self.req.gzip {
                     Bytes::from_static(&GZIP_HEADER)
@@ -829,10 +796,8 @@ impl Client {
     /// The next piece of Envoy's part; past its end, on to ours.
     async fn envoy(&mut self) -> Option<Bytes> {
         let read = self.read.clone()?;
-        let next = if self.req.gzip {
-            let list = read.gzip.get()?.clone();
-            let mut rx = list.tx.subscribe();
-            match list.get(&mut rx, self.i, Some(self.deadline)).await {
+        let next = match self.place.as_mut()? {
+            Place::Gzip(cursor) => match cursor.next(Some(self.deadline)).await {
                 Next::Item(chunk) => {
                     self.crc = chunk.crc;
                     self.len = chunk.len;
@@ -840,16 +805,11 @@ impl Client {
                 }
                 Next::End(end) => Next::End(end),
                 Next::Timeout => Next::Timeout,
-            }
-        } else {
-            let mut rx = read.plain.tx.subscribe();
-            read.plain.get(&mut rx, self.i, Some(self.deadline)).await
+            },
+            Place::Plain(cursor) => cursor.next(Some(self.deadline)).await,
         };
         match next {
-            Next::Item(chunk) => {
-                self.i += 1;
-                return Some(chunk);
-            }
+            Next::Item(chunk) => return Some(chunk),
             Next::End(End::Complete) => {}
             Next::End(End::Cut(why)) => self.scraper.inner.metrics.scrape_incomplete(why),
             Next::Timeout => {
@@ -864,8 +824,8 @@ impl Client {
             let families = families.lock().unwrap_or_else(|e| e.into_inner());
             self.taken.extend(families.iter().cloned());
         }
-        // Done with Envoy: let the read go (it is freed with its last client).
-        self.read = None;
+        // Done with Envoy: leave the read (it is freed with its last client).
+        (self.read, self.place) = (None, None);
         self.step = Step::Ours;
         Some(Bytes::new())
     }
@@ -1026,12 +986,13 @@ mod tests {
 
     #[test]
     fn lines_are_pushed_whole_and_split_lines_joined() {
-        let list = List::new();
+        let list = List::new(PLAIN_WINDOW);
         let mut tail = BytesMut::new();
         for chunk in ["a 1\nb ", "2\nc", " 3", "\nd 4\ne 5\n", "f"] {
             assert!(push_lines(&list, &mut tail, Bytes::from_static(chunk.as_bytes())));
         }
-        let items: Vec<Bytes> = list.tx.borrow().items.clone();
+        let mut items: Vec<Bytes> = Vec::new();
+        list.each_from(0, |item| items.push(item.clone()));
         assert_eq!(items, ["a 1\n", "b 2\n", "c 3\n", "d 4\ne 5\n"]);
         assert!(items.iter().all(|b| b.ends_with(b"\n")));
         assert_eq!(&tail[..], b"f");
