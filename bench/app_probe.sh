@@ -22,8 +22,8 @@ if ! command -v wrk >/dev/null 2>&1; then
 fi
 cargo build --release --quiet --bin lifeguard --example bare-hyper
 
-# Ports 31100-31199, below the ephemeral range; refuse to run if taken.
-APP=31180; AGENT=31120; NOADMIN=31100
+# Ports 31500-31599, below the ephemeral range; refuse to run if taken.
+APP=31580; AGENT=31520; NOADMIN=31500
 for p in $APP $AGENT; do
   if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "port $p is in use" >&2; exit 1; fi
 done

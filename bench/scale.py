@@ -20,6 +20,8 @@ has a deadline. Prints one markdown table.
 """
 
 import gzip
+import http.server
+import json
 import os
 import re
 import shutil
@@ -33,6 +35,7 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADMIN, STATUS_LISTENER, AGENT, INBOUND, APP, PROM = 31100, 31101, 31102, 31103, 31104, 31105
+AGENT2, APP_METRICS = 31106, 31107
 
 
 def envoy_bin():
@@ -209,6 +212,9 @@ def run(clusters, steady_s, scrape_s, lifeguard):
         time.sleep(0.3)
         rows = admin_log(access)
         result["envoy_reads_while_scraping"] = window(rows, t0, t1, {"prometheus"})
+        for clients in (1, 4):
+            result[f"concurrent_{clients}"] = concurrent_scrapes(agent.pid, AGENT, clients)
+        result["app_10mb"] = app_scrape(lifeguard, tmp, procs)
 
         # Drain (POST /drain answers once drained: 5 s minimum, no connections).
         t0 = time.time()
@@ -227,6 +233,68 @@ def run(clusters, steady_s, scrape_s, lifeguard):
     return result
 
 
+def reset_peak(pid):
+    """Resets the process's VmHWM (root), so the next reading is this phase's peak."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+def concurrent_scrapes(pid, port, clients):
+    """`clients` gzip scrapes at once: (time to the last byte, peak RSS MB, all with Envoy's series)."""
+    reset_peak(pid)
+    out = []
+
+    def one():
+        code, body, headers = get(f"http://127.0.0.1:{port}/stats/prometheus", 120,
+                                  {"Accept-Encoding": "gzip", "X-Prometheus-Scrape-Timeout-Seconds": os.environ.get("SCRAPE_TIMEOUT", "10")})
+        plain = gzip.decompress(body) if headers.get("content-encoding") == "gzip" else body
+        out.append(b"envoy_cluster_upstream_cx_total{envoy_cluster_name=\"gen_0\"}" in plain)
+
+    t = time.monotonic()
+    threads = [threading.Thread(target=one) for _ in range(clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return (time.monotonic() - t, vmhwm(pid), sum(out))
+
+
+def app_scrape(lifeguard, tmp, procs):
+    """A second lifeguard beside the same Envoy, with an app target serving
+    a 10 MB body: one merged scrape's time and lifeguard's peak RSS."""
+    body = b"".join(b"app_metric{i=\"%d\"} %d\n" % (i, i) for i in range(400_000))[: 10 * 1024 * 1024]
+    body = body[: body.rfind(b"\n") + 1]
+
+    class App(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", APP_METRICS), App)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        agent = subprocess.Popen(
+            [lifeguard, "run", "--status-addr", f"127.0.0.1:{AGENT2}", "--admin-url", f"http://127.0.0.1:{ADMIN}",
+             "--app-metrics", json.dumps({"scrape": "true", "port": str(APP_METRICS), "path": "/metrics"})],
+            stdout=open(os.path.join(tmp, "lifeguard2.out"), "w"), stderr=subprocess.STDOUT,
+            env=dict(os.environ, LIFEGUARD_LOG="warn"))
+        procs.append(agent)
+        wait("lifeguard (app) ready", 120, lambda: get(f"http://127.0.0.1:{AGENT2}/healthz/ready", 2)[0] == 200)
+        reset_peak(agent.pid)
+        t = time.monotonic()
+        code, got, _ = get(f"http://127.0.0.1:{AGENT2}/stats/prometheus", 120, {"X-Prometheus-Scrape-Timeout-Seconds": "30"})
+        took = time.monotonic() - t
+        return (took, vmhwm(agent.pid), len(got), b"app_metric{i=\"1\"}" in got)
+    finally:
+        server.shutdown()
+
+
 def main():
     sizes = [int(s) for s in (sys.argv[1] if len(sys.argv) > 1 else "100,1000,5000,20000").split(",")]
     steady_s = float(os.environ.get("STEADY", "10"))
@@ -240,11 +308,16 @@ def main():
         results.append(r)
     print("| clusters | Envoy start | full check (stats) per read, until ready | steady: admin reads/s, time per read, share of Envoy's admin thread | steady stats reads | during the drain: reads/s, time per read, share | merged scrape (gzip): time, wire / plain size | scrapes with Envoy's series | Envoy reads / scrapes | probes not 200 while scraped | lifeguard peak RSS |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    extra = []
     for r in results:
         sc = r["scrape"]
         med = sorted(sc)[len(sc) // 2]
         with_envoy = sum(1 for s in sc if s[3])
         st, dr = r["steady"], r["drain"]
+        c1, c4, app = r["concurrent_1"], r["concurrent_4"], r["app_10mb"]
+        extra.append(
+            f"| {r['clusters']:,} | {c1[0]:.2f} s, {c1[1]:.1f} MB ({c1[2]}/1) | {c4[0]:.2f} s, {c4[1]:.1f} MB ({c4[2]}/4) "
+            f"| {app[0]:.2f} s, {app[1]:.1f} MB, {app[2] / 1e6:.1f} MB answered, app series {'present' if app[3] else 'MISSING'} |")
         print(
             f"| {r['clusters']:,} | {r['envoy_start_s']:.1f} s | {r['stats_read_ms']:.1f} ms ({r['startup_stats_reads']} reads) "
             f"| {st[0]:.2f}/s, {st[1]:.1f} ms, {st[2]:.3f} % | {r['steady_stats_reads']} "
@@ -252,6 +325,11 @@ def main():
             f"| {med[0]:.2f} s, {med[1] / 1e6:.2f} / {med[2] / 1e6:.1f} MB | {with_envoy}/{len(sc)} "
             f"| {r['envoy_reads_while_scraping'][0]}/{len(sc)} | {r['probes'][1]} of {r['probes'][0]} | {r['rss_mb']:.1f} MB |"
         )
+    print()
+    print("| clusters | 1 gzip scraper: time to last byte, lifeguard peak RSS (with Envoy's series) | 4 at once | beside a 10 MB app body (second lifeguard, one plain scrape): time, peak RSS |")
+    print("| --- | --- | --- | --- |")
+    for line in extra:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -5,20 +5,28 @@
 //! 5,000, about 250 MB at 20,000) and its admin thread is busy for the
 //! whole read (1.7 s at 5,000). So:
 //!
-//! - **Streamed, not buffered per client.** Each chunk hyper reads from
-//!   Envoy is pushed, as it is, onto a shared list ([`Read`]); clients walk
-//!   the list at their own pace and send the same `Bytes` (a reference
-//!   count, never a copy). Only the partial line at the end of a chunk is
-//!   copied (so every entry ends at a newline and a scrape cut short is
-//!   still valid text). The size cap ([`ENVOY_BODY_CAP`], 1 GiB) is far
-//!   above what a 20,000-cluster Envoy sends; hitting it is logged and
-//!   counted, never silent.
+//! - **Streamed through a bounded window, with back-pressure.** Each
+//!   chunk hyper reads from Envoy is pushed, as it is, onto a shared list
+//!   ([`Read`], a [`crate::metrics::window`] list); clients walk it at their own pace and
+//!   send the same `Bytes` (a reference count, never a copy). At most
+//!   [`PLAIN_WINDOW`] (4 MiB) of the body is held: Envoy is read only as
+//!   fast as the slowest client takes it, and a client that holds the
+//!   window full for 2 s while another waits is let go (its Envoy part ends
+//!   at a line, counted as `slow`; lifeguard's part follows), so a stalled
+//!   client stalls no one and grows nothing. Only the partial line at the
+//!   end of a chunk is copied (so every entry ends at a newline and a
+//!   scrape cut short is still valid text). The size cap
+//!   ([`ENVOY_BODY_CAP`], 1 GiB) is far above what a 20,000-cluster Envoy
+//!   sends; hitting it is logged and counted, never silent.
 //! - **One Envoy read for concurrent scrapes.** A scrape joins the newest
-//!   read for the same query string while it runs, or, once it completed,
-//!   for [`REUSE_MIN`] or as long as it took (whichever is longer; the read
-//!   is kept that long even with no client on it). Under a scrape flood or
-//!   a tight scrape loop, Envoy's admin thread is therefore busy with
-//!   scrapes at most about half the time, however many clients there are.
+//!   read for the same query string while the read still holds its start
+//!   (it runs and is within its first window, or it is whole), or, once a
+//!   whole read completed, for [`REUSE_MIN`] or as long as it took
+//!   (whichever is longer; the read is kept that long even with no client
+//!   on it). A body larger than the window is not kept after its read.
+//!   Under a scrape flood or a tight scrape loop on a small Envoy, Envoy's
+//!   admin thread is therefore busy with scrapes at most about half the
+//!   time, however many clients there are.
 //! - **The client's query string is passed to Envoy** (`?usedonly`,
 //!   `?filter=...`): reads are shared only between equal query strings.
 //! - **`X-Prometheus-Scrape-Timeout-Seconds` bounds the Envoy part**: each
@@ -31,10 +39,10 @@
 //! - **gzip** when the client accepts it: one compressor per shared read
 //!   (started by the first client that wants gzip, and walking the same
 //!   list) produces a second shared list of deflate blocks, each ending on
-//!   a sync flush. A client sends the gzip header, the shared blocks, then
-//!   its own part compressed as the final block, and a trailer whose CRC
-//!   continues the shared stream's: one gzip member, compressed once per
-//!   read.
+//!   a sync flush, itself windowed ([`GZIP_WINDOW`], 1 MiB). A client sends
+//!   the gzip header, the shared blocks, then its own part compressed as
+//!   the final block, and a trailer whose CRC continues the shared
+//!   stream's: one gzip member, compressed once per read.
 //!
 //! - **The app's metrics** (`ISTIO_PROMETHEUS_ANNOTATIONS`, see
 //!   [`super::app`]) come last, one part per target in the given order:
@@ -42,17 +50,15 @@
 //!   same budget, and fitted into the answer's format line by line; a
 //!   family already in the answer is left out of the app's part.
 //!
-//! Memory bound: a read (its chunks, and its compressed copy, about a
-//! twentieth of the size) lives while its producer runs, while it may be
-//! shared, or while a client still walks it, and is freed after the last
-//! of these. At most
+//! Memory bound: a read holds at most its window of Envoy's body and of
+//! its compressed copy (5 MiB), whatever Envoy's size; at most
 //! [`MAX_LIVE_READS`] reads are alive at once: past that, a read kept only
 //! to be shared (no client on it) is let go to make room; if none is, a
-//! scrape joins the newest read for its query even if it is older, or
-//! (another query) gets lifeguard's part alone, counted as `busy`. So lifeguard holds at
-//! most 2 × (Envoy's body + its gzip copy), whatever the number of
-//! clients; a client holds a position in a list, its own part (a few KB)
-//! and, while it compresses that part, a deflate state.
+//! scrape joins the newest read for its query if its start is still held,
+//! or gets lifeguard's part alone, counted as `busy`. A client holds a
+//! place in a list, its own part (a few KB) and, while it compresses that
+//! part, a deflate state; an app target's part is held up to its 10 MiB
+//! cap until it is sent (at most 4 at once).
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
