@@ -24,12 +24,8 @@ work=$(mktemp -d)
 pid=""
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-sed -e 's/0\.0\.0\.0/127.0.0.1/' \
-    -e "s/port_value: 15000 /port_value: $ADMIN /" -e "s/port_value: 15021 /port_value: $STATUS /" \
-    -e "s/port_value: 15020 /port_value: $AGENT /" -e "s/port_value: 15006 /port_value: $INBOUND /" \
-    -e "s/port_value: 8080 /port_value: $APP /" -e "s/port_value: 15090 /port_value: $PROM /" \
-    config/envoy-bootstrap.yaml > "$work/envoy.yaml"
-sed -i 's/0\.0\.0\.0/127.0.0.1/g' "$work/envoy.yaml"
+. bench/lib.sh
+remap_bootstrap "$work/envoy.yaml" $ADMIN $STATUS $AGENT $INBOUND $APP $PROM
 
 kib() { awk -v k="$1" '$1 == k":" {s += $2} END {print s + 0}' "/proc/$pid/smaps_rollup"; }
 row() { # label

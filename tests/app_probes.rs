@@ -182,12 +182,50 @@ fn http_probes_answer_as_the_kubelet_would_have_seen_the_app() {
     assert!(scrape.contains(r#"lifeguard_app_probe_duration_seconds_count{path="/app-health/slow/livez"} 1"#));
 }
 
-/// An HTTPS app with a self-signed certificate, speaking HTTP/2 and
-/// HTTP/1.1 (ALPN); its answer names the protocol the probe used.
-struct TlsApp {
+/// A server running on a one-thread runtime of its own; stopped (and its
+/// thread joined) when dropped.
+struct Background {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
+
+impl Background {
+    /// Runs `serve(listener, stopped)` on its own thread.
+    fn start<F, Fut>(listener: TcpListener, serve: F) -> Background
+    where
+        F: FnOnce(tokio::net::TcpListener, tokio::sync::oneshot::Receiver<()>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()>,
+    {
+        listener.set_nonblocking(true).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                serve(listener, stopped).await;
+            });
+        });
+        Background {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.stop.take().map(|s| s.send(()));
+        let _ = self.thread.take().map(|t| t.join());
+    }
+}
+
+/// An HTTPS app with a self-signed certificate, speaking HTTP/2 and
+/// HTTP/1.1 (ALPN); its answer names the protocol the probe used. Held
+/// for its Drop (the server stops with it).
+struct TlsApp(#[allow(dead_code)] Background);
 
 impl TlsApp {
     fn start(port: &Port, alpn: &[&[u8]]) -> TlsApp {
@@ -205,16 +243,9 @@ impl TlsApp {
             .unwrap();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind(port.addr()).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        TlsApp(Background::start(
+            TcpListener::bind(port.addr()).unwrap(),
+            |listener, mut stopped| async move {
                 loop {
                     let stream = tokio::select! {
                         _ = &mut stopped => return,
@@ -232,19 +263,8 @@ impl TlsApp {
                             .await;
                     });
                 }
-            });
-        });
-        TlsApp {
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for TlsApp {
-    fn drop(&mut self) {
-        let _ = self.stop.take().map(|s| s.send(()));
-        let _ = self.thread.take().map(|t| t.join());
+            },
+        ))
     }
 }
 
@@ -271,28 +291,18 @@ fn https_probes_skip_the_certificate_check_and_use_http2_when_offered() {
 }
 
 /// A real gRPC health server (tonic-health): `x` serving, `y` not.
-struct GrpcApp {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+struct GrpcApp(#[allow(dead_code)] Background);
 
 impl GrpcApp {
     fn start(port: &Port) -> GrpcApp {
         use tonic_health::ServingStatus;
-        let listener = TcpListener::bind(port.addr()).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (up, is_up) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
+        let app = Background::start(
+            TcpListener::bind(port.addr()).unwrap(),
+            |listener, stopped| async move {
                 let (reporter, service) = tonic_health::server::health_reporter();
                 reporter.set_service_status("x", ServingStatus::Serving).await;
                 reporter.set_service_status("y", ServingStatus::NotServing).await;
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                 let incoming = tonic::transport::server::TcpIncoming::from(listener);
                 up.send(()).unwrap();
                 let _ = tonic::transport::Server::builder()
@@ -301,20 +311,10 @@ impl GrpcApp {
                         let _ = stopped.await;
                     })
                     .await;
-            });
-        });
+            },
+        );
         is_up.recv_timeout(Duration::from_secs(10)).unwrap();
-        GrpcApp {
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for GrpcApp {
-    fn drop(&mut self) {
-        let _ = self.stop.take().map(|s| s.send(()));
-        let _ = self.thread.take().map(|t| t.join());
+        GrpcApp(app)
     }
 }
 

@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use common::*;
 
@@ -16,18 +14,9 @@ fn root() -> PathBuf {
 
 /// `lifeguard inject ARGS` with `stdin`; (exit code, stdout, stderr).
 fn inject(args: &[&str], stdin: &str) -> (i32, String, String) {
-    let mut child = Command::new(lifeguard_bin())
-        .arg("inject")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+    let mut all = vec!["inject"];
+    all.extend_from_slice(args);
+    run_with_stdin(&lifeguard_bin(), &all, stdin)
 }
 
 #[test]

@@ -3,31 +3,10 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
 use common::*;
-
-/// Runs `promtool check metrics` on `text`; returns its exit code and output.
-fn promtool(text: &str) -> (i32, String) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; scripts/test installs it)");
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
 
 /// lifeguard's part of a merged scrape.
 fn ours_only(scrape: &str) -> String {

@@ -80,6 +80,30 @@ pub fn run_lifeguard(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// Runs `program ARGS...` with `stdin` written to it, to its end: the exit
+/// code, and stdout then stderr.
+pub fn run_with_stdin(program: &Path, args: &[&str], stdin: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// `promtool check metrics` on `text` (Debian's prometheus package;
+/// scripts/test installs it): its exit code and output.
+pub fn promtool(text: &str) -> (i32, String) {
+    let (code, out, err) = run_with_stdin(Path::new("promtool"), &["check", "metrics"], text);
+    (code, format!("{out}{err}"))
+}
+
 /// A name part unique to this test process and call (namespaces, cgroups).
 pub fn unique() -> (u32, usize) {
     static N: AtomicUsize = AtomicUsize::new(0);
