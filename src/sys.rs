@@ -76,9 +76,9 @@ pub fn tune_memory() {
 /// Gives the memory this thread's heap has freed back to the system.
 /// mimalloc returns freed pages only as the thread allocates again, so a
 /// worker that goes idle after a burst (a merged scrape) would keep them;
-/// the runtime calls this when a worker parks, at most every 10 ms.
+/// the runtime calls this when a worker parks, at most every 100 ms.
 pub(crate) fn return_freed_memory() {
     // SAFETY: mi_collect only walks and purges the calling thread's heap
     // and mimalloc's own structures; it takes no pointer.
-    unsafe { libmimalloc_sys::mi_collect(false) };
+    unsafe { libmimalloc_sys::mi_collect(true) };
 }

@@ -75,14 +75,14 @@ pub fn main(invocation: Invocation) -> u8 {
 }
 
 /// When a worker goes idle: gives the memory its heap freed back to the
-/// system, at most every 10 ms per thread (a burst, such as a merged
+/// system, at most every 100 ms per thread (a burst, such as a merged
 /// scrape, is then not kept while the agent idles).
 fn return_freed_memory_now_and_then() {
     thread_local!(static LAST: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) });
     let now = std::time::Instant::now();
     let due = LAST
         .get()
-        .is_none_or(|last| now.duration_since(last) >= Duration::from_millis(10));
+        .is_none_or(|last| now.duration_since(last) >= Duration::from_millis(100));
     if due {
         LAST.set(Some(now));
         crate::sys::return_freed_memory();
