@@ -244,7 +244,7 @@ impl TlsApp {
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         TlsApp(Background::start(
-            TcpListener::bind(port.addr()).unwrap(),
+            bind_leased(port),
             |listener, mut stopped| async move {
                 loop {
                     let stream = tokio::select! {
@@ -297,22 +297,19 @@ impl GrpcApp {
     fn start(port: &Port) -> GrpcApp {
         use tonic_health::ServingStatus;
         let (up, is_up) = std::sync::mpsc::channel();
-        let app = Background::start(
-            TcpListener::bind(port.addr()).unwrap(),
-            |listener, stopped| async move {
-                let (reporter, service) = tonic_health::server::health_reporter();
-                reporter.set_service_status("x", ServingStatus::Serving).await;
-                reporter.set_service_status("y", ServingStatus::NotServing).await;
-                let incoming = tonic::transport::server::TcpIncoming::from(listener);
-                up.send(()).unwrap();
-                let _ = tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming_shutdown(incoming, async {
-                        let _ = stopped.await;
-                    })
-                    .await;
-            },
-        );
+        let app = Background::start(bind_leased(port), |listener, stopped| async move {
+            let (reporter, service) = tonic_health::server::health_reporter();
+            reporter.set_service_status("x", ServingStatus::Serving).await;
+            reporter.set_service_status("y", ServingStatus::NotServing).await;
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            up.send(()).unwrap();
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
         is_up.recv_timeout(Duration::from_secs(10)).unwrap();
         GrpcApp(app)
     }
@@ -323,7 +320,7 @@ fn grpc_and_tcp_probes_against_real_servers() {
     let grpc_port = port();
     let _grpc = GrpcApp::start(&grpc_port);
     let tcp_port = port();
-    let _tcp = TcpListener::bind(tcp_port.addr()).unwrap();
+    let _tcp = bind_leased(&tcp_port);
     let closed = port();
     let g = grpc_port.port;
     let json = format!(
@@ -530,7 +527,7 @@ fn a_flood_of_probes_keeps_the_app_within_the_bound_and_other_paths_answered() {
         }
     });
     let tcp_port = port();
-    let _tcp = TcpListener::bind(tcp_port.addr()).unwrap();
+    let _tcp = bind_leased(&tcp_port);
     let json = format!(
         r#"{{"/app-health/busy/livez":{{"httpGet":{{"path":"/","port":{}}},"timeoutSeconds":1}},
             "/app-health/calm/readyz":{{"tcpSocket":{{"port":{}}}}}}}"#,

@@ -744,6 +744,16 @@ impl hyper::body::Body for CutShort {
     }
 }
 
+/// Binds a leased port. The lease checked that the port was free, yet two
+/// full runs saw this bind fail at once with AddrInUse (what held the port
+/// for that moment was not found): retried every 20 ms for up to 3 s, then
+/// the bind's error.
+pub fn bind_leased(port: &Port) -> TcpListener {
+    wait_for("a free leased port", Duration::from_secs(3), || {
+        TcpListener::bind(port.addr())
+    })
+}
+
 /// An HTTP/1.1 server on a reserved loopback port: hyper, with a handler
 /// per request, on a one-thread tokio runtime of its own; keep-alive unless
 /// a request says `connection: close`. The port listens when `start`
@@ -761,7 +771,7 @@ impl TestServer {
         F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Response<Body>> + Send + 'static,
     {
-        TestServer::serve(TcpListener::bind(port.addr()).unwrap(), handler)
+        TestServer::serve(bind_leased(port), handler)
     }
 
     /// `start` on a listener bound by the caller: in another network
