@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::Display as D;
 use parsers::{
-    addr, app_metrics, app_probes, control_socket, filter, go_bool, grace, message_path, pod_ip, poll, ports, positive,
-    span, url,
+    addr, app_metrics, app_probes, control_socket, filter, grace, message_path, pod_ip, poll, ports, positive, span,
+    url,
 };
 
 mod layers;
@@ -28,6 +28,8 @@ mod parsers;
 mod proxy_config;
 
 pub(crate) use layers::from_clap_error;
+pub(crate) use parsers::go_bool;
+pub(crate) use proxy_config::ProxyLayer;
 
 use crate::metrics::app::AppMetrics;
 use crate::status::app_probe::spec::{AppProbes, PodIp};
