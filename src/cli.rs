@@ -107,7 +107,8 @@ pub(crate) enum Command {
         #[arg(long, value_name = "NAME")]
         proxy_container: Option<String>,
         /// The status port probes are rewritten to (default: the proxy's
-        /// --status-addr port, else 15020).
+        /// own: its --status-addr, LIFEGUARD_STATUS_ADDR or PROXY_CONFIG
+        /// statusPort, else 15020).
         #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
         status_port: Option<u16>,
     },
