@@ -124,7 +124,7 @@ pub(crate) async fn http_get(target: &Target, mut call: HttpCall) -> Result<Http
 
 /// Where a redirect leads, when it stays on the app's host: scheme, port
 /// and path. None: no usable Location, or another host.
-fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(bool, u16, String)> {
+pub(crate) fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(bool, u16, String)> {
     if location.starts_with('/') && !location.starts_with("//") {
         return Some((call.https, call.port, location.to_owned()));
     }
@@ -168,7 +168,7 @@ pub(crate) fn connect_error(target: &Target, port: u16, e: &io::Error) -> String
 
 /// Sends the GET over `io` (HTTP/1.1, or HTTP/2 when `h2`) and reads the
 /// answer, driving the connection meanwhile; the connection ends with it.
-async fn exchange<IO>(
+pub(crate) async fn exchange<IO>(
     io: TokioIo<IO>,
     h2: bool,
     call: &HttpCall,

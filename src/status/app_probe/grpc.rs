@@ -109,7 +109,7 @@ fn get_varint(buf: &mut Bytes) -> Option<u64> {
 
 /// The call's outcome from its `grpc-status` (in the trailers, or in the
 /// headers of a trailers-only answer) and its message.
-fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> Result<Health, String> {
+pub(crate) fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> Result<Health, String> {
     let code = trailers
         .get("grpc-status")
         .or_else(|| head.get("grpc-status"))

@@ -37,8 +37,8 @@ use crate::metrics::{AppProbeMetrics, Metrics};
 use call::{HttpAnswer, HttpCall, Target};
 use spec::{Action, AppProbes, Checked};
 
-mod call;
-mod grpc;
+pub(crate) mod call;
+pub(crate) mod grpc;
 pub mod spec;
 
 /// Calls of one path at once; more wait (within the probe's timeout) for
