@@ -254,10 +254,12 @@ where
     Ok((status, location, out.freeze()))
 }
 
-/// The headers sent to the app: the kubelet's (but those of one hop), the
-/// probe's own `httpHeaders` where the kubelet's request has none of that
-/// name, and a Host naming the app's port when the kubelet's names the
-/// status port (a Host the probe set is kept).
+/// The headers sent to the app: the kubelet's, the probe's own
+/// `httpHeaders` where the kubelet's request has none of that name (but
+/// never those of one hop, whoever wrote them: the kubelet does not send a
+/// probe's `Content-Length` or `Transfer-Encoding` either), and a Host
+/// naming the app's port when the kubelet's names the status port (a Host
+/// the probe set is kept).
 pub(crate) fn forwarded_headers(
     incoming: &HeaderMap,
     probe: &[(String, String)],
@@ -274,7 +276,7 @@ pub(crate) fn forwarded_headers(
         let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) else {
             continue;
         };
-        if !headers.contains_key(&name) {
+        if !headers.contains_key(&name) && !HOP_BY_HOP.contains(&name.as_str()) {
             headers.insert(name, value);
         }
     }
@@ -381,6 +383,26 @@ mod tests {
             forwarded_headers(&HeaderMap::new(), &[], 15020, app)["host"],
             "10.0.0.5:8080"
         );
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/app_probe_answer.rs): a probe's
+    /// own `Content-Length`, `Transfer-Encoding` or `TE` was sent to the app
+    /// (a GET announcing a body it never sends).
+    #[test]
+    fn headers_of_one_hop_are_not_sent_whoever_wrote_them() {
+        let probe: Vec<(String, String)> = [
+            ("Content-Length", "5"),
+            ("Transfer-Encoding", "chunked"),
+            ("TE", "x"),
+            ("X-A", "b"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+        let app: SocketAddr = "10.0.0.5:8080".parse().unwrap();
+        let out = forwarded_headers(&HeaderMap::new(), &probe, 15020, app);
+        let names: Vec<_> = out.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["x-a", "host"]);
     }
 
     #[test]
