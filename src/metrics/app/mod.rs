@@ -158,14 +158,17 @@ fn port_number(v: Option<&Value>) -> Result<u16, String> {
     }
 }
 
-/// An absolute path (a query allowed), without spaces or control bytes:
-/// it goes on a request line.
+/// An absolute path (a query allowed), without spaces or control bytes,
+/// that a request line can carry (it goes on one).
 fn check_path(path: &str) -> Result<(), String> {
     if !path.starts_with('/') {
         return Err(format!("{path:?} does not start with /"));
     }
     if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
         return Err(format!("{path:?} has a space or a control character"));
+    }
+    if path.parse::<hyper::Uri>().is_err() {
+        return Err(format!("{path:?} is not a valid request path"));
     }
     Ok(())
 }
@@ -232,5 +235,18 @@ mod tests {
         assert!(m.check_ports(21000, Some(15000)).unwrap_err().contains("status port"));
         assert!(m.check_ports(15020, Some(8080)).unwrap_err().contains("admin"));
         assert!(m.check_ports(15020, None).is_ok());
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/prometheus_annotations.rs): a
+    /// path with a byte a request line cannot carry (a backquote) was
+    /// taken, and then every read of it failed.
+    #[test]
+    fn a_path_no_request_line_can_carry_is_refused() {
+        for path in ["/met`rics", "/`"] {
+            let json = format!(r#"{{"port":"8080","path":{}}}"#, serde_json::json!(path));
+            let err = AppMetrics::parse(&json).unwrap_err();
+            assert_eq!(err, format!("path: {path:?} is not a valid request path"));
+        }
+        assert!(AppMetrics::parse(r#"{"port":"8080","path":"/metrics?format=prometheus&x=%20"}"#).is_ok());
     }
 }
