@@ -256,3 +256,65 @@ for i, (flags, method, target, headers) in enumerate([
     (0x21, "GET", "http://10.0.0.5:15020/healthz/ready", ""),
 ]):
     put("status_routes", f"route{i}", bytes([flags]) + nul(method, target, headers))
+
+# ---- Dictionaries (fuzz/dict/<target>.dict): the words each input is made of.
+def dict_file(target, words):
+    d = ROOT / "fuzz" / "dict"
+    d.mkdir(exist_ok=True)
+    lines = []
+    for w in sorted(set(words)):
+        b = w.encode() if isinstance(w, str) else w
+        lines.append('"' + "".join(chr(c) if 0x20 <= c < 0x7f and c not in b'"\\' else f"\\x{c:02x}" for c in b) + '"')
+    (d / f"{target}.dict").write_text("\n".join(lines) + "\n")
+
+KEYS = [l.split(" =", 1)[0] for l in TOML.splitlines() if l and l[0].isalpha() and " = " in l]
+ENVS = [w.strip(".") for l in TOML.splitlines() if l.startswith("# Env: ") for w in l[7:].split() if w.isupper()]
+ISTIO = ["terminationDrainDuration", "drainDuration", "statusPort", "proxyAdminPort", "proxyMetadata",
+         "holdApplicationUntilProxyStarts", "discoveryAddress"]
+dict_file("envoy_stats", ["server.state", "listener_manager.workers_started", "cluster_manager.cds.update_",
+                          "listener_manager.lds.update_", "attempt", "success", "rejected", "listener.", "http.",
+                          ".downstream_cx_active", ".downstream_rq_active", "admin", "agent", "status", "stats",
+                          "worker_", "main_thread", "envoy_internal_", "[__1]_", "[__]_", "0.0.0.0_", "_15021",
+                          "_15090", "18446744073709551615", "9223372036854775808", ": ", "LIVE", "DRAINING",
+                          "PRE_INITIALIZING", "INITIALIZING"])
+METRICS = ["# TYPE ", "# HELP ", "# UNIT ", "# EOF", "counter", "gauge", "histogram", "summary", "untyped", "unknown",
+           "info", "stateset", "gaugehistogram", "_total", "_created", "_bucket", "_sum", "_count", "_gsum", "_gcount",
+           "_info", "_max", "text/plain", "application/openmetrics-text", "version=1.0.0", "version=0.0.1",
+           "version=0.0.4", ";q=0", ";q=0.5", "*/*", "application/*", "text/*", "envoy_server_state", "process_open_fds",
+           "lifeguard_ready", "{", "}", '="', '\\"', " # {", "\t", "\r\n", " 1700000000000"]
+dict_file("metrics_lines", METRICS)
+dict_file("merged_scrape", METRICS + ["charset=utf-8", "; "])
+PROBES = ["/app-health/", "/app-lifecycle/", "/livez", "/readyz", "/startupz", "/prestopz", "/poststartz", "httpGet",
+          "tcpSocket", "grpc", "timeoutSeconds", "path", "port", "scheme", "HTTP", "HTTPS", "httpHeaders", "name",
+          "value", "service", "host", "65535", "65536", "-1"]
+dict_file("app_probers", PROBES + ['":', '{"', '"}', "[{", "}]"])
+dict_file("prometheus_annotations", ["scrape", "port", "path", "targets", "true", "false", "15020", "15090", "/metrics",
+                                     '":', '{"', '"}', "[{", "}]", "?", "%20", "`"])
+dict_file("proxy_config", ISTIO + ENVS + ['":', '{"', '"}', ": ", "\n  ", "true", "false", "0s", "1s", "60", "none",
+                                          "unix:///"])
+dict_file("settings_toml", KEYS + ISTIO + ENVS + [" = ", '"', "'", "[", "]", "\n", "true", "false", "0s", "5ms", "1s",
+                                                  "60", "none", "auto", "app-exit", "requests", "connections", "time",
+                                                  "inbound", "all", "json", "text", "unix:///", "http://127.0.0.1:"])
+dict_file("go_duration", ["ns", "us", "\u00b5s", "\u03bcs", "ms", "s", "m", "h", ".", "8760h", "+", "-",
+                          "99999999999999999999999", "0.000000001"])
+dict_file("inject", ["kind: ", "Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "List",
+                     "ReplicationController", "items", "spec", "template", "jobTemplate", "metadata", "annotations",
+                     "labels", "containers", "initContainers", "readinessProbe", "livenessProbe", "startupProbe",
+                     "lifecycle", "preStop", "postStart", "httpGet", "tcpSocket", "grpc", "exec", "port", "ports",
+                     "containerPort", "name", "command", "args", "env", "image", "lifeguard", "/usr/local/bin/lifeguard",
+                     "--status-addr", "--status-addr=", "LIFEGUARD_STATUS_ADDR", "PROXY_CONFIG", "statusPort",
+                     "ISTIO_KUBE_APP_PROBERS", "sidecar.istio.io/inject", "sidecar.istio.io/rewriteAppHTTPProbers",
+                     "status.sidecar.istio.io/port", "restartPolicy", "Always", "---\n", "timeoutSeconds",
+                     "httpHeaders", "scheme", "HTTPS", "path", "value", "proxy", "15020", "15021", '"false"', "&a",
+                     "*a", "!!str", "? ", "- ", ": ", "{", "}", "[", "]"])
+dict_file("status_routes", ["/healthz/ready", "/drain", "/quitquitquit", "/stats/prometheus", "/metrics",
+                            "/app-health/app/readyz", "/app-lifecycle/", "/app-health/", "?nowait", "nowait", "GET",
+                            "HEAD", "POST", "PUT", "accept: ", "accept-encoding: ", "gzip", "host: ",
+                            "x-prometheus-scrape-timeout-seconds: ", "application/openmetrics-text", "text/plain",
+                            "http://", "*"])
+dict_file("app_probe_answer", ["HTTP/1.1 ", "HTTP/1.0 ", "200 OK", "302", "301", "204", "404", "location: ",
+                               "content-length: ", "transfer-encoding: chunked", "\r\n", "\r\n\r\n",
+                               "connection: close", "https://10.0.0.5", "http://10.0.0.5:8080", "//", "host: ",
+                               ":15020", "te: ", "upgrade: ", "0\r\n\r\n", "PRI * HTTP/2.0"])
+dict_file("grpc_health", ["0", "1", "2", "3", "5", "13", "16", "17", "4294967296", "\x08\x01", "\x08\x02", "\x12",
+                          "\x00\x00\x00\x00\x02", "\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01"])
