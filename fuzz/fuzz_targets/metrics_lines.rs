@@ -10,7 +10,8 @@
 //! `# HELP`/`# TYPE` (and `# UNIT` into OpenMetrics), with the types the
 //! answer's format has; no family already in the answer is declared again
 //! or sampled under its own name; a sample comes out as it came in, or cut
-//! to `name{labels} value` when converted; pushing the text in pieces
+//! to `name{labels} value` when converted; the output is bounded by the
+//! input; pushing the text in pieces
 //! (whole lines) gives what pushing it whole gives; what is reported
 //! dropped did clash; the families the app kept join the answer's.
 #![no_main]
@@ -121,6 +122,15 @@ fuzz_target!(|data: &[u8]| {
         panic!("the filter wrote bytes that are not UTF-8");
     };
     assert!(out.is_empty() || out.ends_with('\n'));
+    // Bounded by the input: a line grows by 4 bytes at most (`#TYPE x info`
+    // becomes `# TYPE x untyped`), and a last line gets its newline.
+    let lines = app.split(|&b| b == b'\n').count();
+    assert!(
+        out.len() <= app.len() + 4 * lines + 1,
+        "{} bytes out of {}",
+        out.len(),
+        app.len()
+    );
     let to_om = to != Exposition::Text;
     let inputs: Vec<&str> = app
         .split(|&b| b == b'\n')
