@@ -138,7 +138,13 @@ fuzz_target!(|data: &[u8]| {
         .map(|l| l.trim_start_matches([' ', '\t']))
         .filter(|l| !l.starts_with('#'))
         .collect();
-    let clean = app.iter().all(|&b| matches!(b, b'\t' | b'\n' | b'\r' | b' '..=b'~'));
+    // Printable lines (a `\r` only before its `\n`).
+    let clean = app.split(|&b| b == b'\n').all(|l| {
+        l.strip_suffix(b"\r")
+            .unwrap_or(l)
+            .iter()
+            .all(|&b| matches!(b, b'\t' | b' '..=b'~'))
+    });
     let mut at = 0;
     let mut declared = HashSet::new();
     for line in out.lines() {
