@@ -67,6 +67,8 @@ pub enum Endpoint {
     DrainListeners,
     /// `/quitquitquit`
     Quit,
+    /// `/config_dump` (the listeners, once a drain)
+    ConfigDump,
 }
 
 impl Endpoint {
@@ -78,6 +80,7 @@ impl Endpoint {
             Endpoint::Prometheus => "stats_prometheus",
             Endpoint::DrainListeners => "drain_listeners",
             Endpoint::Quit => "quitquitquit",
+            Endpoint::ConfigDump => "config_dump",
         }
     }
 }

@@ -25,6 +25,8 @@ use crate::envoy::readiness::Readiness;
 use crate::exit::linger::Linger;
 use crate::metrics::scrape::{ScrapeRequest, Scraper};
 use crate::metrics::Metrics;
+use crate::rotation::checkers::CheckerKey;
+use crate::rotation::{Checkers, Rotation};
 
 /// The response body of every route: a whole body (every route but one,
 /// the probe's with no allocation), or the merged scrape's stream.
@@ -112,6 +114,10 @@ pub(super) struct Shared {
     pub(super) loopback_control: bool,
     /// The control socket, named in the answer to a TCP caller refused.
     pub(super) control_socket: Option<PathBuf>,
+    /// Who checks the pod's readiness: each probe's answer is recorded.
+    pub(super) checkers: Checkers,
+    /// The drain wait (`GET /drain/wait`).
+    pub(super) rotation: Option<Rotation>,
 }
 
 impl StatusService {
@@ -127,6 +133,8 @@ impl StatusService {
                 app_probes: None,
                 loopback_control: true,
                 control_socket: None,
+                checkers: Checkers::default(),
+                rotation: None,
             }),
             peer: None,
             control_socket: false,
@@ -189,6 +197,14 @@ impl StatusService {
         self
     }
 
+    /// Records each probe's checker in `checkers` and serves the drain
+    /// wait through `rotation`.
+    pub(crate) fn with_rotation(mut self, rotation: Rotation, checkers: Checkers) -> Self {
+        let shared = Arc::make_mut(&mut self.shared);
+        (shared.rotation, shared.checkers) = (Some(rotation), checkers);
+        self
+    }
+
     /// Serves the drain routes through `drain`.
     pub(crate) fn with_drain(mut self, drain: DrainHandle) -> Self {
         Arc::make_mut(&mut self.shared).drain = Some(drain);
@@ -224,19 +240,25 @@ impl StatusService {
         }
         let scrape =
             (path == "/stats/prometheus" || path == "/metrics").then(|| ScrapeRequest::new(uri.query(), &headers));
+        let checker = match path {
+            "/healthz/ready" => CheckerKey::of(self.peer, &headers),
+            _ => None,
+        };
         headers.clear();
         match (path, method) {
-            ("/healthz/ready", &Method::GET | &Method::HEAD) => routes::probe(shared, headers, method),
+            ("/healthz/ready", &Method::GET | &Method::HEAD) => routes::probe(shared, headers, method, checker),
             ("/stats/prometheus" | "/metrics", &Method::GET | &Method::HEAD) => {
                 routes::scrape(shared, headers, method, scrape)
             }
             ("/drain", &Method::GET | &Method::HEAD) => routes::drain_status(shared, headers, method),
+            ("/drain/wait", &Method::GET | &Method::HEAD) => routes::drain_wait(shared, headers, method, uri.query()),
             ("/drain" | "/quitquitquit", &Method::POST) => {
                 routes::control(shared, self.may_control(), headers, path, uri.query())
             }
             ("/healthz/ready", _) => routes::wrong_method(headers, method, "GET, HEAD"),
             ("/drain", _) => routes::wrong_method(headers, method, "GET, HEAD, POST"),
             ("/quitquitquit", _) => routes::wrong_method(headers, method, "POST"),
+            ("/drain/wait", _) => routes::wrong_method(headers, method, "GET, HEAD"),
             _ => routes::finish(headers, method, routes::not_found()),
         }
     }
@@ -244,7 +266,7 @@ impl StatusService {
 
 /// Whether an address is on this host.
 pub(crate) fn is_loopback(addr: &SocketAddr) -> bool {
-    crate::status::connections::is_loopback(addr.ip())
+    crate::url::is_loopback(addr.ip())
 }
 
 impl<B> tower::Service<Request<B>> for StatusService {
