@@ -149,16 +149,14 @@ impl Rule {
             .iter()
             .filter(|r| matches!(r.state, CheckerState::Failed | CheckerState::Vanished))
             .count();
-        match (pending.is_empty(), self.all_done) {
-            (true, false) => steps.push(Step::CheckersDone { count: counted }),
-            (false, true) => self.all_done = false,
-            _ => {}
-        }
+        let newly_done = pending.is_empty() && !self.all_done;
         self.all_done = pending.is_empty();
         let quiet_until = self.quiet_since + self.quiet;
         let out = self.out || (self.all_done && now >= quiet_until);
-        if out && !self.out {
-            steps.push(Step::Out);
+        match (out && !self.out, newly_done) {
+            (true, _) => steps.push(Step::Out),
+            (false, true) => steps.push(Step::CheckersDone { count: counted }),
+            (false, false) => {}
         }
         self.out = out;
         let waiting_for = (!out).then(|| match pending.is_empty() {
@@ -358,7 +356,6 @@ mod tests {
                     checker: "10.0.0.5 (every 1s)".into(),
                     failures: 3
                 },
-                Step::CheckersDone { count: 1 },
                 Step::Out
             ]
         );
@@ -376,8 +373,9 @@ mod tests {
         // A slow-propagating balancer: requests go on 4 s past the 3rd failure.
         let stop = t0 + 16 * SEC;
         let mut rule = Rule::new(3, SEC, began);
-        let (out, _) = run(&mut rule, lb, began, t0 + 30 * SEC, traffic_until(began, stop));
+        let (out, steps) = run(&mut rule, lb, began, t0 + 30 * SEC, traffic_until(began, stop));
         assert_eq!(out, Some(stop + SEC));
+        assert_eq!(steps[1..], [Step::CheckersDone { count: 1 }, Step::Out], "{steps:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -426,7 +424,7 @@ mod tests {
             matches!(&steps[0], Step::Vanished { checker, .. } if checker == "10.0.0.5 (every 2s)"),
             "{steps:?}"
         );
-        assert_eq!(steps[1..], [Step::CheckersDone { count: 1 }, Step::Out]);
+        assert_eq!(steps[1..], [Step::Out]);
     }
 
     #[tokio::test(start_paused = true)]

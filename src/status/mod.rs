@@ -4,7 +4,12 @@
 //! Endpoints:
 //! - `GET|HEAD /healthz/ready` — 200 `ready`, or 503 with a one-line reason.
 //!   Answered from the readiness snapshot: no Envoy call, no allocation.
-//! - `GET /drain` — the drain's status as JSON (any caller).
+//! - `GET /drain` — the drain's status as JSON, with the drain wait's
+//!   (any caller).
+//! - `GET|HEAD /drain/wait[?timeout=D]` — the app container's preStop hook:
+//!   answers 200 with one line once the pod is out of its load balancers'
+//!   rotation, or at its bound, saying which ([`crate::rotation`]); starts
+//!   nothing; any caller.
 //! - `POST /drain` — loopback only: start the drain (readiness 503 at once)
 //!   or join the one under way; answers with the status once drained. Envoy
 //!   keeps running until a signal. The native-sidecar preStop hook.
@@ -23,6 +28,8 @@
 //! Callers of the POST routes from other hosts get 403 and nothing happens;
 //! so do loopback callers with `--loopback-control false` (then only the
 //! control socket drains and stops).
+//! Every answer to `/healthz/ready` is recorded against its checker (a load
+//! balancer), for the drain wait.
 //! Unknown paths get 404, known paths with another method 405.
 //!
 //! Files:
