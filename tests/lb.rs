@@ -17,91 +17,14 @@ mod lb;
 #[path = "common/pod.rs"]
 mod pod;
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use lb::*;
-use pod::*;
 
 /// One rolling restart at a time: each drives 200 requests a second and
 /// measures against its load balancer's clock.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-const GRACE: Duration = Duration::from_secs(30);
-
-/// A pod of the rollout, joined to the LAN at its slot, its app serving.
-/// Joined once the app serves: a load balancer that checks Envoy's
-/// readiness cannot tell whether the app behind it is up.
-fn pod_at(lan: &Lan, slot: u8) -> (TestPod, Ipv4Addr) {
-    let mut pod = TestPod::start(&PodSpec::new(false, &[]));
-    pod.start_app(AppMode::Pooled, 0.3, "");
-    let ip = lan.attach(&pod, slot);
-    (pod, ip)
-}
-
-/// What one pod's deletion looked like from the load balancers.
-struct Left {
-    deletion: Deletion,
-    /// When each load balancer marked the pod down.
-    down: Vec<SystemTime>,
-}
-
-/// Replaces `replace` of 3 pods one by one (the new one ready in every
-/// load balancer before the old one is deleted, as a Deployment's rolling
-/// update with maxSurge 1 and maxUnavailable 0), with a client sending 200
-/// requests a second through every load balancer in turn; every request's
-/// answer and each old pod's deletion.
-/// A rolling restart's record.
-struct Run {
-    sent: Vec<Sent>,
-    left: Vec<Left>,
-    /// What the load balancers said, with when.
-    events: Vec<(SystemTime, String)>,
-}
-
-fn rolling_restart(checks: &[Check], hook: &Hook, replace: u8) -> Run {
-    let lan = Lan::new();
-    let mut old: Vec<Option<(TestPod, Ipv4Addr)>> = (0..3).map(|slot| Some(pod_at(&lan, slot))).collect();
-    let servers: Vec<(String, Ipv4Addr)> = (0..3u8)
-        .map(|k| (format!("old{k}"), lan.slot_ip(k)))
-        .chain((0..3u8).map(|k| (format!("new{k}"), lan.slot_ip(3 + k))))
-        .collect();
-    let lbs: Vec<Haproxy> = checks
-        .iter()
-        .zip(1..)
-        .map(|(check, source)| Haproxy::start(&lan, *check, &servers, source))
-        .collect();
-    for lb in &lbs {
-        for k in 0..3 {
-            lb.wait_marked(&format!("new{k}"), "DOWN", Duration::from_secs(10));
-        }
-    }
-    let targets: Vec<SocketAddr> = lbs.iter().map(|lb| lb.frontend).collect();
-    let load = Load::start(&lan.host, &targets, 200);
-    let mut new = Vec::new();
-    let mut left = Vec::new();
-    for k in 0..replace {
-        new.push(pod_at(&lan, 3 + k));
-        for lb in &lbs {
-            lb.wait_marked(&format!("new{k}"), "UP", Duration::from_secs(30));
-        }
-        let (mut pod, ip) = old[k as usize].take().unwrap();
-        let deletion = delete_pod(&mut pod, &lan.host, ip, hook, GRACE);
-        if std::env::var_os("LB_DEBUG").is_some() {
-            eprintln!("{}", pod.agent.output());
-        }
-        let down = lbs
-            .iter()
-            .map(|lb| lb.marked(&format!("old{k}"), "DOWN"))
-            .collect::<Option<Vec<_>>>();
-        let down = down.unwrap_or_else(|| panic!("a load balancer never marked old{k} down: {deletion:?}"));
-        left.push(Left { deletion, down });
-    }
-    let sent = load.stop();
-    let events = lbs.iter().flat_map(Haproxy::events).collect();
-    Run { sent, left, events }
-}
 
 /// Every request answered 200; when not, the failures on a timeline with
 /// the load balancers' state changes and the pods' deletions.

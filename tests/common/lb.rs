@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::common::netns::{ip, Netns};
 use crate::common::{http_timeout, temp_dir, unique, wait_for, TempDir};
-use crate::pod::{signal, TestPod, AGENT, INBOUND, STATUS};
+use crate::pod::{signal, AppMode, PodSpec, TestPod, AGENT, INBOUND, STATUS};
 
 /// The bridge on the LB host, and the veth end each pod gets.
 const BRIDGE: &str = "lan";
@@ -54,8 +54,14 @@ impl Lan {
     pub fn new() -> Lan {
         let (pid, n) = unique();
         let host = Netns::new(format!("lifeguard-{pid}-{n}-lb"));
-        let prefix = [10, 200 + (pid % 50) as u8, n as u8];
+        let prefix = [10, prefix_byte(pid), n as u8];
         ip(&["-n", &host.name, "link", "add", BRIDGE, "type", "bridge"]);
+        // A bridge takes the lowest MAC address of its ports unless it has
+        // one of its own: joining a pod would change the LB host's address
+        // under the pods' ARP caches, and their answers would go astray
+        // until the caches expire (HAProxy: 503s, connect timeouts).
+        let mac = format!("02:00:00:00:{:02x}:{:02x}", prefix_byte(pid), n as u8);
+        ip(&["-n", &host.name, "link", "set", BRIDGE, "address", &mac]);
         ip(&["-n", &host.name, "link", "set", BRIDGE, "up"]);
         let lan = Lan { host, prefix };
         for i in 1..=2 {
@@ -104,6 +110,11 @@ impl Lan {
         ip(&["-n", &self.host.name, "link", "set", &host_dev, "up"]);
         addr
     }
+}
+
+/// The second byte of the LAN's /24: one per test process (10.200-249).
+fn prefix_byte(pid: u32) -> u8 {
+    200 + (pid % 50) as u8
 }
 
 /// How a load balancer checks each pod.
@@ -351,6 +362,82 @@ pub fn delete_pod(pod: &mut TestPod, host: &Netns, pod_ip: Ipv4Addr, hook: &Hook
         gone: SystemTime::now(),
         exit_code,
     }
+}
+
+// ---------------------------------------------------------------------------
+// The rolling restart
+
+/// The pods' grace period.
+pub const GRACE: Duration = Duration::from_secs(30);
+
+/// A pod of the rollout, joined to the LAN at its slot, its app serving.
+/// Joined once the app serves: a load balancer that checks Envoy's
+/// readiness cannot tell whether the app behind it is up.
+pub fn pod_at(lan: &Lan, slot: u8) -> (TestPod, Ipv4Addr) {
+    let mut pod = TestPod::start(&PodSpec::new(false, &[]));
+    pod.start_app(AppMode::Pooled, 0.3, "");
+    let ip = lan.attach(&pod, slot);
+    (pod, ip)
+}
+
+/// What one pod's deletion looked like from the load balancers.
+pub struct Left {
+    pub deletion: Deletion,
+    /// When each load balancer marked the pod down.
+    pub down: Vec<SystemTime>,
+}
+
+/// A rolling restart's record.
+pub struct Run {
+    pub sent: Vec<Sent>,
+    pub left: Vec<Left>,
+    /// What the load balancers said, with when.
+    pub events: Vec<(SystemTime, String)>,
+}
+
+/// Replaces `replace` of 3 pods one by one (the new one ready in every
+/// load balancer before the old one is deleted, as a Deployment's rolling
+/// update with maxSurge 1 and maxUnavailable 0), with a client sending 200
+/// requests a second through every load balancer in turn; every request's
+/// answer and each old pod's deletion.
+pub fn rolling_restart(checks: &[Check], hook: &Hook, replace: u8) -> Run {
+    let lan = Lan::new();
+    let mut old: Vec<Option<(TestPod, Ipv4Addr)>> = (0..3).map(|slot| Some(pod_at(&lan, slot))).collect();
+    let servers: Vec<(String, Ipv4Addr)> = (0..3u8)
+        .map(|k| (format!("old{k}"), lan.slot_ip(k)))
+        .chain((0..3u8).map(|k| (format!("new{k}"), lan.slot_ip(3 + k))))
+        .collect();
+    let lbs: Vec<Haproxy> = checks
+        .iter()
+        .zip(1..)
+        .map(|(check, source)| Haproxy::start(&lan, *check, &servers, source))
+        .collect();
+    for lb in &lbs {
+        for k in 0..3 {
+            lb.wait_marked(&format!("new{k}"), "DOWN", Duration::from_secs(10));
+        }
+    }
+    let targets: Vec<SocketAddr> = lbs.iter().map(|lb| lb.frontend).collect();
+    let load = Load::start(&lan.host, &targets, 200);
+    let mut new = Vec::new();
+    let mut left = Vec::new();
+    for k in 0..replace {
+        new.push(pod_at(&lan, 3 + k));
+        for lb in &lbs {
+            lb.wait_marked(&format!("new{k}"), "UP", Duration::from_secs(30));
+        }
+        let (mut pod, ip) = old[k as usize].take().unwrap();
+        let deletion = delete_pod(&mut pod, &lan.host, ip, hook, GRACE);
+        let down = lbs
+            .iter()
+            .map(|lb| lb.marked(&format!("old{k}"), "DOWN"))
+            .collect::<Option<Vec<_>>>();
+        let down = down.unwrap_or_else(|| panic!("a load balancer never marked old{k} down: {deletion:?}"));
+        left.push(Left { deletion, down });
+    }
+    let sent = load.stop();
+    let events = lbs.iter().flat_map(Haproxy::events).collect();
+    Run { sent, left, events }
 }
 
 /// Seconds from `a` to `b` (negative when `b` is earlier).
