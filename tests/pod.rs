@@ -487,7 +487,7 @@ fn the_outcome_is_read_at_the_stop_not_when_the_drain_time_ran_out() {
 fn wait_app_exit_knows_the_proxy_without_the_agent() {
     let mut pod = TestPod::start(&PodSpec::new(
         false,
-        &["--minimum-drain-duration", "500ms", "--termination-grace-period", "20s"],
+        &["--minimum-drain-duration", "5s", "--termination-grace-period", "20s"],
     ));
     let app = pod.start_app(AppMode::Pooled, 0.0, "");
     let mut hook = pod.hook(
@@ -526,6 +526,12 @@ fn wait_app_exit_knows_the_proxy_without_the_agent() {
             "a proxy socket ({port}) was the app's: {out}"
         );
     }
+    // The agent's own drain was never started: readiness still 200.
+    let status_addr = pod.net.pod_addr(STATUS);
+    pod.net
+        .peer
+        .run(move || wait_status(status_addr, "/healthz/ready", 200, Duration::from_secs(5)));
+    let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
     let app_exit = ExitWatch::new(app, Duration::from_secs(30));
     signal(app, libc::SIGTERM);
     let app_gone = app_exit.wait().expect("the app exits");
@@ -536,11 +542,25 @@ fn wait_app_exit_knows_the_proxy_without_the_agent() {
         app_gone.elapsed()
     );
     assert!(app_gone.elapsed() < PROMPT);
-    // The agent's own drain was never started: readiness still 200.
-    let status_addr = pod.net.pod_addr(STATUS);
-    pod.net
-        .peer
-        .run(move || wait_status(status_addr, "/healthz/ready", 200, Duration::from_secs(5)));
+    // Issue #29, 3: the kubelet's SIGTERM comes once the hook returned (a
+    // native sidecar's). The drain begins with the app already gone: Envoy
+    // stops at once, not after the 5 s minimum.
+    pod.kubelet_sigterm();
+    let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
+    let after = envoy_gone.duration_since(app_gone);
+    eprintln!("the hook could not reach the agent: Envoy stopped {after:?} after the app exited");
+    if std::env::var_os("POD_DEBUG").is_some() {
+        eprintln!("{}", pod.agent.output());
+    }
+    assert_eq!(
+        pod.agent.exit_code(Duration::from_secs(10)),
+        0,
+        "{}",
+        pod.agent.output()
+    );
+    let out = pod.agent.output();
+    assert!(out.contains("the app was already gone when the drain began"), "{out}");
+    assert!(after < PROMPT, "Envoy stopped {after:?} after the app exited");
 }
 
 /// Issue #22, 6: a native sidecar as the kubelet runs it now. The proxy's
