@@ -68,8 +68,18 @@ fn main() {
             for _ in 0..rounds {
                 let run = rolling_restart(&[check], hook, 3);
                 let failed = run.sent.iter().filter(|s| s.answer != Ok(200)).count();
-                let to_sigterm = median(run.left.iter().map(|l| secs(l.deletion.started, l.deletion.hook_returned)).collect());
-                let to_gone = median(run.left.iter().map(|l| secs(l.deletion.started, l.deletion.gone)).collect());
+                let to_sigterm = median(
+                    run.left
+                        .iter()
+                        .map(|l| secs(l.deletion.started, l.deletion.hook_returned))
+                        .collect(),
+                );
+                let to_gone = median(
+                    run.left
+                        .iter()
+                        .map(|l| secs(l.deletion.started, l.deletion.gone))
+                        .collect(),
+                );
                 let to_down = median(run.left.iter().map(|l| secs(l.deletion.started, l.down[0])).collect());
                 println!(
                     "| {lb_name} | {hook_name} | {failed} (of {}) | {to_sigterm:.2} s | {to_gone:.2} s | {to_down:.2} s |",

@@ -342,7 +342,14 @@ fn a_pooled_connection_into_an_internal_listener_does_not_hold_the_drain() {
 fn the_fixed_policy_cutting_a_request_exits_3_with_left_at_stop() {
     let mut pod = TestPod::start(&PodSpec::new(
         false,
-        &["--drain-until", "time", "--termination-drain-duration", "1s", "--linger", "5s"],
+        &[
+            "--drain-until",
+            "time",
+            "--termination-drain-duration",
+            "1s",
+            "--linger",
+            "5s",
+        ],
     ));
     pod.start_app(AppMode::Pooled, 0.2, "");
     let inflight = pod.request("/work/3");

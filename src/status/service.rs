@@ -212,7 +212,7 @@ impl StatusService {
     }
 
     /// The same service, answering a connection from `peer`.
-    pub(crate) fn for_peer(&self, peer: SocketAddr) -> Self {
+    pub fn for_peer(&self, peer: SocketAddr) -> Self {
         Self {
             peer: Some(peer),
             control_socket: false,
@@ -380,6 +380,83 @@ mod tests {
         assert_eq!(
             call(&svc, Method::GET, "/quitquitquit").0,
             StatusCode::METHOD_NOT_ALLOWED
+        );
+    }
+
+    #[test]
+    fn the_drain_wait_checks_its_timeout_and_get_drain_shows_it() {
+        let (svc, _r, _drain) = with_drain();
+        assert_eq!(
+            call(&svc, Method::GET, "/drain/wait").0,
+            StatusCode::NOT_FOUND,
+            "no rotation, no route"
+        );
+        let plan = crate::rotation::RotationPlan {
+            unhealthy_threshold: 3,
+            quiet_period: Duration::from_secs(1),
+            deadline: Duration::from_secs(28),
+        };
+        let (rotation, _publish) = Rotation::new(&plan);
+        let svc = svc.with_rotation(rotation, Checkers::default());
+        let (status, body) = call(&svc, Method::GET, "/drain/wait?timeout=soon");
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.starts_with("invalid timeout \"soon\""), "{body}");
+        assert_eq!(
+            call(&svc, Method::POST, "/drain/wait").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        // No drain: the wait ends at its timeout, saying so.
+        let (status, body) = call(&svc, Method::GET, "/drain/wait?timeout=10ms");
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.starts_with(
+                "NOT out of rotation, stopped waiting at the 10ms timeout: was waiting for the drain to begin"
+            ),
+            "{body}"
+        );
+        let (_, body) = call(&svc, Method::GET, "/drain");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(json["phase"], "serving");
+        assert_eq!(json["rotation"]["state"], "not_started");
+        assert_eq!(json["rotation"]["unhealthy_threshold"], 3);
+    }
+
+    #[test]
+    fn a_load_balancers_probe_is_recorded_and_the_kubelets_is_not() {
+        let r = Readiness::standalone(Duration::from_secs(4));
+        r.store(Verdict::ready(Instant::now()));
+        let checkers = Checkers::default();
+        let plan = crate::rotation::RotationPlan {
+            unhealthy_threshold: 3,
+            quiet_period: Duration::from_secs(1),
+            deadline: Duration::from_secs(28),
+        };
+        let svc = StatusService::new(r)
+            .with_rotation(Rotation::new(&plan).0, checkers.clone())
+            .for_peer("127.0.0.1:40000".parse().unwrap());
+        let probe = |headers: &[(&'static str, &'static str)]| {
+            let mut req = Request::builder().uri("/healthz/ready");
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async { svc.handle(req.body(()).unwrap()).await.unwrap().status() })
+        };
+        assert_eq!(
+            probe(&[("user-agent", "kube-probe/1.31"), ("x-forwarded-for", "10.0.0.1")]),
+            StatusCode::OK
+        );
+        assert!(checkers.snapshot().is_empty(), "the kubelet is no checker");
+        probe(&[("x-forwarded-for", "10.0.0.9")]);
+        probe(&[("x-forwarded-for", "10.0.0.9")]);
+        let seen = checkers.snapshot();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            (seen[0].key.to_string(), seen[0].probes, seen[0].failures_in_row),
+            ("10.0.0.9".into(), 2, 0)
         );
     }
 
