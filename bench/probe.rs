@@ -73,6 +73,9 @@ fn lb_probe() -> Request<()> {
     req
 }
 
+/// Builds one probe's request.
+type MakeProbe = fn() -> Request<()>;
+
 /// Polls a future that is ready at once (the probe route's).
 fn now<F: Future>(fut: F) -> F::Output {
     let mut cx = Context::from_waker(Waker::noop());
@@ -100,7 +103,7 @@ fn service(ready: bool) -> StatusService {
 
 /// Heap allocations made by the handler alone (requests built before,
 /// responses dropped after the count).
-fn allocations_per_probe(svc: &mut StatusService, probe: fn() -> Request<()>) -> f64 {
+fn allocations_per_probe(svc: &mut StatusService, probe: MakeProbe) -> f64 {
     const N: usize = 10_000;
     let requests: Vec<_> = (0..N).map(|_| probe()).collect();
     let mut responses = Vec::with_capacity(N);
@@ -115,7 +118,7 @@ fn allocations_per_probe(svc: &mut StatusService, probe: fn() -> Request<()>) ->
 
 fn in_process(c: &mut Criterion) {
     let envoy = "127.0.0.1:40000".parse().unwrap();
-    let cases: [(&str, bool, fn() -> Request<()>); 3] = [
+    let cases: [(&str, bool, MakeProbe); 3] = [
         ("probe_service_ready", true, probe),
         ("probe_service_not_ready", false, probe),
         ("probe_service_ready_lb_checker", true, lb_probe),
