@@ -569,9 +569,6 @@ fn wait_app_exit_knows_the_proxy_without_the_agent() {
     let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
     let after = envoy_gone.duration_since(app_gone);
     eprintln!("the hook could not reach the agent: Envoy stopped {after:?} after the app exited");
-    if std::env::var_os("POD_DEBUG").is_some() {
-        eprintln!("{}", pod.agent.output());
-    }
     assert_eq!(
         pod.agent.exit_code(Duration::from_secs(10)),
         0,
