@@ -239,7 +239,10 @@ pub(crate) async fn run<T: Traffic>(
         s.state = RotationState::Waiting;
         s.began = Some(began);
     });
-    let listeners = traffic.learn().await;
+    let listeners = tokio::select! {
+        listeners = traffic.learn() => listeners,
+        _ = shutdown.cancelled() => return,
+    };
     tracing::info!(
         unhealthy_threshold = plan.unhealthy_threshold,
         quiet_period = %D(plan.quiet_period),
@@ -258,7 +261,10 @@ pub(crate) async fn run<T: Traffic>(
             return;
         }
         let read_started = Instant::now();
-        let inbound = traffic.inbound_total().await;
+        let inbound = tokio::select! {
+            inbound = traffic.inbound_total() => inbound,
+            _ = shutdown.cancelled() => return,
+        };
         if inbound.is_ok() {
             pacer.answered(read_started.elapsed());
         }
