@@ -23,6 +23,7 @@
 //!
 //! - [`proxy`]: which container is the proxy, and its status port.
 //! - [`rewrite`]: one container's probes and hooks.
+//! - `yaml`: reading the fields of a YAML value.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -35,6 +36,9 @@ use crate::status::app_probe::spec::AppProbes;
 
 mod proxy;
 mod rewrite;
+mod yaml;
+
+use yaml::{name_of, seq, text_of};
 
 /// The env variable the proxy container reads the probes from.
 const PROBERS_ENV: &str = "ISTIO_KUBE_APP_PROBERS";
@@ -227,24 +231,6 @@ fn rewrite_pod(
         proxy::set_env(&mut spec[list][index], PROBERS_ENV, &probes.to_json());
     }
     Ok(())
-}
-
-/// The sequence at `key` (empty when absent or not a sequence).
-fn seq<'a>(value: &'a Value, key: &str) -> &'a [Value] {
-    value
-        .get(key)
-        .and_then(Value::as_sequence)
-        .map_or(&[][..], |s| s.as_slice())
-}
-
-/// A scalar as the YAML would write it.
-fn text_of(value: &Value) -> String {
-    serde_norway::to_string(value).unwrap_or_default().trim_end().to_owned()
-}
-
-/// An object's `name` field ("" when absent).
-fn name_of(value: &Value) -> &str {
-    value.get("name").and_then(Value::as_str).unwrap_or("")
 }
 
 #[cfg(test)]

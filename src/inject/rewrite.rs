@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_norway::{Mapping, Value};
 
-use super::{name_of, seq};
+use super::yaml::{name_of, seq};
 use crate::status::app_probe::spec::{AppProbes, Kind, Probe};
 
 /// The probes of a container, by field, with what they become.

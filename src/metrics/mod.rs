@@ -104,45 +104,7 @@ impl Incomplete {
     }
 }
 
-/// The metric names, once. Tests check the README, the alerting rules and
-/// the dashboard against this list.
-pub mod names {
-    pub(crate) const BUILD_INFO: &str = "lifeguard_build_info";
-    pub(crate) const READY: &str = "lifeguard_ready";
-    pub(crate) const PROBE_RESPONSES: &str = "lifeguard_probe_responses_total";
-    pub(crate) const TIME_TO_FIRST_READY: &str = "lifeguard_time_to_first_ready_seconds";
-    pub(crate) const READINESS_CHANGES: &str = "lifeguard_envoy_readiness_changes_total";
-    pub(crate) const READINESS_KEPT: &str = "lifeguard_readiness_kept_total";
-    pub(crate) const SCRAPE_ENVOY_READS: &str = "lifeguard_scrape_envoy_reads_total";
-    pub(crate) const SCRAPE_ENVOY_INCOMPLETE: &str = "lifeguard_scrape_envoy_incomplete_total";
-    pub(crate) const SCRAPE_APP_INCOMPLETE: &str = "lifeguard_scrape_app_incomplete_total";
-    pub(crate) const SCRAPE_FAILURES: &str = "lifeguard_scrape_failures_total";
-    pub(crate) const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
-    pub(crate) const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
-    pub(crate) const APP_PROBE_RESULTS: &str = "lifeguard_app_probe_results_total";
-    pub(crate) const APP_PROBE_DURATION: &str = "lifeguard_app_probe_duration_seconds";
-    pub(crate) const ADMIN_LAST_SUCCESS: &str = "lifeguard_envoy_admin_last_success_timestamp_seconds";
-    pub(crate) const DRAIN_PHASE: &str = "lifeguard_drain_phase";
-    pub(crate) const DRAIN_POLICY: &str = "lifeguard_drain_policy";
-    pub(crate) const DRAIN_STARTED: &str = "lifeguard_drain_started_timestamp_seconds";
-    pub(crate) const DRAIN_DEADLINE: &str = "lifeguard_drain_deadline_timestamp_seconds";
-    pub(crate) const DRAIN_DURATION: &str = "lifeguard_drain_duration_seconds";
-    pub(crate) const DRAIN_ACTIVE_CONNECTIONS: &str = "lifeguard_drain_active_connections";
-    pub(crate) const DRAIN_ACTIVE_REQUESTS: &str = "lifeguard_drain_active_requests";
-    pub(crate) const DRAIN_ACTIVE_TCP: &str = "lifeguard_drain_active_tcp_connections";
-    pub(crate) const DRAIN_APP_SOCKETS: &str = "lifeguard_drain_app_sockets";
-    pub(crate) const DRAIN_APP_PROCESSES: &str = "lifeguard_drain_app_processes";
-    pub(crate) const DRAIN_CUT: &str = "lifeguard_drain_cut_by_deadline";
-    pub(crate) const DRAIN_LEFT_AT_STOP: &str = "lifeguard_drain_left_at_stop";
-    pub(crate) const DRAIN_WAIT: &str = "lifeguard_drain_wait_seconds";
-    pub(crate) const PROCESS_CPU: &str = "process_cpu_seconds_total";
-    pub(crate) const PROCESS_RSS: &str = "process_resident_memory_bytes";
-    pub(crate) const PROCESS_VSZ: &str = "process_virtual_memory_bytes";
-    pub(crate) const PROCESS_OPEN_FDS: &str = "process_open_fds";
-    pub(crate) const PROCESS_MAX_FDS: &str = "process_max_fds";
-    pub(crate) const PROCESS_START: &str = "process_start_time_seconds";
-    pub(crate) const PROCESS_THREADS: &str = "process_threads";
-}
+pub mod names;
 use names::*;
 
 impl Metrics {

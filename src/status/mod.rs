@@ -37,7 +37,8 @@
 //! - [`server`]: the listener(s) and hyper's connections: header-read and
 //!   write timeouts, `TCP_NODELAY`, a loopback accept queue of its own.
 //! - [`service`]: the tower service that routes each request.
-//! - [`routes`]: one function per route.
+//! - [`routes`]: one function per route, and what they share.
+//! - `response`: the body of every answer and the future that yields it.
 //! - [`connections`]: connection slots shared fairly between peers, and the
 //!   write timeout of a connection.
 //! - [`control`]: the same service on a Unix socket (`--control-socket`),
@@ -47,6 +48,7 @@
 pub mod app_probe;
 pub mod connections;
 pub mod control;
+mod response;
 mod routes;
 pub mod server;
 pub mod service;

@@ -8,17 +8,47 @@ use hyper::{Method, Response, StatusCode};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::service::{Body, ResponseFuture, Shared};
+use super::app_probe::AppProber;
+use super::response::{Body, ResponseFuture};
+use crate::drain::DrainHandle;
+use crate::envoy::readiness::Readiness;
 use crate::exit::linger::{self, Linger};
 use crate::metrics::scrape::ScrapeRequest;
+use crate::metrics::scrape::Scraper;
 use crate::rotation::checkers::CheckerKey;
+use crate::rotation::Checkers;
 use crate::rotation::Rotation;
+use metrics::Counter;
+use std::path::PathBuf;
 use tokio::time::Instant;
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 static GZIP: HeaderValue = HeaderValue::from_static("gzip");
 static VARY_VALUE: HeaderValue = HeaderValue::from_static("accept, accept-encoding");
+
+/// What every connection's service shares.
+#[derive(Clone)]
+pub(super) struct Shared {
+    pub(super) readiness: Readiness,
+    pub(super) drain: Option<DrainHandle>,
+    /// The merged scrape (None: no metrics route).
+    pub(super) scraper: Option<Scraper>,
+    /// Told of each scrape, so a last one can end the linger.
+    pub(super) linger: Option<Linger>,
+    pub(super) probe_ok: Counter,
+    pub(super) probe_unavailable: Counter,
+    /// The app's probes (`/app-health/...`, `/app-lifecycle/...`).
+    pub(super) app_probes: Option<AppProber>,
+    /// Whether loopback TCP callers may drain and stop (`--loopback-control`).
+    pub(super) loopback_control: bool,
+    /// The control socket, named in the answer to a TCP caller refused.
+    pub(super) control_socket: Option<PathBuf>,
+    /// Who checks the pod's readiness: each probe's answer is recorded.
+    pub(super) checkers: Checkers,
+    /// The drain wait (`GET /drain/wait`).
+    pub(super) rotation: Option<Rotation>,
+}
 
 /// `GET|HEAD /healthz/ready`: from the readiness snapshot, never waiting
 /// on Envoy. The answer is recorded against its checker (a load balancer),

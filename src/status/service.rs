@@ -4,22 +4,19 @@
 //! It only routes: each route is a function in [`super::routes`].
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures_util::Stream;
-use http_body_util::Full;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use metrics::Counter;
 
 use super::app_probe::AppProber;
-use super::routes;
+pub use super::response::{Body, ResponseFuture};
+use super::routes::{self, Shared};
 use crate::drain::DrainHandle;
 use crate::envoy::readiness::Readiness;
 use crate::exit::linger::Linger;
@@ -27,63 +24,6 @@ use crate::metrics::scrape::{ScrapeRequest, Scraper};
 use crate::metrics::Metrics;
 use crate::rotation::checkers::CheckerKey;
 use crate::rotation::{Checkers, Rotation};
-
-/// The response body of every route: a whole body (every route but one,
-/// the probe's with no allocation), or the merged scrape's stream.
-pub enum Body {
-    Full(Full<Bytes>),
-    Stream(Pin<Box<dyn Stream<Item = Bytes> + Send>>),
-}
-
-impl Body {
-    pub(super) fn full(bytes: Bytes) -> Self {
-        Body::Full(Full::new(bytes))
-    }
-}
-
-impl hyper::body::Body for Body {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.get_mut() {
-            Body::Full(full) => hyper::body::Body::poll_frame(Pin::new(full), cx),
-            Body::Stream(stream) => stream.as_mut().poll_next(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            Body::Full(full) => hyper::body::Body::is_end_stream(full),
-            Body::Stream(_) => false,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            Body::Full(full) => hyper::body::Body::size_hint(full),
-            Body::Stream(_) => SizeHint::default(),
-        }
-    }
-}
-
-/// The future of one response: ready at once for every route but the two
-/// that wait on the drain.
-pub enum ResponseFuture {
-    Ready(Option<Response<Body>>),
-    Waiting(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<Response<Body>, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            ResponseFuture::Ready(response) => Poll::Ready(Ok(response.take().expect("polled after completion"))),
-            ResponseFuture::Waiting(fut) => fut.as_mut().poll(cx).map(Ok),
-        }
-    }
-}
 
 /// The routes of the status port, as a service. One value per connection:
 /// it knows the peer (for the loopback guard) or that it came through the
@@ -95,29 +35,6 @@ pub struct StatusService {
     /// The connection came through the control socket, whose file mode and
     /// mount decide who may connect.
     control_socket: bool,
-}
-
-/// What every connection's service shares.
-#[derive(Clone)]
-pub(super) struct Shared {
-    pub(super) readiness: Readiness,
-    pub(super) drain: Option<DrainHandle>,
-    /// The merged scrape (None: no metrics route).
-    pub(super) scraper: Option<Scraper>,
-    /// Told of each scrape, so a last one can end the linger.
-    pub(super) linger: Option<Linger>,
-    pub(super) probe_ok: Counter,
-    pub(super) probe_unavailable: Counter,
-    /// The app's probes (`/app-health/...`, `/app-lifecycle/...`).
-    pub(super) app_probes: Option<AppProber>,
-    /// Whether loopback TCP callers may drain and stop (`--loopback-control`).
-    pub(super) loopback_control: bool,
-    /// The control socket, named in the answer to a TCP caller refused.
-    pub(super) control_socket: Option<PathBuf>,
-    /// Who checks the pod's readiness: each probe's answer is recorded.
-    pub(super) checkers: Checkers,
-    /// The drain wait (`GET /drain/wait`).
-    pub(super) rotation: Option<Rotation>,
 }
 
 impl StatusService {
