@@ -182,11 +182,11 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let local = server.local_addr().expect("a bound listener has an address");
     let (envoy_drain, scope) = (settings.envoy_drain(), settings.drain_scope);
     let ignored = settings.ignore_listener_ports.clone();
-    let inbound = Inbound::new(admin.clone(), scope, ignored.clone());
-    let envoy = match Envoy::start(envoy_command, envoy_drain, admin.clone(), ignored, scope) {
+    let envoy = match Envoy::start(envoy_command, envoy_drain, admin.clone(), ignored.clone(), scope) {
         Ok(envoy) => envoy,
         Err(e) => return start_failed("cannot start Envoy", &e),
     };
+    let inbound = Inbound::new(admin.clone(), envoy.counts(), scope, ignored);
     // Children lifeguard waits for itself: never reaped as orphans.
     let own_children: Vec<i32> = envoy.pid().map(|p| p as i32).into_iter().collect();
     let app = app_watcher(&mut plan, &settings, local.port(), envoy.pid());

@@ -42,7 +42,6 @@ pub(crate) use handle::DrainHandle;
 pub(crate) use machine::Drain;
 pub use plan::DrainUntil;
 pub(crate) use plan::{DrainScope, Plan};
-pub(crate) use policy::Pacer;
 pub use ports::Active;
 pub(crate) use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Work};
 pub(crate) use status::{exit_code, Outcome};

@@ -13,8 +13,9 @@
 //!
 //! The count is each listener's `downstream_cx_total` (new connections)
 //! plus its per-listener HTTP `downstream_rq_completed` (requests on
-//! connections kept alive), read with one filtered `/stats` call: only
-//! whether the total moved matters. During Envoy's drain every HTTP/1.1
+//! connections kept alive), from the counts read the drain makes too
+//! ([`CountsReader`]: one admin call serves both): only whether the total
+//! moved matters. During Envoy's drain every HTTP/1.1
 //! response closes its connection, so each new request is a new
 //! connection too.
 
@@ -23,12 +24,12 @@ use std::net::IpAddr;
 use serde_json::Value as Json;
 
 use crate::drain::DrainScope;
-use crate::envoy::admin::{AdminClient, Endpoint, ACTIVE_LIMIT, STATS_LIMIT};
+use crate::envoy::admin::{AdminClient, Endpoint};
+use crate::envoy::counts::CountsReader;
 use crate::envoy::stats::{lines, Value};
-use crate::rotation::Traffic;
-
-/// The stats read: both families, every listener (filtered here, by name).
-const INBOUND_STATS: &str = "/stats?usedonly&filter=%5Elistener%5C..%2A%5C.downstream_%28cx_total%7Crq_completed%29%24";
+use crate::rotation::{Traffic, READ_EVERY};
+/// The largest listener dump read (masked, about 200 bytes a listener).
+const DUMP_LIMIT: usize = 16 << 20;
 /// The listener dumps, masked to what names a listener and its direction.
 const STATIC_DUMP: &str = "/config_dump?resource=static_listeners&mask=listener.name,listener.address,listener.stat_prefix,listener.traffic_direction";
 const DYNAMIC_DUMP: &str = "/config_dump?resource=dynamic_listeners&mask=name,active_state.listener.name,active_state.listener.address,active_state.listener.stat_prefix,active_state.listener.traffic_direction";
@@ -43,18 +44,22 @@ pub(crate) enum Counted {
     Every,
 }
 
-/// Envoy's inbound traffic, through its admin API.
+/// Envoy's inbound traffic, through its admin API: the listener dumps, and
+/// the counts read shared with the drain (a read of the drain's serves
+/// while fresh).
 pub(crate) struct Inbound {
     admin: AdminClient,
+    counts: CountsReader,
     scope: DrainScope,
     ignored_ports: Vec<u16>,
     counted: Counted,
 }
 
 impl Inbound {
-    pub(crate) fn new(admin: AdminClient, scope: DrainScope, ignored_ports: Vec<u16>) -> Inbound {
+    pub(crate) fn new(admin: AdminClient, counts: CountsReader, scope: DrainScope, ignored_ports: Vec<u16>) -> Inbound {
         Inbound {
             admin,
+            counts,
             scope,
             ignored_ports,
             counted: Counted::Every,
@@ -62,11 +67,33 @@ impl Inbound {
     }
 }
 
+/// The wait is over: the drain's reads need the active counts alone again.
+impl Drop for Inbound {
+    fn drop(&mut self) {
+        self.counts.want_inbound(None);
+    }
+}
+
 impl Traffic for Inbound {
     async fn learn(&mut self) -> String {
+        let words = self.select_listeners().await;
+        self.counts.want_inbound(Some(&filter(&self.counted)));
+        words
+    }
+
+    async fn inbound_total(&mut self) -> Result<u64, String> {
+        let reading = self.counts.read_recent(READ_EVERY).await;
+        let body = reading.body.map_err(|e| e.message)?;
+        Ok(total(&body, &self.counted, &self.ignored_ports))
+    }
+}
+
+impl Inbound {
+    /// Reads which listeners count from Envoy's listener dumps; says which.
+    async fn select_listeners(&mut self) -> String {
         let mut listeners = Vec::new();
         for path in [STATIC_DUMP, DYNAMIC_DUMP] {
-            match self.admin.get_text(Endpoint::ConfigDump, path, STATS_LIMIT).await {
+            match self.admin.get_text(Endpoint::ConfigDump, path, DUMP_LIMIT).await {
                 Ok(body) => match dumped_listeners(&body) {
                     Ok(found) => listeners.extend(found),
                     Err(why) => return self.every(&format!("Envoy's listener dump: {why}")),
@@ -86,21 +113,34 @@ impl Traffic for Inbound {
         }
     }
 
-    async fn inbound_total(&self) -> Result<u64, String> {
-        let body = self
-            .admin
-            .get_text(Endpoint::Stats, INBOUND_STATS, ACTIVE_LIMIT)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(total(&body, &self.counted, &self.ignored_ports))
-    }
-}
-
-impl Inbound {
     fn every(&mut self, why: &str) -> String {
         self.counted = Counted::Every;
         format!("every listener but the admin, internal and ignored-port ones (cannot tell inbound ones: {why})")
     }
+}
+
+/// The regex of the lines [`total`] reads: each counted listener's new
+/// connections and its HTTP managers' completed requests, so Envoy's
+/// answer grows by a few lines per inbound listener, not per listener and
+/// worker; with no list, every listener's.
+pub(crate) fn filter(counted: &Counted) -> String {
+    let names = match counted {
+        Counted::Named(names) => names.iter().map(|n| regex_escape(n)).collect::<Vec<_>>().join("|"),
+        Counted::Every => ".+".to_owned(),
+    };
+    format!("^listener\\.({names})\\.(downstream_cx_total|http\\..+\\.downstream_rq_completed)$")
+}
+
+/// `text` matched literally by a regex.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A listener as the dump shows it.
@@ -175,7 +215,7 @@ pub(crate) fn select(listeners: &[Listener], scope: DrainScope, ignored_ports: &
 }
 
 /// The sum of new connections and completed requests over the counted
-/// listeners, in an answer to [`INBOUND_STATS`]. Per-worker lines repeat
+/// listeners, in an answer to [`crate::envoy::counts::COUNTS_STATS`]. Per-worker lines repeat
 /// their listener's and are left out; values that are not numbers are too.
 pub(crate) fn total(body: &str, counted: &Counted, ignored_ports: &[u16]) -> u64 {
     let mut sum = 0u64;
@@ -282,6 +322,16 @@ listener.admin.main_thread.downstream_cx_total: 1
         let stats = "listener.[__]_15006.downstream_cx_total: 2\nlistener.web.http.web.downstream_rq_completed: 5\n";
         let (counted, _) = select(&listeners, DrainScope::Inbound, &[]);
         assert_eq!(total(stats, &Counted::Named(counted), &[]), 7);
+    }
+
+    #[test]
+    fn the_filter_names_each_counted_listener_literally() {
+        let named = Counted::Named(vec!["0.0.0.0_15006".into(), "[__1]_8443".into()]);
+        assert_eq!(
+            filter(&named),
+            r"^listener\.(0\.0\.0\.0_15006|\[__1\]_8443)\.(downstream_cx_total|http\..+\.downstream_rq_completed)$"
+        );
+        assert!(filter(&Counted::Every).starts_with(r"^listener\.(.+)\."));
     }
 
     #[test]

@@ -36,9 +36,10 @@ use std::time::Duration;
 pub use checkers::Checkers;
 pub use watch::{Rotation, RotationState, RotationStatus, WaitEnd};
 
-/// How often Envoy's inbound traffic is read while the wait goes on (more
-/// rarely when a read is slow: at most about a tenth of Envoy's admin
-/// thread, as the drain's reads).
+/// How often the rule looks at Envoy's inbound traffic while the wait goes
+/// on: the drain's own count reads serve when fresh, and a read made for
+/// the wait alone costs Envoy's admin thread at most about a tenth of its
+/// time (`crate::envoy::counts::CountsReader`).
 pub(crate) const READ_EVERY: Duration = Duration::from_millis(100);
 
 /// What the rule needs from Envoy: the requests reaching its inbound
@@ -49,7 +50,7 @@ pub(crate) trait Traffic: Send + 'static {
     fn learn(&mut self) -> impl Future<Output = String> + Send;
     /// New connections and requests so far on those listeners: a total
     /// that only grows; only whether it moved matters.
-    fn inbound_total(&self) -> impl Future<Output = Result<u64, String>> + Send;
+    fn inbound_total(&mut self) -> impl Future<Output = Result<u64, String>> + Send;
 }
 
 /// The rule's settings.

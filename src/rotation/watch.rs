@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::checkers::Checkers;
 use super::rule::{CheckerReport, Rule, Step};
 use super::{RotationPlan, Traffic, READ_EVERY};
-use crate::drain::{Pacer, Phase, Status};
+use crate::drain::{Phase, Status};
 use crate::duration::Display as D;
 use crate::logging::Throttle;
 
@@ -253,7 +253,7 @@ pub(crate) async fn run<T: Traffic>(
     );
     publish.send_modify(|s| s.inbound_listeners = Some(listeners));
     let mut rule = Rule::new(plan.unhealthy_threshold, plan.quiet_period, began);
-    let (mut pacer, mut read_warning) = (Pacer::default(), Throttle::new(Duration::from_secs(10)));
+    let mut read_warning = Throttle::new(Duration::from_secs(10));
     let deadline = began + plan.deadline;
     loop {
         if drain.borrow().phase >= Phase::Stopping || Instant::now() >= deadline {
@@ -265,9 +265,6 @@ pub(crate) async fn run<T: Traffic>(
             inbound = traffic.inbound_total() => inbound,
             _ = shutdown.cancelled() => return,
         };
-        if inbound.is_ok() {
-            pacer.answered(read_started.elapsed());
-        }
         let now = Instant::now();
         let eval = rule.observe(now, &checkers.snapshot(), inbound);
         log_steps(&eval.steps, &mut read_warning, &rule, now.duration_since(began));
@@ -284,7 +281,7 @@ pub(crate) async fn run<T: Traffic>(
         if eval.out {
             return;
         }
-        let next = (read_started + pacer.gap(READ_EVERY)).min(deadline);
+        let next = (read_started + READ_EVERY).min(deadline);
         tokio::select! {
             _ = sleep_until(next) => {}
             _ = drain.wait_for(|s| s.phase >= Phase::Stopping) => {}
@@ -344,7 +341,7 @@ mod tests {
         async fn learn(&mut self) -> String {
             "listeners 0.0.0.0_15006".into()
         }
-        async fn inbound_total(&self) -> Result<u64, String> {
+        async fn inbound_total(&mut self) -> Result<u64, String> {
             Ok(self.0.load(Ordering::Relaxed))
         }
     }
