@@ -3,8 +3,8 @@
 //! The tree reads like the architecture, one folder per concern; each
 //! module's doc says what it owns and why. Arrows run one way: the
 //! composition root ([`agent`]) knows everything; the adapters ([`envoy`],
-//! [`pod`]) implement the [`drain`]'s ports; [`drain`] and the leaves
-//! (`duration`, `url`, `logging`) import nothing of the rest
+//! [`pod`]) implement the [`drain`]'s ports; [`drain`], [`istio`] and the
+//! leaves (`duration`, `url`, `logging`) import nothing of the rest
 //! (`tests/layout.rs` keeps it so).
 //!
 //! - [`agent`]: the composition root: every piece built from the settings
@@ -23,6 +23,9 @@
 //! - [`hooks`]: the pod hook helpers (`wait`, `wait-app-exit`, `drain`).
 //! - [`inject`]: `lifeguard inject`, the pod's probes rewritten to the
 //!   status port.
+//! - [`istio`]: Istio's formats (the app probers, the Prometheus
+//!   annotations, `PROXY_CONFIG`), read by config, status, metrics and
+//!   inject.
 //! - `duration`, `url`, `logging`: Go durations, loopback URLs, log lines.
 //! - `sys`: the `unsafe` calls (a pre-exec hook, one socket option, the
 //!   allocator's collect) and the process's memory settings.
@@ -52,6 +55,7 @@ pub mod envoy;
 pub mod exit;
 pub mod hooks;
 pub mod inject;
+pub mod istio;
 pub mod logging;
 pub mod metrics;
 pub mod pod;

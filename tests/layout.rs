@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Modules that may import only each other: the value types, ports and
-/// state machine of the drain, and the small leaves.
-const LEAVES: [&str; 5] = ["drain", "duration", "logging", "url", "sys"];
+/// state machine of the drain, Istio's formats, and the small leaves.
+const LEAVES: [&str; 6] = ["drain", "duration", "istio", "logging", "url", "sys"];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

@@ -29,10 +29,9 @@ mod proxy_config;
 
 pub(crate) use layers::from_clap_error;
 pub(crate) use parsers::go_bool;
-pub(crate) use proxy_config::ProxyLayer;
 
-use crate::metrics::app::AppMetrics;
-use crate::status::app_probe::spec::{AppProbes, PodIp};
+use crate::istio::annotations::AppMetrics;
+use crate::istio::probers::{AppProbes, PodIp};
 use crate::status::control::ControlSocket;
 pub(crate) use crate::url::LoopbackUrl;
 use crate::{drain::DrainScope, drain::DrainUntil, envoy::state::XdsCheck, exit::MessagePath, logging::LogFormat};

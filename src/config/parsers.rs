@@ -10,8 +10,8 @@ use serde::{de, Deserialize, Deserializer};
 
 use crate::duration::{self, Display as D};
 use crate::exit::MessagePath;
-use crate::metrics::app::AppMetrics;
-use crate::status::app_probe::spec::{AppProbes, PodIp};
+use crate::istio::annotations::AppMetrics;
+use crate::istio::probers::{AppProbes, PodIp};
 use crate::status::control::ControlSocket;
 use crate::url::LoopbackUrl;
 

@@ -32,7 +32,7 @@ use serde::Deserialize;
 use serde_norway::Value;
 
 use crate::config::go_bool;
-use crate::status::app_probe::spec::AppProbes;
+use crate::istio::probers::AppProbes;
 
 mod proxy;
 mod rewrite;
@@ -238,7 +238,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::status::app_probe::spec::{Port, Probe};
+    use crate::istio::probers::{Port, Probe};
 
     fn run(yaml: &str) -> Result<String, String> {
         inject(yaml, &InjectOptions::default())

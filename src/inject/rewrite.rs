@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_norway::{Mapping, Value};
 
 use super::yaml::{name_of, seq};
-use crate::status::app_probe::spec::{AppProbes, Kind, Probe};
+use crate::istio::probers::{AppProbes, Kind, Probe};
 
 /// The probes of a container, by field, with what they become.
 const PROBES: [(&str, Kind); 3] = [

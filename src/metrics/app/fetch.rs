@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::lines::Format;
-use super::Target;
+use crate::istio::annotations::Target;
 use crate::metrics::Incomplete;
 
 /// The largest body taken from one app target; the rest is left out

@@ -16,7 +16,7 @@ use crate::drain::DrainHandle;
 use crate::envoy::admin::AdminClient;
 use crate::envoy::poller::Heartbeat;
 use crate::envoy::readiness::Readiness;
-use crate::metrics::app::Target;
+use crate::istio::annotations::Target;
 use crate::metrics::Metrics;
 
 /// The merged scrape's state, shared by every scrape ([`super::Scraper`]
