@@ -56,6 +56,7 @@ pub mod exit;
 pub mod hooks;
 pub mod inject;
 pub mod istio;
+pub mod local_http;
 pub mod logging;
 pub mod metrics;
 pub mod pod;
