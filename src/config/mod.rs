@@ -26,9 +26,11 @@ use parsers::{
 mod layers;
 mod parsers;
 mod proxy_config;
+mod reference;
 
 pub(crate) use layers::from_clap_error;
 pub(crate) use parsers::go_bool;
+pub use reference::reference;
 
 use crate::istio::annotations::AppMetrics;
 use crate::istio::probers::{AppProbes, PodIp};
