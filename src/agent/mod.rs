@@ -25,6 +25,7 @@ use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
 use crate::envoy::poller::{self, Heartbeat, Schedule};
 use crate::envoy::process::Envoy;
 use crate::envoy::readiness::Readiness;
+use crate::envoy::version;
 use crate::exit::linger::Linger;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
@@ -207,6 +208,11 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));
     let tasks = [
         tokio::spawn(server.serve(service, shutdown.clone())),
+        tokio::spawn(version::log_once(
+            admin.clone(),
+            settings.startup_poll_interval,
+            shutdown.clone(),
+        )),
         tokio::spawn(poller::run(
             schedule,
             admin,

@@ -67,6 +67,8 @@ pub enum Endpoint {
     DrainListeners,
     /// `/quitquitquit`
     Quit,
+    /// `/server_info` (Envoy's version, read once)
+    ServerInfo,
 }
 
 impl Endpoint {
@@ -78,6 +80,7 @@ impl Endpoint {
             Endpoint::Prometheus => "stats_prometheus",
             Endpoint::DrainListeners => "drain_listeners",
             Endpoint::Quit => "quitquitquit",
+            Endpoint::ServerInfo => "server_info",
         }
     }
 }

@@ -13,6 +13,8 @@
 //! - [`poller`]: the background task that keeps that snapshot fresh.
 //! - [`process`]: the Envoy process (lifeguard's child, or external): the
 //!   drain's real [`crate::drain::EnvoyControl`].
+//! - [`version`]: Envoy's version, read once and logged, and why nothing
+//!   lifeguard sends depends on it.
 //!
 //! Arrows run one way: this module implements the drain's ports and never
 //! reaches the status server or the metrics (the poller reports through
@@ -25,3 +27,4 @@ pub mod process;
 pub mod readiness;
 pub mod state;
 pub mod stats;
+pub mod version;
