@@ -403,6 +403,30 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
             assert!(out.lines().any(|l| l == want), "missing {want:?} in:\n{out}");
         }
     }
+    // Why the app must run as another user than the proxy's (README,
+    // Deploy): a process of the proxy's user in the app's container does
+    // reach the admin socket through the shared PID namespace. It only
+    // connects: no request is sent.
+    let admin_through = through(envoy_pid, &admin_socket);
+    let connect =
+        format!("import socket; s = socket.socket(socket.AF_UNIX); s.connect({admin_through:?}); print('connected')");
+    let proxy_user = podman_ok(&["image", "inspect", "--format", "{{.Config.User}}", &images.proxy]);
+    let same_user = podman(&[
+        "exec",
+        "--user",
+        proxy_user.trim(),
+        &pod.container("app"),
+        "/usr/bin/python3",
+        "-I",
+        "-c",
+        &connect,
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&same_user.stdout).trim(),
+        "connected",
+        "{}",
+        String::from_utf8_lossy(&same_user.stderr)
+    );
     assert_ne!(app_pid, lifeguard_pid);
     // Nothing of that drained or stopped anything.
     pod.net

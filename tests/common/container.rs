@@ -5,10 +5,12 @@
 //! `podman kube play`.
 //!
 //! What podman 4.3 needs on these machines, and what it does differently
-//! from a kubelet (seen here; each is handled in one place below):
+//! from a kubelet (seen here, or reported in issue #28 where marked; each
+//! is handled in one place below):
 //!
 //! - **The runtime is runc** (`[engine] runtime`): crun refuses the hybrid
-//!   cgroup layout of these machines (v1 controllers beside a v2 mount).
+//!   cgroup layout of these machines, v1 controllers beside a v2 mount
+//!   (#28; Debian's podman package does not pull crun in).
 //! - **`default_ulimits = []`**: podman raises a root container's
 //!   RLIMIT_NOFILE to 1048576, above this sandbox's hard limit, and runc
 //!   then fails with "error setting rlimit type 7: operation not
@@ -32,8 +34,8 @@
 //!   volumes and ConfigMaps are named after the test ([`kube_pod`]).
 //! - **Termination**: `podman stop` of one container in a shared PID
 //!   namespace signals, and at its end kills, processes of the other
-//!   containers too. The kubelet's runtime signals each container's own
-//!   process. So the test signals each container's process itself
+//!   containers too (#28). The kubelet's runtime signals each container's
+//!   own process. So the test signals each container's process itself
 //!   ([`PlayedPod::sigterm`]) and, at the grace period, SIGKILLs what is
 //!   left in each container's cgroup ([`PlayedPod::sigkill`]).
 //! - **What podman 4.3 does not run**: probes (the test probes through the
@@ -42,7 +44,9 @@
 //!   termination-message file (a hostPath file is mounted at the
 //!   container's `terminationMessagePath`, as the kubelet bind-mounts one).
 //! - **The pod's PID 1** with `shareProcessNamespace` is podman's infra
-//!   process, `catatonit -P`, where Kubernetes has `pause`.
+//!   process, `catatonit -P`, where Kubernetes has `pause`; an emptyDir of
+//!   `medium: Memory` is a volume on disk. Neither changes what lifeguard
+//!   does (it takes either name for the pod's PID 1).
 //!
 //! Everything created here is removed, also when a test fails: pods and
 //! their volumes when the [`PlayedPod`] drops, the images this process
@@ -196,7 +200,28 @@ pub fn images() -> &'static Images {
         remove_at_exit(&proxy);
         let started = Instant::now();
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let out = Command::new(root.join("scripts/image"))
+        let mut image = Command::new(root.join("scripts/image"));
+        // Without what Cargo sets for this test's package: a build script
+        // that reads one of them (ring's reads CARGO_MANIFEST_DIR) would
+        // rebuild the release binary that scripts/test has just built.
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            let per_package = ["CARGO_PKG_", "CARGO_BIN_EXE_"].iter().any(|p| key.starts_with(p))
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_TARGET_TMPDIR",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_RUSTC_CURRENT_DIR",
+                ]
+                .contains(&key.as_ref());
+            if per_package {
+                image.env_remove(key.as_ref());
+            }
+        }
+        let out = image
             .args(["--local-base", "--base-tag", &base, "--tag", &proxy])
             .env("ENVOY_BIN", envoy_bin())
             .env("CONTAINERS_CONF", containers_conf())
@@ -342,8 +367,8 @@ pub fn kube_pod(docs: &[serde_yaml::Value], name: &str, messages: &[(&str, &Path
                     for v in volumes {
                         let old = v["name"].as_str().unwrap().to_owned();
                         v["name"] = Value::from(renamed(&old));
-                        if let Some(map) = v["configMap"]["name"].as_str().map(str::to_owned) {
-                            v["configMap"]["name"] = Value::from(renamed(&map));
+                        if let Some(config) = v["configMap"]["name"].as_str().map(str::to_owned) {
+                            v["configMap"]["name"] = Value::from(renamed(&config));
                         }
                     }
                 }
@@ -366,15 +391,14 @@ pub fn kube_pod(docs: &[serde_yaml::Value], name: &str, messages: &[(&str, &Path
                             .unwrap_or("/dev/termination-log")
                             .to_owned();
                         let volume = renamed(&format!("{container}-termination-log"));
-                        let mount: Value =
-                            serde_yaml::from_str(&format!("{{name: {volume}, mountPath: {path}}}")).unwrap();
+                        let mount = map(&[("name", volume.as_str().into()), ("mountPath", path.as_str().into())]);
                         let mounts = c
                             .entry(Value::from("volumeMounts"))
                             .or_insert_with(|| Value::Sequence(Vec::new()));
                         mounts.as_sequence_mut().unwrap().push(mount);
-                        let hostpath =
-                            format!("{{name: {volume}, hostPath: {{path: {}, type: File}}}}", host.display());
-                        extra_volumes.push(serde_yaml::from_str::<Value>(&hostpath).unwrap());
+                        let host = host.display().to_string();
+                        let host_path = map(&[("path", host.as_str().into()), ("type", "File".into())]);
+                        extra_volumes.push(map(&[("name", volume.as_str().into()), ("hostPath", host_path)]));
                     }
                 }
                 let volumes = spec
@@ -385,16 +409,26 @@ pub fn kube_pod(docs: &[serde_yaml::Value], name: &str, messages: &[(&str, &Path
                 volumes.as_sequence_mut().unwrap().extend(extra_volumes);
                 let mut metadata = template["metadata"].clone();
                 metadata["name"] = Value::from(name);
-                let pod: Value = serde_yaml::from_str("{apiVersion: v1, kind: Pod}").unwrap();
-                let mut pod = pod;
-                pod["metadata"] = metadata;
-                pod["spec"] = spec;
-                out.push(pod);
+                out.push(map(&[
+                    ("apiVersion", "v1".into()),
+                    ("kind", "Pod".into()),
+                    ("metadata", metadata),
+                    ("spec", spec),
+                ]));
             }
             _ => out.push(doc.clone()),
         }
     }
     out
+}
+
+/// A YAML mapping of `entries`, in their order.
+fn map(entries: &[(&str, serde_yaml::Value)]) -> serde_yaml::Value {
+    let mut m = serde_yaml::Mapping::new();
+    for (k, v) in entries {
+        m.insert((*k).into(), v.clone());
+    }
+    serde_yaml::Value::Mapping(m)
 }
 
 /// YAML documents as one multi-document text.
