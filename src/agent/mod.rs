@@ -185,15 +185,12 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let readiness = Readiness::new(stale_after, handle.watch());
     let heartbeat = Heartbeat::default();
     let linger = Linger::new(handle.watch());
-    let scraper = Scraper::new(
-        metrics.clone(),
-        readiness.clone(),
-        settings.merge_envoy_metrics.then(|| admin.clone()),
-    )
-    .with_app_metrics(&settings.app_metrics)
-    .with_drain(handle.clone())
-    .with_heartbeat(heartbeat.clone())
-    .with_shutdown(shutdown.clone());
+    let merged = settings.merge_envoy_metrics.then(|| admin.clone());
+    let scraper = Scraper::new(metrics.clone(), readiness.clone(), merged)
+        .with_app_metrics(&settings.app_metrics)
+        .with_drain(handle.clone())
+        .with_heartbeat(heartbeat.clone())
+        .with_shutdown(shutdown.clone());
     let service = StatusService::new(readiness.clone())
         .with_drain(handle.clone())
         .with_metrics(&metrics, scraper)
@@ -206,13 +203,10 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let message_path = settings.termination_message_path.resolve();
     log_start(&settings, local, &handle, message_path.as_deref());
     let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));
+    let envoy_version = version::log_once(admin.clone(), settings.startup_poll_interval, shutdown.clone());
     let tasks = [
         tokio::spawn(server.serve(service, shutdown.clone())),
-        tokio::spawn(version::log_once(
-            admin.clone(),
-            settings.startup_poll_interval,
-            shutdown.clone(),
-        )),
+        tokio::spawn(envoy_version),
         tokio::spawn(poller::run(
             schedule,
             admin,
