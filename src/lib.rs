@@ -15,6 +15,8 @@
 //! - [`envoy`]: the admin client, the stats, readiness and its poller, the
 //!   Envoy process.
 //! - [`pod`]: what the app holds in the pod, from `/proc`; the reaper.
+//! - [`rotation`]: whether the load balancers have taken the pod out of
+//!   rotation (who checks the pod, the rule, the drain wait).
 //! - [`status`]: the status port's server, routes and connection slots.
 //! - [`metrics`]: our families, their exposition, the merged scrape.
 //! - [`exit`]: the exit summary, the termination message, the linger.
@@ -53,6 +55,7 @@ pub mod inject;
 pub mod logging;
 pub mod metrics;
 pub mod pod;
+pub mod rotation;
 pub mod status;
 #[allow(unsafe_code)]
 mod sys;

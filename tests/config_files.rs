@@ -43,6 +43,7 @@ fn exported() -> BTreeSet<String> {
     metrics.envoy_read(true, false);
     metrics.app_probe("/app-health/web/readyz").duration.record(0.01);
     metrics.app_scrape("8080/metrics")[0].increment(1);
+    metrics.drain_wait("out_of_rotation", Duration::from_millis(1500));
     let readiness = Readiness::standalone(Duration::from_secs(4));
     readiness.store(Verdict::ready(tokio::time::Instant::now()));
     let mut status = Status::initial(DrainUntil::AppExit, String::new());

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::duration::Display as D;
 use parsers::{
     addr, app_metrics, app_probes, control_socket, filter, grace, message_path, pod_ip, poll, ports, positive, span,
-    url,
+    threshold, url,
 };
 
 mod layers;
@@ -148,6 +148,21 @@ pub(crate) struct Settings {
     #[arg(long, env = "LIFEGUARD_ENVOY_DRAIN_TIME", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
     #[serde(with = "span")]
     pub(crate) envoy_drain_time: Duration,
+
+    /// The drain wait (GET /drain/wait): a checker of the pod's readiness
+    /// (a load balancer) has taken the pod out once it has had this many
+    /// failed probes in a row (HAProxy and the kubelet default to 3, AWS
+    /// and GCP to 2).
+    #[arg(long, env = "LIFEGUARD_LB_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
+    #[serde(deserialize_with = "threshold::deserialize")]
+    pub(crate) lb_unhealthy_threshold: u32,
+
+    /// The drain wait: once every checker has taken the pod out, no new
+    /// request on Envoy's inbound listeners for this long means traffic has
+    /// stopped.
+    #[arg(long, env = "LIFEGUARD_LB_QUIET_PERIOD", value_name = "DURATION", default_value = "1s", value_parser = positive::parse)]
+    #[serde(with = "positive")]
+    pub(crate) lb_quiet_period: Duration,
 
     /// Whether the policy was asked for (not the default).
     #[arg(skip)]
@@ -442,7 +457,11 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 29);
+        assert_eq!(eff.len(), 31);
+        assert_eq!(
+            (s.lb_unhealthy_threshold, s.lb_quiet_period),
+            (3, Duration::from_secs(1))
+        );
         assert!(s.app_probers.0.is_empty() && s.pod_ip.0.is_none() && !s.app_probe_localhost);
         assert_eq!(s.control_socket, ControlSocket(None));
         assert!(s.loopback_control);

@@ -90,6 +90,25 @@ pub(crate) fn go_bool(s: &str) -> Result<bool, String> {
     }
 }
 
+/// A count of failed probes in a row, 1 to 100: a flag's text, or a
+/// file's integer.
+pub(super) mod threshold {
+    use super::*;
+    pub(crate) fn parse(s: &str) -> Result<u32, String> {
+        let n: u32 = s.trim().parse().map_err(|_| "expected a whole number from 1 to 100")?;
+        check(n)
+    }
+    fn check(n: u32) -> Result<u32, String> {
+        match n {
+            1..=100 => Ok(n),
+            _ => Err("expected a whole number from 1 to 100".into()),
+        }
+    }
+    pub(crate) fn deserialize<'de, De: Deserializer<'de>>(d: De) -> Result<u32, De::Error> {
+        check(u32::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
+
 pub(super) fn ports<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<u16>, De::Error> {
     let ports = Vec::<u16>::deserialize(d)?;
     match ports.contains(&0) {

@@ -67,6 +67,8 @@ pub enum Endpoint {
     DrainListeners,
     /// `/quitquitquit`
     Quit,
+    /// `/config_dump` (the listeners, once a drain)
+    ConfigDump,
     /// `/server_info` (Envoy's version, read once)
     ServerInfo,
 }
@@ -80,6 +82,7 @@ impl Endpoint {
             Endpoint::Prometheus => "stats_prometheus",
             Endpoint::DrainListeners => "drain_listeners",
             Endpoint::Quit => "quitquitquit",
+            Endpoint::ConfigDump => "config_dump",
             Endpoint::ServerInfo => "server_info",
         }
     }

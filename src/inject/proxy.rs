@@ -4,7 +4,7 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::{name_of, seq};
+use super::yaml::{name_of, seq};
 use crate::config::ProxyLayer;
 
 /// The status port when nothing says otherwise (`lifeguard run`'s default).

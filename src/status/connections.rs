@@ -12,6 +12,7 @@
 //!   header-read timeout, which also bounds a keep-alive connection idle
 //!   between requests, but nothing for writes.
 
+use crate::url::is_loopback;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -167,15 +168,6 @@ impl Drop for Slot {
                 }
             }
         }
-    }
-}
-
-/// Whether an address is on this host (127.0.0.0/8, ::1, or either as an
-/// IPv4-mapped IPv6 address).
-pub(crate) fn is_loopback(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(a) => a.is_loopback(),
-        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
     }
 }
 
