@@ -7,8 +7,9 @@
 //! here). `config/k8s/classic-sidecar.yaml` is played with `podman kube
 //! play`, with only the images replaced and what podman cannot take adapted
 //! (`common/container.rs` explains each adaptation), and terminated as the
-//! kubelet terminates a classic sidecar's pod: SIGTERM to every container
-//! at one instant, SIGKILL at the grace period.
+//! kubelet terminates a classic sidecar's pod: every container stopped at
+//! one instant (its preStop hook, then its SIGTERM), SIGKILL at the grace
+//! period.
 //!
 //! What a user would check: the image's labels, user and binaries; the pod
 //! ready through 15021; requests served through Envoy; the app, in its own
@@ -28,8 +29,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value as Json;
 use serde_yaml::Value;
 
-use common::{children, http_timeout, temp_dir, unique, wait_status, TempDir};
-use container::{images, kube_pod, podman, podman_ok, PlayedPod};
+use common::{children, http_timeout, temp_dir, unique, TempDir};
+use container::{images, kube_pod, kubelet_probe, podman, podman_ok, PlayedPod, PreStop};
 use pod::{ns_pid, peer_service, with_outbound};
 
 fn root() -> &'static Path {
@@ -313,6 +314,10 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
         .unwrap()
         .to_owned();
     let control_socket = env_of(&proxy, "LIFEGUARD_CONTROL_SOCKET");
+    let pre_stops: Vec<(&str, PreStop)> = ["proxy", "app"]
+        .into_iter()
+        .map(|c| (c, PreStop::of(container_of(&mut docs, c))))
+        .collect();
 
     // What podman cannot take, adapted (see common/container.rs).
     let message = dir.path().join("proxy-termination-log");
@@ -328,7 +333,7 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
     let status = pod.net.pod_addr(15021);
     pod.net
         .peer
-        .run(move || wait_status(status, "/healthz/ready", 200, Duration::from_secs(60)));
+        .run(move || kubelet_probe(status, "/healthz/ready", Duration::from_secs(60)));
     eprintln!(
         "ready through 15021 {} ms after the play",
         started.elapsed().as_millis()
@@ -428,19 +433,22 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
         String::from_utf8_lossy(&same_user.stderr)
     );
     assert_ne!(app_pid, lifeguard_pid);
-    // Nothing of that drained or stopped anything.
+    // Nothing of that drained or stopped anything: the kubelet's readiness
+    // probe.
     pod.net
         .peer
-        .run(move || wait_status(status, "/healthz/ready", 200, Duration::from_secs(5)));
+        .run(move || kubelet_probe(status, "/healthz/ready", Duration::from_secs(5)));
 
-    // A request in flight, Prometheus scraping, then the pod deleted.
+    // A request in flight, Prometheus scraping, then the pod deleted: the
+    // proxy's SIGTERM at once (it has no preStop hook), the app's once its
+    // preStop hook (the drain wait) has answered.
     let request = pod.net.peer.spawn(move || {
         let r = http_timeout("GET", inbound, "/work/3", Duration::from_secs(20));
         (r, Instant::now())
     });
     pod.wait_logs("app", "inbound /work/3", Duration::from_secs(10));
     let scrapes = prometheus(&pod);
-    let t0 = pod.sigterm(&["proxy", "app"]);
+    let (t0, stopping) = pod.delete(&pre_stops, grace);
     let deadline = t0 + grace;
 
     let (answer, answered_at) = request.join().unwrap();
@@ -455,12 +463,29 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
         panic!("the pod outlived its grace period ({grace:?}): app {app_exit:?}, proxy {proxy_exit:?}");
     }
     let scrapes = scrapes.join().unwrap();
+    let stopped: Vec<_> = stopping.into_iter().map(|s| s.join().unwrap()).collect();
+    let sigterm_at = |i: usize| stopped[i].1.duration_since(t0).as_millis();
     eprintln!(
-        "SIGTERM -> request answered {} ms, app exited {} ms, proxy exited {} ms; {scrapes} scrapes",
+        "deleted -> proxy's SIGTERM {} ms, app's {} ms (its preStop hook answered: {:?}); request answered {} ms, \
+         app exited {} ms, proxy exited {} ms; {scrapes} scrapes",
+        sigterm_at(0),
+        sigterm_at(1),
+        stopped[1].0,
         answered_at.duration_since(t0).as_millis(),
         app_exited.as_millis(),
         proxy_exited.as_millis()
     );
+    // The app's hook, when the manifest has one, is the drain wait: out of
+    // rotation once no new request came for its quiet period, no load
+    // balancer having checked the pod (the kubelet's probes are not one).
+    if let (_, PreStop::HttpGet { .. }) = &pre_stops[1] {
+        let (code, line) = stopped[1].0.as_ref().unwrap().as_ref().unwrap();
+        assert_eq!(*code, 200, "{line}");
+        assert!(
+            line.starts_with("out of rotation: no load balancer was seen checking the pod"),
+            "{line}"
+        );
+    }
 
     // The app finished its request and every outbound call it made while
     // shutting down was answered (it exits 1 otherwise).

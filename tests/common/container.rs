@@ -35,12 +35,14 @@
 //! - **Termination**: `podman stop` of one container in a shared PID
 //!   namespace signals, and at its end kills, processes of the other
 //!   containers too (#28). The kubelet's runtime signals each container's
-//!   own process. So the test signals each container's process itself
-//!   ([`PlayedPod::sigterm`]) and, at the grace period, SIGKILLs what is
-//!   left in each container's cgroup ([`PlayedPod::sigkill`]).
+//!   own process. So the test plays the kubelet ([`PlayedPod::delete`]):
+//!   each container's preStop hook, then SIGTERM to its process, and at
+//!   the grace period SIGKILL to what is left in each container's cgroup
+//!   ([`PlayedPod::sigkill`]).
 //! - **What podman 4.3 does not run**: probes (the test probes through the
-//!   pod's network as the kubelet does) and lifecycle hooks (the test runs
-//!   a hook's command in its container with `podman exec`); it mounts no
+//!   pod's network as the kubelet does, [`kubelet_probe`]) and lifecycle
+//!   hooks (the test runs them: `exec` in the container with `podman
+//!   exec`, `httpGet` on the pod's address from outside); it mounts no
 //!   termination-message file (a hostPath file is mounted at the
 //!   container's `terminationMessagePath`, as the kubelet bind-mounts one).
 //! - **The pod's PID 1** with `shareProcessNamespace` is podman's infra
@@ -571,17 +573,55 @@ impl PlayedPod {
         (status.to_owned(), code.parse().unwrap())
     }
 
-    /// The kubelet deleting the pod, for classic sidecars: SIGTERM to every
-    /// container's process at one instant (there are no preStop hooks).
-    pub fn sigterm(&self, containers: &[&str]) -> Instant {
-        let pids: Vec<i32> = containers.iter().map(|c| self.pid(c)).collect();
-        for pid in pids {
-            // SAFETY: kill(2) on a container process of this test's pod.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
+    /// The kubelet deleting the pod (classic sidecars: every container is
+    /// stopped at once): for each container, its preStop hook, then SIGTERM
+    /// to its process; a container without a hook gets its SIGTERM at once.
+    /// An `httpGet` hook is called on the pod's address from outside the
+    /// pod, as the kubelet calls it, within `grace`; an `exec` hook runs in
+    /// its container (bounded by the grace period's SIGKILL, which the
+    /// caller sends). Returns when it began, and per container a thread
+    /// that gives the hook's answer (status and body) and when the SIGTERM
+    /// was sent.
+    pub fn delete(&self, containers: &[(&str, PreStop)], grace: Duration) -> (Instant, Vec<Stopping>) {
+        let pids: Vec<i32> = containers.iter().map(|(c, _)| self.pid(c)).collect();
+        let t0 = Instant::now();
+        let mut stopping = Vec::new();
+        for ((container, hook), pid) in containers.iter().zip(pids) {
+            let sigterm = move || {
+                // SAFETY: kill(2) on a container process of this test's pod.
+                unsafe {
+                    libc::kill(pid, libc::SIGTERM);
+                }
+                Instant::now()
+            };
+            let thread = match hook {
+                PreStop::None => std::thread::spawn(move || (None, sigterm())),
+                PreStop::HttpGet { path, port } => {
+                    let addr = self.net.pod_addr(*port);
+                    let path = path.clone();
+                    self.net.peer.spawn(move || {
+                        let lifecycle = [("user-agent", "kube-lifecycle/1.30")];
+                        let answer = crate::common::http_with_headers_within("GET", addr, &path, &lifecycle, grace)
+                            .map(|(code, _, body)| (code, String::from_utf8_lossy(&body).into_owned()));
+                        (Some(answer), sigterm())
+                    })
+                }
+                PreStop::Exec(argv) => {
+                    let name = self.container(container);
+                    let argv = argv.clone();
+                    std::thread::spawn(move || {
+                        let mut args = vec!["exec".to_owned(), name];
+                        args.extend(argv);
+                        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                        let out = podman(&args);
+                        let body = String::from_utf8_lossy(&out.stdout).into_owned();
+                        (Some(Ok((out.status.code().unwrap_or(-1) as u16, body))), sigterm())
+                    })
+                }
+            };
+            stopping.push(thread);
         }
-        Instant::now()
+        (t0, stopping)
     }
 
     /// The kubelet at the end of the grace period: SIGKILL to every
@@ -617,6 +657,52 @@ impl PlayedPod {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// A container's preStop hook, as a manifest gives it.
+#[derive(Debug, Clone)]
+pub enum PreStop {
+    None,
+    HttpGet { path: String, port: u16 },
+    Exec(Vec<String>),
+}
+
+impl PreStop {
+    /// The hook of a container of a manifest (`lifecycle.preStop`).
+    pub fn of(container: &serde_yaml::Value) -> PreStop {
+        let hook = &container["lifecycle"]["preStop"];
+        if let Some(port) = hook["httpGet"]["port"].as_u64() {
+            let path = hook["httpGet"]["path"].as_str().unwrap_or("/").to_owned();
+            return PreStop::HttpGet {
+                path,
+                port: port as u16,
+            };
+        }
+        if let Some(argv) = hook["exec"]["command"].as_sequence() {
+            return PreStop::Exec(argv.iter().map(|a| a.as_str().unwrap().to_owned()).collect());
+        }
+        assert!(hook.is_null(), "a preStop hook the kit does not run: {hook:?}");
+        PreStop::None
+    }
+}
+
+/// A container being stopped: the preStop hook's answer (None without a
+/// hook), and when its SIGTERM was sent.
+pub type Stopping = std::thread::JoinHandle<(Option<std::io::Result<(u16, String)>>, Instant)>;
+
+/// Waits until `GET path` on `addr`, sent as the kubelet's probes are
+/// (`User-Agent: kube-probe/…`), answers 200; from the calling thread's
+/// network namespace.
+pub fn kubelet_probe(addr: std::net::SocketAddr, path: &str, timeout: Duration) {
+    wait_for(
+        &format!("the kubelet's probe of {addr}{path}"),
+        timeout,
+        || match crate::common::http_with_headers("GET", addr, path, &[("user-agent", "kube-probe/1.30")]) {
+            Ok((200, _, _)) => Ok(()),
+            Ok((code, _, body)) => Err(format!("{code} {}", String::from_utf8_lossy(&body))),
+            Err(e) => Err(e.to_string()),
+        },
+    )
 }
 
 impl Drop for PlayedPod {

@@ -699,16 +699,24 @@ pub fn http_with_headers(
     path: &str,
     headers: &[(&str, &str)],
 ) -> std::io::Result<Answer> {
+    http_with_headers_within(method, addr, path, headers, Duration::from_secs(10))
+}
+
+/// `http_with_headers` within `timeout`.
+pub fn http_with_headers_within(
+    method: &str,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> std::io::Result<Answer> {
     let mut builder = build(method, addr, path)?;
     for (name, value) in headers {
         builder = builder.header(*name, *value);
     }
     let request = builder.body(()).map_err(std::io::Error::other)?;
     let agent = client();
-    let request = agent
-        .configure_request(request)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build();
+    let request = agent.configure_request(request).timeout_global(Some(timeout)).build();
     let mut response = agent.run(request).map_err(ureq::Error::into_io)?;
     let status = response.status().as_u16();
     let answer_headers = response
