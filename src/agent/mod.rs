@@ -26,6 +26,7 @@ use crate::envoy::inbound::Inbound;
 use crate::envoy::poller::{self, Heartbeat, Schedule};
 use crate::envoy::process::Envoy;
 use crate::envoy::readiness::Readiness;
+use crate::envoy::version;
 use crate::exit::linger::Linger;
 use crate::istio::probers::PodIp;
 use crate::metrics::scrape::Scraper;
@@ -211,8 +212,10 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let message_path = settings.termination_message_path.resolve();
     log_start(&settings, local, &handle, message_path.as_deref());
     let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));
+    let envoy_version = version::log_once(admin.clone(), settings.startup_poll_interval, shutdown.clone());
     let tasks = [
         tokio::spawn(server.serve(service, shutdown.clone())),
+        tokio::spawn(envoy_version),
         tokio::spawn(poller::run(
             schedule,
             admin,

@@ -82,6 +82,8 @@ pub enum Endpoint {
     Quit,
     /// `/config_dump` (the listeners, once a drain)
     ConfigDump,
+    /// `/server_info` (Envoy's version, read once)
+    ServerInfo,
 }
 
 impl Endpoint {
@@ -94,6 +96,7 @@ impl Endpoint {
             Endpoint::DrainListeners => "drain_listeners",
             Endpoint::Quit => "quitquitquit",
             Endpoint::ConfigDump => "config_dump",
+            Endpoint::ServerInfo => "server_info",
         }
     }
 }

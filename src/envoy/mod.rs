@@ -15,6 +15,8 @@
 //!   drain's real [`crate::drain::EnvoyControl`].
 //! - [`inbound`]: new requests on the inbound listeners: the real
 //!   [`crate::rotation::Traffic`], for the drain wait.
+//! - [`version`]: Envoy's version, read once and logged, and why nothing
+//!   lifeguard sends depends on it.
 //!
 //! Arrows run one way: this module implements the drain's and the
 //! rotation's ports and never
@@ -29,3 +31,4 @@ pub mod process;
 pub mod readiness;
 pub mod state;
 pub mod stats;
+pub mod version;

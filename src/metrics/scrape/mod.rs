@@ -28,7 +28,9 @@
 //!   admin thread is therefore busy with scrapes at most about half the
 //!   time, however many clients there are.
 //! - **The client's query string is passed to Envoy** (`?usedonly`,
-//!   `?filter=...`): reads are shared only between equal query strings.
+//!   `?filter=...`), but for `prom_protobuf`, which makes Envoy 1.38 and
+//!   later answer protobuf (see [`request::envoy_query`]): reads are shared
+//!   only between equal query strings.
 //! - **`X-Prometheus-Scrape-Timeout-Seconds` bounds the Envoy part**: each
 //!   client stops taking Envoy's chunks at its budget (the timeout less a
 //!   tenth, at least 200 ms less) and then gets lifeguard's part, whatever

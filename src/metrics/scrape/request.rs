@@ -1,5 +1,5 @@
 //! What a scrape asks for, from its query string and headers: the query
-//! passed to Envoy, the time Envoy's part may take (from Prometheus'
+//! passed to Envoy (never one that asks for protobuf), the time Envoy's part may take (from Prometheus'
 //! `X-Prometheus-Scrape-Timeout-Seconds`), gzip, and the answer's format
 //! (from `Accept`).
 
@@ -20,7 +20,8 @@ pub(crate) const SCRAPE_TIMEOUT_HEADER: &str = "x-prometheus-scrape-timeout-seco
 /// What a scrape request asks for, taken from its query and headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ScrapeRequest {
-    /// The query string, passed to Envoy as it came (without the `?`).
+    /// The query string passed to Envoy (without the `?`): the client's,
+    /// less what would make Envoy answer protobuf ([`envoy_query`]).
     pub(crate) query: String,
     /// How long Envoy's part may take.
     pub(crate) budget: Duration,
@@ -41,12 +42,55 @@ impl ScrapeRequest {
                 Duration::from_secs_f64(s.min(MAX_TIMEOUT.as_secs_f64()))
             });
         Self {
-            query: query.unwrap_or("").to_owned(),
+            query: envoy_query(query.unwrap_or("")),
             budget: envoy_budget(timeout),
             gzip: accepts_gzip(headers),
             format: Format::for_accept(headers),
         }
     }
+}
+
+/// The client's query string as passed to Envoy: every parameter but
+/// `prom_protobuf` (its name compared once percent-decoded, as Envoy reads
+/// it), which Envoy 1.38 and later answer with protobuf whatever its value,
+/// and which a text answer cannot be joined to; earlier Envoys ignore it,
+/// so it goes on no version. The other parameters pass as they came.
+pub(crate) fn envoy_query(query: &str) -> String {
+    let protobuf = |param: &&str| {
+        let name = param.split('=').next().unwrap_or("");
+        percent_decoded(name) == b"prom_protobuf"
+    };
+    query
+        .split('&')
+        .filter(|param| !param.is_empty() && !protobuf(param))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// `text` with its `%XX` escapes decoded; a `%` not followed by two hex
+/// digits is kept as it is.
+fn percent_decoded(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The Envoy part's share of a scrape timeout: a tenth (at least 200 ms)
@@ -80,6 +124,23 @@ pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
 mod tests {
     use super::*;
     use hyper::header::HeaderValue;
+
+    #[test]
+    fn envoy_is_never_asked_for_protobuf_by_the_query() {
+        let h = HeaderMap::new();
+        let query = |q: &str| ScrapeRequest::new(Some(q), &h).query;
+        assert_eq!(query("usedonly&filter=^cluster"), "usedonly&filter=^cluster");
+        assert_eq!(query("prom_protobuf=1"), "");
+        assert_eq!(query("prom_protobuf"), "");
+        assert_eq!(query("usedonly&prom_protobuf=0&filter=x"), "usedonly&filter=x");
+        assert_eq!(query("prom%5Fprotobuf=1&usedonly"), "usedonly");
+        assert_eq!(query("prom%5fprotobuf&&usedonly&"), "usedonly");
+        // Only that name: a value or a longer name is the client's.
+        assert_eq!(query("filter=prom_protobuf"), "filter=prom_protobuf");
+        assert_eq!(query("prom_protobuf_x=1"), "prom_protobuf_x=1");
+        assert_eq!(query("%zz=1&%5"), "%zz=1&%5");
+        assert_eq!(ScrapeRequest::new(None, &h).query, "");
+    }
 
     #[test]
     fn scrape_timeout_header_sets_the_budget() {
