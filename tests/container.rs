@@ -408,8 +408,8 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
             assert!(out.lines().any(|l| l == want), "missing {want:?} in:\n{out}");
         }
     }
-    // Why the app must run as another user than the proxy's (README,
-    // Deploy): a process of the proxy's user in the app's container does
+    // Why the app must run as another user than the proxy's (docs/deploy.md,
+    // the manifests): a process of the proxy's user in the app's container does
     // reach the admin socket through the shared PID namespace. It only
     // connects: no request is sent.
     let admin_through = through(envoy_pid, &admin_socket);

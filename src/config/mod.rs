@@ -737,44 +737,18 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_shipped_config_file_and_the_readme_list_every_setting() {
+    fn the_shipped_config_file_lists_every_setting() {
+        // docs/configuration.md is written from the settings themselves
+        // (tests/docs.rs); the shipped file is written by hand.
         let toml = include_str!("../../config/lifeguard.toml");
-        let readme = include_str!("../../README.md");
-        let table = readme
-            .split("\n## Options\n")
-            .nth(1)
-            .unwrap()
-            .split("\n## ")
-            .next()
-            .unwrap();
         let cmd = RunArgs::augment_args(clap::Command::new("lifeguard"));
         for arg in cmd.get_arguments() {
             let key = arg.get_id().as_str();
-            let flag = format!("--{}", arg.get_long().unwrap());
-            let env = arg.get_env().unwrap().to_str().unwrap();
-            let row = table.lines().find(|l| l.starts_with(&format!("| `{flag} ")));
-            let row = row.unwrap_or_else(|| panic!("README's options table lacks {flag}"));
-            assert!(
-                row.contains(&format!("`{env}`")),
-                "README: the row of {flag} lacks {env}"
-            );
-            for default in arg.get_default_values() {
-                let default = match default.to_str().unwrap() {
-                    "" => "(empty)".to_owned(),
-                    d => format!("`{d}`"),
-                };
-                assert!(
-                    row.contains(&default),
-                    "README: the row of {flag} lacks the default {default}"
-                );
-            }
             if key == "config" || key == "proxy_config" {
                 continue;
             }
-            assert!(
-                row.contains(&format!("`{key}`")),
-                "README: the row of {flag} lacks {key}"
-            );
+            let flag = format!("--{}", arg.get_long().unwrap());
+            let env = arg.get_env().unwrap().to_str().unwrap();
             let listed = toml.contains(&format!("\n{key} = ")) || toml.contains(&format!("\n# {key} = "));
             assert!(listed, "config/lifeguard.toml lacks {key}");
             assert!(

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::envoy::admin::{AdminClient, AdminError, Endpoint};
 
 /// The oldest and the newest Envoy (major, minor) the test suite runs
-/// against (README: supported versions).
+/// against (docs/deploy.md: supported Envoy versions).
 pub(crate) const OLDEST_TESTED: (u32, u32) = (1, 36);
 pub(crate) const NEWEST_TESTED: (u32, u32) = (1, 40);
 

@@ -1,4 +1,4 @@
-//! The metric names, once. Tests check the README, the alerting rules and
+//! The metric names, once. Tests check docs/operations.md, the alerting rules and
 //! the dashboard against this list.
 
 pub(crate) const BUILD_INFO: &str = "lifeguard_build_info";
