@@ -61,17 +61,21 @@ pub(crate) struct Settings {
     #[serde(with = "addr")]
     pub(crate) status_addr: SocketAddr,
 
-    /// Envoy's admin API (loopback only).
+    /// Envoy's admin API: a loopback URL, or a Unix socket
+    /// (`unix:///PATH`, the locked form). Every admin call goes there:
+    /// readiness, the drain, the counts, the merged scrape, the stop.
     #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL", default_value = "http://127.0.0.1:15000", value_parser = url::parse)]
     #[serde(with = "url")]
     pub(crate) admin_url: LoopbackUrl,
 
-    /// How often Envoy's admin stats are read once Envoy is ready.
+    /// How often Envoy's admin is read once Envoy is ready (`/ready`; at
+    /// least 10ms).
     #[arg(long, env = "LIFEGUARD_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = poll::parse)]
     #[serde(with = "poll")]
     pub(crate) poll_interval: Duration,
 
-    /// How often they are read while Envoy is not ready.
+    /// How often Envoy's admin is read while Envoy is not ready (the full
+    /// stats check; at least 10ms).
     #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION", default_value = "100ms", value_parser = poll::parse)]
     #[serde(with = "poll")]
     pub(crate) startup_poll_interval: Duration,
@@ -82,7 +86,7 @@ pub(crate) struct Settings {
     pub(crate) admin_timeout: Duration,
 
     /// Require the first CDS/LDS update: auto (when Envoy has those
-    /// counters), required, or off.
+    /// counters, as when fed by istiod), required, or off.
     #[arg(long, env = "LIFEGUARD_XDS_CHECK", value_name = "MODE", default_value = "auto")]
     pub(crate) xds_check: XdsCheck,
 
@@ -92,7 +96,7 @@ pub(crate) struct Settings {
     pub(crate) log: String,
 
     /// Log line format: text (for people) or json (one JSON object a line,
-    /// for log pipelines).
+    /// with `timestamp`, `level` and `fields`, for log pipelines).
     #[arg(long, env = "LIFEGUARD_LOG_FORMAT", value_name = "FORMAT", default_value = "text")]
     pub(crate) log_format: LogFormat,
 
@@ -102,7 +106,8 @@ pub(crate) struct Settings {
     #[serde(with = "grace")]
     pub(crate) termination_grace_period: Duration,
 
-    /// Time kept back from the grace period to stop Envoy and exit.
+    /// Time kept back from the grace period to stop Envoy and exit; also
+    /// how long Envoy gets between SIGTERM and SIGKILL.
     #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s", value_parser = span::parse)]
     #[serde(with = "span")]
     pub(crate) shutdown_margin: Duration,
@@ -170,8 +175,9 @@ pub(crate) struct Settings {
     #[serde(skip)]
     pub(crate) drain_until_given: bool,
 
-    /// Which of Envoy's listeners drain: inbound (a sidecar) or all (an
-    /// ingress gateway, whose listeners carry no traffic direction).
+    /// Which of Envoy's listeners drain: inbound (a sidecar:
+    /// `drain_listeners?inboundonly`) or all (an ingress gateway, whose
+    /// listeners carry no traffic direction).
     #[arg(long, env = "LIFEGUARD_DRAIN_SCOPE", value_name = "SCOPE", default_value = "inbound")]
     pub(crate) drain_scope: DrainScope,
 
@@ -209,7 +215,8 @@ pub(crate) struct Settings {
     /// the map Istio's injector (or `lifeguard inject`) writes, from
     /// `/app-health/<container>/livez|readyz|startupz` and
     /// `/app-lifecycle/<container>/prestopz|poststartz` to the original
-    /// probe (`httpGet`, `tcpSocket` or `grpc`, and `timeoutSeconds`).
+    /// probe (`httpGet`, `tcpSocket` or `grpc`, and `timeoutSeconds`). An
+    /// entry that is wrong stops start-up, named.
     #[arg(long, env = "ISTIO_KUBE_APP_PROBERS", value_name = "JSON", default_value = "", value_parser = app_probes::parse)]
     #[serde(with = "app_probes")]
     pub(crate) app_probers: AppProbes,
@@ -229,7 +236,8 @@ pub(crate) struct Settings {
     /// The app's own metrics, served last in `/stats/prometheus`, as the
     /// JSON Istio's injector writes: `{"scrape":"true","port":"8080",
     /// "path":"/metrics"}` or `{"targets":[{"port":..,"path":..},...]}`;
-    /// `"scrape":"false"` or empty: none. Read on 127.0.0.1.
+    /// `"scrape":"false"` or empty: none. Read on 127.0.0.1; a target on a
+    /// port of the proxy stops start-up, named.
     #[arg(long, env = "ISTIO_PROMETHEUS_ANNOTATIONS", value_name = "JSON", default_value = "", value_parser = app_metrics::parse)]
     #[serde(with = "app_metrics")]
     pub(crate) app_metrics: AppMetrics,
