@@ -111,6 +111,12 @@ pub(crate) enum Command {
         /// statusPort, else 15020).
         #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
         status_port: Option<u16>,
+        /// Give every app container without a preStop hook one that waits
+        /// until the pod is out of its load balancers' rotation
+        /// (`httpGet /drain/wait` on the status port); a pod's annotation
+        /// lifeguard.io/drain-wait ("true" or "false") decides for that pod.
+        #[arg(long)]
+        drain_wait: bool,
     },
 
     /// Native-sidecar preStop hook: `POST /drain` on the agent and wait until
@@ -266,10 +272,12 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             file,
             proxy_container,
             status_port,
+            drain_wait,
         } => Task::Inject(InjectOptions {
             input: file,
             proxy_container,
             status_port,
+            drain_wait,
         }),
         Command::Drain {
             url,

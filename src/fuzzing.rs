@@ -25,8 +25,8 @@ pub use crate::drain::Active;
 pub use crate::envoy::readiness::{Readiness, Verdict};
 pub use crate::envoy::state::XdsCheck;
 pub use crate::envoy::stats::{Line as StatLine, Value as StatValue};
-pub use crate::metrics::app::{AppMetrics, Target as AppMetricsTarget};
-pub use crate::status::app_probe::spec::{Action, AppProbes, Checked};
+pub use crate::istio::annotations::{AppMetrics, Target as AppMetricsTarget};
+pub use crate::istio::probers::{Action, AppProbes, Checked};
 pub use crate::status::service::{Body, StatusService};
 
 // ---- Envoy's stats (envoy/stats.rs, counts.rs, state.rs) ----
@@ -62,6 +62,13 @@ pub fn ready_answer(status: u16, body: &[u8]) -> Result<&'static str, String> {
         ReadyAnswer::State(state) => Ok(state.name()),
         ReadyAnswer::Unrecognized(text) => Err(text),
     }
+}
+
+/// Envoy's version from a `/server_info` answer (envoy/version.rs): major,
+/// minor, patch.
+pub fn envoy_version(server_info: &str) -> Result<(u32, u32, u32), String> {
+    let v = crate::envoy::version::EnvoyVersion::from_server_info(server_info)?;
+    Ok((v.major, v.minor, v.patch))
 }
 
 // ---- The app's metrics and the merged scrape's formats (metrics/app/) ----
@@ -307,12 +314,19 @@ pub fn load_settings(
 
 // ---- lifeguard inject (inject/) ----
 
-/// `lifeguard inject` on `yaml`.
-pub fn inject(yaml: &str, proxy_container: Option<&str>, status_port: Option<u16>) -> Result<String, String> {
+/// `lifeguard inject` on `yaml` (`--proxy-container`, `--status-port`,
+/// `--drain-wait`).
+pub fn inject(
+    yaml: &str,
+    proxy_container: Option<&str>,
+    status_port: Option<u16>,
+    drain_wait: bool,
+) -> Result<String, String> {
     let opts = crate::inject::InjectOptions {
         input: None,
         proxy_container: proxy_container.map(str::to_owned),
         status_port,
+        drain_wait,
     };
     crate::inject::inject(yaml, &opts)
 }
@@ -329,6 +343,9 @@ pub struct StatusOptions {
     /// Serve the drain routes (from a drain machine that has ended, so
     /// `POST /drain` and `/quitquitquit` answer at once).
     pub drain: bool,
+    /// Record the probes' checkers and serve `GET /drain/wait` (whose
+    /// deadline is 1 ms, so it answers at once).
+    pub drain_wait: bool,
     /// Serve `/stats/prometheus`: Envoy's admin on this Unix socket
     /// (`Some(None)`: lifeguard's part alone), and the app's targets.
     pub scrape: Option<Option<PathBuf>>,
@@ -369,6 +386,17 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
         }
     };
     svc = svc.with_control(opts.loopback_control, opts.control_socket.clone());
+    if opts.drain_wait {
+        let plan = crate::rotation::RotationPlan {
+            unhealthy_threshold: 3,
+            quiet_period: Duration::from_secs(1),
+            deadline: Duration::from_millis(1),
+        };
+        let (rotation, publish) = crate::rotation::Rotation::new(&plan);
+        // No rotation task: its status stays "not started", for good.
+        std::mem::forget(publish);
+        svc = svc.with_rotation(rotation, crate::rotation::Checkers::default());
+    }
     if let Some(admin) = &opts.scrape {
         let metrics = crate::metrics::Metrics::new(Instant::now());
         let admin = admin

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use hyper::{Method, StatusCode};
 
 use crate::duration::Display as D;
-use crate::envoy::admin::{fetch, AdminError};
+use crate::local_http::{fetch, FetchError};
 use crate::pod::app;
 use crate::url::LoopbackUrl;
 
@@ -59,7 +59,6 @@ pub(crate) async fn wait(opts: &WaitOptions) -> u8 {
                 let body = String::from_utf8_lossy(&body);
                 format!("{} {}", status.as_u16(), body.trim())
             }
-            Ok(Err(AdminError::Connect { url, source })) => format!("cannot connect to {url}: {source}"),
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {}", D(opts.request_timeout)),
         };
@@ -110,10 +109,6 @@ pub(crate) async fn drain(opts: &DrainOptions) -> u8 {
             );
             FAILED
         }
-        Ok(Err(AdminError::Connect { url, source })) => {
-            eprintln!("lifeguard drain: cannot connect to {url}: {source}");
-            FAILED
-        }
         Ok(Err(e)) => {
             eprintln!("lifeguard drain: {e}");
             FAILED
@@ -157,7 +152,7 @@ async fn tell_agent(agent: &LoopbackUrl) {
             status.as_u16(),
             String::from_utf8_lossy(&body).trim()
         ),
-        Ok(Err(AdminError::Connect { source, .. })) => {
+        Ok(Err(FetchError::Connect { source, .. })) => {
             eprintln!("lifeguard wait-app-exit: could not tell the agent at {agent} that termination began: cannot connect: {source}")
         }
         Ok(Err(e)) => {

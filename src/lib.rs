@@ -3,8 +3,8 @@
 //! The tree reads like the architecture, one folder per concern; each
 //! module's doc says what it owns and why. Arrows run one way: the
 //! composition root ([`agent`]) knows everything; the adapters ([`envoy`],
-//! [`pod`]) implement the [`drain`]'s ports; [`drain`] and the leaves
-//! (`duration`, `url`, `logging`) import nothing of the rest
+//! [`pod`]) implement the [`drain`]'s ports; [`drain`], [`istio`] and the
+//! leaves (`duration`, `url`, `logging`) import nothing of the rest
 //! (`tests/layout.rs` keeps it so).
 //!
 //! - [`agent`]: the composition root: every piece built from the settings
@@ -15,12 +15,17 @@
 //! - [`envoy`]: the admin client, the stats, readiness and its poller, the
 //!   Envoy process.
 //! - [`pod`]: what the app holds in the pod, from `/proc`; the reaper.
+//! - [`rotation`]: whether the load balancers have taken the pod out of
+//!   rotation (who checks the pod, the rule, the drain wait).
 //! - [`status`]: the status port's server, routes and connection slots.
 //! - [`metrics`]: our families, their exposition, the merged scrape.
 //! - [`exit`]: the exit summary, the termination message, the linger.
 //! - [`hooks`]: the pod hook helpers (`wait`, `wait-app-exit`, `drain`).
 //! - [`inject`]: `lifeguard inject`, the pod's probes rewritten to the
 //!   status port.
+//! - [`istio`]: Istio's formats (the app probers, the Prometheus
+//!   annotations, `PROXY_CONFIG`), read by config, status, metrics and
+//!   inject.
 //! - `duration`, `url`, `logging`: Go durations, loopback URLs, log lines.
 //! - `sys`: the `unsafe` calls (a pre-exec hook, one socket option, the
 //!   allocator's collect) and the process's memory settings.
@@ -53,9 +58,12 @@ pub mod exit;
 pub mod fuzzing;
 pub mod hooks;
 pub mod inject;
+pub mod istio;
+pub mod local_http;
 pub mod logging;
 pub mod metrics;
 pub mod pod;
+pub mod rotation;
 pub mod status;
 #[allow(unsafe_code)]
 mod sys;

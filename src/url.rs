@@ -15,6 +15,15 @@ use std::str::FromStr;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_util::either::Either;
 
+/// Whether an address is on this host (127.0.0.0/8, ::1, or either as an
+/// IPv4-mapped IPv6 address).
+pub(crate) fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_loopback(),
+        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+    }
+}
+
 /// A local HTTP address: `http://` plus a loopback host and a port, or
 /// `unix://` plus the absolute path of a Unix socket.
 #[derive(Debug, Clone, PartialEq, Eq)]

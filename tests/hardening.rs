@@ -285,6 +285,43 @@ fn connections_past_the_cap_are_closed_and_idle_ones_time_out() {
     drop(held);
 }
 
+/// A client that sent more than its request (a pipelined request after
+/// `Connection: close`, or a body the route does not read) still gets its
+/// whole answer and an orderly close (FIN), never a reset.
+#[test]
+fn a_client_that_sends_more_than_its_request_gets_its_answer_and_no_reset() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    let (mut agent, status) = agent_on(&admin.url(), &[]);
+    let exchange = |bytes: &[u8]| -> (String, std::io::Result<usize>) {
+        let mut s = TcpStream::connect(status.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        s.write_all(bytes).unwrap();
+        let mut out = Vec::new();
+        let end = s.read_to_end(&mut out);
+        (String::from_utf8_lossy(&out).to_string(), end)
+    };
+    let close = b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec();
+    let mut pipelined = close.clone();
+    pipelined.extend_from_slice(b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut body =
+        b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 65536\r\n\r\n".to_vec();
+    body.extend(std::iter::repeat_n(b'b', 65536));
+    for (what, bytes) in [("plain", close), ("pipelined", pipelined), ("an unread body", body)] {
+        for _ in 0..20 {
+            let (out, end) = exchange(&bytes);
+            assert!(
+                out.starts_with("HTTP/1.1 200") && out.ends_with("ready\n"),
+                "{what}: {out}"
+            );
+            assert!(
+                end.is_ok(),
+                "{what}: the answer ended with {end:?}, not an orderly close"
+            );
+        }
+    }
+    assert!(agent.is_running());
+}
+
 #[test]
 fn odd_requests_get_a_correct_answer_or_a_clean_error() {
     let admin = FakeAdmin::start(AdminMode::Live);

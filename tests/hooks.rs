@@ -338,6 +338,11 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
                 "{file}: {:?} mounts {run}",
                 app["name"]
             );
+            // The app stops once the pod is out of its load balancers'
+            // rotation: its preStop hook is the drain wait, on 15020.
+            let hook = &app["lifecycle"]["preStop"]["httpGet"];
+            assert_eq!(hook["path"], "/drain/wait", "{file}: {:?}", app["name"]);
+            assert_eq!(hook["port"].as_u64(), Some(15020), "{file}: {:?}", app["name"]);
         }
         let volumes = pod["volumes"].as_sequence().unwrap();
         let volume = volumes

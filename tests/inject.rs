@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
-use lifeguard::status::app_probe::spec::{AppProbes, Port};
+use lifeguard::istio::probers::{AppProbes, Port};
 use serde_norway::Value;
 
 fn root() -> PathBuf {

@@ -1,7 +1,9 @@
 //! The layout's rules, read from the source: the module graph (which
-//! top-level module of `src/` names which, outside its tests) has no cycle;
-//! the drain and the leaves import nothing of the rest; `main.rs` only
-//! parses and calls the library; no function in `src/` is over 80 lines.
+//! top-level module of `src/` names which, outside its tests) has no cycle,
+//! and neither has the graph of files (each file's module and the files
+//! its code names, at any depth); the drain and the leaves import nothing
+//! of the rest; `main.rs` only parses and calls the library; no function in
+//! `src/` is over 80 lines, and no file over 600 outside its tests.
 //!
 //! `cargo test --test layout -- --nocapture` prints the graph.
 
@@ -9,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Modules that may import only each other: the value types, ports and
-/// state machine of the drain, and the small leaves.
-const LEAVES: [&str; 5] = ["drain", "duration", "logging", "url", "sys"];
+/// state machine of the drain, Istio's formats, and the small leaves.
+const LEAVES: [&str; 6] = ["drain", "duration", "istio", "logging", "url", "sys"];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -211,4 +213,216 @@ fn no_function_is_over_80_lines() {
     assert!(long.is_empty(), "{long:#?}");
     // The check sees long functions when there are some.
     assert!(!long_functions(20).is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// Files
+
+/// A file's module path: `metrics/scrape/mod.rs` → `metrics::scrape`,
+/// `url.rs` → `url`; `lib.rs` and `main.rs` are the crate root ("").
+fn module_path(rel: &str) -> String {
+    let path = rel.strip_suffix(".rs").unwrap_or(rel);
+    let path = path.strip_suffix("/mod").unwrap_or(path);
+    match path {
+        "lib" | "main" => String::new(),
+        _ => path.replace('/', "::"),
+    }
+}
+
+fn join(base: &str, rest: &str) -> String {
+    match (base.is_empty(), rest.is_empty()) {
+        (true, _) => rest.to_owned(),
+        (_, true) => base.to_owned(),
+        _ => format!("{base}::{rest}"),
+    }
+}
+
+fn parent(module: &str) -> String {
+    module.rsplit_once("::").map_or(String::new(), |(p, _)| p.to_owned())
+}
+
+/// The paths of a `use` tree (`a::{b, c::{d, e as f}}` → `a::b`, `a::c::d`,
+/// `a::c::e`), `self` in a group standing for its prefix.
+fn use_paths(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        let path = tree.split(" as ").next().unwrap_or("").trim();
+        return vec![path.to_owned()];
+    };
+    let prefix = tree[..open].trim().trim_end_matches("::");
+    let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let (mut items, mut depth, mut start) = (Vec::new(), 0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    items
+        .into_iter()
+        .filter(|i| !i.trim().is_empty())
+        .flat_map(use_paths)
+        .map(|p| match p.as_str() {
+            "self" => prefix.to_owned(),
+            _ => join(prefix, &p),
+        })
+        .collect()
+}
+
+/// Identifier paths in a line of code: `crate::a::b`, `super::x`,
+/// `name::y` (at a word's start).
+fn code_paths(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = line.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts = word(bytes[i]) && (i == 0 || !(word(bytes[i - 1]) || bytes[i - 1] == b':'));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < bytes.len() && (word(bytes[j]) || (bytes[j] == b':' && bytes.get(j + 1) == Some(&b':'))) {
+            j += if bytes[j] == b':' { 2 } else { 1 };
+        }
+        let path = line[i..j].trim_end_matches(':');
+        if path.contains("::") {
+            out.push(path.to_owned());
+        }
+        i = j.max(i + 1);
+    }
+    out
+}
+
+/// File module → the file modules its code names (outside its tests and
+/// comments): `use` trees and paths, `super::` resolved from the inline
+/// module it is written in. A `pub use` of the file's own descendants is a
+/// re-export, not a use.
+fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let files = sources();
+    let modules: BTreeSet<String> = files.iter().map(|(rel, _)| module_path(rel)).collect();
+    let land = |path: &str| -> Option<String> {
+        let mut p = path.to_owned();
+        loop {
+            if modules.contains(&p) {
+                return Some(p);
+            }
+            p = p.rsplit_once("::")?.0.to_owned();
+        }
+    };
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (rel, text) in &files {
+        let file = module_path(rel);
+        let edges = graph.entry(file.clone()).or_default();
+        let code: String = without_tests(rel, text)
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        // Inline modules: (module path, brace depth it opened at).
+        let mut scopes: Vec<(String, i64)> = vec![(file.clone(), -1)];
+        let mut depth = 0i64;
+        let mut statement = String::new();
+        for line in code.lines() {
+            let here = scopes.last().unwrap().0.clone();
+            let trimmed = line.trim_start();
+            let bare = trimmed
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub(super) ")
+                .trim_start_matches("pub ");
+            if let Some(name) = bare.strip_prefix("mod ").and_then(|r| r.strip_suffix('{')) {
+                scopes.push((join(&here, name.trim()), depth));
+            }
+            let resolve = |path: &str| -> Option<String> {
+                let mut segs: Vec<&str> = path.split("::").collect();
+                let base = match segs[0] {
+                    "crate" => {
+                        segs.remove(0);
+                        String::new()
+                    }
+                    "self" => {
+                        segs.remove(0);
+                        here.clone()
+                    }
+                    "super" => {
+                        let mut base = parent(&here);
+                        segs.remove(0);
+                        while segs.first() == Some(&"super") {
+                            segs.remove(0);
+                            base = parent(&base);
+                        }
+                        base
+                    }
+                    first if modules.contains(&join(&here, first)) => here.clone(),
+                    _ => return None,
+                };
+                land(&join(&base, &segs.join("::")))
+            };
+            if !statement.is_empty() || bare.starts_with("use ") {
+                statement.push_str(line);
+                if let Some(end) = statement.find(';') {
+                    let reexport = trimmed.starts_with("pub") || statement.trim_start().starts_with("pub");
+                    let tree = statement[..end].trim_start();
+                    let tree = tree[tree.find("use ").unwrap() + 4..].to_owned();
+                    for path in use_paths(&tree) {
+                        if let Some(to) = resolve(&path) {
+                            let inside = to.starts_with(&format!("{here}::")) || here.is_empty();
+                            if !(reexport && inside) {
+                                edges.insert(to);
+                            }
+                        }
+                    }
+                    statement.clear();
+                }
+            } else {
+                for path in code_paths(line) {
+                    if let Some(to) = resolve(&path) {
+                        edges.insert(to);
+                    }
+                }
+            }
+            depth += line.matches('{').count() as i64 - line.matches('}').count() as i64;
+            while scopes.len() > 1 && depth <= scopes.last().unwrap().1 {
+                scopes.pop();
+            }
+        }
+        edges.remove(&file);
+        edges.remove("");
+    }
+    graph
+}
+
+#[test]
+fn no_cycle_between_files() {
+    let graph = file_graph();
+    assert!(graph.len() >= 40, "the source tree was not read: {graph:?}");
+    assert!(
+        graph["status::service"].contains("status::routes"),
+        "the file graph sees a plain use: {:?}",
+        graph["status::service"]
+    );
+    assert_eq!(find_cycle(&graph), None, "a cycle between files");
+}
+
+/// The largest file of `src/` outside its tests: one concern a file.
+const FILE_CEILING: usize = 600;
+
+#[test]
+fn no_file_is_over_the_ceiling() {
+    let mut big = Vec::new();
+    for (rel, text) in sources() {
+        let lines = without_tests(&rel, &text).lines().count();
+        println!("{lines:5} src/{rel}");
+        if lines > FILE_CEILING {
+            big.push(format!("src/{rel}: {lines} lines"));
+        }
+    }
+    assert!(big.is_empty(), "over {FILE_CEILING} lines outside tests: {big:#?}");
 }

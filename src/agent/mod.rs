@@ -22,14 +22,18 @@ use crate::config::Settings;
 use crate::drain::{exit_code, Drain, DrainHandle, DrainUntil, Plan};
 use crate::duration::Display as D;
 use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
+use crate::envoy::inbound::Inbound;
 use crate::envoy::poller::{self, Heartbeat, Schedule};
 use crate::envoy::process::Envoy;
 use crate::envoy::readiness::Readiness;
+use crate::envoy::version;
 use crate::exit::linger::Linger;
+use crate::istio::probers::PodIp;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
 use crate::pod::app::{in_a_pod, Watcher};
-use crate::status::app_probe::{spec::PodIp, AppProber};
+use crate::rotation::{Checkers, Rotation, RotationPlan};
+use crate::status::app_probe::AppProber;
 use crate::status::control::ControlServer;
 use crate::status::server::StatusServer;
 use crate::status::service::StatusService;
@@ -101,6 +105,7 @@ pub(crate) struct Options {
     /// How old the last successful admin read may be before readiness stops
     /// trusting it: three poll intervals plus one read timeout.
     pub(crate) stale_after: Duration,
+    pub(crate) rotation: RotationPlan,
 }
 
 impl Options {
@@ -123,6 +128,11 @@ impl Options {
                 xds_check: settings.xds_check,
             },
             stale_after: settings.poll_interval * 3 + settings.admin_timeout,
+            rotation: RotationPlan {
+                unhealthy_threshold: settings.lb_unhealthy_threshold,
+                quiet_period: settings.lb_quiet_period,
+                deadline: settings.drain_deadline(),
+            },
         }
     }
 }
@@ -162,6 +172,7 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         mut plan,
         schedule,
         stale_after,
+        rotation,
     } = Options::from(&settings);
     let shutdown = CancellationToken::new();
     let metrics = Metrics::new(Instant::now());
@@ -173,10 +184,11 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let local = server.local_addr().expect("a bound listener has an address");
     let (envoy_drain, scope) = (settings.envoy_drain(), settings.drain_scope);
     let ignored = settings.ignore_listener_ports.clone();
-    let envoy = match Envoy::start(envoy_command, envoy_drain, admin.clone(), ignored, scope) {
+    let envoy = match Envoy::start(envoy_command, envoy_drain, admin.clone(), ignored.clone(), scope) {
         Ok(envoy) => envoy,
         Err(e) => return start_failed("cannot start Envoy", &e),
     };
+    let inbound = Inbound::new(admin.clone(), envoy.counts(), scope, ignored);
     // Children lifeguard waits for itself: never reaped as orphans.
     let own_children: Vec<i32> = envoy.pid().map(|p| p as i32).into_iter().collect();
     let app = app_watcher(&mut plan, &settings, local.port(), envoy.pid());
@@ -184,17 +196,12 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let readiness = Readiness::new(stale_after, handle.watch());
     let heartbeat = Heartbeat::default();
     let linger = Linger::new(handle.watch());
-    let scraper = Scraper::new(
-        metrics.clone(),
-        readiness.clone(),
-        settings.merge_envoy_metrics.then(|| admin.clone()),
-    )
-    .with_app_metrics(&settings.app_metrics)
-    .with_drain(handle.clone())
-    .with_heartbeat(heartbeat.clone())
-    .with_shutdown(shutdown.clone());
+    let scraper = scraper(&settings, &metrics, &readiness, &admin, &handle, &heartbeat, &shutdown);
+    let checkers = Checkers::default();
+    let (wait, rotation_task) = drain_wait(rotation, inbound, &checkers, &handle, &metrics, &shutdown);
     let service = StatusService::new(readiness.clone())
         .with_drain(handle.clone())
+        .with_rotation(wait, checkers)
         .with_metrics(&metrics, scraper)
         .with_linger(linger.clone())
         .with_control(settings.loopback_control, settings.control_socket.0.clone());
@@ -205,8 +212,10 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let message_path = settings.termination_message_path.resolve();
     log_start(&settings, local, &handle, message_path.as_deref());
     let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));
+    let envoy_version = version::log_once(admin.clone(), settings.startup_poll_interval, shutdown.clone());
     let tasks = [
         tokio::spawn(server.serve(service, shutdown.clone())),
+        tokio::spawn(envoy_version),
         tokio::spawn(poller::run(
             schedule,
             admin,
@@ -216,6 +225,7 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
             shutdown.clone(),
         )),
         tokio::spawn(signals.forward(handle.clone(), own_children, shutdown.clone())),
+        rotation_task,
     ];
     let outcome = drain.run().await;
     let code = crate::exit::conclude(
@@ -232,6 +242,48 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         let _ = task.await;
     }
     code
+}
+
+/// The merged scrape: Envoy's metrics (unless not merged), the app's, ours.
+fn scraper(
+    settings: &Settings,
+    metrics: &Metrics,
+    readiness: &Readiness,
+    admin: &AdminClient,
+    drain: &DrainHandle,
+    heartbeat: &Heartbeat,
+    shutdown: &CancellationToken,
+) -> Scraper {
+    let envoy = settings.merge_envoy_metrics.then(|| admin.clone());
+    Scraper::new(metrics.clone(), readiness.clone(), envoy)
+        .with_app_metrics(&settings.app_metrics)
+        .with_drain(drain.clone())
+        .with_heartbeat(heartbeat.clone())
+        .with_shutdown(shutdown.clone())
+}
+
+/// The drain wait: its handle (telling the metrics of each answered wait)
+/// and the task that applies the rule from the start of the drain.
+fn drain_wait(
+    plan: RotationPlan,
+    inbound: Inbound,
+    checkers: &Checkers,
+    drain: &DrainHandle,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> (Rotation, tokio::task::JoinHandle<()>) {
+    let (wait, publish) = Rotation::new(&plan);
+    let metrics = metrics.clone();
+    let wait = wait.observed(Arc::new(move |reason, took| metrics.drain_wait(reason, took)));
+    let task = tokio::spawn(crate::rotation::watch::run(
+        inbound,
+        checkers.clone(),
+        drain.watch(),
+        plan,
+        publish,
+        shutdown.clone(),
+    ));
+    (wait, task)
 }
 
 /// The status port and the control socket, bound before anything starts:

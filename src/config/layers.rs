@@ -59,14 +59,12 @@ impl RunArgs {
         // The layers under flags and env, lowest first: the file, then PROXY_CONFIG.
         let with_file = layer(&table, &file, &given, |key| (key.to_owned(), Source::File))?;
         let proxy = match &self.proxy_config {
-            Some(text) => {
-                ProxyLayer::parse(text, &with_file, &env_names()).map_err(|(field, why)| ConfigError::Invalid {
-                    field,
-                    value: text.trim().to_owned(),
-                    origin: Source::ProxyConfig,
-                    why,
-                })?
-            }
+            Some(text) => ProxyLayer::parse(text, &with_file, &env_names()).map_err(|e| ConfigError::Invalid {
+                field: e.field,
+                value: text.trim().to_owned(),
+                origin: Source::ProxyConfig,
+                why: e.why,
+            })?,
             None => ProxyLayer::default(),
         };
         let named = |key: &str| (proxy.fields.get(key).cloned().unwrap_or_default(), Source::ProxyConfig);

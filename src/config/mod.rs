@@ -20,19 +20,20 @@ use serde::{Deserialize, Serialize};
 use crate::duration::Display as D;
 use parsers::{
     addr, app_metrics, app_probes, control_socket, filter, grace, message_path, pod_ip, poll, ports, positive, span,
-    url,
+    threshold, url,
 };
 
 mod layers;
 mod parsers;
 mod proxy_config;
+mod reference;
 
 pub(crate) use layers::from_clap_error;
 pub(crate) use parsers::go_bool;
-pub(crate) use proxy_config::ProxyLayer;
+pub use reference::reference;
 
-use crate::metrics::app::AppMetrics;
-use crate::status::app_probe::spec::{AppProbes, PodIp};
+use crate::istio::annotations::AppMetrics;
+use crate::istio::probers::{AppProbes, PodIp};
 use crate::status::control::ControlSocket;
 pub(crate) use crate::url::LoopbackUrl;
 use crate::{drain::DrainScope, drain::DrainUntil, envoy::state::XdsCheck, exit::MessagePath, logging::LogFormat};
@@ -60,17 +61,21 @@ pub(crate) struct Settings {
     #[serde(with = "addr")]
     pub(crate) status_addr: SocketAddr,
 
-    /// Envoy's admin API (loopback only).
+    /// Envoy's admin API: a loopback URL, or a Unix socket
+    /// (`unix:///PATH`, the locked form). Every admin call goes there:
+    /// readiness, the drain, the counts, the merged scrape, the stop.
     #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL", default_value = "http://127.0.0.1:15000", value_parser = url::parse)]
     #[serde(with = "url")]
     pub(crate) admin_url: LoopbackUrl,
 
-    /// How often Envoy's admin stats are read once Envoy is ready.
+    /// How often Envoy's admin is read once Envoy is ready (`/ready`; at
+    /// least 10ms).
     #[arg(long, env = "LIFEGUARD_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = poll::parse)]
     #[serde(with = "poll")]
     pub(crate) poll_interval: Duration,
 
-    /// How often they are read while Envoy is not ready.
+    /// How often Envoy's admin is read while Envoy is not ready (the full
+    /// stats check; at least 10ms).
     #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION", default_value = "100ms", value_parser = poll::parse)]
     #[serde(with = "poll")]
     pub(crate) startup_poll_interval: Duration,
@@ -81,7 +86,7 @@ pub(crate) struct Settings {
     pub(crate) admin_timeout: Duration,
 
     /// Require the first CDS/LDS update: auto (when Envoy has those
-    /// counters), required, or off.
+    /// counters, as when fed by istiod), required, or off.
     #[arg(long, env = "LIFEGUARD_XDS_CHECK", value_name = "MODE", default_value = "auto")]
     pub(crate) xds_check: XdsCheck,
 
@@ -91,7 +96,7 @@ pub(crate) struct Settings {
     pub(crate) log: String,
 
     /// Log line format: text (for people) or json (one JSON object a line,
-    /// for log pipelines).
+    /// with `timestamp`, `level` and `fields`, for log pipelines).
     #[arg(long, env = "LIFEGUARD_LOG_FORMAT", value_name = "FORMAT", default_value = "text")]
     pub(crate) log_format: LogFormat,
 
@@ -101,7 +106,8 @@ pub(crate) struct Settings {
     #[serde(with = "grace")]
     pub(crate) termination_grace_period: Duration,
 
-    /// Time kept back from the grace period to stop Envoy and exit.
+    /// Time kept back from the grace period to stop Envoy and exit; also
+    /// how long Envoy gets between SIGTERM and SIGKILL.
     #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s", value_parser = span::parse)]
     #[serde(with = "span")]
     pub(crate) shutdown_margin: Duration,
@@ -149,13 +155,29 @@ pub(crate) struct Settings {
     #[serde(with = "span")]
     pub(crate) envoy_drain_time: Duration,
 
+    /// The drain wait (GET /drain/wait): a checker of the pod's readiness
+    /// (a load balancer) has taken the pod out once it has had this many
+    /// failed probes in a row (HAProxy and the kubelet default to 3, AWS
+    /// and GCP to 2).
+    #[arg(long, env = "LIFEGUARD_LB_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
+    #[serde(deserialize_with = "threshold::deserialize")]
+    pub(crate) lb_unhealthy_threshold: u32,
+
+    /// The drain wait: once every checker has taken the pod out, no new
+    /// request on Envoy's inbound listeners for this long means traffic has
+    /// stopped.
+    #[arg(long, env = "LIFEGUARD_LB_QUIET_PERIOD", value_name = "DURATION", default_value = "1s", value_parser = positive::parse)]
+    #[serde(with = "positive")]
+    pub(crate) lb_quiet_period: Duration,
+
     /// Whether the policy was asked for (not the default).
     #[arg(skip)]
     #[serde(skip)]
     pub(crate) drain_until_given: bool,
 
-    /// Which of Envoy's listeners drain: inbound (a sidecar) or all (an
-    /// ingress gateway, whose listeners carry no traffic direction).
+    /// Which of Envoy's listeners drain: inbound (a sidecar:
+    /// `drain_listeners?inboundonly`) or all (an ingress gateway, whose
+    /// listeners carry no traffic direction).
     #[arg(long, env = "LIFEGUARD_DRAIN_SCOPE", value_name = "SCOPE", default_value = "inbound")]
     pub(crate) drain_scope: DrainScope,
 
@@ -193,7 +215,8 @@ pub(crate) struct Settings {
     /// the map Istio's injector (or `lifeguard inject`) writes, from
     /// `/app-health/<container>/livez|readyz|startupz` and
     /// `/app-lifecycle/<container>/prestopz|poststartz` to the original
-    /// probe (`httpGet`, `tcpSocket` or `grpc`, and `timeoutSeconds`).
+    /// probe (`httpGet`, `tcpSocket` or `grpc`, and `timeoutSeconds`). An
+    /// entry that is wrong stops start-up, named.
     #[arg(long, env = "ISTIO_KUBE_APP_PROBERS", value_name = "JSON", default_value = "", value_parser = app_probes::parse)]
     #[serde(with = "app_probes")]
     pub(crate) app_probers: AppProbes,
@@ -213,7 +236,8 @@ pub(crate) struct Settings {
     /// The app's own metrics, served last in `/stats/prometheus`, as the
     /// JSON Istio's injector writes: `{"scrape":"true","port":"8080",
     /// "path":"/metrics"}` or `{"targets":[{"port":..,"path":..},...]}`;
-    /// `"scrape":"false"` or empty: none. Read on 127.0.0.1.
+    /// `"scrape":"false"` or empty: none. Read on 127.0.0.1; a target on a
+    /// port of the proxy stops start-up, named.
     #[arg(long, env = "ISTIO_PROMETHEUS_ANNOTATIONS", value_name = "JSON", default_value = "", value_parser = app_metrics::parse)]
     #[serde(with = "app_metrics")]
     pub(crate) app_metrics: AppMetrics,
@@ -442,7 +466,11 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 29);
+        assert_eq!(eff.len(), 31);
+        assert_eq!(
+            (s.lb_unhealthy_threshold, s.lb_quiet_period),
+            (3, Duration::from_secs(1))
+        );
         assert!(s.app_probers.0.is_empty() && s.pod_ip.0.is_none() && !s.app_probe_localhost);
         assert_eq!(s.control_socket, ControlSocket(None));
         assert!(s.loopback_control);
@@ -736,44 +764,18 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_shipped_config_file_and_the_readme_list_every_setting() {
+    fn the_shipped_config_file_lists_every_setting() {
+        // docs/configuration.md is written from the settings themselves
+        // (tests/docs.rs); the shipped file is written by hand.
         let toml = include_str!("../../config/lifeguard.toml");
-        let readme = include_str!("../../README.md");
-        let table = readme
-            .split("\n## Options\n")
-            .nth(1)
-            .unwrap()
-            .split("\n## ")
-            .next()
-            .unwrap();
         let cmd = RunArgs::augment_args(clap::Command::new("lifeguard"));
         for arg in cmd.get_arguments() {
             let key = arg.get_id().as_str();
-            let flag = format!("--{}", arg.get_long().unwrap());
-            let env = arg.get_env().unwrap().to_str().unwrap();
-            let row = table.lines().find(|l| l.starts_with(&format!("| `{flag} ")));
-            let row = row.unwrap_or_else(|| panic!("README's options table lacks {flag}"));
-            assert!(
-                row.contains(&format!("`{env}`")),
-                "README: the row of {flag} lacks {env}"
-            );
-            for default in arg.get_default_values() {
-                let default = match default.to_str().unwrap() {
-                    "" => "(empty)".to_owned(),
-                    d => format!("`{d}`"),
-                };
-                assert!(
-                    row.contains(&default),
-                    "README: the row of {flag} lacks the default {default}"
-                );
-            }
             if key == "config" || key == "proxy_config" {
                 continue;
             }
-            assert!(
-                row.contains(&format!("`{key}`")),
-                "README: the row of {flag} lacks {key}"
-            );
+            let flag = format!("--{}", arg.get_long().unwrap());
+            let env = arg.get_env().unwrap().to_str().unwrap();
             let listed = toml.contains(&format!("\n{key} = ")) || toml.contains(&format!("\n# {key} = "));
             assert!(listed, "config/lifeguard.toml lacks {key}");
             assert!(

@@ -10,8 +10,8 @@ use serde::{de, Deserialize, Deserializer};
 
 use crate::duration::{self, Display as D};
 use crate::exit::MessagePath;
-use crate::metrics::app::AppMetrics;
-use crate::status::app_probe::spec::{AppProbes, PodIp};
+use crate::istio::annotations::AppMetrics;
+use crate::istio::probers::{AppProbes, PodIp};
 use crate::status::control::ControlSocket;
 use crate::url::LoopbackUrl;
 
@@ -87,6 +87,25 @@ pub(crate) fn go_bool(s: &str) -> Result<bool, String> {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
         _ => Err("expected true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)".into()),
+    }
+}
+
+/// A count of failed probes in a row, 1 to 100: a flag's text, or a
+/// file's integer.
+pub(super) mod threshold {
+    use super::*;
+    pub(crate) fn parse(s: &str) -> Result<u32, String> {
+        let n: u32 = s.trim().parse().map_err(|_| "expected a whole number from 1 to 100")?;
+        check(n)
+    }
+    fn check(n: u32) -> Result<u32, String> {
+        match n {
+            1..=100 => Ok(n),
+            _ => Err("expected a whole number from 1 to 100".into()),
+        }
+    }
+    pub(crate) fn deserialize<'de, De: Deserializer<'de>>(d: De) -> Result<u32, De::Error> {
+        check(u32::deserialize(d)?).map_err(de::Error::custom)
     }
 }
 

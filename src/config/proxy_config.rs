@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_norway::Value;
+use crate::istio::proxy_config::{ProxyConfig, ProxyConfigError};
 
 /// What `PROXY_CONFIG` sets: file-layer values by setting key, the names
 /// the user wrote them under (for errors), and the fields left unused.
@@ -33,41 +33,42 @@ pub(crate) type EnvNames = BTreeMap<String, String>;
 impl ProxyLayer {
     /// Reads `text` against `base`, the settings as the lower layers have
     /// them (the type of each value, and the addresses the ports go into).
-    pub(crate) fn parse(text: &str, base: &toml::Table, env: &EnvNames) -> Result<ProxyLayer, (String, String)> {
-        let whole = |why: String| ("PROXY_CONFIG".to_owned(), why);
-        let value: Value = serde_norway::from_str(text).map_err(|e| whole(format!("neither JSON nor YAML: {e}")))?;
-        let map = match value {
-            Value::Null => return Ok(ProxyLayer::default()),
-            Value::Mapping(map) => map,
-            _ => return Err(whole("expected an object of proxy settings".into())),
-        };
+    pub(crate) fn parse(text: &str, base: &toml::Table, env: &EnvNames) -> Result<ProxyLayer, ProxyConfigError> {
+        let config = ProxyConfig::parse(text)?;
         let mut layer = ProxyLayer::default();
-        for (key, value) in map {
-            let key = key.as_str().unwrap_or("").to_owned();
-            let field = format!("PROXY_CONFIG {key}");
-            match key.as_str() {
-                "terminationDrainDuration" => layer.set("termination_drain_duration", &field, text_of(&value, &field)?),
-                "drainDuration" => layer.set("envoy_drain_time", &field, text_of(&value, &field)?),
-                "statusPort" => {
-                    let port = port_of(&value, &field)?;
-                    let addr = base
-                        .get("status_addr")
-                        .and_then(toml::Value::as_str)
-                        .unwrap_or("0.0.0.0:15020");
-                    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-                    layer.set("status_addr", &field, format!("{host}:{port}").into());
-                }
-                "proxyAdminPort" => {
-                    let port = port_of(&value, &field)?;
-                    let url = base.get("admin_url").and_then(toml::Value::as_str).unwrap_or("");
-                    match url.starts_with("http://") {
-                        true => layer.set("admin_url", &field, format!("http://127.0.0.1:{port}").into()),
-                        false => layer.unused.push(format!("{key} (admin_url is a Unix socket)")),
-                    }
-                }
-                "proxyMetadata" => layer.metadata(&value, base, env)?,
-                _ => layer.unused.push(key),
+        let field = |name: &str| format!("PROXY_CONFIG {name}");
+        if let Some(d) = config.termination_drain_duration {
+            layer.set(
+                "termination_drain_duration",
+                &field("terminationDrainDuration"),
+                d.into(),
+            );
+        }
+        if let Some(d) = config.drain_duration {
+            layer.set("envoy_drain_time", &field("drainDuration"), d.into());
+        }
+        if let Some(port) = config.status_port {
+            let addr = base
+                .get("status_addr")
+                .and_then(toml::Value::as_str)
+                .unwrap_or("0.0.0.0:15020");
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            layer.set("status_addr", &field("statusPort"), format!("{host}:{port}").into());
+        }
+        if let Some(port) = config.proxy_admin_port {
+            let url = base.get("admin_url").and_then(toml::Value::as_str).unwrap_or("");
+            match url.starts_with("http://") {
+                true => layer.set(
+                    "admin_url",
+                    &field("proxyAdminPort"),
+                    format!("http://127.0.0.1:{port}").into(),
+                ),
+                false => layer.unused.push("proxyAdminPort (admin_url is a Unix socket)".into()),
             }
+        }
+        layer.unused.extend(config.other);
+        for (name, text) in &config.proxy_metadata {
+            layer.metadata(name, text, base, env)?;
         }
         Ok(layer)
     }
@@ -77,59 +78,33 @@ impl ProxyLayer {
         self.fields.insert(key.to_owned(), field.to_owned());
     }
 
-    /// `proxyMetadata` entries that name a setting's env variable.
-    fn metadata(&mut self, value: &Value, base: &toml::Table, env: &EnvNames) -> Result<(), (String, String)> {
-        let Value::Mapping(entries) = value else {
-            return Err(("PROXY_CONFIG proxyMetadata".into(), "expected an object".into()));
+    /// A `proxyMetadata` entry: a setting when it names one's env variable.
+    fn metadata(&mut self, name: &str, text: &str, base: &toml::Table, env: &EnvNames) -> Result<(), ProxyConfigError> {
+        let field = format!("PROXY_CONFIG proxyMetadata.{name}");
+        let Some(key) = env.get(name) else {
+            self.unused.push(format!("proxyMetadata.{name}"));
+            return Ok(());
         };
-        for (name, value) in entries {
-            let name = name.as_str().unwrap_or("");
-            let field = format!("PROXY_CONFIG proxyMetadata.{name}");
-            let Some(key) = env.get(name) else {
-                self.unused.push(format!("proxyMetadata.{name}"));
-                continue;
-            };
-            let text = text_of(value, &field)?;
-            let text = text.as_str().unwrap_or("").to_owned();
-            let typed = match base.get(key) {
-                Some(toml::Value::Boolean(_)) => {
-                    toml::Value::Boolean(crate::config::parsers::go_bool(&text).map_err(|why| (field.clone(), why))?)
-                }
-                Some(toml::Value::Array(_)) => {
-                    let ports: Result<Vec<toml::Value>, _> = text
-                        .split(',')
-                        .filter(|p| !p.trim().is_empty())
-                        .map(|p| p.trim().parse::<i64>().map(toml::Value::Integer))
-                        .collect();
-                    toml::Value::Array(ports.map_err(|_| (field.clone(), format!("{text:?} is not a list of ports")))?)
-                }
-                _ => toml::Value::String(text),
-            };
-            self.set(key, &field, typed);
-        }
+        let invalid = |why: String| ProxyConfigError {
+            field: field.clone(),
+            why,
+        };
+        let typed = match base.get(key) {
+            Some(toml::Value::Boolean(_)) => {
+                toml::Value::Boolean(crate::config::parsers::go_bool(text).map_err(invalid)?)
+            }
+            Some(toml::Value::Array(_)) => {
+                let ports: Result<Vec<toml::Value>, _> = text
+                    .split(',')
+                    .filter(|p| !p.trim().is_empty())
+                    .map(|p| p.trim().parse::<i64>().map(toml::Value::Integer))
+                    .collect();
+                toml::Value::Array(ports.map_err(|_| invalid(format!("{text:?} is not a list of ports")))?)
+            }
+            _ => toml::Value::String(text.to_owned()),
+        };
+        self.set(key, &field, typed);
         Ok(())
-    }
-}
-
-/// A scalar as text (Istio writes durations as strings, some numbers bare).
-fn text_of(value: &Value, field: &str) -> Result<toml::Value, (String, String)> {
-    match value {
-        Value::String(s) => Ok(s.clone().into()),
-        Value::Number(n) => Ok(n.to_string().into()),
-        Value::Bool(b) => Ok(b.to_string().into()),
-        _ => Err((field.to_owned(), "expected a string".into())),
-    }
-}
-
-fn port_of(value: &Value, field: &str) -> Result<u16, (String, String)> {
-    let n = match value {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
-    };
-    match n.and_then(|n| u16::try_from(n).ok()).filter(|p| *p > 0) {
-        Some(port) => Ok(port),
-        None => Err((field.to_owned(), "expected a port between 1 and 65535".into())),
     }
 }
 
@@ -209,8 +184,8 @@ mod tests {
                 "PROXY_CONFIG proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS",
             ),
         ] {
-            let (f, _) = ProxyLayer::parse(text, &base(), &env()).unwrap_err();
-            assert_eq!(f, field, "{text}");
+            let e = ProxyLayer::parse(text, &base(), &env()).unwrap_err();
+            assert_eq!(e.field, field, "{text}");
         }
     }
 }

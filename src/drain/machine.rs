@@ -10,7 +10,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::handle::{DrainHandle, Event};
 use super::plan::{DrainUntil, Plan};
-use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress};
+use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Work};
 use super::status::{Outcome, Phase, Status};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, LAST_READ_TIMEOUT, WARN_EVERY};
@@ -345,8 +345,12 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             let line = progress_line(&plan, &rule, &awaited, now, deadline);
             seen.progress.observe(now, &awaited, &line);
             self.inbox.publish(|s| s.progress = Some(line));
-            if rule.done(now, count_now) {
-                log_done(&plan, seen.left, now.duration_since(drain_began));
+            if rule.done(read_started, now, count_now) {
+                let waived = rule.floor_waived(now);
+                if waived {
+                    self.inbox.publish(|s| s.progress = Some(GONE_BEFORE.to_owned()));
+                }
+                log_done(&plan, seen.left, now.duration_since(drain_began), waived);
                 return Ok((seen.left, true));
             }
             if now >= deadline {

@@ -23,6 +23,11 @@ pub(crate) struct DoneRule {
     /// Since when every read said nothing is left (None: the last read
     /// found work, or failed).
     zero_since: Option<Instant>,
+    /// A read of this drain found something of the app or a request in
+    /// Envoy (`app-exit`): until then the app may already be gone, and the
+    /// minimum drain time, there for load balancers to see the 503 while
+    /// the app still serves, is not waited out.
+    app_seen: bool,
 }
 
 impl DoneRule {
@@ -36,33 +41,54 @@ impl DoneRule {
             min_end,
             period,
             zero_since: None,
+            app_seen: false,
         }
     }
 
     /// Whether the drain is over at `now`, given the count the policy counts
-    /// as read now (None: unknown now).
-    pub(crate) fn done(&mut self, now: Instant, count_now: Option<u64>) -> bool {
+    /// as read by the read that began at `read_began` (None: unknown now).
+    /// Nothing-left is dated from the start of the read that saw it: a read
+    /// of the app's sockets takes a while, and two reads that each found
+    /// nothing, begun `APP_QUIET` apart, show as much as their ends do.
+    pub(crate) fn done(&mut self, read_began: Instant, now: Instant, count_now: Option<u64>) -> bool {
         self.zero_since = match count_now {
-            Some(0) => self.zero_since.or(Some(now)),
+            Some(0) => self.zero_since.or(Some(read_began)),
             _ => None,
         };
+        self.app_seen |= count_now.is_some_and(|n| n > 0);
         match self.policy {
             DrainUntil::Time => now >= self.min_end,
             // The app may hold nothing for a moment between two steps of
             // its shutdown (its last answer, its first call out): it is done
-            // when nothing was seen for APP_QUIET.
+            // when nothing was seen for APP_QUIET. An app already gone when
+            // the drain began needs no minimum: every new request fails
+            // anyway, and the pod's other containers wait on Envoy.
             DrainUntil::AppExit => {
-                now >= self.min_end && self.zero_since.is_some_and(|t| now.duration_since(t) >= APP_QUIET)
+                let quiet = self.zero_since.is_some_and(|t| now.duration_since(t) >= APP_QUIET);
+                quiet && (now >= self.min_end || !self.app_seen)
             }
             _ => now >= self.min_end && count_now == Some(0),
         }
     }
 
+    /// Whether the drain ended before its minimum because the app was
+    /// already gone when it began.
+    pub(crate) fn floor_waived(&self, now: Instant) -> bool {
+        self.policy == DrainUntil::AppExit && !self.app_seen && now < self.min_end
+    }
+
     /// When the next read may start at the latest: the fixed policy reads
-    /// once more when its time is up.
+    /// once more when its time is up; `app-exit`, once a read found nothing
+    /// left, reads again as soon as that may end the drain (one read
+    /// more, whatever the pacing: Envoy is stopped right after, or the
+    /// streak is broken).
     pub(crate) fn cap(&self, next: Instant) -> Instant {
-        match self.policy {
-            DrainUntil::Time => next.min(self.min_end),
+        match (self.policy, self.zero_since) {
+            (DrainUntil::Time, _) => next.min(self.min_end),
+            (DrainUntil::AppExit, Some(since)) => {
+                let may_end = (since + APP_QUIET).max(if self.app_seen { self.min_end } else { since });
+                next.min(may_end)
+            }
             _ => next,
         }
     }
@@ -171,11 +197,16 @@ pub(crate) fn waiting_on(plan: &Plan, envoy: u64, app: Option<&Work>) -> Option<
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-/// The line that says the policy is satisfied.
-pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration) {
+/// The line that says the policy is satisfied; `waived`: before the
+/// minimum drain time, the app being gone from the start.
+pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: bool) {
     match plan.policy {
         DrainUntil::Time => tracing::info!(in_flight = left, "drain time ({}) is over", D(plan.drain_time)),
+        DrainUntil::AppExit if waived => tracing::info!(took = %D(took), "{GONE_BEFORE}"),
         DrainUntil::AppExit => tracing::info!(took = %D(took), "the app is done and Envoy is idle"),
         until => tracing::info!(took = %D(took), "zero active {until}"),
     }
 }
+
+/// Why an `app-exit` drain ended before its minimum time.
+pub(crate) const GONE_BEFORE: &str = "the app was already gone when the drain began (no socket, no process, no request in Envoy): Envoy stops without the minimum drain time";

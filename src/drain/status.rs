@@ -23,7 +23,7 @@ pub mod exit_code {
 }
 
 /// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Not draining.

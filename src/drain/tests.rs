@@ -790,3 +790,33 @@ async fn the_progress_says_what_is_awaited_and_the_time_left() {
         Some("nothing left; 19s to the deadline")
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn app_exit_stops_envoy_at_once_when_the_app_was_gone_before_the_drain() {
+    // The app's preStop hook could not reach the agent: the drain begins at
+    // the proxy's SIGTERM, after the app has exited. Nothing is left: no
+    // minimum (5 s) to wait out.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start_with_app(plan(DrainUntil::AppExit), &envoy, |_| 0);
+    handle.signal("SIGTERM");
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    assert_between(envoy.stops()[0], 0.1, 0.15);
+    let progress = handle.status().progress.unwrap();
+    assert!(
+        progress.starts_with("the app was already gone when the drain began"),
+        "{progress}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn app_exit_waits_out_the_minimum_once_the_app_was_seen() {
+    // The app still held a socket at the first reads and exits at 0.3 s:
+    // the minimum applies, as load balancers must see the 503 first.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start_with_app(plan(DrainUntil::AppExit), &envoy, |t| usize::from(t < secs(0.3)));
+    handle.signal("SIGTERM");
+    task.await.unwrap();
+    assert_between(envoy.stops()[0], 5.0, 5.05);
+    assert!(!handle.status().progress.unwrap().contains("already gone"));
+}

@@ -16,10 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Empty};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
+use crate::local_http::{fetch, FetchError};
 use crate::url::{LocalStream, LoopbackUrl};
 
 /// Why an admin call did not produce a usable body.
@@ -45,6 +46,18 @@ pub enum AdminError {
     BadPath { path: String },
 }
 
+/// A request's failure, told as Envoy's admin's.
+impl From<FetchError> for AdminError {
+    fn from(e: FetchError) -> Self {
+        match e {
+            FetchError::Connect { url, source } => AdminError::Connect { url, source },
+            FetchError::Http(e) => AdminError::Http(e),
+            FetchError::TooLarge { path, limit } => AdminError::TooLarge { path, limit },
+            FetchError::BadPath { path } => AdminError::BadPath { path },
+        }
+    }
+}
+
 impl AdminError {
     /// Whether the call got no answer in time (as opposed to a definite one:
     /// refused, an error status, a broken body).
@@ -67,6 +80,10 @@ pub enum Endpoint {
     DrainListeners,
     /// `/quitquitquit`
     Quit,
+    /// `/config_dump` (the listeners, once a drain)
+    ConfigDump,
+    /// `/server_info` (Envoy's version, read once)
+    ServerInfo,
 }
 
 impl Endpoint {
@@ -78,6 +95,8 @@ impl Endpoint {
             Endpoint::Prometheus => "stats_prometheus",
             Endpoint::DrainListeners => "drain_listeners",
             Endpoint::Quit => "quitquitquit",
+            Endpoint::ConfigDump => "config_dump",
+            Endpoint::ServerInfo => "server_info",
         }
     }
 }
@@ -172,7 +191,8 @@ impl AdminClient {
         path: &str,
         limit: usize,
     ) -> Result<(StatusCode, Bytes), AdminError> {
-        self.timed(endpoint, fetch(&self.url, Method::GET, path, limit)).await
+        let exchange = async { Ok(fetch(&self.url, Method::GET, path, limit).await?) };
+        self.timed(endpoint, exchange).await
     }
 
     async fn timed<T>(
@@ -294,54 +314,4 @@ pub(crate) fn check_status(status: StatusCode, body: Bytes, path: &str) -> Resul
         });
     }
     Ok(body)
-}
-
-/// One HTTP/1.1 request to a loopback URL on a fresh connection: the status
-/// and up to `limit` bytes of body. No timeout here: callers wrap it.
-pub(crate) async fn fetch(
-    url: &LoopbackUrl,
-    method: Method,
-    path: &str,
-    limit: usize,
-) -> Result<(StatusCode, Bytes), AdminError> {
-    let stream = url.connect().await.map_err(|source| AdminError::Connect {
-        url: url.to_string(),
-        source,
-    })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header(hyper::header::HOST, url.authority())
-        .body(Empty::<Bytes>::new())
-        .map_err(|_| AdminError::BadPath { path: path.to_owned() })?;
-
-    let exchange = async {
-        let response = sender.send_request(request).await?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), limit)
-            .collect()
-            .await
-            .map_err(|e| match e.downcast::<hyper::Error>() {
-                Ok(e) => AdminError::Http(*e),
-                Err(_) => AdminError::TooLarge {
-                    path: path.to_owned(),
-                    limit,
-                },
-            })?
-            .to_bytes();
-        Ok((status, body))
-    };
-    tokio::pin!(exchange);
-    // Drive the connection and the exchange together. If the connection
-    // finishes first (the server closed it after answering), the answer is
-    // already buffered and the exchange completes from it.
-    tokio::select! {
-        biased;
-        result = &mut exchange => result,
-        conn_result = conn => {
-            conn_result?;
-            exchange.await
-        }
-    }
 }

@@ -1,8 +1,21 @@
-//! The drain's active counts from Envoy's `/stats`: each connection and
-//! request counted once, whatever Envoy's per-worker and per-layer lines
-//! repeat, and the admin, status and internal listeners left out.
+//! Envoy's downstream counts: one read of `/stats` ([`CountsReader`])
+//! serves the drain (the active connections and requests, [`active`]) and,
+//! while it watches, the drain wait (new requests on the inbound
+//! listeners, `crate::envoy::inbound`, which adds their lines to the
+//! read's filter), which would otherwise each make the same costly call: a
+//! `/stats` filter is matched against every stat Envoy has, whatever it
+//! matches.
+//! The active counts take each connection and request once, whatever
+//! Envoy's per-worker and per-layer lines repeat, and leave out the admin,
+//! status and internal listeners.
 
-use crate::drain::Active;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::drain::{Active, ControlError, PACE};
+use crate::envoy::admin::{AdminClient, AdminError, Endpoint, ACTIVE_LIMIT};
 use crate::envoy::stats::{lines, Value};
 
 /// HTTP stat prefixes of Envoy's own and the agent-facing managers: the
@@ -12,6 +25,114 @@ pub(crate) const IGNORED_HTTP_PREFIXES: [&str; 4] = ["admin", "agent", "status",
 
 /// The admin query for [`active`]: both families in one read.
 pub const ACTIVE_STATS: &str = "/stats?usedonly&filter=downstream_%28cx%7Crq%29_active%24";
+/// The filter of [`ACTIVE_STATS`], unencoded.
+const ACTIVE_FILTER: &str = "downstream_(cx|rq)_active$";
+
+/// Reads Envoy's downstream counts ([`ACTIVE_STATS`], and the inbound
+/// listeners' totals while the drain wait watches) for the drain and
+/// the drain wait: a read is shared with whoever finds it fresh enough,
+/// and reads never overlap. Cloning shares it.
+#[derive(Clone)]
+pub(crate) struct CountsReader {
+    admin: AdminClient,
+    last: Arc<tokio::sync::Mutex<Option<Reading>>>,
+    /// While the drain wait watches: the admin query that reads the
+    /// inbound listeners' totals too (None: the active counts alone).
+    inbound: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+/// One read: when it began, how long Envoy took, whether it has the
+/// listeners' totals, and its body or why there is none.
+#[derive(Clone)]
+pub(crate) struct Reading {
+    pub(crate) began: Instant,
+    pub(crate) took: Duration,
+    pub(crate) inbound: bool,
+    pub(crate) body: Result<Arc<str>, ControlError>,
+}
+
+impl CountsReader {
+    pub(crate) fn new(admin: AdminClient) -> Self {
+        Self {
+            admin,
+            last: Arc::new(tokio::sync::Mutex::new(None)),
+            inbound: Arc::new(std::sync::Mutex::new(None)),
+        }
+    }
+
+    /// While the drain wait watches: reads carry, besides the active
+    /// counts, the lines that `filter` (a regex) matches; None: the active
+    /// counts alone. One read, one pass over Envoy's stats.
+    pub(crate) fn want_inbound(&self, filter: Option<&str>) {
+        let path = filter.map(|f| {
+            format!(
+                "/stats?usedonly&filter={}",
+                percent_encode(&format!("{ACTIVE_FILTER}|{f}"))
+            )
+        });
+        *self.inbound.lock().unwrap_or_else(|e| e.into_inner()) = path;
+    }
+
+    /// A read under way now or begun later: the drain paces its own reads,
+    /// and only a count read now may end it.
+    pub(crate) async fn read_now(&self) -> Reading {
+        let asked = Instant::now();
+        self.read(|r| r.began + r.took >= asked).await
+    }
+
+    /// A read no older than `period`, or than [`PACE`] times what the last
+    /// read took, whichever is longer: the drain's reads serve, and a read
+    /// made here costs Envoy's admin thread at most about a tenth of its
+    /// time, like the drain's.
+    pub(crate) async fn read_recent(&self, period: Duration) -> Reading {
+        let asked = Instant::now();
+        self.read(|r| r.inbound && asked.saturating_duration_since(r.began) < period.max(r.took * PACE))
+            .await
+    }
+
+    /// The last read when `fresh` says it will do, else a new one. A caller
+    /// that arrives while a read is under way waits for it.
+    async fn read(&self, fresh: impl Fn(&Reading) -> bool) -> Reading {
+        let mut last = self.last.lock().await;
+        if let Some(reading) = last.as_ref().filter(|r| fresh(r)) {
+            return reading.clone();
+        }
+        let path = self.inbound.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let inbound = path.is_some();
+        let began = Instant::now();
+        let path = path.as_deref().unwrap_or(ACTIVE_STATS);
+        let body = self.admin.get_text(Endpoint::Stats, path, ACTIVE_LIMIT).await;
+        let reading = Reading {
+            began,
+            took: began.elapsed(),
+            inbound,
+            body: body.map(Arc::from).map_err(control_error),
+        };
+        *last = Some(reading.clone());
+        reading
+    }
+}
+
+/// `text` for a query string: every byte but the unreserved ones as `%XX`.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for b in text.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// An admin call's failure as the drain sees it: refused (an external
+/// Envoy that keeps refusing is gone), or another reason.
+pub(crate) fn control_error(e: AdminError) -> ControlError {
+    ControlError {
+        refused: matches!(e, AdminError::Connect { .. }),
+        message: e.to_string(),
+    }
+}
 
 /// Counts active downstream connections and requests in an answer to
 /// [`ACTIVE_STATS`], leaving out the admin listener, internal listeners

@@ -13,15 +13,22 @@
 //! - [`poller`]: the background task that keeps that snapshot fresh.
 //! - [`process`]: the Envoy process (lifeguard's child, or external): the
 //!   drain's real [`crate::drain::EnvoyControl`].
+//! - [`inbound`]: new requests on the inbound listeners: the real
+//!   [`crate::rotation::Traffic`], for the drain wait.
+//! - [`version`]: Envoy's version, read once and logged, and why nothing
+//!   lifeguard sends depends on it.
 //!
-//! Arrows run one way: this module implements the drain's ports and never
+//! Arrows run one way: this module implements the drain's and the
+//! rotation's ports and never
 //! reaches the status server or the metrics (the poller reports through
 //! [`poller::ReadinessEvents`]).
 
 pub mod admin;
 pub mod counts;
+pub mod inbound;
 pub mod poller;
 pub mod process;
 pub mod readiness;
 pub mod state;
 pub mod stats;
+pub mod version;

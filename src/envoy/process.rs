@@ -23,13 +23,15 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use crate::drain::{Active, ControlError, DrainScope, EnvoyControl, Exit};
-use crate::envoy::admin::{AdminClient, AdminError, Endpoint, ACTIVE_LIMIT};
-use crate::envoy::counts::{active, ACTIVE_STATS};
+use crate::envoy::admin::{AdminClient, Endpoint};
+use crate::envoy::counts::{active, control_error, CountsReader};
 
 /// Envoy, as lifeguard sees it: its admin API, and the process when
 /// lifeguard launched it.
 pub(crate) struct Envoy {
     admin: AdminClient,
+    /// The active counts, read with the drain wait's.
+    counts: CountsReader,
     process: Option<Child>,
     /// Listener ports left out of the active counts.
     ignored_ports: Vec<u16>,
@@ -41,6 +43,7 @@ impl Envoy {
     /// An Envoy that runs beside lifeguard (another container).
     pub(crate) fn external(admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
         Self {
+            counts: CountsReader::new(admin.clone()),
             admin,
             process: None,
             ignored_ports,
@@ -51,6 +54,7 @@ impl Envoy {
     /// An Envoy launched by lifeguard.
     pub(crate) fn child(child: Child, admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
         Self {
+            counts: CountsReader::new(admin.clone()),
             admin,
             process: Some(child),
             ignored_ports,
@@ -89,6 +93,11 @@ impl Envoy {
     /// The same Envoy, draining `scope` listeners.
     pub(crate) fn with_scope(self, scope: DrainScope) -> Self {
         Self { scope, ..self }
+    }
+
+    /// The reader of the active counts, to share with the drain wait.
+    pub(crate) fn counts(&self) -> CountsReader {
+        self.counts.clone()
     }
 
     /// The pid of the Envoy lifeguard launched.
@@ -206,8 +215,8 @@ impl EnvoyControl for Envoy {
     }
 
     async fn active(&self) -> Result<Active, ControlError> {
-        let body = self.admin.get_text(Endpoint::Stats, ACTIVE_STATS, ACTIVE_LIMIT).await;
-        Ok(active(&body.map_err(control_error)?, &self.ignored_ports))
+        let body = self.counts.read_now().await.body?;
+        Ok(active(&body, &self.ignored_ports))
     }
 
     async fn stop(&self, bound: Duration) -> Exit {
@@ -237,13 +246,6 @@ impl EnvoyControl for Envoy {
 }
 
 /// An admin error as the drain sees it: refused, or anything else.
-fn control_error(e: AdminError) -> ControlError {
-    ControlError {
-        refused: matches!(e, AdminError::Connect { .. }),
-        message: e.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

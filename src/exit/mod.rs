@@ -39,7 +39,7 @@ pub(crate) struct Summary {
     /// `envoy_exited` (on its own) or `envoy_gone` (an external Envoy
     /// stopped answering).
     pub(crate) outcome: &'static str,
-    /// lifeguard's exit code (0, 3 or 4; see the README).
+    /// lifeguard's exit code (0, 3 or 4; see docs/operations.md).
     pub(crate) exit_code: u8,
     /// What started the drain: `SIGTERM`, `SIGINT`, `POST /drain`; None
     /// when there was no drain.

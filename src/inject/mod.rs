@@ -23,6 +23,7 @@
 //!
 //! - [`proxy`]: which container is the proxy, and its status port.
 //! - [`rewrite`]: one container's probes and hooks.
+//! - `yaml`: reading the fields of a YAML value.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -31,10 +32,13 @@ use serde::Deserialize;
 use serde_norway::Value;
 
 use crate::config::go_bool;
-use crate::status::app_probe::spec::AppProbes;
+use crate::istio::probers::AppProbes;
 
 mod proxy;
 mod rewrite;
+mod yaml;
+
+use yaml::{name_of, seq, text_of};
 
 /// The env variable the proxy container reads the probes from.
 const PROBERS_ENV: &str = "ISTIO_KUBE_APP_PROBERS";
@@ -42,6 +46,9 @@ const PROBERS_ENV: &str = "ISTIO_KUBE_APP_PROBERS";
 const REWRITE_ANNOTATION: &str = "sidecar.istio.io/rewriteAppHTTPProbers";
 /// The pod label (or annotation) that leaves a pod out of the mesh (Istio's).
 const INJECT_LABEL: &str = "sidecar.istio.io/inject";
+/// The pod annotation that gives (or not) the app containers the drain
+/// wait's preStop hook, whatever `--drain-wait` says.
+pub const DRAIN_WAIT_ANNOTATION: &str = "lifeguard.io/drain-wait";
 
 /// `lifeguard inject`'s options.
 #[derive(Debug, Clone, Default)]
@@ -52,6 +59,21 @@ pub struct InjectOptions {
     pub proxy_container: Option<String>,
     /// The status port the probes are rewritten to.
     pub status_port: Option<u16>,
+    /// Give the app containers without a preStop hook the drain wait's
+    /// (`lifeguard.io/drain-wait` decides per pod).
+    pub drain_wait: bool,
+}
+
+/// What to do to one pod.
+#[derive(Debug, Clone, Copy)]
+struct Todo {
+    /// Rewrite the app's probes and hooks (Istio's annotation may say no).
+    probes: bool,
+    /// Add the drain wait's preStop hook where there is none.
+    drain_wait: bool,
+    /// The pod's annotation asked for the drain wait (so a pod without a
+    /// proxy container is an error, not passed over).
+    drain_wait_asked: bool,
 }
 
 /// Runs `lifeguard inject`: the rewritten manifest on stdout, exit 0; or
@@ -143,7 +165,13 @@ fn rewrite_object(object: &mut Value, opts: &InjectOptions) -> Result<(), String
             .map_err(|why| format!("{name}: the {section} {key}: {text:?}: {why}"))
     };
     let meshed = says("labels", INJECT_LABEL)?.or(says("annotations", INJECT_LABEL)?);
-    if meshed == Some(false) || says("annotations", REWRITE_ANNOTATION)? == Some(false) {
+    let asked = says("annotations", DRAIN_WAIT_ANNOTATION)?;
+    let todo = Todo {
+        probes: says("annotations", REWRITE_ANNOTATION)? != Some(false),
+        drain_wait: asked.unwrap_or(opts.drain_wait),
+        drain_wait_asked: asked == Some(true),
+    };
+    if meshed == Some(false) || !(todo.probes || todo.drain_wait) {
         return Ok(());
     }
     let annotations = metadata.and_then(|m| m.get("annotations"));
@@ -153,17 +181,24 @@ fn rewrite_object(object: &mut Value, opts: &InjectOptions) -> Result<(), String
     let spec = pod
         .get_mut("spec")
         .ok_or_else(|| format!("{name}: the pod has no spec"))?;
-    rewrite_pod(spec, status_annotation.as_deref(), opts).map_err(|e| format!("{name}: {e}"))
+    rewrite_pod(spec, status_annotation.as_deref(), opts, todo).map_err(|e| format!("{name}: {e}"))
 }
 
 /// Rewrites the app containers of one pod spec and hands their originals
-/// to the proxy container. A pod with no proxy container is an error when
-/// it has something to rewrite, and passes unchanged otherwise.
-fn rewrite_pod(spec: &mut Value, status_annotation: Option<&str>, opts: &InjectOptions) -> Result<(), String> {
+/// to the proxy container; adds the drain wait's hook. A pod with no proxy
+/// container is an error when it has something to rewrite or its
+/// annotation asks for the drain wait, and passes unchanged otherwise.
+fn rewrite_pod(
+    spec: &mut Value,
+    status_annotation: Option<&str>,
+    opts: &InjectOptions,
+    todo: Todo,
+) -> Result<(), String> {
     let name = opts.proxy_container.as_deref();
     let Some((list, index)) = proxy::find(spec, name)? else {
         let mut containers = proxy::LISTS.iter().flat_map(|l| seq(spec, l));
-        return match containers.any(rewrite::has_handlers) {
+        let rewrites = todo.probes && containers.any(rewrite::has_handlers);
+        return match rewrites || todo.drain_wait_asked {
             true => Err(proxy::missing(name)),
             false => Ok(()),
         };
@@ -179,10 +214,16 @@ fn rewrite_pod(spec: &mut Value, status_annotation: Option<&str>, opts: &InjectO
             continue;
         };
         for (i, container) in containers.iter_mut().enumerate() {
-            if (l, i) != (list, index) {
+            if (l, i) == (list, index) {
+                continue;
+            }
+            if todo.probes {
                 let name = name_of(container).to_owned();
                 rewrite::container(container, status_port, &mut probes)
                     .map_err(|e| format!("container {name}: {e}"))?;
+            }
+            if todo.drain_wait && l == "containers" {
+                rewrite::add_drain_wait(container, status_port);
             }
         }
     }
@@ -192,30 +233,12 @@ fn rewrite_pod(spec: &mut Value, status_annotation: Option<&str>, opts: &InjectO
     Ok(())
 }
 
-/// The sequence at `key` (empty when absent or not a sequence).
-fn seq<'a>(value: &'a Value, key: &str) -> &'a [Value] {
-    value
-        .get(key)
-        .and_then(Value::as_sequence)
-        .map_or(&[][..], |s| s.as_slice())
-}
-
-/// A scalar as the YAML would write it.
-fn text_of(value: &Value) -> String {
-    serde_norway::to_string(value).unwrap_or_default().trim_end().to_owned()
-}
-
-/// An object's `name` field ("" when absent).
-fn name_of(value: &Value) -> &str {
-    value.get("name").and_then(Value::as_str).unwrap_or("")
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::status::app_probe::spec::{Port, Probe};
+    use crate::istio::probers::{Port, Probe};
 
     fn run(yaml: &str) -> Result<String, String> {
         inject(yaml, &InjectOptions::default())
@@ -516,5 +539,102 @@ spec:
             e.starts_with("document 1: List item 1: Pod web: container app: readinessProbe:"),
             "{e}"
         );
+    }
+
+    /// The preStop hook of container `name` in the first document's pod.
+    fn pre_stop(out: &str, name: &str) -> Option<Value> {
+        let pod: Value = serde_norway::from_str(out.split("---\n").next().unwrap()).unwrap();
+        let containers = pod["spec"]["containers"].as_sequence().unwrap().clone();
+        let c = containers
+            .into_iter()
+            .find(|c| c["name"].as_str() == Some(name))
+            .unwrap();
+        c.get("lifecycle").and_then(|l| l.get("preStop")).cloned()
+    }
+
+    const TWO_APPS: &str = r#"
+kind: Pod
+metadata:
+  name: web
+spec:
+  initContainers:
+  - name: migrate
+    image: example/migrate
+  containers:
+  - name: proxy
+    command: ["lifeguard", "run", "--"]
+  - name: app
+    image: example/app
+  - name: worker
+    image: example/worker
+    lifecycle:
+      preStop:
+        exec: {command: ["sleep", "3"]}
+"#;
+
+    #[test]
+    fn the_drain_wait_hook_goes_to_app_containers_without_one_by_flag_or_annotation() {
+        let opts = InjectOptions {
+            drain_wait: true,
+            ..Default::default()
+        };
+        let out = with(TWO_APPS, opts.clone()).unwrap();
+        let hook: Value = serde_norway::from_str("httpGet: {path: /drain/wait, port: 15020, scheme: HTTP}").unwrap();
+        assert_eq!(pre_stop(&out, "app"), Some(hook.clone()));
+        assert!(
+            pre_stop(&out, "worker").unwrap().get("exec").is_some(),
+            "its own hook is kept"
+        );
+        assert_eq!(pre_stop(&out, "proxy"), None, "the proxy is never given one");
+        assert!(
+            !out.contains("migrate\n  lifecycle"),
+            "init containers are left alone: {out}"
+        );
+        assert_eq!(with(&out, opts.clone()).unwrap(), out, "a second run changes nothing");
+        // The pod's annotation decides for the pod, either way.
+        let annotated = |v: &str| {
+            TWO_APPS.replace(
+                "  name: web\n",
+                &format!("  name: web\n  annotations:\n    lifeguard.io/drain-wait: \"{v}\"\n"),
+            )
+        };
+        assert_eq!(pre_stop(&run(&annotated("true")).unwrap(), "app"), Some(hook));
+        assert_eq!(pre_stop(&with(&annotated("false"), opts.clone()).unwrap(), "app"), None);
+        assert_eq!(pre_stop(&run(TWO_APPS).unwrap(), "app"), None, "off unless asked");
+        // On the proxy's own status port.
+        let moved = TWO_APPS.replace(
+            "\"run\", \"--\"",
+            "\"run\", \"--status-addr\", \"0.0.0.0:16020\", \"--\"",
+        );
+        assert!(with(&moved, opts).unwrap().contains("port: 16020"));
+    }
+
+    #[test]
+    fn the_drain_wait_asked_of_a_pod_without_a_proxy_is_an_error_and_istios_rewrite_opt_out_keeps_it() {
+        let no_proxy = "kind: Pod\nmetadata:\n  name: db\n  annotations: {lifeguard.io/drain-wait: \"true\"}\nspec:\n  containers:\n  - name: db\n";
+        let e = run(no_proxy).unwrap_err();
+        assert!(e.starts_with("document 1: Pod db: no proxy container"), "{e}");
+        let flag = InjectOptions {
+            drain_wait: true,
+            ..Default::default()
+        };
+        let plain = "kind: Pod\nmetadata:\n  name: db\nspec:\n  containers:\n  - name: db\n";
+        assert!(
+            with(plain, flag.clone()).is_ok(),
+            "the flag passes over pods without a proxy"
+        );
+        // Istio's opt-out of the probe rewrite leaves the probes, not the hook.
+        let no_rewrite = POD
+            .replace(
+                "  name: web\n",
+                "  name: web\n  annotations:\n    sidecar.istio.io/rewriteAppHTTPProbers: \"false\"\n",
+            )
+            .replace(
+                "    lifecycle:\n      preStop:\n        httpGet:\n          path: /stop\n          port: \"8080\"\n",
+                "",
+            );
+        let out = with(&no_rewrite, flag).unwrap();
+        assert!(out.contains("path: /ready"), "probes left as written: {out}");
+        assert!(out.contains("path: /drain/wait"), "{out}");
     }
 }

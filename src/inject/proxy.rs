@@ -4,8 +4,8 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::{name_of, seq};
-use crate::config::ProxyLayer;
+use super::yaml::{name_of, seq};
+use crate::istio::proxy_config::ProxyConfig;
 
 /// The status port when nothing says otherwise (`lifeguard run`'s default).
 const DEFAULT_STATUS_PORT: u16 = 15020;
@@ -118,10 +118,8 @@ fn proxy_status_port(proxy: &Value) -> Result<(u16, &'static str), String> {
             None => None,
         });
     let proxy_config = |text: &str| {
-        let layer = ProxyLayer::parse(text, &toml::Table::new(), &Default::default())
-            .map_err(|(field, why)| format!("the proxy container's {field}: {why}"))?;
-        let addr = layer.values.get("status_addr").and_then(toml::Value::as_str);
-        Ok::<_, String>(addr.map(str::to_owned))
+        let config = ProxyConfig::parse(text).map_err(|e| format!("the proxy container's {e}"))?;
+        Ok::<_, String>(config.status_port.map(|port| format!("0.0.0.0:{port}")))
     };
     let (addr, source) = match (flag, env_value(proxy, "LIFEGUARD_STATUS_ADDR")) {
         (Some(addr), _) => (addr.to_owned(), "its --status-addr"),

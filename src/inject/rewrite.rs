@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_norway::{Mapping, Value};
 
-use super::{name_of, seq};
-use crate::status::app_probe::spec::{AppProbes, Kind, Probe};
+use super::yaml::{name_of, seq};
+use crate::istio::probers::{AppProbes, Kind, Probe};
 
 /// The probes of a container, by field, with what they become.
 const PROBES: [(&str, Kind); 3] = [
@@ -32,6 +32,32 @@ pub(super) fn has_handlers(container: &Value) -> bool {
     probes
         .chain(hooks)
         .any(|h| HANDLERS.iter().any(|k| h.get(*k).is_some()))
+}
+
+/// Gives an app container the drain wait's preStop hook (`httpGet
+/// /drain/wait` on the status port: the kubelet holds the app's SIGTERM
+/// until the pod is out of its load balancers' rotation), unless it has a
+/// preStop hook of its own.
+pub(super) fn add_drain_wait(container: &mut Value, status_port: u16) {
+    let Some(container) = container.as_mapping_mut() else {
+        return;
+    };
+    let lifecycle = container
+        .entry("lifecycle".into())
+        .or_insert_with(|| Value::Mapping(Mapping::new()));
+    let Some(lifecycle) = lifecycle.as_mapping_mut() else {
+        return;
+    };
+    if lifecycle.contains_key("preStop") {
+        return;
+    }
+    let mut get = Mapping::new();
+    get.insert("path".into(), "/drain/wait".into());
+    get.insert("port".into(), u64::from(status_port).into());
+    get.insert("scheme".into(), "HTTP".into());
+    let mut hook = Mapping::new();
+    hook.insert("httpGet".into(), Value::Mapping(get));
+    lifecycle.insert("preStop".into(), Value::Mapping(hook));
 }
 
 /// Rewrites the probes and hooks of one app container; each original goes

@@ -104,83 +104,20 @@ impl Incomplete {
     }
 }
 
-/// The metric names, once. Tests check the README, the alerting rules and
-/// the dashboard against this list.
-pub mod names {
-    pub(crate) const BUILD_INFO: &str = "lifeguard_build_info";
-    pub(crate) const READY: &str = "lifeguard_ready";
-    pub(crate) const PROBE_RESPONSES: &str = "lifeguard_probe_responses_total";
-    pub(crate) const TIME_TO_FIRST_READY: &str = "lifeguard_time_to_first_ready_seconds";
-    pub(crate) const READINESS_CHANGES: &str = "lifeguard_envoy_readiness_changes_total";
-    pub(crate) const READINESS_KEPT: &str = "lifeguard_readiness_kept_total";
-    pub(crate) const SCRAPE_ENVOY_READS: &str = "lifeguard_scrape_envoy_reads_total";
-    pub(crate) const SCRAPE_ENVOY_INCOMPLETE: &str = "lifeguard_scrape_envoy_incomplete_total";
-    pub(crate) const SCRAPE_APP_INCOMPLETE: &str = "lifeguard_scrape_app_incomplete_total";
-    pub(crate) const SCRAPE_FAILURES: &str = "lifeguard_scrape_failures_total";
-    pub(crate) const ADMIN_REQUESTS: &str = "lifeguard_envoy_admin_requests_total";
-    pub(crate) const ADMIN_DURATION: &str = "lifeguard_envoy_admin_request_duration_seconds";
-    pub(crate) const APP_PROBE_RESULTS: &str = "lifeguard_app_probe_results_total";
-    pub(crate) const APP_PROBE_DURATION: &str = "lifeguard_app_probe_duration_seconds";
-    pub(crate) const ADMIN_LAST_SUCCESS: &str = "lifeguard_envoy_admin_last_success_timestamp_seconds";
-    pub(crate) const DRAIN_PHASE: &str = "lifeguard_drain_phase";
-    pub(crate) const DRAIN_POLICY: &str = "lifeguard_drain_policy";
-    pub(crate) const DRAIN_STARTED: &str = "lifeguard_drain_started_timestamp_seconds";
-    pub(crate) const DRAIN_DEADLINE: &str = "lifeguard_drain_deadline_timestamp_seconds";
-    pub(crate) const DRAIN_DURATION: &str = "lifeguard_drain_duration_seconds";
-    pub(crate) const DRAIN_ACTIVE_CONNECTIONS: &str = "lifeguard_drain_active_connections";
-    pub(crate) const DRAIN_ACTIVE_REQUESTS: &str = "lifeguard_drain_active_requests";
-    pub(crate) const DRAIN_ACTIVE_TCP: &str = "lifeguard_drain_active_tcp_connections";
-    pub(crate) const DRAIN_APP_SOCKETS: &str = "lifeguard_drain_app_sockets";
-    pub(crate) const DRAIN_APP_PROCESSES: &str = "lifeguard_drain_app_processes";
-    pub(crate) const DRAIN_CUT: &str = "lifeguard_drain_cut_by_deadline";
-    pub(crate) const DRAIN_LEFT_AT_STOP: &str = "lifeguard_drain_left_at_stop";
-    pub(crate) const PROCESS_CPU: &str = "process_cpu_seconds_total";
-    pub(crate) const PROCESS_RSS: &str = "process_resident_memory_bytes";
-    pub(crate) const PROCESS_VSZ: &str = "process_virtual_memory_bytes";
-    pub(crate) const PROCESS_OPEN_FDS: &str = "process_open_fds";
-    pub(crate) const PROCESS_MAX_FDS: &str = "process_max_fds";
-    pub(crate) const PROCESS_START: &str = "process_start_time_seconds";
-    pub(crate) const PROCESS_THREADS: &str = "process_threads";
-}
+pub mod names;
 use names::*;
 
 impl Metrics {
     /// A new set of metrics on its own recorder. `started` is the agent's
     /// start, for the time to first ready.
     pub fn new(started: Instant) -> Metrics {
-        let recorder = PrometheusBuilder::new()
-            .with_recommended_naming(true)
-            .set_buckets_for_metric(
-                Matcher::Full(ADMIN_DURATION.into()),
-                &[
-                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                ],
-            )
-            .expect("static buckets are not empty")
-            .set_buckets_for_metric(
-                Matcher::Full(APP_PROBE_DURATION.into()),
-                &[
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                ],
-            )
-            .expect("static buckets are not empty")
-            .build_recorder();
-        let recorder = Arc::new(recorder);
+        let recorder = Arc::new(recorder_with_buckets());
         let handle = recorder.handle();
         let r = Registrar { recorder: &recorder };
 
         let probe_help = "Answers of the readiness probe (/healthz/ready), by status code.";
         let changes_help = "Changes of Envoy's readiness as lifeguard's reads saw it, by the state changed to.";
-        recorder.describe_counter(
-            ADMIN_REQUESTS.into(),
-            None,
-            "Requests lifeguard made to Envoy's admin API, by endpoint and outcome.".into(),
-        );
-        recorder.describe_histogram(
-            ADMIN_DURATION.into(),
-            Some(Unit::Seconds),
-            "Duration of requests to Envoy's admin API, including failures, by endpoint.".into(),
-        );
+        describe_per_call_families(&recorder);
         let inner = Inner {
             recorder: recorder.clone(),
             handle,
@@ -224,6 +161,15 @@ impl Metrics {
     /// The probe's counters, for the status service to keep.
     pub(crate) fn probe_counters(&self) -> (Counter, Counter) {
         (self.inner.probe_ok.clone(), self.inner.probe_unavailable.clone())
+    }
+
+    /// Records one answered drain wait: why it ended (a label value) and
+    /// how long it waited. A few per pod's life: looked up per call.
+    pub fn drain_wait(&self, reason: &'static str, took: Duration) {
+        self.inner
+            .recorder
+            .register_histogram(&Registrar::key(DRAIN_WAIT, &[("reason", reason)]), &META)
+            .record(took.as_secs_f64());
     }
 
     /// Records one admin request: `endpoint` and `outcome` are label values.
@@ -421,6 +367,51 @@ impl Registrar<'_> {
         self.recorder.describe_counter(name.into(), None, help.into());
         self.recorder.register_counter(&Self::key(name, labels), &META)
     }
+}
+
+/// A recorder with the histograms' buckets.
+fn recorder_with_buckets() -> PrometheusRecorder {
+    PrometheusBuilder::new()
+        .with_recommended_naming(true)
+        .set_buckets_for_metric(
+            Matcher::Full(ADMIN_DURATION.into()),
+            &[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ],
+        )
+        .expect("static buckets are not empty")
+        .set_buckets_for_metric(
+            Matcher::Full(APP_PROBE_DURATION.into()),
+            &[
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ],
+        )
+        .expect("static buckets are not empty")
+        .set_buckets_for_metric(
+            Matcher::Full(DRAIN_WAIT.into()),
+            &[0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0],
+        )
+        .expect("static buckets are not empty")
+        .build_recorder()
+}
+
+/// The help of the families registered per call (not kept as handles).
+fn describe_per_call_families(recorder: &PrometheusRecorder) {
+    recorder.describe_counter(
+        ADMIN_REQUESTS.into(),
+        None,
+        "Requests lifeguard made to Envoy's admin API, by endpoint and outcome.".into(),
+    );
+    recorder.describe_histogram(
+        ADMIN_DURATION.into(),
+        Some(Unit::Seconds),
+        "Duration of requests to Envoy's admin API, including failures, by endpoint.".into(),
+    );
+    recorder.describe_histogram(
+        DRAIN_WAIT.into(),
+        Some(Unit::Seconds),
+        "How long each GET /drain/wait (the app's preStop hook) waited, by why it ended: out_of_rotation, timeout, deadline, stopped.".into(),
+    );
 }
 
 #[cfg(test)]

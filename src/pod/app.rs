@@ -16,7 +16,8 @@
 //!   are sockets on ports the operator leaves out (other sidecars).
 //! - **processes**: where the pod shares one process namespace
 //!   (`shareProcessNamespace: true`, seen as PID 1 being the pod's `pause`
-//!   process in another cgroup than lifeguard's), every process in another
+//!   process — `catatonit` in a podman pod — in another cgroup than
+//!   lifeguard's), every process in another
 //!   cgroup than lifeguard's — pause and the proxy aside — is the app's, and
 //!   the app is done only when all of them have exited. That catches an app
 //!   that holds no socket between two calls. Without a shared process
@@ -73,9 +74,12 @@ pub(crate) fn app_sockets(
 }
 
 /// Whether this process shares the pod's process namespace: PID 1 is the
-/// pod's `pause` process, in another cgroup than ours.
+/// pod's `pause` process (the sandbox's, under containerd and CRI-O;
+/// `catatonit -P` in a pod played by podman), in another cgroup than ours.
 pub(crate) fn shares_pod_process_namespace() -> bool {
-    let pause = Process::new(1).and_then(|p| p.stat()).is_ok_and(|s| s.comm == "pause");
+    let pause = Process::new(1)
+        .and_then(|p| p.stat())
+        .is_ok_and(|s| matches!(s.comm.as_str(), "pause" | "catatonit"));
     pause && cgroup_of(1).is_some_and(|c| Some(c) != cgroup_of(std::process::id() as i32))
 }
 

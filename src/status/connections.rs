@@ -12,6 +12,7 @@
 //!   header-read timeout, which also bounds a keep-alive connection idle
 //!   between requests, but nothing for writes.
 
+use crate::url::is_loopback;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -170,15 +171,6 @@ impl Drop for Slot {
     }
 }
 
-/// Whether an address is on this host (127.0.0.0/8, ::1, or either as an
-/// IPv4-mapped IPv6 address).
-pub(crate) fn is_loopback(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(a) => a.is_loopback(),
-        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
-    }
-}
-
 /// Which peer an address counts as: an IPv4 address (also when mapped into
 /// IPv6), or an IPv6 /64, which one host usually holds whole.
 fn peer_key(ip: IpAddr) -> IpAddr {
@@ -207,6 +199,9 @@ pub struct WriteTimeout<S> {
     /// Armed while a write waits; None until the first write ever waits.
     timer: Option<Pin<Box<Sleep>>>,
     waiting: bool,
+    /// The last read took all the peer had sent (it did not fill the
+    /// buffer, or found nothing): nothing is left unread in the socket.
+    drained: bool,
 }
 
 impl<S> WriteTimeout<S> {
@@ -216,6 +211,7 @@ impl<S> WriteTimeout<S> {
             limit,
             timer: None,
             waiting: false,
+            drained: true,
         }
     }
 
@@ -247,7 +243,13 @@ impl<S> WriteTimeout<S> {
 
 impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let (before, room) = (buf.filled().len(), buf.remaining());
+        let poll = Pin::new(&mut self.io).poll_read(cx, buf);
+        self.drained = match &poll {
+            Poll::Ready(Ok(())) => buf.filled().len() - before < room,
+            Poll::Ready(Err(_)) | Poll::Pending => true,
+        };
+        poll
     }
 }
 
@@ -278,7 +280,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
         this.watch(cx, poll)
     }
 
+    /// hyper shuts the write side down before it drops a connection it
+    /// closes. When the peer sent nothing that is still unread, the close
+    /// right after sends the same FIN, and the `shutdown(2)` is left out:
+    /// one system call less per probe (a new connection each, as kubelets
+    /// and load balancers probe). When bytes may be left unread (a body the
+    /// route does not read), the close would answer them with a reset,
+    /// which can beat the answer to the peer: the FIN goes first then, as
+    /// before (`tests/hardening.rs` checks both).
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.drained {
+            return Poll::Ready(Ok(()));
+        }
         let this = &mut *self;
         let poll = Pin::new(&mut this.io).poll_shutdown(cx);
         this.watch(cx, poll)

@@ -4,7 +4,12 @@
 //! Endpoints:
 //! - `GET|HEAD /healthz/ready` — 200 `ready`, or 503 with a one-line reason.
 //!   Answered from the readiness snapshot: no Envoy call, no allocation.
-//! - `GET /drain` — the drain's status as JSON (any caller).
+//! - `GET /drain` — the drain's status as JSON, with the drain wait's
+//!   (any caller).
+//! - `GET|HEAD /drain/wait[?timeout=D]` — the app container's preStop hook:
+//!   answers 200 with one line once the pod is out of its load balancers'
+//!   rotation, or at its bound, saying which ([`crate::rotation`]); starts
+//!   nothing; any caller.
 //! - `POST /drain` — loopback only: start the drain (readiness 503 at once)
 //!   or join the one under way; answers with the status once drained. Envoy
 //!   keeps running until a signal. The native-sidecar preStop hook.
@@ -23,6 +28,8 @@
 //! Callers of the POST routes from other hosts get 403 and nothing happens;
 //! so do loopback callers with `--loopback-control false` (then only the
 //! control socket drains and stops).
+//! Every answer to `/healthz/ready` is recorded against its checker (a load
+//! balancer), for the drain wait.
 //! Unknown paths get 404, known paths with another method 405.
 //!
 //! Files:
@@ -30,7 +37,8 @@
 //! - [`server`]: the listener(s) and hyper's connections: header-read and
 //!   write timeouts, `TCP_NODELAY`, a loopback accept queue of its own.
 //! - [`service`]: the tower service that routes each request.
-//! - [`routes`]: one function per route.
+//! - [`routes`]: one function per route, and what they share.
+//! - `response`: the body of every answer and the future that yields it.
 //! - [`connections`]: connection slots shared fairly between peers, and the
 //!   write timeout of a connection.
 //! - [`control`]: the same service on a Unix socket (`--control-socket`),
@@ -40,6 +48,7 @@
 pub mod app_probe;
 pub mod connections;
 pub mod control;
+mod response;
 mod routes;
 pub mod server;
 pub mod service;

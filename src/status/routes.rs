@@ -8,18 +8,57 @@ use hyper::{Method, Response, StatusCode};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::service::{Body, ResponseFuture, Shared};
+use super::app_probe::AppProber;
+use super::response::{Body, ResponseFuture};
+use crate::drain::DrainHandle;
+use crate::envoy::readiness::Readiness;
 use crate::exit::linger::{self, Linger};
 use crate::metrics::scrape::ScrapeRequest;
+use crate::metrics::scrape::Scraper;
+use crate::rotation::checkers::CheckerKey;
+use crate::rotation::Checkers;
+use crate::rotation::Rotation;
+use metrics::Counter;
+use std::path::PathBuf;
+use tokio::time::Instant;
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 static GZIP: HeaderValue = HeaderValue::from_static("gzip");
 static VARY_VALUE: HeaderValue = HeaderValue::from_static("accept, accept-encoding");
 
+/// What every connection's service shares.
+#[derive(Clone)]
+pub(super) struct Shared {
+    pub(super) readiness: Readiness,
+    pub(super) drain: Option<DrainHandle>,
+    /// The merged scrape (None: no metrics route).
+    pub(super) scraper: Option<Scraper>,
+    /// Told of each scrape, so a last one can end the linger.
+    pub(super) linger: Option<Linger>,
+    pub(super) probe_ok: Counter,
+    pub(super) probe_unavailable: Counter,
+    /// The app's probes (`/app-health/...`, `/app-lifecycle/...`).
+    pub(super) app_probes: Option<AppProber>,
+    /// Whether loopback TCP callers may drain and stop (`--loopback-control`).
+    pub(super) loopback_control: bool,
+    /// The control socket, named in the answer to a TCP caller refused.
+    pub(super) control_socket: Option<PathBuf>,
+    /// Who checks the pod's readiness: each probe's answer is recorded.
+    pub(super) checkers: Checkers,
+    /// The drain wait (`GET /drain/wait`).
+    pub(super) rotation: Option<Rotation>,
+}
+
 /// `GET|HEAD /healthz/ready`: from the readiness snapshot, never waiting
-/// on Envoy.
-pub(super) fn probe(shared: &Shared, headers: HeaderMap, method: &Method) -> ResponseFuture {
+/// on Envoy. The answer is recorded against its checker (a load balancer),
+/// for the drain wait.
+pub(super) fn probe(
+    shared: &Shared,
+    headers: HeaderMap,
+    method: &Method,
+    checker: Option<CheckerKey>,
+) -> ResponseFuture {
     let answer = shared.readiness.answer();
     let status = if answer.ready {
         shared.probe_ok.increment(1);
@@ -28,6 +67,9 @@ pub(super) fn probe(shared: &Shared, headers: HeaderMap, method: &Method) -> Res
         shared.probe_unavailable.increment(1);
         StatusCode::SERVICE_UNAVAILABLE
     };
+    if let Some(checker) = checker {
+        shared.checkers.record(checker, Instant::now(), answer.ready);
+    }
     finish(headers, method, (status, answer.body))
 }
 
@@ -61,13 +103,59 @@ pub(super) fn scrape(
     ResponseFuture::Ready(Some(response))
 }
 
-/// `GET|HEAD /drain`: the drain's status as JSON.
+/// `GET|HEAD /drain`: the drain's status as JSON, with the drain wait's
+/// (`rotation`).
 pub(super) fn drain_status(shared: &Shared, mut headers: HeaderMap, method: &Method) -> ResponseFuture {
     let Some(drain) = &shared.drain else {
         return finish(headers, method, not_found());
     };
+    #[derive(serde::Serialize)]
+    struct View {
+        #[serde(flatten)]
+        drain: crate::drain::Status,
+        rotation: Option<crate::rotation::RotationStatus>,
+    }
+    let view = View {
+        drain: drain.status(),
+        rotation: shared.rotation.as_ref().map(Rotation::status),
+    };
+    let mut body = serde_json::to_vec(&view).unwrap_or_default();
+    body.push(b'\n');
     headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
-    finish(headers, method, (StatusCode::OK, status_json(&drain.status())))
+    finish(headers, method, (StatusCode::OK, Bytes::from(body)))
+}
+
+/// `GET|HEAD /drain/wait[?timeout=D]`: the app container's preStop hook.
+/// Answers 200 with one line once the pod is out of rotation, or at its
+/// bound (the timeout, the drain's deadline, Envoy stopping), saying which;
+/// 400 for a timeout that is not a duration. Starts nothing; any caller.
+pub(super) fn drain_wait(shared: &Shared, headers: HeaderMap, method: &Method, query: Option<&str>) -> ResponseFuture {
+    let Some(rotation) = shared.rotation.clone() else {
+        return finish(headers, method, not_found());
+    };
+    let timeout = match wait_timeout(query) {
+        Ok(timeout) => timeout,
+        Err(why) => return finish(headers, method, (StatusCode::BAD_REQUEST, Bytes::from(why))),
+    };
+    let method = method.clone();
+    ResponseFuture::Waiting(Box::pin(async move {
+        let end = rotation.wait(timeout).await;
+        respond(headers, &method, (StatusCode::OK, Bytes::from(end.line + "\n")))
+    }))
+}
+
+/// The `timeout` of a drain wait's query string, a Go duration.
+fn wait_timeout(query: Option<&str>) -> Result<Option<std::time::Duration>, String> {
+    let Some(value) = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|p| p.strip_prefix("timeout="))
+    else {
+        return Ok(None);
+    };
+    crate::duration::parse(value)
+        .map(Some)
+        .map_err(|e| format!("invalid timeout {value:?}: {e}\n"))
 }
 
 /// `POST /drain[?nowait]` and `POST /quitquitquit`, for the callers that

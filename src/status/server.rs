@@ -124,7 +124,6 @@ impl StatusServer {
                     continue;
                 }
             };
-            let _ = stream.set_nodelay(true);
             let service = service.for_peer(peer);
             let http = http.clone();
             let shutdown = shutdown.clone();
@@ -172,6 +171,9 @@ fn listen(addr: SocketAddr, reuseport: bool) -> std::io::Result<TcpListener> {
     if reuseport {
         socket.set_reuseport(true)?;
     }
+    // Accepted connections inherit it: one system call here, none per
+    // connection (a probe is a new connection each time).
+    socket.set_nodelay(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)
 }

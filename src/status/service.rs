@@ -4,84 +4,26 @@
 //! It only routes: each route is a function in [`super::routes`].
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures_util::Stream;
-use http_body_util::Full;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use metrics::Counter;
 
 use super::app_probe::AppProber;
-use super::routes;
+pub use super::response::{Body, ResponseFuture};
+use super::routes::{self, Shared};
 use crate::drain::DrainHandle;
 use crate::envoy::readiness::Readiness;
 use crate::exit::linger::Linger;
 use crate::metrics::scrape::{ScrapeRequest, Scraper};
 use crate::metrics::Metrics;
-
-/// The response body of every route: a whole body (every route but one,
-/// the probe's with no allocation), or the merged scrape's stream.
-pub enum Body {
-    Full(Full<Bytes>),
-    Stream(Pin<Box<dyn Stream<Item = Bytes> + Send>>),
-}
-
-impl Body {
-    pub(super) fn full(bytes: Bytes) -> Self {
-        Body::Full(Full::new(bytes))
-    }
-}
-
-impl hyper::body::Body for Body {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.get_mut() {
-            Body::Full(full) => hyper::body::Body::poll_frame(Pin::new(full), cx),
-            Body::Stream(stream) => stream.as_mut().poll_next(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            Body::Full(full) => hyper::body::Body::is_end_stream(full),
-            Body::Stream(_) => false,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            Body::Full(full) => hyper::body::Body::size_hint(full),
-            Body::Stream(_) => SizeHint::default(),
-        }
-    }
-}
-
-/// The future of one response: ready at once for every route but the two
-/// that wait on the drain.
-pub enum ResponseFuture {
-    Ready(Option<Response<Body>>),
-    Waiting(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<Response<Body>, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            ResponseFuture::Ready(response) => Poll::Ready(Ok(response.take().expect("polled after completion"))),
-            ResponseFuture::Waiting(fut) => fut.as_mut().poll(cx).map(Ok),
-        }
-    }
-}
+use crate::rotation::checkers::CheckerKey;
+use crate::rotation::{Checkers, Rotation};
 
 /// The routes of the status port, as a service. One value per connection:
 /// it knows the peer (for the loopback guard) or that it came through the
@@ -93,25 +35,6 @@ pub struct StatusService {
     /// The connection came through the control socket, whose file mode and
     /// mount decide who may connect.
     control_socket: bool,
-}
-
-/// What every connection's service shares.
-#[derive(Clone)]
-pub(super) struct Shared {
-    pub(super) readiness: Readiness,
-    pub(super) drain: Option<DrainHandle>,
-    /// The merged scrape (None: no metrics route).
-    pub(super) scraper: Option<Scraper>,
-    /// Told of each scrape, so a last one can end the linger.
-    pub(super) linger: Option<Linger>,
-    pub(super) probe_ok: Counter,
-    pub(super) probe_unavailable: Counter,
-    /// The app's probes (`/app-health/...`, `/app-lifecycle/...`).
-    pub(super) app_probes: Option<AppProber>,
-    /// Whether loopback TCP callers may drain and stop (`--loopback-control`).
-    pub(super) loopback_control: bool,
-    /// The control socket, named in the answer to a TCP caller refused.
-    pub(super) control_socket: Option<PathBuf>,
 }
 
 impl StatusService {
@@ -127,6 +50,8 @@ impl StatusService {
                 app_probes: None,
                 loopback_control: true,
                 control_socket: None,
+                checkers: Checkers::default(),
+                rotation: None,
             }),
             peer: None,
             control_socket: false,
@@ -189,6 +114,14 @@ impl StatusService {
         self
     }
 
+    /// Records each probe's checker in `checkers` and serves the drain
+    /// wait through `rotation`.
+    pub(crate) fn with_rotation(mut self, rotation: Rotation, checkers: Checkers) -> Self {
+        let shared = Arc::make_mut(&mut self.shared);
+        (shared.rotation, shared.checkers) = (Some(rotation), checkers);
+        self
+    }
+
     /// Serves the drain routes through `drain`.
     pub(crate) fn with_drain(mut self, drain: DrainHandle) -> Self {
         Arc::make_mut(&mut self.shared).drain = Some(drain);
@@ -196,7 +129,7 @@ impl StatusService {
     }
 
     /// The same service, answering a connection from `peer`.
-    pub(crate) fn for_peer(&self, peer: SocketAddr) -> Self {
+    pub fn for_peer(&self, peer: SocketAddr) -> Self {
         Self {
             peer: Some(peer),
             control_socket: false,
@@ -224,19 +157,25 @@ impl StatusService {
         }
         let scrape =
             (path == "/stats/prometheus" || path == "/metrics").then(|| ScrapeRequest::new(uri.query(), &headers));
+        let checker = match path {
+            "/healthz/ready" => CheckerKey::of(self.peer, &headers),
+            _ => None,
+        };
         headers.clear();
         match (path, method) {
-            ("/healthz/ready", &Method::GET | &Method::HEAD) => routes::probe(shared, headers, method),
+            ("/healthz/ready", &Method::GET | &Method::HEAD) => routes::probe(shared, headers, method, checker),
             ("/stats/prometheus" | "/metrics", &Method::GET | &Method::HEAD) => {
                 routes::scrape(shared, headers, method, scrape)
             }
             ("/drain", &Method::GET | &Method::HEAD) => routes::drain_status(shared, headers, method),
+            ("/drain/wait", &Method::GET | &Method::HEAD) => routes::drain_wait(shared, headers, method, uri.query()),
             ("/drain" | "/quitquitquit", &Method::POST) => {
                 routes::control(shared, self.may_control(), headers, path, uri.query())
             }
             ("/healthz/ready", _) => routes::wrong_method(headers, method, "GET, HEAD"),
             ("/drain", _) => routes::wrong_method(headers, method, "GET, HEAD, POST"),
             ("/quitquitquit", _) => routes::wrong_method(headers, method, "POST"),
+            ("/drain/wait", _) => routes::wrong_method(headers, method, "GET, HEAD"),
             _ => routes::finish(headers, method, routes::not_found()),
         }
     }
@@ -244,7 +183,7 @@ impl StatusService {
 
 /// Whether an address is on this host.
 pub(crate) fn is_loopback(addr: &SocketAddr) -> bool {
-    crate::status::connections::is_loopback(addr.ip())
+    crate::url::is_loopback(addr.ip())
 }
 
 impl<B> tower::Service<Request<B>> for StatusService {
@@ -358,6 +297,83 @@ mod tests {
         assert_eq!(
             call(&svc, Method::GET, "/quitquitquit").0,
             StatusCode::METHOD_NOT_ALLOWED
+        );
+    }
+
+    #[test]
+    fn the_drain_wait_checks_its_timeout_and_get_drain_shows_it() {
+        let (svc, _r, _drain) = with_drain();
+        assert_eq!(
+            call(&svc, Method::GET, "/drain/wait").0,
+            StatusCode::NOT_FOUND,
+            "no rotation, no route"
+        );
+        let plan = crate::rotation::RotationPlan {
+            unhealthy_threshold: 3,
+            quiet_period: Duration::from_secs(1),
+            deadline: Duration::from_secs(28),
+        };
+        let (rotation, _publish) = Rotation::new(&plan);
+        let svc = svc.with_rotation(rotation, Checkers::default());
+        let (status, body) = call(&svc, Method::GET, "/drain/wait?timeout=soon");
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.starts_with("invalid timeout \"soon\""), "{body}");
+        assert_eq!(
+            call(&svc, Method::POST, "/drain/wait").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        // No drain: the wait ends at its timeout, saying so.
+        let (status, body) = call(&svc, Method::GET, "/drain/wait?timeout=10ms");
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.starts_with(
+                "NOT out of rotation, stopped waiting at the 10ms timeout: was waiting for the drain to begin"
+            ),
+            "{body}"
+        );
+        let (_, body) = call(&svc, Method::GET, "/drain");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(json["phase"], "serving");
+        assert_eq!(json["rotation"]["state"], "not_started");
+        assert_eq!(json["rotation"]["unhealthy_threshold"], 3);
+    }
+
+    #[test]
+    fn a_load_balancers_probe_is_recorded_and_the_kubelets_is_not() {
+        let r = Readiness::standalone(Duration::from_secs(4));
+        r.store(Verdict::ready(Instant::now()));
+        let checkers = Checkers::default();
+        let plan = crate::rotation::RotationPlan {
+            unhealthy_threshold: 3,
+            quiet_period: Duration::from_secs(1),
+            deadline: Duration::from_secs(28),
+        };
+        let svc = StatusService::new(r)
+            .with_rotation(Rotation::new(&plan).0, checkers.clone())
+            .for_peer("127.0.0.1:40000".parse().unwrap());
+        let probe = |headers: &[(&'static str, &'static str)]| {
+            let mut req = Request::builder().uri("/healthz/ready");
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async { svc.handle(req.body(()).unwrap()).await.unwrap().status() })
+        };
+        assert_eq!(
+            probe(&[("user-agent", "kube-probe/1.31"), ("x-forwarded-for", "10.0.0.1")]),
+            StatusCode::OK
+        );
+        assert!(checkers.snapshot().is_empty(), "the kubelet is no checker");
+        probe(&[("x-forwarded-for", "10.0.0.9")]);
+        probe(&[("x-forwarded-for", "10.0.0.9")]);
+        let seen = checkers.snapshot();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            (seen[0].key.to_string(), seen[0].probes, seen[0].failures_in_row),
+            ("10.0.0.9".into(), 2, 0)
         );
     }
 

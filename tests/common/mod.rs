@@ -58,6 +58,27 @@ pub fn envoy_bin() -> PathBuf {
     }
 }
 
+/// The version of an Envoy binary, `x.y.z`, from its `--version`.
+pub fn envoy_version_of(envoy: &Path) -> String {
+    let out = Command::new(envoy)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", envoy.display()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("version: ")
+        .nth(1)
+        .and_then(|v| v.split('/').nth(1))
+        .unwrap_or_else(|| panic!("no version in {}'s --version: {text}", envoy.display()))
+        .to_owned()
+}
+
+/// The (major, minor) of the Envoy the tests run ([`envoy_bin`]).
+pub fn envoy_minor() -> (u32, u32) {
+    let version = envoy_version_of(&envoy_bin());
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
 /// The lifeguard binary: the one Cargo built for this test, or, outside
 /// tests (the `reaction` example), `$LIFEGUARD_BIN`, else
 /// `target/release/lifeguard`.
@@ -664,6 +685,57 @@ fn unix_request(method: &str, socket: &Path, path: &str) -> std::io::Result<(u16
         body.push_str(after.get(..size).ok_or_else(bad)?);
         rest = after.get(size + 2..).ok_or_else(bad)?;
     }
+}
+
+/// An answer: its status, its headers (names lowercase) and its body.
+pub type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// One request on a fresh connection with `headers` (and no `connection`
+/// header of its own: the answer's says what the server wants), within
+/// 10 s: the status, the answer's headers (names lowercase) and its body.
+pub fn http_with_headers(
+    method: &str,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Answer> {
+    http_with_headers_within(method, addr, path, headers, Duration::from_secs(10))
+}
+
+/// `http_with_headers` within `timeout`.
+pub fn http_with_headers_within(
+    method: &str,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> std::io::Result<Answer> {
+    let mut builder = build(method, addr, path)?;
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let request = builder.body(()).map_err(std::io::Error::other)?;
+    let agent = client();
+    let request = agent.configure_request(request).timeout_global(Some(timeout)).build();
+    let mut response = agent.run(request).map_err(ureq::Error::into_io)?;
+    let status = response.status().as_u16();
+    let answer_headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .map_err(ureq::Error::into_io)?;
+    Ok((status, answer_headers, body))
 }
 
 pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {

@@ -47,6 +47,15 @@ impl Netns {
         ns
     }
 
+    /// A name for the network namespace of the running process `pid`
+    /// (`ip netns attach`): a container engine's, say. Deleting the name
+    /// (on drop) leaves the namespace to the processes in it.
+    pub fn attach(name: String, pid: i32) -> Netns {
+        let _one = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        ip(&["netns", "attach", &name, &pid.to_string()]);
+        Netns { name }
+    }
+
     pub fn path(&self) -> String {
         format!("/run/netns/{}", self.name)
     }
@@ -108,11 +117,27 @@ pub struct Net {
 impl Net {
     pub fn new() -> Net {
         let (pid, n) = unique();
+        Net::around(Netns::new(format!("lifeguard-{pid}-{n}-pod")), Net::addresses())
+    }
+
+    /// The pod's (.1) and the peer's (.2) addresses for a new pair, on a
+    /// /24 of 10/8 of this test process's own.
+    pub fn addresses() -> (Ipv4Addr, Ipv4Addr) {
+        let (pid, n) = unique();
+        let net = |host| Ipv4Addr::new(10, 100 + (pid % 100) as u8, n as u8, host);
+        (net(1), net(2))
+    }
+
+    /// The peer namespace and the veth pair, joined to `pod`, which may
+    /// have been made elsewhere (a container engine's pod, named with
+    /// [`Netns::attach`]), on `addresses` (see [`Net::addresses`]).
+    pub fn around(pod: Netns, (pod_ip, peer_ip): (Ipv4Addr, Ipv4Addr)) -> Net {
+        let (pid, n) = unique();
         let net = Net {
-            pod: Netns::new(format!("lifeguard-{pid}-{n}-pod")),
+            pod,
             peer: Netns::new(format!("lifeguard-{pid}-{n}-peer")),
-            pod_ip: Ipv4Addr::new(10, 100 + (pid % 100) as u8, n as u8, 1),
-            peer_ip: Ipv4Addr::new(10, 100 + (pid % 100) as u8, n as u8, 2),
+            pod_ip,
+            peer_ip,
         };
         ip(&[
             "-n",

@@ -248,7 +248,13 @@ impl ExitWatch {
 /// manager, to the peer) reached by the outbound route `/via-inner`.
 pub fn pod_bootstrap(peer: Ipv4Addr, internal: bool) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml");
-    let shipped = std::fs::read_to_string(path).unwrap();
+    with_outbound(&std::fs::read_to_string(path).unwrap(), peer, internal)
+}
+
+/// `shipped` (a bootstrap of config/, either form) with the listeners and
+/// clusters [`pod_bootstrap`] adds. A sidecar's outbound listeners come
+/// from its control plane; these stand for them.
+pub fn with_outbound(shipped: &str, peer: Ipv4Addr, internal: bool) -> String {
     let router = r#"
           http_filters:
           - name: envoy.filters.http.router

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::lines::Format;
-use super::Target;
+use crate::istio::annotations::Target;
 use crate::metrics::Incomplete;
 
 /// The largest body taken from one app target; the rest is left out
@@ -96,7 +96,7 @@ async fn read(
         .header(ACCEPT, format.accept_for_app())
         .header(USER_AGENT, concat!("lifeguard/", env!("CARGO_PKG_VERSION")))
         .header(
-            crate::metrics::scrape::SCRAPE_TIMEOUT_HEADER,
+            crate::metrics::scrape::request::SCRAPE_TIMEOUT_HEADER,
             format!("{:.3}", budget.as_secs_f64()),
         )
         .body(Empty::<Bytes>::new());

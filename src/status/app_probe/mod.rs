@@ -19,7 +19,8 @@
 //! An unknown path under those prefixes is 404. The probes are served for
 //! as long as the status port is (through the drain and the linger).
 //!
-//! Files: [`spec`] (the JSON, checked), `call` (the connection and HTTP
+//! The probes are `crate::istio::probers`' (the JSON, checked). Files:
+//! `call` (the connection and HTTP
 //! exchange), `grpc` (the health check).
 
 use std::collections::HashMap;
@@ -33,13 +34,12 @@ use hyper::StatusCode;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use crate::istio::probers::{Action, AppProbes, Checked};
 use crate::metrics::{AppProbeMetrics, Metrics};
 use call::{HttpAnswer, HttpCall, Target};
-use spec::{Action, AppProbes, Checked};
 
 pub(crate) mod call;
 pub(crate) mod grpc;
-pub mod spec;
 
 /// Calls of one path at once; more wait (within the probe's timeout) for
 /// one to end, so a flood of probes makes no more than this many calls to

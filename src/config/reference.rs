@@ -1,0 +1,80 @@
+//! The configuration reference (`docs/configuration.md`), written from the
+//! settings themselves: each setting's flag, env variable, file key,
+//! default and doc comment, as clap and serde read them. `tests/docs.rs`
+//! keeps the file in step (`LIFEGUARD_UPDATE_DOCS=1 cargo test --test docs`
+//! rewrites it).
+
+use clap::Args;
+
+use super::RunArgs;
+
+const HEAD: &str = "\
+# Configuration reference
+
+<!-- Written from the settings in src/config/mod.rs by
+     `LIFEGUARD_UPDATE_DOCS=1 cargo test --test docs`; tests/docs.rs keeps
+     it in step. Edit the doc comments there, not this file. -->
+
+`lifeguard run [OPTIONS] [-- ENVOY COMMAND...]` and `lifeguard check
+[OPTIONS]` take these settings. Each is a flag, an environment variable,
+or a key of the TOML file given with `--config`; **flag beats env beats
+Istio's `PROXY_CONFIG` beats file beats default**. `lifeguard check` prints
+every effective value and where it came from.
+
+- **Durations** are written the Go way: `500ms`, `5s`, `1m30s` (at most
+  `8760h`).
+- **Booleans** take Go's forms from flags and env (`1 t T TRUE true True`,
+  `0 f F FALSE false False`) and TOML booleans in the file.
+- **The file** must be a regular file of at most 1 MiB; an unknown key is
+  an error. `config/lifeguard.toml` lists every key with its default.
+- **A bad value stops start-up** (exit code 2) with a message naming the
+  field as it was given (flag, env variable or file key) and the value,
+  for example `invalid --poll-interval = \"5x\" (from flag): invalid
+  duration \"5x\": unknown unit`. A drain that cannot fit the grace period
+  is a warning at start-up.
+
+";
+
+/// The whole of `docs/configuration.md`.
+pub fn reference() -> String {
+    let cmd = RunArgs::augment_args(clap::Command::new("lifeguard"));
+    let mut out = String::from(HEAD);
+    out.push_str("| flag | env | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n");
+    for arg in cmd.get_arguments() {
+        let key = arg.get_id().as_str();
+        let value = arg
+            .get_value_names()
+            .and_then(|names| names.first())
+            .map_or(String::new(), |n| format!(" {n}"));
+        let flag = format!("`--{}{value}`", arg.get_long().unwrap_or(key));
+        let env = arg
+            .get_env()
+            .map_or(String::new(), |e| format!("`{}`", e.to_string_lossy()));
+        let file_key = match key {
+            "config" | "proxy_config" => String::new(),
+            _ => format!("`{key}`"),
+        };
+        let defaults: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|d| match d.to_string_lossy().as_ref() {
+                "" => "(empty)".to_owned(),
+                d => format!("`{d}`"),
+            })
+            .collect();
+        let help = arg
+            .get_long_help()
+            .or(arg.get_help())
+            .map_or(String::new(), |h| h.to_string());
+        let meaning = help
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace('|', "\\|");
+        out.push_str(&format!(
+            "| {flag} | {env} | {file_key} | {} | {meaning} |\n",
+            defaults.join(", ")
+        ));
+    }
+    out
+}

@@ -1,0 +1,71 @@
+//! What a route answers: the body of every response (whole, or the merged
+//! scrape's stream) and the future that yields it (ready at once, or
+//! waiting on the drain, the drain wait or an app probe).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use http_body_util::Full;
+use hyper::body::{Frame, SizeHint};
+use hyper::Response;
+
+/// The response body of every route: a whole body (every route but one,
+/// the probe's with no allocation), or the merged scrape's stream.
+pub enum Body {
+    Full(Full<Bytes>),
+    Stream(Pin<Box<dyn Stream<Item = Bytes> + Send>>),
+}
+
+impl Body {
+    pub(crate) fn full(bytes: Bytes) -> Self {
+        Body::Full(Full::new(bytes))
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(full) => hyper::body::Body::poll_frame(Pin::new(full), cx),
+            Body::Stream(stream) => stream.as_mut().poll_next(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Full(full) => hyper::body::Body::is_end_stream(full),
+            Body::Stream(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Full(full) => hyper::body::Body::size_hint(full),
+            Body::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+/// The future of one response: ready at once for every route but the two
+/// that wait on the drain.
+pub enum ResponseFuture {
+    Ready(Option<Response<Body>>),
+    Waiting(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            ResponseFuture::Ready(response) => Poll::Ready(Ok(response.take().expect("polled after completion"))),
+            ResponseFuture::Waiting(fut) => fut.as_mut().poll(cx).map(Ok),
+        }
+    }
+}
