@@ -4,13 +4,14 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
 use crate::drain::exit_code;
-use crate::duration::Display as D;
+use crate::duration::{self, Display as D};
 use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
 use crate::inject::InjectOptions;
 use crate::status::control::ControlSocket;
@@ -53,16 +54,16 @@ pub(crate) enum Command {
     /// after the timeout (exit 1, with the last answer on stderr).
     Wait {
         /// Readiness URL to poll (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = loopback_url)]
+        #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = parse_loopback_url)]
         url: (LoopbackUrl, String),
         /// Give up after this long; 0 waits forever.
-        #[arg(long, default_value = "60s", value_parser = duration)]
+        #[arg(long, default_value = "60s", value_parser = duration::parse)]
         timeout: Duration,
         /// Time between attempts.
-        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
+        #[arg(long, default_value = "500ms", value_parser = duration::positive)]
         period: Duration,
         /// Timeout of one attempt.
-        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
+        #[arg(long, default_value = "500ms", value_parser = duration::positive)]
         request_timeout: Duration,
     },
 
@@ -73,10 +74,10 @@ pub(crate) enum Command {
     WaitAppExit {
         /// Give up (exit 1) after this long; 0 waits until the kubelet ends
         /// the hook.
-        #[arg(long, default_value = "0s", value_parser = duration)]
+        #[arg(long, default_value = "0s", value_parser = duration::parse)]
         timeout: Duration,
         /// Time between checks.
-        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
+        #[arg(long, default_value = "500ms", value_parser = duration::positive)]
         period: Duration,
         /// A local port whose sockets never count: another sidecar's
         /// (repeatable).
@@ -84,10 +85,10 @@ pub(crate) enum Command {
         ignore_ports: Vec<u16>,
         /// The agent's status address: told that termination began; the
         /// process that owns it is the proxy's (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = base_url)]
+        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
         agent_url: LoopbackUrl,
         /// Envoy's admin API: the process that owns it is Envoy (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = base_url)]
+        #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = LoopbackUrl::from_str)]
         admin_url: LoopbackUrl,
         /// The agent's control socket: used instead of --agent-url when the
         /// file exists.
@@ -123,35 +124,16 @@ pub(crate) enum Command {
     /// it answers (drained). Exit 1 with the reason when it does not answer 200.
     Drain {
         /// The agent's status address (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = base_url)]
+        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
         url: LoopbackUrl,
         /// Give up after this long.
-        #[arg(long, default_value = "5m", value_parser = positive_duration)]
+        #[arg(long, default_value = "5m", value_parser = duration::positive)]
         timeout: Duration,
         /// The agent's control socket: used instead of --url when the file
         /// exists.
         #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
         control_socket: ControlSocket,
     },
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    crate::duration::parse(s).map_err(|e| e.to_string())
-}
-
-fn positive_duration(s: &str) -> Result<Duration, String> {
-    match duration(s)? {
-        d if d.is_zero() => Err("must be greater than zero".into()),
-        d => Ok(d),
-    }
-}
-
-fn loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
-    parse_loopback_url(s)
-}
-
-fn base_url(s: &str) -> Result<LoopbackUrl, String> {
-    s.parse()
 }
 
 /// `lifeguard check`: prints every effective setting with its source, the

@@ -73,7 +73,13 @@ pub fn main(invocation: Invocation) -> u8 {
         Task::Wait(opts) => helper_runtime().block_on(hooks::wait(&opts)),
         Task::WaitAppExit(opts) => helper_runtime().block_on(hooks::wait_app_exit(&opts)),
         Task::Drain(opts) => helper_runtime().block_on(hooks::drain(&opts)),
-        Task::Inject(opts) => inject::run(&opts),
+        Task::Inject(opts) => match inject::run(&opts) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("lifeguard inject: {e}");
+                2
+            }
+        },
     }
 }
 

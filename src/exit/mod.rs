@@ -210,13 +210,20 @@ impl MessagePath {
     }
 }
 
+/// Why a termination-message path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum MessagePathError {
+    #[error("a path cannot contain NUL")]
+    Nul,
+}
+
 impl FromStr for MessagePath {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = MessagePathError;
+    fn from_str(s: &str) -> Result<Self, MessagePathError> {
         match s {
             "auto" => Ok(MessagePath::Auto),
             "none" | "" => Ok(MessagePath::Off),
-            path if path.contains('\0') => Err("a path cannot contain NUL".into()),
+            path if path.contains('\0') => Err(MessagePathError::Nul),
             path => Ok(MessagePath::File(path.into())),
         }
     }

@@ -25,13 +25,22 @@ use crate::url::LoopbackUrl;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ControlSocket(pub(crate) Option<PathBuf>);
 
+/// Why a control socket's path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ControlSocketError {
+    #[error("must be an absolute path (or none)")]
+    Relative,
+    #[error("a path cannot contain NUL")]
+    Nul,
+}
+
 impl FromStr for ControlSocket {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ControlSocketError;
+    fn from_str(s: &str) -> Result<Self, ControlSocketError> {
         match s {
             "" | "none" => Ok(ControlSocket(None)),
-            path if !Path::new(path).is_absolute() => Err("must be an absolute path (or none)".into()),
-            path if path.contains('\0') => Err("a path cannot contain NUL".into()),
+            path if !Path::new(path).is_absolute() => Err(ControlSocketError::Relative),
+            path if path.contains('\0') => Err(ControlSocketError::Nul),
             path => Ok(ControlSocket(Some(path.into()))),
         }
     }
