@@ -52,10 +52,8 @@ fn conns(n: u64) -> Read {
 }
 
 fn refused() -> Read {
-    let error = ControlError {
-        refused: true,
-        message: "cannot connect to Envoy admin at http://127.0.0.1:15000: Connection refused".into(),
-    };
+    let error =
+        ControlError::Refused("cannot connect to Envoy admin at http://127.0.0.1:15000: Connection refused".into());
     (Duration::ZERO, Err(error))
 }
 
@@ -492,7 +490,8 @@ struct FakeApp {
 }
 
 impl AppControl for FakeApp {
-    async fn work(&self) -> Result<Work, String> {
+    type Error = std::convert::Infallible;
+    async fn work(&self) -> Result<Work, Self::Error> {
         let n = (self.sockets)(self.t0.elapsed());
         let socket = AppSocket {
             local: "127.0.0.1:41234".parse().unwrap(),
