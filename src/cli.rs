@@ -1,6 +1,6 @@
 //! The command line of the `lifeguard` binary: clap's definition, and
-//! [`parse`], which turns `argv` into what to run ([`Invocation`]) or
-//! reports a bad setting (exit 2, naming the field as the user wrote it).
+//! [`parse`], which turns `argv` into what to run ([`Invocation`]) or a
+//! bad setting ([`BadSetting`], naming the field as the user wrote it).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -10,7 +10,6 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
-use crate::drain::exit_code;
 use crate::duration::{self, Display as D};
 use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
 use crate::inject::InjectOptions;
@@ -137,9 +136,8 @@ pub(crate) enum Command {
 }
 
 /// `lifeguard check`: prints every effective setting with its source, the
-/// drain deadline and the warnings; returns the exit code (0 good, 1
-/// warnings).
-pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
+/// drain deadline and the warnings; returns how many warnings.
+pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> usize {
     let width = effective.iter().map(|e| e.key.len()).max().unwrap_or(0);
     for e in effective {
         println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
@@ -157,10 +155,8 @@ pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
     }
     if warnings.is_empty() {
         println!("configuration OK");
-        0
-    } else {
-        1
     }
+    warnings.len()
 }
 
 /// What the command line asks for, its settings loaded and checked: made
@@ -193,14 +189,24 @@ pub(crate) enum Task {
     Inject(InjectOptions),
 }
 
+/// A setting the command line, the environment or a file got wrong, as
+/// `lifeguard` (or `lifeguard check`) reports it: nothing is started.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: configuration error: {error}", if *.check { "lifeguard check" } else { "lifeguard" })]
+pub struct BadSetting {
+    /// Whether `lifeguard check` was asked.
+    check: bool,
+    error: ConfigError,
+}
+
 /// Parses `argv`. Help, version and usage errors are printed by clap, which
-/// exits; a bad setting is printed here and is `Err` with exit code 2.
-pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
+/// exits; a bad setting is `Err`, for the caller to report.
+pub fn parse(argv: Vec<OsString>) -> Result<Invocation, BadSetting> {
     let check = argv.get(1).is_some_and(|a| a == "check");
     let matches = match Cli::command().try_get_matches_from(&argv) {
         Ok(matches) => matches,
         Err(e) => match config::from_clap_error(&e, &argv) {
-            Some(e) => return Err(config_error(check, &e)),
+            Some(error) => return Err(BadSetting { check, error }),
             None => e.exit(),
         },
     };
@@ -210,7 +216,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             .subcommand_matches(name)
             .expect("the subcommand that was parsed")
     };
-    let load = |args: RunArgs, name| args.load(sub(name)).map_err(|e| config_error(check, &e));
+    let load = |args: RunArgs, name| args.load(sub(name)).map_err(|error| BadSetting { check, error });
     Ok(Invocation(match cli.command {
         Command::Run { args, envoy } => {
             let (settings, effective) = load(args, "run")?;
@@ -270,11 +276,4 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             timeout,
         }),
     }))
-}
-
-/// Reports a bad setting: exit code 2, nothing started.
-fn config_error(check: bool, e: &ConfigError) -> u8 {
-    let who = if check { "lifeguard check" } else { "lifeguard" };
-    eprintln!("{who}: configuration error: {e}");
-    exit_code::CONFIG
 }

@@ -60,7 +60,7 @@ impl AppControl for () {
 
 /// How Envoy ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Exit {
+pub enum Exit {
     /// The child exited with this status.
     Status(ExitStatus),
     /// An external Envoy acknowledged `/quitquitquit`.

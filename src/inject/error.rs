@@ -6,8 +6,6 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::proxy::STATUS_PORT_ANNOTATION;
-use super::PROBERS_ENV;
 use crate::config::ValueError;
 use crate::istio::probers::{ProbeSpecError, ProbersError};
 use crate::istio::proxy_config::ProxyConfigError;
@@ -119,23 +117,25 @@ pub enum Fault {
     /// Istio's status-port annotation and the proxy's own port (and where
     /// that came from) disagree.
     #[error(
-        "the annotation {STATUS_PORT_ANNOTATION} says {annotated}, but the proxy's status port is {port} ({from}); \
+        "the annotation {annotation} says {annotated}, but the proxy's status port is {port} ({from}); \
          make them agree, or pass --status-port"
     )]
     StatusPortDisagrees {
+        annotation: &'static str,
         annotated: u16,
         port: u16,
         from: &'static str,
     },
-    #[error("the annotation {STATUS_PORT_ANNOTATION}: {0:?} is not a port")]
-    StatusAnnotation(String),
+    #[error("the annotation {annotation}: {text:?} is not a port")]
+    StatusAnnotation { annotation: &'static str, text: String },
     /// The proxy's status address (and where it came from) has no port.
     #[error("the proxy's status address {addr:?} ({from}) has no port; pass --status-port")]
     StatusAddr { addr: String, from: &'static str },
     #[error("the proxy container's {0}")]
     ProxyConfig(ProxyConfigError),
-    #[error("the proxy container's {PROBERS_ENV}: {0}")]
-    Probers(ProbersError),
+    /// The proxy container's env variable of app probes, refused.
+    #[error("the proxy container's {env}: {error}")]
+    Probers { env: &'static str, error: ProbersError },
     #[error("no port")]
     NoPort,
     #[error("the port {0:?} is not one of the container's named ports")]

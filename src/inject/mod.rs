@@ -211,7 +211,10 @@ fn rewrite_pod(
     let proxy = &spec[list][index];
     let status_port = proxy::status_port(proxy, opts.status_port, status_annotation)?;
     let mut probes = match proxy::env_value(proxy, PROBERS_ENV) {
-        Some(json) => AppProbes::parse(json).map_err(Fault::Probers)?,
+        Some(json) => AppProbes::parse(json).map_err(|error| Fault::Probers {
+            env: PROBERS_ENV,
+            error,
+        })?,
         None => AppProbes::default(),
     };
     for l in proxy::LISTS {

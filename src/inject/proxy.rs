@@ -85,8 +85,16 @@ pub(super) fn status_port(proxy: &Value, flag: Option<u16>, annotation: Option<&
     };
     match annotated.trim().parse::<u16>() {
         Ok(p) if p == port => Ok(port),
-        Ok(annotated) if annotated > 0 => Err(Fault::StatusPortDisagrees { annotated, port, from }),
-        _ => Err(Fault::StatusAnnotation(annotated.to_owned())),
+        Ok(annotated) if annotated > 0 => Err(Fault::StatusPortDisagrees {
+            annotation: STATUS_PORT_ANNOTATION,
+            annotated,
+            port,
+            from,
+        }),
+        _ => Err(Fault::StatusAnnotation {
+            annotation: STATUS_PORT_ANNOTATION,
+            text: annotated.to_owned(),
+        }),
     }
 }
 
