@@ -1,16 +1,16 @@
 //! The command line of the `lifeguard` binary: clap's definition, and
-//! [`parse`], which turns `argv` into what to run ([`Invocation`]) or
-//! reports a bad setting (exit 2, naming the field as the user wrote it).
+//! [`parse`], which turns `argv` into what to run ([`Invocation`]) or a
+//! bad setting ([`BadSetting`], naming the field as the user wrote it).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
-use crate::drain::exit_code;
-use crate::duration::Display as D;
+use crate::duration::{self, Display as D};
 use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
 use crate::inject::InjectOptions;
 use crate::status::control::ControlSocket;
@@ -53,16 +53,16 @@ pub(crate) enum Command {
     /// after the timeout (exit 1, with the last answer on stderr).
     Wait {
         /// Readiness URL to poll (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = loopback_url)]
+        #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = parse_loopback_url)]
         url: (LoopbackUrl, String),
         /// Give up after this long; 0 waits forever.
-        #[arg(long, default_value = "60s", value_parser = duration)]
+        #[arg(long, default_value = "60s", value_parser = duration::parse)]
         timeout: Duration,
         /// Time between attempts.
-        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
+        #[arg(long, default_value = "500ms", value_parser = duration::positive)]
         period: Duration,
         /// Timeout of one attempt.
-        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
+        #[arg(long, default_value = "500ms", value_parser = duration::positive)]
         request_timeout: Duration,
     },
 
@@ -73,10 +73,10 @@ pub(crate) enum Command {
     WaitAppExit {
         /// Give up (exit 1) after this long; 0 waits until the kubelet ends
         /// the hook.
-        #[arg(long, default_value = "0s", value_parser = duration)]
+        #[arg(long, default_value = "0s", value_parser = duration::parse)]
         timeout: Duration,
         /// Time between checks.
-        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
+        #[arg(long, default_value = "500ms", value_parser = duration::positive)]
         period: Duration,
         /// A local port whose sockets never count: another sidecar's
         /// (repeatable).
@@ -84,10 +84,10 @@ pub(crate) enum Command {
         ignore_ports: Vec<u16>,
         /// The agent's status address: told that termination began; the
         /// process that owns it is the proxy's (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = base_url)]
+        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
         agent_url: LoopbackUrl,
         /// Envoy's admin API: the process that owns it is Envoy (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = base_url)]
+        #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = LoopbackUrl::from_str)]
         admin_url: LoopbackUrl,
         /// The agent's control socket: used instead of --agent-url when the
         /// file exists.
@@ -123,10 +123,10 @@ pub(crate) enum Command {
     /// it answers (drained). Exit 1 with the reason when it does not answer 200.
     Drain {
         /// The agent's status address (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = base_url)]
+        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
         url: LoopbackUrl,
         /// Give up after this long.
-        #[arg(long, default_value = "5m", value_parser = positive_duration)]
+        #[arg(long, default_value = "5m", value_parser = duration::positive)]
         timeout: Duration,
         /// The agent's control socket: used instead of --url when the file
         /// exists.
@@ -135,29 +135,9 @@ pub(crate) enum Command {
     },
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
-    crate::duration::parse(s).map_err(|e| e.to_string())
-}
-
-fn positive_duration(s: &str) -> Result<Duration, String> {
-    match duration(s)? {
-        d if d.is_zero() => Err("must be greater than zero".into()),
-        d => Ok(d),
-    }
-}
-
-fn loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
-    parse_loopback_url(s)
-}
-
-fn base_url(s: &str) -> Result<LoopbackUrl, String> {
-    s.parse()
-}
-
 /// `lifeguard check`: prints every effective setting with its source, the
-/// drain deadline and the warnings; returns the exit code (0 good, 1
-/// warnings).
-pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
+/// drain deadline and the warnings; returns how many warnings.
+pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> usize {
     let width = effective.iter().map(|e| e.key.len()).max().unwrap_or(0);
     for e in effective {
         println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
@@ -175,10 +155,8 @@ pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
     }
     if warnings.is_empty() {
         println!("configuration OK");
-        0
-    } else {
-        1
     }
+    warnings.len()
 }
 
 /// What the command line asks for, its settings loaded and checked: made
@@ -211,14 +189,24 @@ pub(crate) enum Task {
     Inject(InjectOptions),
 }
 
+/// A setting the command line, the environment or a file got wrong, as
+/// `lifeguard` (or `lifeguard check`) reports it: nothing is started.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: configuration error: {error}", if *.check { "lifeguard check" } else { "lifeguard" })]
+pub struct BadSetting {
+    /// Whether `lifeguard check` was asked.
+    check: bool,
+    error: ConfigError,
+}
+
 /// Parses `argv`. Help, version and usage errors are printed by clap, which
-/// exits; a bad setting is printed here and is `Err` with exit code 2.
-pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
+/// exits; a bad setting is `Err`, for the caller to report.
+pub fn parse(argv: Vec<OsString>) -> Result<Invocation, BadSetting> {
     let check = argv.get(1).is_some_and(|a| a == "check");
     let matches = match Cli::command().try_get_matches_from(&argv) {
         Ok(matches) => matches,
         Err(e) => match config::from_clap_error(&e, &argv) {
-            Some(e) => return Err(config_error(check, &e)),
+            Some(error) => return Err(BadSetting { check, error }),
             None => e.exit(),
         },
     };
@@ -228,7 +216,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             .subcommand_matches(name)
             .expect("the subcommand that was parsed")
     };
-    let load = |args: RunArgs, name| args.load(sub(name)).map_err(|e| config_error(check, &e));
+    let load = |args: RunArgs, name| args.load(sub(name)).map_err(|error| BadSetting { check, error });
     Ok(Invocation(match cli.command {
         Command::Run { args, envoy } => {
             let (settings, effective) = load(args, "run")?;
@@ -288,11 +276,4 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             timeout,
         }),
     }))
-}
-
-/// Reports a bad setting: exit code 2, nothing started.
-fn config_error(check: bool, e: &ConfigError) -> u8 {
-    let who = if check { "lifeguard check" } else { "lifeguard" };
-    eprintln!("{who}: configuration error: {e}");
-    exit_code::CONFIG
 }

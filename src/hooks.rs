@@ -10,8 +10,9 @@
 //!   port and never end, and trust process names).
 //! - [`drain`]: a client for `POST /drain`, the native-sidecar preStop hook.
 //!
-//! Each returns the process exit code: 0 success, 1 gave up or refused.
-//! Every network call has a timeout, and every URL must be loopback.
+//! Each returns how it ended ([`HookEnd`]; `crate::exit` makes it the
+//! exit code: 0 done, 1 otherwise), having said why on stderr. Every
+//! network call has a timeout, and every URL must be loopback.
 
 use std::time::{Duration, Instant};
 
@@ -22,8 +23,18 @@ use crate::local_http::{fetch, FetchError};
 use crate::pod::app;
 use crate::url::LoopbackUrl;
 
-/// Exit code when a helper gives up or is refused.
-pub(crate) const FAILED: u8 = 1;
+/// How a hook helper ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookEnd {
+    /// It got what it waited for: the proxy ready, the drain done, the
+    /// app gone.
+    Done,
+    /// Its timeout came first.
+    GaveUp,
+    /// The agent refused or did not answer, or `/proc` could not be read.
+    Failed,
+}
+
 /// How often a waiting helper reports on stderr.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 
@@ -39,7 +50,7 @@ pub(crate) struct WaitOptions {
 }
 
 /// Polls the readiness URL until it answers 200.
-pub(crate) async fn wait(opts: &WaitOptions) -> u8 {
+pub(crate) async fn wait(opts: &WaitOptions) -> HookEnd {
     let started = Instant::now();
     let mut last_report = started;
     loop {
@@ -53,7 +64,7 @@ pub(crate) async fn wait(opts: &WaitOptions) -> u8 {
                     opts.path,
                     D(round_ms(started.elapsed()))
                 );
-                return 0;
+                return HookEnd::Done;
             }
             Ok(Ok((status, body))) => {
                 let body = String::from_utf8_lossy(&body);
@@ -70,7 +81,7 @@ pub(crate) async fn wait(opts: &WaitOptions) -> u8 {
                 opts.path,
                 D(opts.timeout)
             );
-            return FAILED;
+            return HookEnd::GaveUp;
         }
         if last_report.elapsed() >= REPORT_EVERY {
             eprintln!("lifeguard wait: still waiting after {}: {last}", D(round_ms(waited)));
@@ -92,12 +103,12 @@ pub(crate) struct DrainOptions {
 }
 
 /// `POST /drain` on the agent; prints the drain's status on success.
-pub(crate) async fn drain(opts: &DrainOptions) -> u8 {
+pub(crate) async fn drain(opts: &DrainOptions) -> HookEnd {
     let answer = tokio::time::timeout(opts.timeout, fetch(&opts.url, Method::POST, "/drain", 64 * 1024)).await;
     match answer {
         Ok(Ok((StatusCode::OK, body))) => {
             println!("{}", String::from_utf8_lossy(&body).trim());
-            0
+            HookEnd::Done
         }
         Ok(Ok((status, body))) => {
             let body = String::from_utf8_lossy(&body);
@@ -107,11 +118,11 @@ pub(crate) async fn drain(opts: &DrainOptions) -> u8 {
                 status.as_u16(),
                 body.trim()
             );
-            FAILED
+            HookEnd::Failed
         }
         Ok(Err(e)) => {
             eprintln!("lifeguard drain: {e}");
-            FAILED
+            HookEnd::Failed
         }
         Err(_) => {
             eprintln!(
@@ -119,7 +130,7 @@ pub(crate) async fn drain(opts: &DrainOptions) -> u8 {
                 opts.url,
                 D(opts.timeout)
             );
-            FAILED
+            HookEnd::GaveUp
         }
     }
 }
@@ -166,7 +177,7 @@ async fn tell_agent(agent: &LoopbackUrl) {
 /// process namespace, no process), by the rules of [`crate::app`]: the
 /// proxy is this helper, the agent and Envoy, known by the pids that own
 /// their listeners.
-pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
+pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> HookEnd {
     let started = Instant::now();
     tell_agent(&opts.agent).await;
     let processes = app::shares_pod_process_namespace();
@@ -185,7 +196,7 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
             Ok(work) => work,
             Err(e) => {
                 eprintln!("lifeguard wait-app-exit: cannot read /proc/net/tcp: {e}");
-                return FAILED;
+                return HookEnd::Failed;
             }
         };
         if work.is_done() {
@@ -194,7 +205,7 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
                 if processes { " and no process" } else { "" },
                 D(round_ms(started.elapsed()))
             );
-            return 0;
+            return HookEnd::Done;
         }
         if !opts.timeout.is_zero() && started.elapsed() >= opts.timeout {
             let all = work.listed_in_full();
@@ -202,7 +213,7 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
                 "lifeguard wait-app-exit: gave up after {}; still: {all}",
                 D(opts.timeout)
             );
-            return FAILED;
+            return HookEnd::GaveUp;
         }
         if last_report.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
             eprintln!("lifeguard wait-app-exit: waiting for {work}");

@@ -25,13 +25,22 @@ use crate::url::LoopbackUrl;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ControlSocket(pub(crate) Option<PathBuf>);
 
+/// Why a control socket's path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ControlSocketError {
+    #[error("must be an absolute path (or none)")]
+    Relative,
+    #[error("a path cannot contain NUL")]
+    Nul,
+}
+
 impl FromStr for ControlSocket {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ControlSocketError;
+    fn from_str(s: &str) -> Result<Self, ControlSocketError> {
         match s {
             "" | "none" => Ok(ControlSocket(None)),
-            path if !Path::new(path).is_absolute() => Err("must be an absolute path (or none)".into()),
-            path if path.contains('\0') => Err("a path cannot contain NUL".into()),
+            path if !Path::new(path).is_absolute() => Err(ControlSocketError::Relative),
+            path if path.contains('\0') => Err(ControlSocketError::Nul),
             path => Ok(ControlSocket(Some(path.into()))),
         }
     }
@@ -57,6 +66,27 @@ impl fmt::Display for ControlSocket {
     }
 }
 
+/// The control socket could not be bound: start-up stops, the file in
+/// the way left untouched.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot bind the control socket {}", .path.display())]
+pub(crate) struct BindError {
+    pub(crate) path: PathBuf,
+    #[source]
+    pub(crate) fault: SocketFault,
+}
+
+/// What is in the control socket's way.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SocketFault {
+    #[error("another process serves this socket")]
+    Served,
+    #[error("a file that is not a socket is in the way")]
+    NotASocket,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// The control socket, bound and not yet serving.
 pub(crate) struct ControlServer {
     listener: UnixListener,
@@ -67,23 +97,22 @@ impl ControlServer {
     /// Binds `path` with mode 0600. A socket file left by an earlier run is
     /// replaced; any other file there is an error, and so is a socket
     /// another process still serves.
-    pub(crate) fn bind(path: &Path) -> std::io::Result<ControlServer> {
+    pub(crate) fn bind(path: &Path) -> Result<ControlServer, BindError> {
+        Self::listen(path).map_err(|fault| BindError {
+            path: path.to_owned(),
+            fault,
+        })
+    }
+
+    fn listen(path: &Path) -> Result<ControlServer, SocketFault> {
         match std::fs::symlink_metadata(path) {
             Ok(meta) if meta.file_type().is_socket() => {
                 if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::AddrInUse,
-                        "another process serves this socket",
-                    ));
+                    return Err(SocketFault::Served);
                 }
                 std::fs::remove_file(path)?;
             }
-            Ok(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "a file that is not a socket is in the way",
-                ))
-            }
+            Ok(_) => return Err(SocketFault::NotASocket),
             Err(_) => {}
         }
         let listener = UnixListener::bind(path)?;
