@@ -1,7 +1,7 @@
 //! The process exit code, decided here and nowhere else: whatever the
 //! binary ran reports how it ended ([`Ended`]: a drain's [`Outcome`], a
 //! hook's [`HookEnd`], a refused setting, ...), and [`code`] makes it the
-//! number. The README's table of exit codes is this one.
+//! number. docs/operations.md's table of exit codes is this one.
 
 use crate::drain::Outcome;
 use crate::hooks::HookEnd;
