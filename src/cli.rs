@@ -3,18 +3,13 @@
 //! bad setting ([`BadSetting`], naming the field as the user wrote it).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
-use std::str::FromStr;
-use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
-use crate::duration::{self, Display as D};
+use crate::duration::Display as D;
 use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
 use crate::inject::InjectOptions;
-use crate::status::control::ControlSocket;
-use crate::url::{parse_loopback_url, LoopbackUrl};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,88 +46,23 @@ pub(crate) enum Command {
 
     /// postStart hook: wait until the proxy is ready (exit 0), or give up
     /// after the timeout (exit 1, with the last answer on stderr).
-    Wait {
-        /// Readiness URL to poll (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = parse_loopback_url)]
-        url: (LoopbackUrl, String),
-        /// Give up after this long; 0 waits forever.
-        #[arg(long, default_value = "60s", value_parser = duration::parse)]
-        timeout: Duration,
-        /// Time between attempts.
-        #[arg(long, default_value = "500ms", value_parser = duration::positive)]
-        period: Duration,
-        /// Timeout of one attempt.
-        #[arg(long, default_value = "500ms", value_parser = duration::positive)]
-        request_timeout: Duration,
-    },
+    Wait(WaitOptions),
 
     /// preStop helper: tell the agent that termination began, then wait
     /// until the app holds no TCP socket in the pod (IPv4 and IPv6, listening
     /// or connected) and, with a shared process namespace, no process; the
     /// proxy is known by pid. Reports what it waits for.
-    WaitAppExit {
-        /// Give up (exit 1) after this long; 0 waits until the kubelet ends
-        /// the hook.
-        #[arg(long, default_value = "0s", value_parser = duration::parse)]
-        timeout: Duration,
-        /// Time between checks.
-        #[arg(long, default_value = "500ms", value_parser = duration::positive)]
-        period: Duration,
-        /// A local port whose sockets never count: another sidecar's
-        /// (repeatable).
-        #[arg(long = "ignore-port", value_name = "PORT")]
-        ignore_ports: Vec<u16>,
-        /// The agent's status address: told that termination began; the
-        /// process that owns it is the proxy's (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
-        agent_url: LoopbackUrl,
-        /// Envoy's admin API: the process that owns it is Envoy (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = LoopbackUrl::from_str)]
-        admin_url: LoopbackUrl,
-        /// The agent's control socket: used instead of --agent-url when the
-        /// file exists.
-        #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
-        control_socket: ControlSocket,
-    },
+    WaitAppExit(AppExitOptions),
 
     /// Rewrite a pod's probes and hooks to the status port as Istio's
     /// injector does, and hand the originals to the proxy container in
     /// ISTIO_KUBE_APP_PROBERS: Kubernetes YAML in (a file, or stdin), the
     /// rewritten YAML out. Idempotent.
-    Inject {
-        /// The manifest (several documents allowed); stdin when absent or `-`.
-        #[arg(value_name = "FILE")]
-        file: Option<PathBuf>,
-        /// The proxy container, when it does not run `lifeguard` itself.
-        #[arg(long, value_name = "NAME")]
-        proxy_container: Option<String>,
-        /// The status port probes are rewritten to (default: the proxy's
-        /// own: its --status-addr, LIFEGUARD_STATUS_ADDR or PROXY_CONFIG
-        /// statusPort, else 15020).
-        #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
-        status_port: Option<u16>,
-        /// Give every app container without a preStop hook one that waits
-        /// until the pod is out of its load balancers' rotation
-        /// (`httpGet /drain/wait` on the status port); a pod's annotation
-        /// lifeguard.io/drain-wait ("true" or "false") decides for that pod.
-        #[arg(long)]
-        drain_wait: bool,
-    },
+    Inject(InjectOptions),
 
     /// Native-sidecar preStop hook: `POST /drain` on the agent and wait until
     /// it answers (drained). Exit 1 with the reason when it does not answer 200.
-    Drain {
-        /// The agent's status address (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
-        url: LoopbackUrl,
-        /// Give up after this long.
-        #[arg(long, default_value = "5m", value_parser = duration::positive)]
-        timeout: Duration,
-        /// The agent's control socket: used instead of --url when the file
-        /// exists.
-        #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
-        control_socket: ControlSocket,
-    },
+    Drain(DrainOptions),
 }
 
 /// `lifeguard check`: prints every effective setting with its source, the
@@ -230,50 +160,9 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, BadSetting> {
             let (settings, effective) = load(args, "check")?;
             Task::Check { settings, effective }
         }
-        Command::Wait {
-            url: (url, path),
-            timeout,
-            period,
-            request_timeout,
-        } => Task::Wait(WaitOptions {
-            url,
-            path,
-            timeout,
-            period,
-            request_timeout,
-        }),
-        Command::WaitAppExit {
-            timeout,
-            period,
-            ignore_ports,
-            agent_url,
-            admin_url,
-            control_socket,
-        } => Task::WaitAppExit(AppExitOptions {
-            timeout,
-            period,
-            ignore_ports,
-            agent: control_socket.or(agent_url),
-            admin: admin_url,
-        }),
-        Command::Inject {
-            file,
-            proxy_container,
-            status_port,
-            drain_wait,
-        } => Task::Inject(InjectOptions {
-            input: file,
-            proxy_container,
-            status_port,
-            drain_wait,
-        }),
-        Command::Drain {
-            url,
-            timeout,
-            control_socket,
-        } => Task::Drain(DrainOptions {
-            url: control_socket.or(url),
-            timeout,
-        }),
+        Command::Wait(opts) => Task::Wait(opts),
+        Command::WaitAppExit(opts) => Task::WaitAppExit(opts),
+        Command::Inject(opts) => Task::Inject(opts),
+        Command::Drain(opts) => Task::Drain(opts),
     }))
 }

@@ -34,7 +34,7 @@ pub use reference::reference;
 
 use crate::istio::annotations::AppMetrics;
 use crate::istio::probers::{AppProbes, PodIp};
-use crate::status::control::ControlSocket;
+use crate::url::ControlSocket;
 pub(crate) use crate::url::LoopbackUrl;
 use crate::{drain::DrainScope, drain::DrainUntil, envoy::state::XdsCheck, exit::MessagePath, logging::LogFormat};
 

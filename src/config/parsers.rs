@@ -15,7 +15,7 @@ use crate::duration::{self, Display as D, DurationError};
 use crate::exit::MessagePath;
 use crate::istio::annotations::AppMetrics;
 use crate::istio::probers::{AppProbes, PodIp};
-use crate::status::control::ControlSocket;
+use crate::url::ControlSocket;
 use crate::url::LoopbackUrl;
 
 /// Declares a parser that clap (`NAME::parse`) and serde (`with = "NAME"`)

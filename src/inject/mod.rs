@@ -53,17 +53,25 @@ const INJECT_LABEL: &str = "sidecar.istio.io/inject";
 /// wait's preStop hook, whatever `--drain-wait` says.
 pub const DRAIN_WAIT_ANNOTATION: &str = "lifeguard.io/drain-wait";
 
-/// `lifeguard inject`'s options.
-#[derive(Debug, Clone, Default)]
+/// `lifeguard inject`'s options, as the command line declares them.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct InjectOptions {
-    /// The manifest; stdin when absent or `-`.
+    /// The manifest (several documents allowed); stdin when absent or `-`.
+    #[arg(value_name = "FILE")]
     pub input: Option<PathBuf>,
-    /// The proxy container's name, when it does not run `lifeguard` itself.
+    /// The proxy container, when it does not run `lifeguard` itself.
+    #[arg(long, value_name = "NAME")]
     pub proxy_container: Option<String>,
-    /// The status port the probes are rewritten to.
+    /// The status port probes are rewritten to (default: the proxy's
+    /// own: its --status-addr, LIFEGUARD_STATUS_ADDR or PROXY_CONFIG
+    /// statusPort, else 15020).
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     pub status_port: Option<u16>,
-    /// Give the app containers without a preStop hook the drain wait's
-    /// (`lifeguard.io/drain-wait` decides per pod).
+    /// Give every app container without a preStop hook one that waits
+    /// until the pod is out of its load balancers' rotation
+    /// (`httpGet /drain/wait` on the status port); a pod's annotation
+    /// lifeguard.io/drain-wait ("true" or "false") decides for that pod.
+    #[arg(long)]
     pub drain_wait: bool,
 }
 

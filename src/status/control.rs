@@ -6,10 +6,8 @@
 //! preStop hooks). With `--loopback-control false` the TCP port refuses the
 //! mutating routes, and this socket is the only way to drain or stop.
 
-use std::fmt;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -19,52 +17,6 @@ use tokio_util::task::TaskTracker;
 
 use super::server::HEADER_READ_TIMEOUT;
 use super::service::StatusService;
-use crate::url::LoopbackUrl;
-
-/// Where the control socket is: a path, or none (`none`, the default).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ControlSocket(pub(crate) Option<PathBuf>);
-
-/// Why a control socket's path was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ControlSocketError {
-    #[error("must be an absolute path (or none)")]
-    Relative,
-    #[error("a path cannot contain NUL")]
-    Nul,
-}
-
-impl FromStr for ControlSocket {
-    type Err = ControlSocketError;
-    fn from_str(s: &str) -> Result<Self, ControlSocketError> {
-        match s {
-            "" | "none" => Ok(ControlSocket(None)),
-            path if !Path::new(path).is_absolute() => Err(ControlSocketError::Relative),
-            path if path.contains('\0') => Err(ControlSocketError::Nul),
-            path => Ok(ControlSocket(Some(path.into()))),
-        }
-    }
-}
-
-impl ControlSocket {
-    /// The socket's URL when it is set and its file exists, else `url`:
-    /// how a hook reaches the agent.
-    pub(crate) fn or(&self, url: LoopbackUrl) -> LoopbackUrl {
-        match &self.0 {
-            Some(path) if path.exists() => LoopbackUrl::unix(path),
-            _ => url,
-        }
-    }
-}
-
-impl fmt::Display for ControlSocket {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            None => f.write_str("none"),
-            Some(path) => write!(f, "{}", path.display()),
-        }
-    }
-}
 
 /// The control socket could not be bound: start-up stops, the file in
 /// the way left untouched.
