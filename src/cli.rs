@@ -1,20 +1,15 @@
 //! The command line of the `lifeguard` binary: clap's definition, and
-//! [`parse`], which turns `argv` into what to run ([`Invocation`]) or
-//! reports a bad setting (exit 2, naming the field as the user wrote it).
+//! [`parse`], which turns `argv` into what to run ([`Invocation`]) or a
+//! bad setting ([`BadSetting`], naming the field as the user wrote it).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
-use crate::drain::exit_code;
 use crate::duration::Display as D;
 use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
 use crate::inject::InjectOptions;
-use crate::status::control::ControlSocket;
-use crate::url::{parse_loopback_url, LoopbackUrl};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,113 +46,28 @@ pub(crate) enum Command {
 
     /// postStart hook: wait until the proxy is ready (exit 0), or give up
     /// after the timeout (exit 1, with the last answer on stderr).
-    Wait {
-        /// Readiness URL to poll (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = loopback_url)]
-        url: (LoopbackUrl, String),
-        /// Give up after this long; 0 waits forever.
-        #[arg(long, default_value = "60s", value_parser = duration)]
-        timeout: Duration,
-        /// Time between attempts.
-        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
-        period: Duration,
-        /// Timeout of one attempt.
-        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
-        request_timeout: Duration,
-    },
+    Wait(WaitOptions),
 
     /// preStop helper: tell the agent that termination began, then wait
     /// until the app holds no TCP socket in the pod (IPv4 and IPv6, listening
     /// or connected) and, with a shared process namespace, no process; the
     /// proxy is known by pid. Reports what it waits for.
-    WaitAppExit {
-        /// Give up (exit 1) after this long; 0 waits until the kubelet ends
-        /// the hook.
-        #[arg(long, default_value = "0s", value_parser = duration)]
-        timeout: Duration,
-        /// Time between checks.
-        #[arg(long, default_value = "500ms", value_parser = positive_duration)]
-        period: Duration,
-        /// A local port whose sockets never count: another sidecar's
-        /// (repeatable).
-        #[arg(long = "ignore-port", value_name = "PORT")]
-        ignore_ports: Vec<u16>,
-        /// The agent's status address: told that termination began; the
-        /// process that owns it is the proxy's (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = base_url)]
-        agent_url: LoopbackUrl,
-        /// Envoy's admin API: the process that owns it is Envoy (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = base_url)]
-        admin_url: LoopbackUrl,
-        /// The agent's control socket: used instead of --agent-url when the
-        /// file exists.
-        #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
-        control_socket: ControlSocket,
-    },
+    WaitAppExit(AppExitOptions),
 
     /// Rewrite a pod's probes and hooks to the status port as Istio's
     /// injector does, and hand the originals to the proxy container in
     /// ISTIO_KUBE_APP_PROBERS: Kubernetes YAML in (a file, or stdin), the
     /// rewritten YAML out. Idempotent.
-    Inject {
-        /// The manifest (several documents allowed); stdin when absent or `-`.
-        #[arg(value_name = "FILE")]
-        file: Option<PathBuf>,
-        /// The proxy container, when it does not run `lifeguard` itself.
-        #[arg(long, value_name = "NAME")]
-        proxy_container: Option<String>,
-        /// The status port probes are rewritten to (default: the proxy's
-        /// own: its --status-addr, LIFEGUARD_STATUS_ADDR or PROXY_CONFIG
-        /// statusPort, else 15020).
-        #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
-        status_port: Option<u16>,
-        /// Give every app container without a preStop hook one that waits
-        /// until the pod is out of its load balancers' rotation
-        /// (`httpGet /drain/wait` on the status port); a pod's annotation
-        /// lifeguard.io/drain-wait ("true" or "false") decides for that pod.
-        #[arg(long)]
-        drain_wait: bool,
-    },
+    Inject(InjectOptions),
 
     /// Native-sidecar preStop hook: `POST /drain` on the agent and wait until
     /// it answers (drained). Exit 1 with the reason when it does not answer 200.
-    Drain {
-        /// The agent's status address (loopback only).
-        #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = base_url)]
-        url: LoopbackUrl,
-        /// Give up after this long.
-        #[arg(long, default_value = "5m", value_parser = positive_duration)]
-        timeout: Duration,
-        /// The agent's control socket: used instead of --url when the file
-        /// exists.
-        #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
-        control_socket: ControlSocket,
-    },
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    crate::duration::parse(s).map_err(|e| e.to_string())
-}
-
-fn positive_duration(s: &str) -> Result<Duration, String> {
-    match duration(s)? {
-        d if d.is_zero() => Err("must be greater than zero".into()),
-        d => Ok(d),
-    }
-}
-
-fn loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
-    parse_loopback_url(s)
-}
-
-fn base_url(s: &str) -> Result<LoopbackUrl, String> {
-    s.parse()
+    Drain(DrainOptions),
 }
 
 /// `lifeguard check`: prints every effective setting with its source, the
-/// drain deadline and the warnings; returns the exit code (0 good, 1
-/// warnings).
-pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
+/// drain deadline and the warnings; returns how many warnings.
+pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> usize {
     let width = effective.iter().map(|e| e.key.len()).max().unwrap_or(0);
     for e in effective {
         println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
@@ -175,10 +85,8 @@ pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> u8 {
     }
     if warnings.is_empty() {
         println!("configuration OK");
-        0
-    } else {
-        1
     }
+    warnings.len()
 }
 
 /// What the command line asks for, its settings loaded and checked: made
@@ -211,14 +119,24 @@ pub(crate) enum Task {
     Inject(InjectOptions),
 }
 
+/// A setting the command line, the environment or a file got wrong, as
+/// `lifeguard` (or `lifeguard check`) reports it: nothing is started.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: configuration error: {error}", if *.check { "lifeguard check" } else { "lifeguard" })]
+pub struct BadSetting {
+    /// Whether `lifeguard check` was asked.
+    check: bool,
+    error: ConfigError,
+}
+
 /// Parses `argv`. Help, version and usage errors are printed by clap, which
-/// exits; a bad setting is printed here and is `Err` with exit code 2.
-pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
+/// exits; a bad setting is `Err`, for the caller to report.
+pub fn parse(argv: Vec<OsString>) -> Result<Invocation, BadSetting> {
     let check = argv.get(1).is_some_and(|a| a == "check");
     let matches = match Cli::command().try_get_matches_from(&argv) {
         Ok(matches) => matches,
         Err(e) => match config::from_clap_error(&e, &argv) {
-            Some(e) => return Err(config_error(check, &e)),
+            Some(error) => return Err(BadSetting { check, error }),
             None => e.exit(),
         },
     };
@@ -228,7 +146,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             .subcommand_matches(name)
             .expect("the subcommand that was parsed")
     };
-    let load = |args: RunArgs, name| args.load(sub(name)).map_err(|e| config_error(check, &e));
+    let load = |args: RunArgs, name| args.load(sub(name)).map_err(|error| BadSetting { check, error });
     Ok(Invocation(match cli.command {
         Command::Run { args, envoy } => {
             let (settings, effective) = load(args, "run")?;
@@ -242,57 +160,9 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, u8> {
             let (settings, effective) = load(args, "check")?;
             Task::Check { settings, effective }
         }
-        Command::Wait {
-            url: (url, path),
-            timeout,
-            period,
-            request_timeout,
-        } => Task::Wait(WaitOptions {
-            url,
-            path,
-            timeout,
-            period,
-            request_timeout,
-        }),
-        Command::WaitAppExit {
-            timeout,
-            period,
-            ignore_ports,
-            agent_url,
-            admin_url,
-            control_socket,
-        } => Task::WaitAppExit(AppExitOptions {
-            timeout,
-            period,
-            ignore_ports,
-            agent: control_socket.or(agent_url),
-            admin: admin_url,
-        }),
-        Command::Inject {
-            file,
-            proxy_container,
-            status_port,
-            drain_wait,
-        } => Task::Inject(InjectOptions {
-            input: file,
-            proxy_container,
-            status_port,
-            drain_wait,
-        }),
-        Command::Drain {
-            url,
-            timeout,
-            control_socket,
-        } => Task::Drain(DrainOptions {
-            url: control_socket.or(url),
-            timeout,
-        }),
+        Command::Wait(opts) => Task::Wait(opts),
+        Command::WaitAppExit(opts) => Task::WaitAppExit(opts),
+        Command::Inject(opts) => Task::Inject(opts),
+        Command::Drain(opts) => Task::Drain(opts),
     }))
-}
-
-/// Reports a bad setting: exit code 2, nothing started.
-fn config_error(check: bool, e: &ConfigError) -> u8 {
-    let who = if check { "lifeguard check" } else { "lifeguard" };
-    eprintln!("{who}: configuration error: {e}");
-    exit_code::CONFIG
 }

@@ -10,33 +10,62 @@
 //! parse durations read another grammar (`humantime` takes `1h 30m` and no
 //! fractions such as `1.5h`; Go takes `1.5h` and no spaces), where a
 //! setting moved over from Istio must mean what it meant there.
+//!
+//! The one parser of durations: the settings (`crate::config`, from every
+//! layer), the hooks' flags (`crate::cli`) and a drain wait's `?timeout=`
+//! read them here, each with its floor ([`at_least`], [`positive`]), and a
+//! refusal is a [`DurationError`].
 
 use std::fmt;
 use std::time::Duration;
 
-/// Why a duration string was refused. The message names the text.
+/// Why a duration was refused: not a Go duration (the message names the
+/// text), or outside the range its setting allows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {text:?}: {why} (write it like 500ms, 5s, 1m30s)")]
-pub(crate) struct ParseDurationError {
-    text: String,
-    why: &'static str,
+pub(crate) enum DurationError {
+    #[error("invalid duration {text:?}: {fault} (write it like 500ms, 5s, 1m30s)")]
+    Invalid { text: String, fault: Fault },
+    /// Zero, where a duration must be positive.
+    #[error("must be greater than zero")]
+    Zero,
+    #[error("must be at least {}", Display(*min))]
+    Short { min: Duration },
+}
+
+/// What is wrong with a text that is not a Go duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Fault {
+    #[error("empty")]
+    Empty,
+    #[error("negative durations are not allowed")]
+    Negative,
+    #[error("missing unit")]
+    MissingUnit,
+    #[error("expected a number")]
+    NoNumber,
+    #[error("unknown unit")]
+    UnknownUnit,
+    #[error("bad number")]
+    BadNumber,
+    #[error("too large (at most 8760h)")]
+    TooLarge,
 }
 
 /// The longest duration accepted: 8760h (a year).
 pub(crate) const MAX: Duration = Duration::from_secs(8760 * 3600);
 
 /// Parses a Go-style duration string, at most [`MAX`].
-pub(crate) fn parse(text: &str) -> Result<Duration, ParseDurationError> {
-    let err = |why| ParseDurationError {
+pub(crate) fn parse(text: &str) -> Result<Duration, DurationError> {
+    let err = |fault| DurationError::Invalid {
         text: text.to_owned(),
-        why,
+        fault,
     };
     let s = text.trim();
     if s.is_empty() {
-        return Err(err("empty"));
+        return Err(err(Fault::Empty));
     }
     if s.starts_with('-') {
-        return Err(err("negative durations are not allowed"));
+        return Err(err(Fault::Negative));
     }
     let s = s.strip_prefix('+').unwrap_or(s);
     if s == "0" {
@@ -48,9 +77,9 @@ pub(crate) fn parse(text: &str) -> Result<Duration, ParseDurationError> {
     while !rest.is_empty() {
         let num_len = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| err("missing unit"))?;
+            .ok_or_else(|| err(Fault::MissingUnit))?;
         if num_len == 0 {
-            return Err(err("expected a number"));
+            return Err(err(Fault::NoNumber));
         }
         let (number, after) = rest.split_at(num_len);
         let unit_len = after
@@ -64,12 +93,12 @@ pub(crate) fn parse(text: &str) -> Result<Duration, ParseDurationError> {
             "s" => 1_000_000_000,
             "m" => 60 * 1_000_000_000,
             "h" => 3_600 * 1_000_000_000,
-            _ => return Err(err("unknown unit")),
+            _ => return Err(err(Fault::UnknownUnit)),
         };
-        let value = scaled(number, unit_nanos).ok_or_else(|| err("bad number"))?;
+        let value = scaled(number, unit_nanos).ok_or_else(|| err(Fault::BadNumber))?;
         total_nanos = total_nanos.saturating_add(value);
         if total_nanos > MAX.as_nanos() {
-            return Err(err("too large (at most 8760h)"));
+            return Err(err(Fault::TooLarge));
         }
         rest = after;
     }
@@ -94,6 +123,21 @@ fn scaled(number: &str, unit_nanos: u128) -> Option<u128> {
         value = value.saturating_add(u128::from(digit - b'0') * scale);
     }
     Some(value)
+}
+
+/// A Go duration (at most [`MAX`]) no shorter than `min`: the settings'
+/// and the hooks' flags, each with its floor.
+pub(crate) fn at_least(text: &str, min: Duration) -> Result<Duration, DurationError> {
+    match parse(text)? {
+        d if d >= min => Ok(d),
+        _ if min == Duration::from_nanos(1) => Err(DurationError::Zero),
+        _ => Err(DurationError::Short { min }),
+    }
+}
+
+/// A Go duration greater than zero.
+pub(crate) fn positive(text: &str) -> Result<Duration, DurationError> {
+    at_least(text, Duration::from_nanos(1))
 }
 
 /// Displays a duration the Go way, so `check` and the logs print what a user
@@ -171,6 +215,24 @@ mod tests {
         assert_eq!(parse("250us"), Ok(Duration::from_micros(250)));
         assert_eq!(parse("10ns"), Ok(Duration::from_nanos(10)));
         assert_eq!(parse("1h2m3s4ms"), Ok(ms(3_723_004)));
+    }
+
+    #[test]
+    fn a_floor_is_named() {
+        assert_eq!(positive("1ns"), Ok(Duration::from_nanos(1)));
+        assert_eq!(positive("0s"), Err(DurationError::Zero));
+        assert_eq!(positive("0s").unwrap_err().to_string(), "must be greater than zero");
+        let short = at_least("9ms", ms(10)).unwrap_err();
+        assert_eq!(short, DurationError::Short { min: ms(10) });
+        assert_eq!(short.to_string(), "must be at least 10ms");
+        assert_eq!(at_least("0", Duration::ZERO), Ok(Duration::ZERO));
+        assert!(matches!(
+            at_least("5x", Duration::ZERO),
+            Err(DurationError::Invalid {
+                fault: Fault::UnknownUnit,
+                ..
+            })
+        ));
     }
 
     #[test]

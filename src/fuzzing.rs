@@ -29,6 +29,23 @@ pub use crate::istio::annotations::{AppMetrics, Target as AppMetricsTarget};
 pub use crate::istio::probers::{Action, AppProbes, Checked};
 pub use crate::status::service::{Body, StatusService};
 
+/// A refusal or a failure, as the agent words it: what the targets assert
+/// on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl Refused {
+    fn of(e: impl std::fmt::Display) -> Self {
+        Refused(e.to_string())
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 // ---- Envoy's stats (envoy/stats.rs, counts.rs, state.rs) ----
 
 /// The lines of a `/stats` answer.
@@ -55,19 +72,19 @@ pub fn readiness_verdict(body: &str, xds: XdsCheck) -> (bool, String) {
 
 /// What `GET /ready` said: Ok(the state's name), or Err(the text kept of
 /// an answer that is not Envoy's).
-pub fn ready_answer(status: u16, body: &[u8]) -> Result<&'static str, String> {
+pub fn ready_answer(status: u16, body: &[u8]) -> Result<&'static str, Refused> {
     use crate::envoy::state::ReadyAnswer;
     let status = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::OK);
     match ReadyAnswer::parse(status, body) {
         ReadyAnswer::State(state) => Ok(state.name()),
-        ReadyAnswer::Unrecognized(text) => Err(text),
+        ReadyAnswer::Unrecognized(text) => Err(Refused(text)),
     }
 }
 
 /// Envoy's version from a `/server_info` answer (envoy/version.rs): major,
 /// minor, patch.
-pub fn envoy_version(server_info: &str) -> Result<(u32, u32, u32), String> {
-    let v = crate::envoy::version::EnvoyVersion::from_server_info(server_info)?;
+pub fn envoy_version(server_info: &str) -> Result<(u32, u32, u32), Refused> {
+    let v = crate::envoy::version::EnvoyVersion::from_server_info(server_info).map_err(Refused::of)?;
     Ok((v.major, v.minor, v.patch))
 }
 
@@ -153,15 +170,15 @@ impl AppLines {
 }
 
 /// `ISTIO_PROMETHEUS_ANNOTATIONS`.
-pub fn prometheus_annotations(json: &str) -> Result<AppMetrics, String> {
-    AppMetrics::parse(json)
+pub fn prometheus_annotations(json: &str) -> Result<AppMetrics, Refused> {
+    AppMetrics::parse(json).map_err(Refused::of)
 }
 
 // ---- The app's probes (status/app_probe/) ----
 
 /// `ISTIO_KUBE_APP_PROBERS`.
-pub fn app_probers(json: &str) -> Result<AppProbes, String> {
-    AppProbes::parse(json)
+pub fn app_probers(json: &str) -> Result<AppProbes, Refused> {
+    AppProbes::parse(json).map_err(Refused::of)
 }
 
 /// The most of an app's answer passed on to the kubelet.
@@ -175,7 +192,7 @@ pub async fn app_probe_exchange<IO>(
     path: &str,
     headers: HeaderMap,
     app: SocketAddr,
-) -> Result<(u16, Option<String>, Bytes), String>
+) -> Result<(u16, Option<String>, Bytes), Refused>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -185,7 +202,8 @@ where
         path: path.to_owned(),
         headers,
     };
-    let (status, location, body) = call::exchange(TokioIo::new(io), h2, &call, app.ip()).await?;
+    let answer = call::exchange(TokioIo::new(io), h2, &call, app.ip()).await;
+    let (status, location, body) = answer.map_err(Refused::of)?;
     Ok((status.as_u16(), location, body))
 }
 
@@ -217,18 +235,18 @@ pub fn grpc_health_answer(
     head: &HeaderMap,
     trailers: &HeaderMap,
     body: Bytes,
-) -> Result<Result<&'static str, String>, String> {
-    match grpc::read_answer(head, trailers, body)? {
+) -> Result<Result<&'static str, Refused>, Refused> {
+    match grpc::read_answer(head, trailers, body).map_err(Refused::of)? {
         Health::Status(name) => Ok(Ok(name)),
-        Health::Failed(why) => Ok(Err(why)),
+        Health::Failed(why) => Ok(Err(Refused::of(why))),
     }
 }
 
 // ---- Settings (config/, cli.rs, duration.rs) ----
 
 /// A Go duration.
-pub fn go_duration(text: &str) -> Result<Duration, String> {
-    crate::duration::parse(text).map_err(|e| e.to_string())
+pub fn go_duration(text: &str) -> Result<Duration, Refused> {
+    crate::duration::parse(text).map_err(Refused::of)
 }
 
 /// A duration written the Go way.
@@ -239,10 +257,10 @@ pub fn go_duration_display(d: Duration) -> String {
 /// The longest duration accepted.
 pub const GO_DURATION_MAX: Duration = crate::duration::MAX;
 
-/// `lifeguard wait --timeout TEXT --period TEXT` (cli.rs' two duration
+/// `lifeguard wait --timeout TEXT --period TEXT` (the hooks' two duration
 /// parsers: any duration, and a positive one), as clap reads it: the two
 /// values, or clap's error.
-pub fn cli_wait_durations(timeout: &str, period: &str) -> Result<(Duration, Duration), String> {
+pub fn cli_wait_durations(timeout: &str, period: &str) -> Result<(Duration, Duration), Refused> {
     use crate::cli::{Cli, Command};
     let argv = [
         "lifeguard",
@@ -250,10 +268,10 @@ pub fn cli_wait_durations(timeout: &str, period: &str) -> Result<(Duration, Dura
         &format!("--timeout={timeout}"),
         &format!("--period={period}"),
     ];
-    let matches = Cli::command().try_get_matches_from(argv).map_err(|e| e.to_string())?;
-    match Cli::from_arg_matches(&matches).map_err(|e| e.to_string())?.command {
-        Command::Wait { timeout, period, .. } => Ok((timeout, period)),
-        _ => Err("not the wait command".into()),
+    let matches = Cli::command().try_get_matches_from(argv).map_err(Refused::of)?;
+    match Cli::from_arg_matches(&matches).map_err(Refused::of)?.command {
+        Command::Wait(opts) => Ok((opts.timeout, opts.period)),
+        _ => Err(Refused("not the wait command".into())),
     }
 }
 
@@ -321,14 +339,14 @@ pub fn inject(
     proxy_container: Option<&str>,
     status_port: Option<u16>,
     drain_wait: bool,
-) -> Result<String, String> {
+) -> Result<String, Refused> {
     let opts = crate::inject::InjectOptions {
         input: None,
         proxy_container: proxy_container.map(str::to_owned),
         status_port,
         drain_wait,
     };
-    crate::inject::inject(yaml, &opts)
+    crate::inject::inject(yaml, &opts).map_err(Refused::of)
 }
 
 // ---- The status port (status/service.rs) ----

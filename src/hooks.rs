@@ -10,50 +10,71 @@
 //!   port and never end, and trust process names).
 //! - [`drain`]: a client for `POST /drain`, the native-sidecar preStop hook.
 //!
-//! Each returns the process exit code: 0 success, 1 gave up or refused.
-//! Every network call has a timeout, and every URL must be loopback.
+//! Each returns how it ended ([`HookEnd`]; `crate::exit` makes it the
+//! exit code: 0 done, 1 otherwise), having said why on stderr. Every
+//! network call has a timeout, and every URL must be loopback.
 
 use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
 
-use crate::duration::Display as D;
+use std::str::FromStr;
+
+use crate::duration::{self, Display as D};
 use crate::local_http::{fetch, FetchError};
 use crate::pod::app;
-use crate::url::LoopbackUrl;
+use crate::url::ControlSocket;
+use crate::url::{parse_loopback_url, LoopbackUrl};
 
-/// Exit code when a helper gives up or is refused.
-pub(crate) const FAILED: u8 = 1;
+/// How a hook helper ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookEnd {
+    /// It got what it waited for: the proxy ready, the drain done, the
+    /// app gone.
+    Done,
+    /// Its timeout came first.
+    GaveUp,
+    /// The agent refused or did not answer, or `/proc` could not be read.
+    Failed,
+}
+
 /// How often a waiting helper reports on stderr.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 
-/// Options of `lifeguard wait`.
-#[derive(Debug, Clone)]
-pub(crate) struct WaitOptions {
-    pub(crate) url: LoopbackUrl,
-    pub(crate) path: String,
-    /// Zero: wait forever.
+/// Options of `lifeguard wait`, as the command line declares them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WaitOptions {
+    /// Readiness URL to poll (loopback only).
+    #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = parse_loopback_url)]
+    pub(crate) url: (LoopbackUrl, String),
+    /// Give up after this long; 0 waits forever.
+    #[arg(long, default_value = "60s", value_parser = duration::parse)]
     pub(crate) timeout: Duration,
+    /// Time between attempts.
+    #[arg(long, default_value = "500ms", value_parser = duration::positive)]
     pub(crate) period: Duration,
+    /// Timeout of one attempt.
+    #[arg(long, default_value = "500ms", value_parser = duration::positive)]
     pub(crate) request_timeout: Duration,
 }
 
 /// Polls the readiness URL until it answers 200.
-pub(crate) async fn wait(opts: &WaitOptions) -> u8 {
+pub(crate) async fn wait(opts: &WaitOptions) -> HookEnd {
+    let (url, path) = &opts.url;
     let started = Instant::now();
     let mut last_report = started;
     loop {
         let attempt = Instant::now();
-        let answer = tokio::time::timeout(opts.request_timeout, fetch(&opts.url, Method::GET, &opts.path, 4096)).await;
+        let answer = tokio::time::timeout(opts.request_timeout, fetch(url, Method::GET, path, 4096)).await;
         let last = match answer {
             Ok(Ok((StatusCode::OK, _))) => {
                 eprintln!(
                     "lifeguard wait: {}{} is ready after {}",
-                    opts.url,
-                    opts.path,
+                    url,
+                    path,
                     D(round_ms(started.elapsed()))
                 );
-                return 0;
+                return HookEnd::Done;
             }
             Ok(Ok((status, body))) => {
                 let body = String::from_utf8_lossy(&body);
@@ -66,11 +87,11 @@ pub(crate) async fn wait(opts: &WaitOptions) -> u8 {
         if !opts.timeout.is_zero() && waited >= opts.timeout {
             eprintln!(
                 "lifeguard wait: {}{} not ready after {}; last answer: {last}",
-                opts.url,
-                opts.path,
+                url,
+                path,
                 D(opts.timeout)
             );
-            return FAILED;
+            return HookEnd::GaveUp;
         }
         if last_report.elapsed() >= REPORT_EVERY {
             eprintln!("lifeguard wait: still waiting after {}: {last}", D(round_ms(waited)));
@@ -84,58 +105,80 @@ pub(crate) async fn wait(opts: &WaitOptions) -> u8 {
     }
 }
 
-/// Options of `lifeguard drain`.
-#[derive(Debug, Clone)]
-pub(crate) struct DrainOptions {
+/// Options of `lifeguard drain`, as the command line declares them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DrainOptions {
+    /// The agent's status address (loopback only).
+    #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
     pub(crate) url: LoopbackUrl,
+    /// Give up after this long.
+    #[arg(long, default_value = "5m", value_parser = duration::positive)]
     pub(crate) timeout: Duration,
+    /// The agent's control socket: used instead of --url when the file
+    /// exists.
+    #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
+    pub(crate) control_socket: ControlSocket,
 }
 
 /// `POST /drain` on the agent; prints the drain's status on success.
-pub(crate) async fn drain(opts: &DrainOptions) -> u8 {
-    let answer = tokio::time::timeout(opts.timeout, fetch(&opts.url, Method::POST, "/drain", 64 * 1024)).await;
+pub(crate) async fn drain(opts: &DrainOptions) -> HookEnd {
+    let url = opts.control_socket.or(opts.url.clone());
+    let answer = tokio::time::timeout(opts.timeout, fetch(&url, Method::POST, "/drain", 64 * 1024)).await;
     match answer {
         Ok(Ok((StatusCode::OK, body))) => {
             println!("{}", String::from_utf8_lossy(&body).trim());
-            0
+            HookEnd::Done
         }
         Ok(Ok((status, body))) => {
             let body = String::from_utf8_lossy(&body);
             eprintln!(
                 "lifeguard drain: {}/drain answered {}: {}",
-                opts.url,
+                url,
                 status.as_u16(),
                 body.trim()
             );
-            FAILED
+            HookEnd::Failed
         }
         Ok(Err(e)) => {
             eprintln!("lifeguard drain: {e}");
-            FAILED
+            HookEnd::Failed
         }
         Err(_) => {
             eprintln!(
                 "lifeguard drain: {}/drain did not answer within {}",
-                opts.url,
+                url,
                 D(opts.timeout)
             );
-            FAILED
+            HookEnd::GaveUp
         }
     }
 }
 
-/// Options of `lifeguard wait-app-exit`.
-#[derive(Debug, Clone)]
-pub(crate) struct AppExitOptions {
-    /// Zero: wait forever (the kubelet ends the hook at the grace period).
+/// Options of `lifeguard wait-app-exit`, as the command line declares them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AppExitOptions {
+    /// Give up (exit 1) after this long; 0 waits until the kubelet ends
+    /// the hook.
+    #[arg(long, default_value = "0s", value_parser = duration::parse)]
     pub(crate) timeout: Duration,
+    /// Time between checks.
+    #[arg(long, default_value = "500ms", value_parser = duration::positive)]
     pub(crate) period: Duration,
+    /// A local port whose sockets never count: another sidecar's
+    /// (repeatable).
+    #[arg(long = "ignore-port", value_name = "PORT")]
     pub(crate) ignore_ports: Vec<u16>,
-    /// The agent: told that termination began; its status listener's owner
-    /// is the proxy's.
-    pub(crate) agent: LoopbackUrl,
-    /// Envoy's admin API: its listener's owner is Envoy.
-    pub(crate) admin: LoopbackUrl,
+    /// The agent's status address: told that termination began; the
+    /// process that owns it is the proxy's (loopback only).
+    #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
+    pub(crate) agent_url: LoopbackUrl,
+    /// Envoy's admin API: the process that owns it is Envoy (loopback only).
+    #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = LoopbackUrl::from_str)]
+    pub(crate) admin_url: LoopbackUrl,
+    /// The agent's control socket: used instead of --agent-url when the
+    /// file exists.
+    #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
+    pub(crate) control_socket: ControlSocket,
 }
 
 /// Tells the agent that termination began (`POST /drain?nowait`): readiness
@@ -166,13 +209,14 @@ async fn tell_agent(agent: &LoopbackUrl) {
 /// process namespace, no process), by the rules of [`crate::app`]: the
 /// proxy is this helper, the agent and Envoy, known by the pids that own
 /// their listeners.
-pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
+pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> HookEnd {
+    let agent = opts.control_socket.or(opts.agent_url.clone());
     let started = Instant::now();
-    tell_agent(&opts.agent).await;
+    tell_agent(&agent).await;
     let processes = app::shares_pod_process_namespace();
     let mut last_report: Option<Instant> = None;
     loop {
-        let (agent_port, admin_port) = (opts.agent.port(), opts.admin.port());
+        let (agent_port, admin_port) = (agent.port(), opts.admin_url.port());
         let proxy = app::Proxy {
             pids: app::own_proxy_processes()
                 .into_iter()
@@ -185,7 +229,7 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
             Ok(work) => work,
             Err(e) => {
                 eprintln!("lifeguard wait-app-exit: cannot read /proc/net/tcp: {e}");
-                return FAILED;
+                return HookEnd::Failed;
             }
         };
         if work.is_done() {
@@ -194,7 +238,7 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
                 if processes { " and no process" } else { "" },
                 D(round_ms(started.elapsed()))
             );
-            return 0;
+            return HookEnd::Done;
         }
         if !opts.timeout.is_zero() && started.elapsed() >= opts.timeout {
             let all = work.listed_in_full();
@@ -202,7 +246,7 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> u8 {
                 "lifeguard wait-app-exit: gave up after {}; still: {all}",
                 D(opts.timeout)
             );
-            return FAILED;
+            return HookEnd::GaveUp;
         }
         if last_report.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
             eprintln!("lifeguard wait-app-exit: waiting for {work}");

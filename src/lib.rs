@@ -19,7 +19,9 @@
 //!   rotation (who checks the pod, the rule, the drain wait).
 //! - [`status`]: the status port's server, routes and connection slots.
 //! - [`metrics`]: our families, their exposition, the merged scrape.
-//! - [`exit`]: the exit summary, the termination message, the linger.
+//! - [`exit`]: how the process ends: its exit code, decided in one place
+//!   from how any run ended; the exit summary, the termination message,
+//!   the linger.
 //! - [`hooks`]: the pod hook helpers (`wait`, `wait-app-exit`, `drain`).
 //! - [`inject`]: `lifeguard inject`, the pod's probes rewritten to the
 //!   status port.

@@ -1,5 +1,6 @@
-//! The `lifeguard` binary: parses the command line and hands it to the
-//! library's composition root.
+//! The `lifeguard` binary: parses the command line, hands it to the
+//! library's composition root, and exits with the code `exit` gives how
+//! it ended.
 
 use std::process::ExitCode;
 
@@ -11,8 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     lifeguard::tune_memory();
-    match lifeguard::cli::parse(std::env::args_os().collect()) {
-        Ok(invocation) => ExitCode::from(lifeguard::agent::main(invocation)),
-        Err(code) => ExitCode::from(code),
-    }
+    let invocation = lifeguard::cli::parse(std::env::args_os().collect());
+    let ended = lifeguard::agent::main(invocation);
+    ExitCode::from(lifeguard::exit::code(&ended))
 }

@@ -86,19 +86,40 @@ impl fmt::Display for LoopbackUrl {
     }
 }
 
+/// Why an address was refused as a local HTTP address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("must start with http:// (plain HTTP on loopback) or unix:// (a Unix socket)")]
+    Scheme,
+    #[error("expected unix:///ABSOLUTE/PATH, for example unix:///var/run/lifeguard/admin.sock")]
+    RelativeSocket,
+    #[error("expected http://IP:PORT, for example http://127.0.0.1:15000")]
+    NotIpPort,
+    #[error("bad port")]
+    BadPort,
+    #[error("port 0 is not allowed")]
+    PortZero,
+    /// Not on this host (the address, for who reads the error's fields).
+    #[error("must be a loopback address (127.0.0.0/8, ::1 or localhost)")]
+    NotLoopback(IpAddr),
+    /// A path where only an address is wanted (the path).
+    #[error("must not have a path")]
+    HasPath(String),
+}
+
 impl FromStr for LoopbackUrl {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UrlError;
+    fn from_str(s: &str) -> Result<Self, UrlError> {
         if let Some(path) = s.strip_prefix("unix://") {
             let path = Path::new(path);
             if !path.is_absolute() {
-                return Err("expected unix:///ABSOLUTE/PATH, for example unix:///var/run/lifeguard/admin.sock".into());
+                return Err(UrlError::RelativeSocket);
             }
             return Ok(Self::unix(path));
         }
         let (url, path) = parse_loopback_url(s)?;
         if path != "/" {
-            return Err("must not have a path".into());
+            return Err(UrlError::HasPath(path));
         }
         Ok(url)
     }
@@ -106,31 +127,72 @@ impl FromStr for LoopbackUrl {
 
 /// Parses `http://HOST:PORT[/PATH]` where HOST is a loopback address (or
 /// `localhost`); returns the address and the path (`/` when none).
-pub(crate) fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), String> {
-    let rest = s
-        .strip_prefix("http://")
-        .ok_or("must start with http:// (plain HTTP on loopback) or unix:// (a Unix socket)")?;
+pub(crate) fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), UrlError> {
+    let rest = s.strip_prefix("http://").ok_or(UrlError::Scheme)?;
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = Some(path)
         .filter(|p| !p.trim_end_matches('/').is_empty())
         .unwrap_or("/");
     let addr: SocketAddr = if let Some(port) = authority.strip_prefix("localhost:") {
-        let port: u16 = port.parse().map_err(|_| "bad port")?;
+        let port: u16 = port.parse().map_err(|_| UrlError::BadPort)?;
         SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
     } else {
-        authority
-            .parse()
-            .map_err(|_| "expected http://IP:PORT, for example http://127.0.0.1:15000")?
+        authority.parse().map_err(|_| UrlError::NotIpPort)?
     };
     if !addr.ip().is_loopback() {
-        return Err("must be a loopback address (127.0.0.0/8, ::1 or localhost)".into());
+        return Err(UrlError::NotLoopback(addr.ip()));
     }
     if addr.port() == 0 {
-        return Err("port 0 is not allowed".into());
+        return Err(UrlError::PortZero);
     }
     let url = LoopbackUrl {
         to: To::Tcp(addr),
         authority: authority.to_owned(),
     };
     Ok((url, path.to_owned()))
+}
+
+/// Where the control socket is: a path, or none (`none`, the default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ControlSocket(pub(crate) Option<PathBuf>);
+
+/// Why a control socket's path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ControlSocketError {
+    #[error("must be an absolute path (or none)")]
+    Relative,
+    #[error("a path cannot contain NUL")]
+    Nul,
+}
+
+impl FromStr for ControlSocket {
+    type Err = ControlSocketError;
+    fn from_str(s: &str) -> Result<Self, ControlSocketError> {
+        match s {
+            "" | "none" => Ok(ControlSocket(None)),
+            path if !Path::new(path).is_absolute() => Err(ControlSocketError::Relative),
+            path if path.contains('\0') => Err(ControlSocketError::Nul),
+            path => Ok(ControlSocket(Some(path.into()))),
+        }
+    }
+}
+
+impl ControlSocket {
+    /// The socket's URL when it is set and its file exists, else `url`:
+    /// how a hook reaches the agent.
+    pub(crate) fn or(&self, url: LoopbackUrl) -> LoopbackUrl {
+        match &self.0 {
+            Some(path) if path.exists() => LoopbackUrl::unix(path),
+            _ => url,
+        }
+    }
+}
+
+impl fmt::Display for ControlSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            None => f.write_str("none"),
+            Some(path) => write!(f, "{}", path.display()),
+        }
+    }
 }

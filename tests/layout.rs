@@ -2,8 +2,11 @@
 //! top-level module of `src/` names which, outside its tests) has no cycle,
 //! and neither has the graph of files (each file's module and the files
 //! its code names, at any depth); the drain and the leaves import nothing
-//! of the rest; `main.rs` only parses and calls the library; no function in
-//! `src/` is over 80 lines, and no file over 600 outside its tests.
+//! of the rest; `main.rs` only parses, calls the library and maps how it
+//! ended to the exit code through `exit`; no function in `src/` is over 80
+//! lines, and no file over 600 outside its tests; errors are typed (no
+//! `Result<_, String>` outside tests), and no function outside `agent`,
+//! `exit` and `main.rs` returns a `u8` exit code.
 //!
 //! `cargo test --test layout -- --nocapture` prints the graph.
 
@@ -171,6 +174,10 @@ fn main_only_parses_and_calls_the_library() {
     println!("src/main.rs: {lines} lines");
     assert!(lines < 60, "src/main.rs has {lines} lines");
     assert!(main.contains("lifeguard::cli::parse") && main.contains("lifeguard::agent::main"));
+    assert!(
+        main.contains("lifeguard::exit::code"),
+        "the exit code is exit's to decide"
+    );
 }
 
 /// Function bodies outside tests, by brace depth: `path:line name length`.
@@ -425,4 +432,155 @@ fn no_file_is_over_the_ceiling() {
         }
     }
     assert!(big.is_empty(), "over {FILE_CEILING} lines outside tests: {big:#?}");
+}
+
+// ---------------------------------------------------------------------------
+// Errors and exit codes
+
+/// A file's code outside its tests, its comments blanked (lines kept, so
+/// an offset still gives the line).
+fn code_without_comments(rel: &str, text: &str) -> String {
+    without_tests(rel, text)
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The line (from 1) of `offset` in `code`.
+fn line_at(code: &str, offset: usize) -> usize {
+    code[..offset].matches('\n').count() + 1
+}
+
+/// The top-level arguments of the generic list that opens at `code[open]`
+/// (a `<`), and where it closes; `->` is no bracket.
+fn generic_args(code: &str, open: usize) -> Option<(Vec<&str>, usize)> {
+    let bytes = code.as_bytes();
+    let (mut depth, mut start, mut args) = (0i32, open + 1, Vec::new());
+    for i in open..bytes.len() {
+        match bytes[i] {
+            b'<' | b'(' | b'[' => depth += 1,
+            b'>' if i > 0 && bytes[i - 1] == b'-' => {}
+            b'>' | b')' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    args.push(&code[start..i]);
+                    return Some((args, i));
+                }
+            }
+            b',' if depth == 1 => {
+                args.push(&code[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Every `Result<_, String>` in `code`: `line: the type`.
+fn string_errors_in(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("Result<") {
+        let before = code[..at].chars().last();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let Some((args, end)) = generic_args(code, at + "Result".len()) else {
+            continue;
+        };
+        let args: Vec<&str> = args.into_iter().map(str::trim).filter(|a| !a.is_empty()).collect();
+        if args.len() == 2 && args[1] == "String" {
+            let text: String = code[at..=end].split_whitespace().collect::<Vec<_>>().join(" ");
+            found.push(format!("{}: {text}", line_at(code, at)));
+        }
+    }
+    found
+}
+
+/// Every function of `code` that returns a `u8`, bare or inside another
+/// type (`Result<_, u8>`), bytes aside (`[u8]`, `Vec<u8>`): `line: name`.
+fn u8_returners_in(code: &str) -> Vec<String> {
+    let bytes = code.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("fn ") {
+        if at > 0 && word(bytes[at - 1]) {
+            continue;
+        }
+        let rest = &code[at + 3..];
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let Some(open) = rest.find('(') else { continue };
+        // The parameters' closing parenthesis.
+        let mut depth = 0;
+        let Some(close) = rest[open..].char_indices().find_map(|(i, c)| {
+            depth += match c {
+                '(' => 1,
+                ')' => -1,
+                _ => 0,
+            };
+            (depth == 0).then_some(open + i)
+        }) else {
+            continue;
+        };
+        let after = rest[close + 1..].trim_start();
+        let Some(ret) = after.strip_prefix("->") else { continue };
+        let end = ret.find(['{', ';']).unwrap_or(ret.len());
+        let ret = ret[..end].split(" where ").next().unwrap_or("");
+        let ret: String = ret.split_whitespace().collect();
+        let rb = ret.as_bytes();
+        let returns_u8 = ret.match_indices("u8").any(|(i, _)| {
+            let alone = (i == 0 || !word(rb[i - 1])) && rb.get(i + 2).is_none_or(|c| !word(*c));
+            let bytes = (i > 0 && rb[i - 1] == b'[') || ret[..i].ends_with("Vec<");
+            alone && !bytes
+        });
+        if returns_u8 {
+            found.push(format!("{}: {name} -> {ret}", line_at(code, at)));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_result_with_a_string_error_outside_tests() {
+    // The check sees one when there is one.
+    let sample = "fn f(s: &str) -> Result<(u16, Option<String>), String> {\n    let r: io::Result<String> = x;\n}\n\
+                  fn g() -> Result<\n    (),\n    String,\n> {}";
+    assert_eq!(
+        string_errors_in(sample),
+        ["1: Result<(u16, Option<String>), String>", "4: Result< (), String, >"]
+    );
+    let mut found = Vec::new();
+    for (rel, text) in sources() {
+        let code = code_without_comments(&rel, &text);
+        found.extend(string_errors_in(&code).into_iter().map(|f| format!("src/{rel}:{f}")));
+    }
+    assert!(found.is_empty(), "errors are typed (thiserror), not prose: {found:#?}");
+}
+
+/// Where a process exit code may be made: the composition root, the
+/// module that decides it, and the binary.
+fn may_return_exit_codes(rel: &str) -> bool {
+    rel == "main.rs" || rel.starts_with("agent/") || rel.starts_with("exit/")
+}
+
+#[test]
+fn exit_codes_are_decided_in_exit() {
+    // The check sees them when there are some, and leaves bytes alone.
+    let sample = "pub async fn wait(o: &O) -> u8 {\n}\nfn parse(a: Vec<u8>)\n    -> Result<I, u8> {}\n\
+                  fn body(&self) -> &[u8] {}\nfn take(self) -> Vec<u8> {}\nfn go(f: impl Fn(u8) -> u8) -> u16 {}";
+    assert_eq!(u8_returners_in(sample), ["1: wait -> u8", "3: parse -> Result<I,u8>"]);
+    let mut found = Vec::new();
+    for (rel, text) in sources() {
+        if may_return_exit_codes(&rel) {
+            continue;
+        }
+        let code = code_without_comments(&rel, &text);
+        found.extend(u8_returners_in(&code).into_iter().map(|f| format!("src/{rel}:{f}")));
+    }
+    assert!(
+        found.is_empty(),
+        "a function outside agent, exit and main.rs returns a u8 (an exit code: return a typed \
+         result, and let crate::exit decide the number): {found:#?}"
+    );
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use hyper::header::HOST;
 use libfuzzer_sys::fuzz_target;
-use lifeguard::fuzzing::{app_probe_exchange, app_probe_headers, app_probe_redirect, APP_PROBE_BODY_CAP};
+use lifeguard::fuzzing::{app_probe_exchange, app_probe_headers, app_probe_redirect, Refused, APP_PROBE_BODY_CAP};
 use lifeguard_fuzz::{fields, header_map, runtime, text};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -110,6 +110,6 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
-        Err(why) => assert!(!why.is_empty()),
+        Err(Refused(why)) => assert!(!why.is_empty()),
     }
 });

@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lifeguard::fuzzing::{app_probers, Action};
+use lifeguard::fuzzing::{app_probers, Action, Refused};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(json) = std::str::from_utf8(data) else { return };
@@ -38,7 +38,7 @@ fuzz_target!(|data: &[u8]| {
             let shown = probes.to_json();
             assert_eq!(app_probers(&shown).as_ref(), Ok(&probes), "{shown}");
         }
-        Err(why) => {
+        Err(Refused(why)) => {
             let keys: Vec<String> = match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json) {
                 Ok(map) => map.keys().cloned().collect(),
                 Err(_) => Vec::new(),

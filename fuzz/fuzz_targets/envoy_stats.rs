@@ -1,5 +1,6 @@
 //! Envoy's `/stats` text (envoy/stats.rs), the drain's active counts
-//! (counts.rs), the readiness verdict and `GET /ready`'s answer (state.rs).
+//! (counts.rs), the readiness verdict and `GET /ready`'s answer (state.rs),
+//! its version from `/server_info` (version.rs).
 //!
 //! Input: the body as Envoy would send it.
 //! Holds: one line per non-blank input line, names trimmed, values typed as
@@ -8,12 +9,14 @@
 //! counts more; ready only when `server.state` is 0 and the workers started
 //! (and the stricter xDS modes never ready when a looser one is not); a
 //! reason not ready is one line; an unrecognized `/ready` answer is kept
-//! short.
+//! short; a version is read only from a `version` of the form
+//! `commit/x.y.z/...`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lifeguard::fuzzing::{
-    active_counts, readiness_verdict, ready_answer, stats_find, stats_lines, StatValue, XdsCheck,
+    active_counts, envoy_version, readiness_verdict, ready_answer, stats_find, stats_lines, Refused, StatValue,
+    XdsCheck,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -66,7 +69,24 @@ fuzz_target!(|data: &[u8]| {
     for status in [200, 503, 404] {
         match ready_answer(status, data) {
             Ok(state) => assert_eq!(state, body.trim()),
-            Err(kept) => assert!(kept.chars().count() <= 40 * 10 + 32, "{kept:?}"),
+            Err(Refused(kept)) => assert!(kept.chars().count() <= 40 * 10 + 32, "{kept:?}"),
         }
+    }
+
+    match envoy_version(&body) {
+        Ok((major, minor, patch)) => {
+            let info: serde_json::Value = serde_json::from_str(&body).expect("it was read as JSON");
+            let build = info["version"].as_str().expect("it has a version");
+            let number = build.split('/').nth(1).expect("commit/x.y.z/...");
+            let parts: Vec<u32> = number
+                .split(['-', '+'])
+                .next()
+                .unwrap()
+                .split('.')
+                .map(|p| p.parse().unwrap())
+                .collect();
+            assert_eq!(parts, [major, minor, patch], "{build:?}");
+        }
+        Err(Refused(why)) => assert!(!why.is_empty()),
     }
 });

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use lifeguard::fuzzing::{
-    cli_wait_durations, go_duration, go_duration_display, load_settings, SettingsError, GO_DURATION_MAX,
+    cli_wait_durations, go_duration, go_duration_display, load_settings, Refused, SettingsError, GO_DURATION_MAX,
 };
 use lifeguard_fuzz::{fields, flags, settings_file};
 
@@ -74,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(!text.trim().starts_with('-'));
             round_trip(d);
         }
-        Err(why) => assert!(why.contains(&format!("{text:?}")), "{why}"),
+        Err(Refused(why)) => assert!(why.contains(&format!("{text:?}")), "{why}"),
     }
 
     let mut raw = [0u8; 12];
@@ -93,7 +93,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(Some(timeout), parsed);
             assert!(!period.is_zero());
         }
-        Err(why) => {
+        Err(Refused(why)) => {
             assert!(why.contains("--timeout") || why.contains("--period"), "{why}");
             assert!(parsed.is_none_or(|d| d.is_zero()), "{text:?}: {why}");
         }

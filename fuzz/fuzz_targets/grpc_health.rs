@@ -14,7 +14,7 @@
 use bytes::Bytes;
 use hyper::header::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use lifeguard::fuzzing::grpc_health_answer;
+use lifeguard::fuzzing::{grpc_health_answer, Refused};
 use lifeguard_fuzz::{fields, flags};
 
 const STATES: [&str; 4] = ["SERVING", "NOT_SERVING", "SERVICE_UNKNOWN", "UNKNOWN"];
@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(code, Some(0));
             assert!(STATES.contains(&state));
         }
-        Ok(Err(failed)) => {
+        Ok(Err(Refused(failed))) => {
             assert!(code.is_some_and(|c| c != 0), "{failed:?}");
             let name = failed.split(' ').next().unwrap_or("");
             assert!(
@@ -63,7 +63,7 @@ fuzz_target!(|data: &[u8]| {
                 "{failed:?}"
             );
         }
-        Err(why) => assert!(code.is_none_or(|c| c == 0) && !why.is_empty()),
+        Err(Refused(why)) => assert!(code.is_none_or(|c| c == 0) && !why.is_empty()),
     }
 
     // A well-formed answer carrying the status number the input spells.

@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lifeguard::fuzzing::inject;
+use lifeguard::fuzzing::{inject, Refused};
 use lifeguard_fuzz::flags;
 
 fuzz_target!(|data: &[u8]| {
@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
             let again = inject(&out, proxy, port, drain_wait);
             assert_eq!(again.as_ref(), Ok(&out), "a second run changed the output of:\n{yaml}");
         }
-        Err(why) => {
+        Err(Refused(why)) => {
             let n = why.strip_prefix("document ").and_then(|r| r.split(':').next());
             assert!(n.is_some_and(|n| n.parse::<usize>().is_ok()), "{why}");
         }

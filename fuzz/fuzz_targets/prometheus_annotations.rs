@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lifeguard::fuzzing::prometheus_annotations;
+use lifeguard::fuzzing::{prometheus_annotations, Refused};
 
 const RESERVED: [u16; 9] = [15000, 15001, 15004, 15006, 15008, 15020, 15021, 15053, 15090];
 
@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
             let shown = metrics.to_json();
             assert_eq!(prometheus_annotations(&shown).as_ref(), Ok(&metrics), "{shown}");
         }
-        Err(why) => {
+        Err(Refused(why)) => {
             let field = why.split(':').next().unwrap_or("");
             let by_field = matches!(field, "port" | "path")
                 || field

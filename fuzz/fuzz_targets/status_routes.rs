@@ -1,13 +1,15 @@
 //! The status port's routing (status/service.rs, routes.rs): any method,
 //! path, query and headers, from any peer or the control socket, against
-//! the service the agent serves (readiness, the drain routes, the merged
-//! scrape with lifeguard's part, one app probe), driven in-process.
+//! the service the agent serves (readiness and its checkers, the drain
+//! routes, the drain wait, the merged scrape with lifeguard's part, one app
+//! probe), driven in-process.
 //!
 //! Input: a flags byte (loopback control, a control socket, the caller,
 //! ready or not), then NUL-separated: the method, the request target, the
 //! headers (`name: value` a line).
 //! Holds: each known path answers its methods and 405 (with `Allow`) for
-//! others, anything else 404; the probe says 200 exactly when ready; only
+//! others, anything else 404; the probe says 200 exactly when ready; the
+//! drain wait refuses a timeout that is no Go duration with 400; only
 //! a loopback caller (with loopback control) or the control socket may
 //! drain or stop, others get 403; HEAD has no body; every answer has a
 //! Content-Type and no header of the request's; every answer comes at once
@@ -23,7 +25,8 @@ use hyper::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, VARY};
 use hyper::{Method, Request, StatusCode, Uri};
 use libfuzzer_sys::fuzz_target;
 use lifeguard::fuzzing::{
-    status_for_control_socket, status_for_peer, status_service, Readiness, StatusOptions, StatusService, Verdict,
+    go_duration, status_for_control_socket, status_for_peer, status_service, Readiness, StatusOptions, StatusService,
+    Verdict,
 };
 use lifeguard_fuzz::{fields, header_map, runtime};
 
@@ -39,6 +42,7 @@ fn services() -> &'static [(StatusService, Readiness); 4] {
                     loopback_control: i & 1 == 1,
                     control_socket: (i & 2 == 2).then(|| "/run/lifeguard/control.sock".into()),
                     drain: true,
+                    drain_wait: true,
                     scrape: Some(None),
                     app_metrics: Vec::new(),
                     app_probes: Some((
@@ -61,9 +65,18 @@ fn is_loopback(ip: IpAddr) -> bool {
 
 /// The status and `Allow` the route promises, and whether a body is a
 /// 503 `lifeguard is stopping` (an allowed drain or stop).
-fn expected(method: &Method, path: &str, ready: bool, may_control: bool) -> (StatusCode, Option<&'static str>) {
+fn expected(method: &Method, uri: &Uri, ready: bool, may_control: bool) -> (StatusCode, Option<&'static str>) {
     let read = method == Method::GET || method == Method::HEAD;
-    match path {
+    // The drain wait's `timeout`: the first one, a Go duration.
+    let timeout = uri
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|p| p.strip_prefix("timeout="));
+    match uri.path() {
+        "/drain/wait" if read && timeout.is_some_and(|t| go_duration(t).is_err()) => (StatusCode::BAD_REQUEST, None),
+        "/drain/wait" if read => (StatusCode::OK, None),
+        "/drain/wait" => (StatusCode::METHOD_NOT_ALLOWED, Some("GET, HEAD")),
         "/healthz/ready" if read => (
             if ready {
                 StatusCode::OK
@@ -131,7 +144,7 @@ fuzz_target!(|data: &[u8]| {
 
     let path = uri.path();
     let may_control = control_socket || loopback_control && is_loopback(peer.ip());
-    let (want, allow) = expected(&method, path, ready, may_control);
+    let (want, allow) = expected(&method, &uri, ready, may_control);
     assert_eq!(status, want, "{method} {uri}");
     assert_eq!(answer_headers.get(ALLOW).map(|v| v.to_str().unwrap()), allow);
     assert!(

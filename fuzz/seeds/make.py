@@ -58,6 +58,8 @@ STATS = {
     "http.inbound_http.downstream_rq_active: zero\nserver.state: banana\n",
     "histogram": "cluster.x.upstream_rq_time: P0(nan,0) P25(nan,1)\n  server.state :   3  \r\n",
     "ready": "LIVE",
+    "server_info": '{"version":"3a6b5e2c/1.40.0/Clean/RELEASE/BoringSSL","state":"LIVE","hot_restart_version":"11.104"}',
+    "server_info_dev": '{"version":"0000/1.41.0-dev/Modified/DEBUG/BoringSSL"}',
 }
 for name, body in STATS.items():
     put("envoy_stats", name, body)
@@ -203,15 +205,16 @@ for i, text in enumerate(["500ms", "5s", "1m30s", "1h", "1.5s", ".5s", "0", "0s"
     put("go_duration", f"duration{i}", bytes([i % 4]) + nul(text, struct.pack("<QI", 90 + i * 3607, i * 1000)))
 
 # ---- lifeguard inject (config/k8s/*.yaml, inject/mod.rs tests): flags (--proxy-container proxy 1,
-# --status-port 15021 2), the YAML.
-for path in sorted((ROOT / "config/k8s").glob("*.yaml")):
-    put("inject", path.stem, b"\0" + path.read_bytes())
+# --status-port 15021 2, --drain-wait 4), the YAML.
+for i, path in enumerate(sorted((ROOT / "config/k8s").glob("*.yaml"))):
+    put("inject", path.stem, bytes([4 * (i % 2)]) + path.read_bytes())
 POD = """apiVersion: v1
 kind: Pod
 metadata:
   name: web
   annotations:
     status.sidecar.istio.io/port: "15021"
+    lifeguard.io/drain-wait: "true"
 spec:
   containers:
   - name: proxy
@@ -254,6 +257,10 @@ for i, (flags, method, target, headers) in enumerate([
     (0x21, "GET", "/app-health/app/readyz", "host: 10.0.0.5:15020\n"),
     (0x21, "GET", "/app-lifecycle/app/prestopz", ""), (0x00, "DELETE", "/nope", ""),
     (0x21, "GET", "http://10.0.0.5:15020/healthz/ready", ""),
+    (0x21, "GET", "/healthz/ready", "user-agent: ELB-HealthChecker/2.0\nx-forwarded-for: 10.1.2.3, 10.0.0.9\n"),
+    (0x29, "GET", "/healthz/ready", "user-agent: GoogleHC/1.0\n"),
+    (0x01, "GET", "/drain/wait?timeout=10ms", ""), (0x01, "GET", "/drain/wait?timeout=soon", ""),
+    (0x01, "HEAD", "/drain/wait", ""), (0x01, "POST", "/drain/wait", ""),
 ]):
     put("status_routes", f"route{i}", bytes([flags]) + nul(method, target, headers))
 
@@ -276,6 +283,7 @@ dict_file("envoy_stats", ["server.state", "listener_manager.workers_started", "c
                           ".downstream_cx_active", ".downstream_rq_active", "admin", "agent", "status", "stats",
                           "worker_", "main_thread", "envoy_internal_", "[__1]_", "[__]_", "0.0.0.0_", "_15021",
                           "_15090", "18446744073709551615", "9223372036854775808", ": ", "LIVE", "DRAINING",
+                          '{"version":"', "/1.40.0/", "-dev", "Clean/RELEASE",
                           "PRE_INITIALIZING", "INITIALIZING"])
 METRICS = ["# TYPE ", "# HELP ", "# UNIT ", "# EOF", "counter", "gauge", "histogram", "summary", "untyped", "unknown",
            "info", "stateset", "gaugehistogram", "_total", "_created", "_bucket", "_sum", "_count", "_gsum", "_gcount",
@@ -306,8 +314,11 @@ dict_file("inject", ["kind: ", "Pod", "Deployment", "StatefulSet", "DaemonSet", 
                      "ISTIO_KUBE_APP_PROBERS", "sidecar.istio.io/inject", "sidecar.istio.io/rewriteAppHTTPProbers",
                      "status.sidecar.istio.io/port", "restartPolicy", "Always", "---\n", "timeoutSeconds",
                      "httpHeaders", "scheme", "HTTPS", "path", "value", "proxy", "15020", "15021", '"false"', "&a",
+                     "lifeguard.io/drain-wait", "/drain/wait", "preStop",
                      "*a", "!!str", "? ", "- ", ": ", "{", "}", "[", "]"])
-dict_file("status_routes", ["/healthz/ready", "/drain", "/quitquitquit", "/stats/prometheus", "/metrics",
+dict_file("status_routes", ["/drain/wait", "?timeout=", "10ms", "user-agent: ", "kube-probe/1.34",
+                            "x-forwarded-for: ", "10.0.0.9", "::1", ", ",
+                            "/healthz/ready", "/drain", "/quitquitquit", "/stats/prometheus", "/metrics",
                             "/app-health/app/readyz", "/app-lifecycle/", "/app-health/", "?nowait", "nowait", "GET",
                             "HEAD", "POST", "PUT", "accept: ", "accept-encoding: ", "gzip", "host: ",
                             "x-prometheus-scrape-timeout-seconds: ", "application/openmetrics-text", "text/plain",

@@ -9,6 +9,9 @@
 //! process is launched); Envoy is launched from the main thread (its
 //! parent-death signal is tied to the thread that forks).
 //!
+//! What it runs ends in an [`Ended`], which `crate::exit` turns into the
+//! process exit code; a start-up step that fails is a [`StartError`].
+//!
 //! - [`signals`]: process signals handed to the drain, and reaping as PID 1.
 
 use std::sync::Arc;
@@ -17,34 +20,43 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{Invocation, Task};
+use crate::cli::{BadSetting, Invocation, Task};
 use crate::config::Settings;
-use crate::drain::{exit_code, Drain, DrainHandle, DrainUntil, Plan};
+use crate::drain::{Drain, DrainHandle, DrainUntil, Outcome, Plan};
 use crate::duration::Display as D;
 use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
 use crate::envoy::inbound::Inbound;
 use crate::envoy::poller::{self, Heartbeat, Schedule};
-use crate::envoy::process::Envoy;
+use crate::envoy::process::{Envoy, LaunchError};
 use crate::envoy::readiness::Readiness;
 use crate::envoy::version;
 use crate::exit::linger::Linger;
+use crate::exit::Ended;
 use crate::istio::probers::PodIp;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
 use crate::pod::app::{in_a_pod, Watcher};
 use crate::rotation::{Checkers, Rotation, RotationPlan};
 use crate::status::app_probe::AppProber;
-use crate::status::control::ControlServer;
-use crate::status::server::StatusServer;
+use crate::status::control::{self, ControlServer};
+use crate::status::server::{self, StatusServer};
 use crate::status::service::StatusService;
 use crate::{cli, hooks, inject, logging};
-use signals::Signals;
+use signals::{Signals, SignalsError};
 
 pub mod signals;
 
-/// Runs what the command line asked for; returns the process exit code.
-pub fn main(invocation: Invocation) -> u8 {
-    match invocation.0 {
+/// Runs what the command line asked for, or reports the bad setting that
+/// stopped it; how it ended, for `crate::exit` to make the exit code of.
+pub fn main(invocation: Result<Invocation, BadSetting>) -> Ended {
+    let task = match invocation {
+        Ok(Invocation(task)) => task,
+        Err(bad) => {
+            eprintln!("{bad}");
+            return Ended::BadSetting;
+        }
+    };
+    match task {
         Task::Run {
             settings,
             effective,
@@ -68,13 +80,49 @@ pub fn main(invocation: Invocation) -> u8 {
                 .enable_all()
                 .on_thread_park(return_freed_memory_now_and_then)
                 .build();
-            runtime.expect("tokio runtime").block_on(run(settings, envoy))
+            match runtime.expect("tokio runtime").block_on(run(settings, envoy)) {
+                Ok(outcome) => Ended::Stopped(outcome),
+                Err(e) => {
+                    log_start_error(&e);
+                    Ended::StartFailed
+                }
+            }
         }
-        Task::Check { settings, effective } => cli::check_report(&settings, &effective),
-        Task::Wait(opts) => helper_runtime().block_on(hooks::wait(&opts)),
-        Task::WaitAppExit(opts) => helper_runtime().block_on(hooks::wait_app_exit(&opts)),
-        Task::Drain(opts) => helper_runtime().block_on(hooks::drain(&opts)),
-        Task::Inject(opts) => inject::run(&opts),
+        Task::Check { settings, effective } => Ended::Checked {
+            warnings: cli::check_report(&settings, &effective),
+        },
+        Task::Wait(opts) => Ended::Hook(helper_runtime().block_on(hooks::wait(&opts))),
+        Task::WaitAppExit(opts) => Ended::Hook(helper_runtime().block_on(hooks::wait_app_exit(&opts))),
+        Task::Drain(opts) => Ended::Hook(helper_runtime().block_on(hooks::drain(&opts))),
+        Task::Inject(opts) => match inject::run(&opts) {
+            Ok(()) => Ended::Injected,
+            Err(e) => {
+                eprintln!("lifeguard inject: {e}");
+                Ended::NotInjected
+            }
+        },
+    }
+}
+
+/// Why the agent could not start, one variant per start-up step in the
+/// order `run` takes them; nothing is left running.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    #[error(transparent)]
+    Signals(#[from] SignalsError),
+    #[error(transparent)]
+    StatusAddress(#[from] server::BindError),
+    #[error(transparent)]
+    ControlSocket(#[from] control::BindError),
+    #[error(transparent)]
+    Envoy(#[from] LaunchError),
+}
+
+/// A start-up error in the log: the step that failed, and why.
+fn log_start_error(e: &StartError) {
+    match std::error::Error::source(e) {
+        Some(why) => tracing::error!(error = %why, "{e}"),
+        None => tracing::error!("{e}"),
     }
 }
 
@@ -160,14 +208,11 @@ fn app_prober(settings: &Settings, status_port: u16, metrics: &Metrics) -> Optio
     Some(prober)
 }
 
-/// Runs the agent until Envoy has stopped; returns the process exit code.
-/// Runs on the main thread (inside `block_on`), which Envoy's parent-death
-/// signal relies on.
-pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
-    let signals = match Signals::install() {
-        Ok(signals) => signals,
-        Err(e) => return start_failed("cannot install signal handlers", &e),
-    };
+/// Runs the agent until Envoy has stopped; how the drain ended. Runs on
+/// the main thread (inside `block_on`), which Envoy's parent-death signal
+/// relies on.
+pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> Result<Outcome, StartError> {
+    let signals = Signals::install()?;
     let Options {
         mut plan,
         schedule,
@@ -177,17 +222,11 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     let shutdown = CancellationToken::new();
     let metrics = Metrics::new(Instant::now());
     let admin = admin_client(&settings, &metrics);
-    let (server, control) = match bind(&settings).await {
-        Ok(bound) => bound,
-        Err(code) => return code,
-    };
+    let (server, control) = bind(&settings).await?;
     let local = server.local_addr().expect("a bound listener has an address");
     let (envoy_drain, scope) = (settings.envoy_drain(), settings.drain_scope);
     let ignored = settings.ignore_listener_ports.clone();
-    let envoy = match Envoy::start(envoy_command, envoy_drain, admin.clone(), ignored.clone(), scope) {
-        Ok(envoy) => envoy,
-        Err(e) => return start_failed("cannot start Envoy", &e),
-    };
+    let envoy = Envoy::start(envoy_command, envoy_drain, admin.clone(), ignored.clone(), scope)?;
     let inbound = Inbound::new(admin.clone(), envoy.counts(), scope, ignored);
     // Children lifeguard waits for itself: never reaped as orphans.
     let own_children: Vec<i32> = envoy.pid().map(|p| p as i32).into_iter().collect();
@@ -228,7 +267,7 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
         rotation_task,
     ];
     let outcome = drain.run().await;
-    let code = crate::exit::conclude(
+    crate::exit::conclude(
         &outcome,
         &handle.status(),
         message_path.as_deref(),
@@ -241,7 +280,7 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> u8 {
     for task in tasks.into_iter().chain(control) {
         let _ = task.await;
     }
-    code
+    Ok(outcome)
 }
 
 /// The merged scrape: Envoy's metrics (unless not merged), the app's, ours.
@@ -288,29 +327,15 @@ fn drain_wait(
 
 /// The status port and the control socket, bound before anything starts:
 /// an address in use stops start-up before a process is launched.
-async fn bind(settings: &Settings) -> Result<(StatusServer, Option<ControlServer>), u8> {
-    let server = match StatusServer::bind(settings.status_addr).await {
-        Ok(server) => server,
-        Err(e) => {
-            return Err(start_failed(
-                &format!("cannot bind the status address {}", settings.status_addr),
-                &e,
-            ))
-        }
-    };
-    match settings
+async fn bind(settings: &Settings) -> Result<(StatusServer, Option<ControlServer>), StartError> {
+    let server = StatusServer::bind(settings.status_addr).await?;
+    let control = settings
         .control_socket
         .0
         .as_deref()
         .map(ControlServer::bind)
-        .transpose()
-    {
-        Ok(control) => Ok((server, control)),
-        Err(e) => Err(start_failed(
-            &format!("cannot bind the control socket {}", settings.control_socket),
-            &e,
-        )),
-    }
+        .transpose()?;
+    Ok((server, control))
 }
 
 /// The admin client, telling the metrics of every call.
@@ -373,10 +398,4 @@ fn log_start(
         loopback_control = settings.loopback_control,
         "lifeguard listening"
     );
-}
-
-/// A start-up error: logged, exit code 2, nothing left running.
-fn start_failed(what: &str, e: &std::io::Error) -> u8 {
-    tracing::error!(error = %e, "{what}");
-    exit_code::CONFIG
 }

@@ -16,6 +16,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::drain::DrainHandle;
 
+/// A signal handler could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot install signal handlers")]
+pub(crate) struct SignalsError(#[from] std::io::Error);
+
 /// The signals lifeguard handles.
 pub(crate) struct Signals {
     term: Signal,
@@ -30,7 +35,7 @@ pub(crate) struct Signals {
 
 impl Signals {
     /// Installs the handlers. Call before anything that may take time.
-    pub(crate) fn install() -> std::io::Result<Signals> {
+    pub(crate) fn install() -> Result<Signals, SignalsError> {
         let pid1 = std::process::id() == 1;
         Ok(Signals {
             term: signal(SignalKind::terminate())?,

@@ -29,12 +29,12 @@ mod proxy_config;
 mod reference;
 
 pub(crate) use layers::from_clap_error;
-pub(crate) use parsers::go_bool;
+pub(crate) use parsers::{go_bool, ValueError};
 pub use reference::reference;
 
 use crate::istio::annotations::AppMetrics;
 use crate::istio::probers::{AppProbes, PodIp};
-use crate::status::control::ControlSocket;
+use crate::url::ControlSocket;
 pub(crate) use crate::url::LoopbackUrl;
 use crate::{drain::DrainScope, drain::DrainUntil, envoy::state::XdsCheck, exit::MessagePath, logging::LogFormat};
 
@@ -337,7 +337,7 @@ impl Settings {
             .app_metrics
             .check_ports(self.status_addr.port(), self.admin_url.port())
         {
-            return invalid("app_metrics", self.app_metrics.to_json(), why);
+            return invalid("app_metrics", self.app_metrics.to_json(), why.to_string());
         }
         if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
             let why = "cannot be used with drain_delay: readiness fails first with drain_delay, last with readiness_fail_delay";
@@ -800,7 +800,7 @@ pub(crate) mod tests {
         let unix = url("unix:///var/run/lifeguard/admin.sock").unwrap();
         assert_eq!(unix.port(), None);
         assert_eq!(unix.to_string(), "unix:///var/run/lifeguard/admin.sock");
-        assert!(url("unix://admin.sock").unwrap_err().contains("ABSOLUTE"));
+        assert!(url("unix://admin.sock").unwrap_err().to_string().contains("ABSOLUTE"));
         assert!(url("http://127.0.0.1:15000/stats").is_err());
         assert!(url("http://127.0.0.1:0").is_err());
         assert!(url("http://10.0.0.1:15000").is_err());

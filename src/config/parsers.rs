@@ -1,6 +1,9 @@
 //! The parsers of the settings' values, each shared by clap (a flag or an
 //! env variable) and serde (the file), so a file value is checked exactly
-//! like a flag.
+//! like a flag. Each refuses with its concern's error (a
+//! [`DurationError`], a [`crate::url::UrlError`], Istio's formats' own,
+//! ...); the settings' own small values with a [`ValueError`]. clap and
+//! serde put the field's name in front ([`super::ConfigError`]).
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -8,11 +11,11 @@ use std::time::Duration;
 
 use serde::{de, Deserialize, Deserializer};
 
-use crate::duration::{self, Display as D};
+use crate::duration::{self, Display as D, DurationError};
 use crate::exit::MessagePath;
 use crate::istio::annotations::AppMetrics;
 use crate::istio::probers::{AppProbes, PodIp};
-use crate::status::control::ControlSocket;
+use crate::url::ControlSocket;
 use crate::url::LoopbackUrl;
 
 /// Declares a parser that clap (`NAME::parse`) and serde (`with = "NAME"`)
@@ -21,7 +24,7 @@ macro_rules! shared_parser {
     ($name:ident: $ty:ty = $parse:expr, shown as $show:expr) => {
         pub(super) mod $name {
             use super::*;
-            pub(crate) fn parse(s: &str) -> Result<$ty, String> {
+            pub(crate) fn parse(s: &str) -> Result<$ty, impl std::error::Error + Send + Sync + 'static> {
                 ($parse)(s)
             }
             pub(crate) fn serialize<S: serde::Serializer>(v: &$ty, s: S) -> Result<S::Ok, S::Error> {
@@ -37,9 +40,9 @@ macro_rules! shared_parser {
 shared_parser!(addr: SocketAddr = status_addr, shown as |a: &SocketAddr| *a);
 shared_parser!(url: LoopbackUrl = LoopbackUrl::from_str, shown as |u: &LoopbackUrl| u.clone());
 shared_parser!(filter: String = log_filter, shown as |f: &String| f.clone());
-shared_parser!(poll: Duration = |s| at_least(s, Duration::from_millis(10)), shown as |d: &Duration| D(*d));
-shared_parser!(positive: Duration = |s| at_least(s, Duration::from_nanos(1)), shown as |d: &Duration| D(*d));
-shared_parser!(span: Duration = |s| at_least(s, Duration::ZERO), shown as |d: &Duration| D(*d));
+shared_parser!(poll: Duration = |s| duration::at_least(s, Duration::from_millis(10)), shown as |d: &Duration| D(*d));
+shared_parser!(positive: Duration = duration::positive, shown as |d: &Duration| D(*d));
+shared_parser!(span: Duration = duration::parse, shown as |d: &Duration| D(*d));
 shared_parser!(grace: Duration = grace_period, shown as |d: &Duration| D(*d));
 shared_parser!(message_path: MessagePath = MessagePath::from_str, shown as |p: &MessagePath| p.clone());
 shared_parser!(app_probes: AppProbes = AppProbes::parse, shown as |p: &AppProbes| p.to_json());
@@ -47,46 +50,48 @@ shared_parser!(app_metrics: AppMetrics = AppMetrics::parse, shown as |m: &AppMet
 shared_parser!(pod_ip: PodIp = PodIp::from_str, shown as |p: &PodIp| *p);
 shared_parser!(control_socket: ControlSocket = ControlSocket::from_str, shown as |p: &ControlSocket| p.clone());
 
-/// A Go duration (at most [`duration::MAX`]) no shorter than `min`.
-fn at_least(s: &str, min: Duration) -> Result<Duration, String> {
-    match duration::parse(s).map_err(|e| e.to_string())? {
-        d if d >= min => Ok(d),
-        _ if min == Duration::from_nanos(1) => Err("must be greater than zero".into()),
-        _ => Err(format!("must be at least {}", D(min))),
-    }
+/// Why a setting's own value was refused (the values of other concerns
+/// have their own errors: durations, URLs, Istio's formats, paths).
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    #[error("expected IP:PORT, for example 0.0.0.0:15020")]
+    NotAnAddress,
+    #[error("port 0 is not allowed: Envoy must know where to send probes")]
+    StatusPortZero,
+    #[error("not a log filter: {0}")]
+    LogFilter(#[from] tracing_subscriber::filter::ParseError),
+    #[error("expected true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)")]
+    NotABool,
+    #[error("expected a whole number from 1 to 100")]
+    NotAThreshold,
 }
 
 /// Kubernetes writes terminationGracePeriodSeconds as a bare number of
-/// seconds; accept that too.
-fn grace_period(s: &str) -> Result<Duration, String> {
+/// seconds; accept that too. Greater than zero.
+fn grace_period(s: &str) -> Result<Duration, DurationError> {
     let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    at_least(
-        &if bare { format!("{s}s") } else { s.to_owned() },
-        Duration::from_nanos(1),
-    )
+    duration::positive(&if bare { format!("{s}s") } else { s.to_owned() })
 }
 
-fn status_addr(s: &str) -> Result<SocketAddr, String> {
-    let addr: SocketAddr = s.parse().map_err(|_| "expected IP:PORT, for example 0.0.0.0:15020")?;
+fn status_addr(s: &str) -> Result<SocketAddr, ValueError> {
+    let addr: SocketAddr = s.parse().map_err(|_| ValueError::NotAnAddress)?;
     if addr.port() == 0 {
-        return Err("port 0 is not allowed: Envoy must know where to send probes".into());
+        return Err(ValueError::StatusPortZero);
     }
     Ok(addr)
 }
 
-fn log_filter(s: &str) -> Result<String, String> {
-    match tracing_subscriber::EnvFilter::try_new(s) {
-        Ok(_) => Ok(s.to_owned()),
-        Err(e) => Err(format!("not a log filter: {e}")),
-    }
+fn log_filter(s: &str) -> Result<String, ValueError> {
+    tracing_subscriber::EnvFilter::try_new(s)?;
+    Ok(s.to_owned())
 }
 
 /// A boolean the way Go's `strconv.ParseBool` (and so Istio) reads one.
-pub(crate) fn go_bool(s: &str) -> Result<bool, String> {
+pub(crate) fn go_bool(s: &str) -> Result<bool, ValueError> {
     match s {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err("expected true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)".into()),
+        _ => Err(ValueError::NotABool),
     }
 }
 
@@ -94,14 +99,14 @@ pub(crate) fn go_bool(s: &str) -> Result<bool, String> {
 /// file's integer.
 pub(super) mod threshold {
     use super::*;
-    pub(crate) fn parse(s: &str) -> Result<u32, String> {
-        let n: u32 = s.trim().parse().map_err(|_| "expected a whole number from 1 to 100")?;
+    pub(crate) fn parse(s: &str) -> Result<u32, ValueError> {
+        let n: u32 = s.trim().parse().map_err(|_| ValueError::NotAThreshold)?;
         check(n)
     }
-    fn check(n: u32) -> Result<u32, String> {
+    fn check(n: u32) -> Result<u32, ValueError> {
         match n {
             1..=100 => Ok(n),
-            _ => Err("expected a whole number from 1 to 100".into()),
+            _ => Err(ValueError::NotAThreshold),
         }
     }
     pub(crate) fn deserialize<'de, De: Deserializer<'de>>(d: De) -> Result<u32, De::Error> {

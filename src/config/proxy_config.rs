@@ -91,7 +91,7 @@ impl ProxyLayer {
         };
         let typed = match base.get(key) {
             Some(toml::Value::Boolean(_)) => {
-                toml::Value::Boolean(crate::config::parsers::go_bool(text).map_err(invalid)?)
+                toml::Value::Boolean(crate::config::parsers::go_bool(text).map_err(|e| invalid(e.to_string()))?)
             }
             Some(toml::Value::Array(_)) => {
                 let ports: Result<Vec<toml::Value>, _> = text

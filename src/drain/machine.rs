@@ -367,7 +367,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     async fn read_once(
         &mut self,
         timeout: Duration,
-    ) -> Result<(Timed<Active>, Duration, Option<Timed<Work, String>>), Interrupt> {
+    ) -> Result<(Timed<Active>, Duration, Option<Timed<Work, A::Error>>), Interrupt> {
         let watch_app = self.plan.policy == DrainUntil::AppExit;
         let (envoy, app) = (&self.envoy, &self.app);
         let envoy_read = async {
@@ -415,13 +415,13 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
                 return Ok(Some(self.plan.count(&active)));
             }
             Ok(Err(e)) => {
-                if e.refused && !self.envoy.is_child() {
+                if matches!(e, ControlError::Refused(_)) && !self.envoy.is_child() {
                     let since = *seen.refused_since.get_or_insert(now);
                     if now.duration_since(since) >= EXTERNAL_GONE_AFTER {
                         return Err(Interrupt::EnvoyGone);
                     }
                 }
-                e.message
+                e.to_string()
             }
             Err(()) => format!("the read did not finish within {}", D(timeout)),
         };
@@ -434,7 +434,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
 
     /// Publishes what a look at the app found; the app's work, when known
     /// (none, when the policy does not watch the app).
-    fn take_app_read(&mut self, read: Option<Timed<Work, String>>, now: Instant, seen: &mut Seen) -> Option<Work> {
+    fn take_app_read(&mut self, read: Option<Timed<Work, A::Error>>, now: Instant, seen: &mut Seen) -> Option<Work> {
         let Some(read) = read else {
             return Some(Work::default());
         };

@@ -44,7 +44,7 @@ pub use plan::DrainUntil;
 pub(crate) use plan::{DrainScope, Plan};
 pub use ports::Active;
 pub(crate) use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Work};
-pub(crate) use status::{exit_code, Outcome};
+pub(crate) use status::Outcome;
 pub use status::{Phase, Status};
 
 use std::time::Duration;

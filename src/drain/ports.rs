@@ -12,20 +12,18 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-/// Why a call through [`EnvoyControl`] failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ControlError {
+/// Why a call through [`EnvoyControl`] failed, with the adapter's reason
+/// (for the log and `GET /drain`): the drain knows no admin API, so the
+/// reason reaches it as text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ControlError {
     /// Envoy refused the connection: an external Envoy that keeps refusing
     /// is gone.
-    pub(crate) refused: bool,
-    /// The reason, for the log and `GET /drain`.
-    pub(crate) message: String,
-}
-
-impl fmt::Display for ControlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
+    #[error("{0}")]
+    Refused(String),
+    /// Any other failure (a timeout, an error status, a body cut short).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// What the drain needs from Envoy. `crate::envoy::process::Envoy` is the real one;
@@ -47,19 +45,22 @@ pub(crate) trait EnvoyControl {
 /// What the app still holds, for the `app-exit` policy. `crate::pod::app::Watcher`
 /// is the real one.
 pub(crate) trait AppControl {
-    fn work(&self) -> impl Future<Output = Result<Work, String>> + Send;
+    /// Why a look at the app failed: the drain logs it and goes on.
+    type Error: fmt::Display + Send;
+    fn work(&self) -> impl Future<Output = Result<Work, Self::Error>> + Send;
 }
 
 /// For drains whose policy never looks at the app.
 impl AppControl for () {
-    async fn work(&self) -> Result<Work, String> {
+    type Error = std::convert::Infallible;
+    async fn work(&self) -> Result<Work, Self::Error> {
         Ok(Work::default())
     }
 }
 
 /// How Envoy ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Exit {
+pub enum Exit {
     /// The child exited with this status.
     Status(ExitStatus),
     /// An external Envoy acknowledged `/quitquitquit`.

@@ -1,6 +1,6 @@
 //! The drain's published state: its [`Phase`], the [`Status`] that
-//! readiness, `GET /drain` and the metrics all derive from, how the agent
-//! ends ([`Outcome`]) and the process exit codes.
+//! readiness, `GET /drain` and the metrics all derive from, and how the
+//! agent ends ([`Outcome`]; `crate::exit` makes it the exit code).
 
 use std::process::ExitStatus;
 
@@ -8,19 +8,6 @@ use serde::Serialize;
 
 use super::plan::DrainUntil;
 use super::ports::Exit;
-
-/// Process exit codes.
-pub mod exit_code {
-    /// Envoy was drained and stopped (or `/quitquitquit` was asked for).
-    pub(crate) const CLEAN: u8 = 0;
-    /// Bad configuration or a start-up error: nothing was started.
-    pub(crate) const CONFIG: u8 = 2;
-    /// Envoy was stopped with work in flight: the deadline cut the drain,
-    /// or the fixed policy's time ran out with requests still active.
-    pub(crate) const CUT_BY_DEADLINE: u8 = 3;
-    /// Envoy exited on its own (crash, OOM kill, bad config) or vanished.
-    pub(crate) const ENVOY_EXITED: u8 = 4;
-}
 
 /// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -127,7 +114,7 @@ impl Status {
 
 /// How the agent ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Drained by the policy, then Envoy stopped.
     Drained(Exit),
     /// The deadline cut the drain with `left` still active (None: unknown).
@@ -140,15 +127,4 @@ pub(crate) enum Outcome {
     EnvoyExited(ExitStatus),
     /// An external Envoy stopped answering during the drain.
     EnvoyGone,
-}
-
-impl Outcome {
-    pub(crate) fn exit_code(&self) -> u8 {
-        match self {
-            Outcome::Drained(_) | Outcome::Quit(_) => exit_code::CLEAN,
-            Outcome::Cut { left: Some(0), .. } => exit_code::CLEAN,
-            Outcome::Cut { .. } | Outcome::Unfinished { .. } => exit_code::CUT_BY_DEADLINE,
-            Outcome::EnvoyExited(_) | Outcome::EnvoyGone => exit_code::ENVOY_EXITED,
-        }
-    }
 }

@@ -128,9 +128,9 @@ fn percent_encode(text: &str) -> String {
 /// An admin call's failure as the drain sees it: refused (an external
 /// Envoy that keeps refusing is gone), or another reason.
 pub(crate) fn control_error(e: AdminError) -> ControlError {
-    ControlError {
-        refused: matches!(e, AdminError::Connect { .. }),
-        message: e.to_string(),
+    match e {
+        AdminError::Connect { .. } => ControlError::Refused(e.to_string()),
+        _ => ControlError::Failed(e.to_string()),
     }
 }
 

@@ -27,7 +27,7 @@ use crate::drain::DrainScope;
 use crate::envoy::admin::{AdminClient, Endpoint};
 use crate::envoy::counts::CountsReader;
 use crate::envoy::stats::{lines, Value};
-use crate::rotation::{Traffic, READ_EVERY};
+use crate::rotation::{Traffic, TrafficError, READ_EVERY};
 /// The largest listener dump read (masked, about 200 bytes a listener).
 const DUMP_LIMIT: usize = 16 << 20;
 /// The listener dumps, masked to what names a listener and its direction.
@@ -81,9 +81,9 @@ impl Traffic for Inbound {
         words
     }
 
-    async fn inbound_total(&mut self) -> Result<u64, String> {
+    async fn inbound_total(&mut self) -> Result<u64, TrafficError> {
         let reading = self.counts.read_recent(READ_EVERY).await;
-        let body = reading.body.map_err(|e| e.message)?;
+        let body = reading.body?;
         Ok(total(&body, &self.counted, &self.ignored_ports))
     }
 }
@@ -152,13 +152,22 @@ pub(crate) struct Listener {
     pub(crate) port: Option<u16>,
 }
 
+/// Why Envoy's listener dump cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DumpError {
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("\"configs\" is not a list")]
+    Configs,
+}
+
 /// The listeners of a masked `/config_dump` answer (static or dynamic).
-pub(crate) fn dumped_listeners(body: &str) -> Result<Vec<Listener>, String> {
-    let dump: Json = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+pub(crate) fn dumped_listeners(body: &str) -> Result<Vec<Listener>, DumpError> {
+    let dump: Json = serde_json::from_str(body)?;
     let configs = match dump.get("configs") {
         None => return Ok(Vec::new()),
         Some(Json::Array(configs)) => configs,
-        Some(_) => return Err("\"configs\" is not a list".into()),
+        Some(_) => return Err(DumpError::Configs),
     };
     let mut out = Vec::new();
     for config in configs {
@@ -337,7 +346,10 @@ listener.admin.main_thread.downstream_cx_total: 1
     #[test]
     fn an_empty_dump_has_no_listener_and_garbage_is_an_error() {
         assert_eq!(dumped_listeners("{}").unwrap(), []);
-        assert!(dumped_listeners("not json").unwrap_err().starts_with("not JSON"));
+        assert!(dumped_listeners("not json")
+            .unwrap_err()
+            .to_string()
+            .starts_with("not JSON"));
         assert!(dumped_listeners(r#"{"configs":3}"#).is_err());
         // Values that are not numbers are left out.
         assert_eq!(total("listener.a_1.downstream_cx_total: x\n", &Counted::Every, &[]), 0);

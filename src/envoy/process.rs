@@ -74,7 +74,7 @@ impl Envoy {
         admin: AdminClient,
         ignored: Vec<u16>,
         scope: DrainScope,
-    ) -> std::io::Result<Envoy> {
+    ) -> Result<Envoy, LaunchError> {
         if command.is_empty() {
             return Ok(Envoy::external(admin, ignored).with_scope(scope));
         }
@@ -84,8 +84,10 @@ impl Envoy {
             tracing::info!("adding {} to Envoy's command line", extra.join(" "));
             command.extend(extra);
         }
-        let child = Child::spawn(&command)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start {}: {e}", command[0])))?;
+        let child = Child::spawn(&command).map_err(|source| LaunchError {
+            program: command[0].clone(),
+            source,
+        })?;
         tracing::info!(pid = child.pid(), command = %command.join(" "), "Envoy started");
         Ok(Envoy::child(child, admin, ignored).with_scope(scope))
     }
@@ -104,6 +106,15 @@ impl Envoy {
     pub(crate) fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(|c| c.pid as u32)
     }
+}
+
+/// Envoy's command could not be launched.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start Envoy ({program})")]
+pub(crate) struct LaunchError {
+    pub(crate) program: String,
+    #[source]
+    pub(crate) source: std::io::Error,
 }
 
 /// A launched Envoy: its pid and a watch that turns `Some` when it exits.

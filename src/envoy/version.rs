@@ -47,22 +47,32 @@ pub(crate) struct EnvoyVersion {
     pub(crate) build: String,
 }
 
+/// Why a `/server_info` answer says no version.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum VersionError {
+    #[error("/server_info is not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    #[error("/server_info has no version")]
+    NoVersion,
+    #[error("{0:?} is not an Envoy build string (commit/x.y.z/...)")]
+    NotABuild(String),
+}
+
 impl EnvoyVersion {
     /// The version of a `/server_info` answer (its `version` field).
-    pub(crate) fn from_server_info(body: &str) -> Result<EnvoyVersion, String> {
-        let info: serde_json::Value =
-            serde_json::from_str(body).map_err(|e| format!("/server_info is not JSON: {e}"))?;
+    pub(crate) fn from_server_info(body: &str) -> Result<EnvoyVersion, VersionError> {
+        let info: serde_json::Value = serde_json::from_str(body)?;
         let build = info
             .get("version")
             .and_then(|v| v.as_str())
-            .ok_or("/server_info has no version")?;
+            .ok_or(VersionError::NoVersion)?;
         EnvoyVersion::from_build(build)
     }
 
     /// The version in a build string: its second `/`-separated field,
     /// `x.y.z` (a suffix such as `-dev` is dropped).
-    pub(crate) fn from_build(build: &str) -> Result<EnvoyVersion, String> {
-        let bad = || format!("{build:?} is not an Envoy build string (commit/x.y.z/...)");
+    pub(crate) fn from_build(build: &str) -> Result<EnvoyVersion, VersionError> {
+        let bad = || VersionError::NotABuild(build.to_owned());
         let number = build.split('/').nth(1).ok_or_else(bad)?;
         let number = number.split(['-', '+']).next().unwrap_or(number);
         let mut parts = number.split('.').map(|p| p.parse::<u32>());
@@ -130,7 +140,7 @@ pub(crate) async fn log_once(admin: AdminClient, every: Duration, shutdown: Canc
 /// How many `/server_info` reads may time out before the version is given up.
 const TIMEOUTS: u32 = 3;
 
-fn log(version: Result<EnvoyVersion, String>) {
+fn log(version: Result<EnvoyVersion, VersionError>) {
     let version = match version {
         Ok(v) => v,
         Err(why) => return tracing::info!(error = %why, "Envoy's version is unknown"),

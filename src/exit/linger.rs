@@ -43,7 +43,7 @@ pub(crate) struct Scrape {
 
 /// Why the linger ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ended {
+pub(crate) enum Lingered {
     /// A scrape that began after Envoy stopped was served.
     Scraped,
     /// The time ran out first (or there was none to wait).
@@ -69,15 +69,15 @@ impl Linger {
 
     /// Waits until a scrape that began after Envoy stopped has been served,
     /// or `bound` has passed.
-    pub(crate) async fn wait(&self, bound: Duration) -> Ended {
+    pub(crate) async fn wait(&self, bound: Duration) -> Lingered {
         let mut seen = self.seen.subscribe();
         let scraped = tokio::time::timeout(bound, seen.wait_for(|&s| s))
             .await
             .is_ok_and(|r| r.is_ok());
         if scraped {
-            Ended::Scraped
+            Lingered::Scraped
         } else {
-            Ended::TimeUp
+            Lingered::TimeUp
         }
     }
 }
@@ -125,7 +125,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let began = tokio::time::Instant::now();
         linger.scrape_begins().served();
-        assert_eq!(waiting.await.unwrap(), Ended::Scraped);
+        assert_eq!(waiting.await.unwrap(), Lingered::Scraped);
         assert_eq!(began.elapsed(), Duration::ZERO);
     }
 
@@ -136,7 +136,7 @@ mod tests {
         tx.send_modify(|s| s.phase = Phase::Stopped);
         early.served();
         let start = tokio::time::Instant::now();
-        assert_eq!(linger.wait(Duration::from_secs(5)).await, Ended::TimeUp);
+        assert_eq!(linger.wait(Duration::from_secs(5)).await, Lingered::TimeUp);
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 
@@ -144,7 +144,7 @@ mod tests {
     async fn a_scrape_served_before_the_wait_still_counts() {
         let (_tx, linger) = status(Phase::Stopped);
         linger.scrape_begins().served();
-        assert_eq!(linger.wait(Duration::from_secs(5)).await, Ended::Scraped);
+        assert_eq!(linger.wait(Duration::from_secs(5)).await, Lingered::Scraped);
     }
 
     #[test]

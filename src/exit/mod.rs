@@ -13,6 +13,10 @@
 //!
 //! (`initContainerStatuses` for a native sidecar.) The same summary is the
 //! last log line. Before it, the agent may [`linger`] for a last scrape.
+//!
+//! - [`mod@code`]: the process exit code of every run of the binary,
+//!   decided in one place from how it ended ([`Ended`], [`code()`]).
+//! - [`linger`]: the last scrape's wait.
 
 use std::fmt;
 use std::io;
@@ -24,9 +28,12 @@ use serde::Serialize;
 
 use crate::drain::{DrainUntil, Exit, Outcome, Status};
 use crate::duration::Display as D;
-use linger::{Ended, Linger};
+use linger::Linger;
 
+pub mod code;
 pub mod linger;
+
+pub use code::{code, Ended};
 
 /// The most the kubelet keeps of a termination message.
 pub(crate) const MESSAGE_LIMIT: usize = 4096;
@@ -39,7 +46,7 @@ pub(crate) struct Summary {
     /// `envoy_exited` (on its own) or `envoy_gone` (an external Envoy
     /// stopped answering).
     pub(crate) outcome: &'static str,
-    /// lifeguard's exit code (0, 3 or 4; see docs/operations.md).
+    /// lifeguard's exit code (0, 3 or 4: [`code()`]; docs/operations.md).
     pub(crate) exit_code: u8,
     /// What started the drain: `SIGTERM`, `SIGINT`, `POST /drain`; None
     /// when there was no drain.
@@ -81,7 +88,7 @@ impl Summary {
         };
         Summary {
             outcome: kind,
-            exit_code: outcome.exit_code(),
+            exit_code: code::of_outcome(outcome),
             trigger: status.trigger,
             stop_signal: status.stop_signal,
             policy: status.policy,
@@ -141,7 +148,6 @@ impl Summary {
 /// How the agent ends, once Envoy has stopped: the summary in the
 /// termination message (written first: a SIGKILL during the linger cannot
 /// lose it), the linger for a last scrape, the summary as the last log line.
-/// Returns the exit code.
 pub(crate) async fn conclude(
     outcome: &Outcome,
     status: &Status,
@@ -149,7 +155,7 @@ pub(crate) async fn conclude(
     linger: &Linger,
     linger_for: Duration,
     grace: Duration,
-) -> u8 {
+) {
     let summary = Summary::new(outcome, status);
     if let Some(path) = message_path {
         if let Err(e) = write_message(path, &summary.to_json()) {
@@ -160,12 +166,11 @@ pub(crate) async fn conclude(
     if !bound.is_zero() {
         tracing::info!(up_to = %D(bound), "Envoy stopped; lingering for a last scrape of /stats/prometheus");
         match linger.wait(bound).await {
-            Ended::Scraped => tracing::info!("a scrape saw the final state"),
-            Ended::TimeUp => tracing::info!("no scrape came while lingering"),
+            linger::Lingered::Scraped => tracing::info!("a scrape saw the final state"),
+            linger::Lingered::TimeUp => tracing::info!("no scrape came while lingering"),
         }
     }
     summary.log();
-    summary.exit_code
 }
 
 /// Writes the summary line to the termination-message file (replacing what
@@ -210,13 +215,20 @@ impl MessagePath {
     }
 }
 
+/// Why a termination-message path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum MessagePathError {
+    #[error("a path cannot contain NUL")]
+    Nul,
+}
+
 impl FromStr for MessagePath {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = MessagePathError;
+    fn from_str(s: &str) -> Result<Self, MessagePathError> {
         match s {
             "auto" => Ok(MessagePath::Auto),
             "none" | "" => Ok(MessagePath::Off),
-            path if path.contains('\0') => Err("a path cannot contain NUL".into()),
+            path if path.contains('\0') => Err(MessagePathError::Nul),
             path => Ok(MessagePath::File(path.into())),
         }
     }

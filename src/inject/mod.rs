@@ -23,6 +23,7 @@
 //!
 //! - [`proxy`]: which container is the proxy, and its status port.
 //! - [`rewrite`]: one container's probes and hooks.
+//! - [`error`]: why inject stopped ([`InjectError`]: where, and what).
 //! - `yaml`: reading the fields of a YAML value.
 
 use std::io::Read;
@@ -34,10 +35,12 @@ use serde_norway::Value;
 use crate::config::go_bool;
 use crate::istio::probers::AppProbes;
 
+pub mod error;
 mod proxy;
 mod rewrite;
 mod yaml;
 
+pub use error::{Fault, InjectError, Place};
 use yaml::{name_of, seq, text_of};
 
 /// The env variable the proxy container reads the probes from.
@@ -50,17 +53,25 @@ const INJECT_LABEL: &str = "sidecar.istio.io/inject";
 /// wait's preStop hook, whatever `--drain-wait` says.
 pub const DRAIN_WAIT_ANNOTATION: &str = "lifeguard.io/drain-wait";
 
-/// `lifeguard inject`'s options.
-#[derive(Debug, Clone, Default)]
+/// `lifeguard inject`'s options, as the command line declares them.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct InjectOptions {
-    /// The manifest; stdin when absent or `-`.
+    /// The manifest (several documents allowed); stdin when absent or `-`.
+    #[arg(value_name = "FILE")]
     pub input: Option<PathBuf>,
-    /// The proxy container's name, when it does not run `lifeguard` itself.
+    /// The proxy container, when it does not run `lifeguard` itself.
+    #[arg(long, value_name = "NAME")]
     pub proxy_container: Option<String>,
-    /// The status port the probes are rewritten to.
+    /// The status port probes are rewritten to (default: the proxy's
+    /// own: its --status-addr, LIFEGUARD_STATUS_ADDR or PROXY_CONFIG
+    /// statusPort, else 15020).
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     pub status_port: Option<u16>,
-    /// Give the app containers without a preStop hook the drain wait's
-    /// (`lifeguard.io/drain-wait` decides per pod).
+    /// Give every app container without a preStop hook one that waits
+    /// until the pod is out of its load balancers' rotation
+    /// (`httpGet /drain/wait` on the status port); a pod's annotation
+    /// lifeguard.io/drain-wait ("true" or "false") decides for that pod.
+    #[arg(long)]
     pub drain_wait: bool,
 }
 
@@ -76,43 +87,32 @@ struct Todo {
     drain_wait_asked: bool,
 }
 
-/// Runs `lifeguard inject`: the rewritten manifest on stdout, exit 0; or
-/// the reason on stderr, exit 2.
-pub fn run(opts: &InjectOptions) -> u8 {
+/// Runs `lifeguard inject`: the rewritten manifest on stdout; or why not
+/// (`crate::exit` makes it the exit code, and the caller reports it).
+pub fn run(opts: &InjectOptions) -> Result<(), InjectError> {
     let mut text = String::new();
-    let read = match opts.input.as_deref().filter(|p| p.as_os_str() != "-") {
-        Some(path) => std::fs::read_to_string(path)
-            .map(|t| text = t)
-            .map_err(|e| format!("{}: {e}", path.display())),
-        None => std::io::stdin()
-            .read_to_string(&mut text)
-            .map(drop)
-            .map_err(|e| format!("stdin: {e}")),
+    let path = opts.input.clone().filter(|p| p.as_os_str() != "-");
+    let read = match &path {
+        Some(path) => std::fs::read_to_string(path).map(|t| text = t),
+        None => std::io::stdin().read_to_string(&mut text).map(drop),
     };
-    match read.and_then(|()| inject(&text, opts)) {
-        Ok(out) => {
-            print!("{out}");
-            0
-        }
-        Err(e) => {
-            eprintln!("lifeguard inject: {e}");
-            crate::drain::exit_code::CONFIG
-        }
-    }
+    read.map_err(|e| InjectError::from(Fault::Read(e)).within(Place::Input(path)))?;
+    print!("{}", inject(&text, opts)?);
+    Ok(())
 }
 
 /// Rewrites every document of `input`; the documents, `---` between them.
 /// An error names the document (from 1), the object and the fault.
-pub fn inject(input: &str, opts: &InjectOptions) -> Result<String, String> {
+pub fn inject(input: &str, opts: &InjectOptions) -> Result<String, InjectError> {
     let mut out = Vec::new();
     for (i, document) in serde_norway::Deserializer::from_str(input).enumerate() {
-        let n = i + 1;
-        let mut value = Value::deserialize(document).map_err(|e| format!("document {n}: not YAML: {e}"))?;
+        let at = |e: InjectError| e.within(Place::Document(i + 1));
+        let mut value = Value::deserialize(document).map_err(|e| at(Fault::NotYaml(e).into()))?;
         if value.is_null() {
             continue;
         }
-        rewrite_object(&mut value, opts).map_err(|e| format!("document {n}: {e}"))?;
-        out.push(serde_norway::to_string(&value).map_err(|e| format!("document {n}: {e}"))?);
+        rewrite_object(&mut value, opts).map_err(at)?;
+        out.push(serde_norway::to_string(&value).map_err(|e| at(Fault::Yaml(e).into()))?);
     }
     Ok(out.join("---\n"))
 }
@@ -129,12 +129,12 @@ fn pod_path(kind: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-fn rewrite_object(object: &mut Value, opts: &InjectOptions) -> Result<(), String> {
+fn rewrite_object(object: &mut Value, opts: &InjectOptions) -> Result<(), InjectError> {
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("").to_owned();
     if kind == "List" {
         if let Some(items) = object.get_mut("items").and_then(Value::as_sequence_mut) {
             for (i, item) in items.iter_mut().enumerate() {
-                rewrite_object(item, opts).map_err(|e| format!("List item {}: {e}", i + 1))?;
+                rewrite_object(item, opts).map_err(|e| e.within(Place::ListItem(i + 1)))?;
             }
         }
         return Ok(());
@@ -146,13 +146,22 @@ fn rewrite_object(object: &mut Value, opts: &InjectOptions) -> Result<(), String
         .get("metadata")
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str);
-    let name = format!("{kind} {}", name.unwrap_or("(no name)"));
+    let place = Place::Object {
+        kind: kind.clone(),
+        name: name.map(str::to_owned),
+    };
+    rewrite_pod_of(object, path, opts).map_err(|e| e.within(place))
+}
+
+/// Rewrites the pod an object keeps at `path`, as its labels and
+/// annotations say.
+fn rewrite_pod_of(object: &mut Value, path: &[&str], opts: &InjectOptions) -> Result<(), InjectError> {
     let pod = path
         .iter()
         .try_fold(&mut *object, |v, key| v.get_mut(*key))
-        .ok_or_else(|| format!("{name}: no pod template at {}", path.join(".")))?;
+        .ok_or_else(|| Fault::NoPodTemplate(path.join(".")))?;
     let metadata = pod.get("metadata");
-    let says = |section: &str, key: &str| -> Result<Option<bool>, String> {
+    let says = |section: &'static str, key: &'static str| -> Result<Option<bool>, Fault> {
         let Some(value) = metadata.and_then(|m| m.get(section)).and_then(|s| s.get(key)) else {
             return Ok(None);
         };
@@ -160,9 +169,15 @@ fn rewrite_object(object: &mut Value, opts: &InjectOptions) -> Result<(), String
             return Ok(Some(b));
         }
         let text = value.as_str().map_or_else(|| text_of(value), str::to_owned);
-        go_bool(&text)
-            .map(Some)
-            .map_err(|why| format!("{name}: the {section} {key}: {text:?}: {why}"))
+        match go_bool(&text) {
+            Ok(b) => Ok(Some(b)),
+            Err(why) => Err(Fault::NotABool {
+                section,
+                key,
+                text,
+                why,
+            }),
+        }
     };
     let meshed = says("labels", INJECT_LABEL)?.or(says("annotations", INJECT_LABEL)?);
     let asked = says("annotations", DRAIN_WAIT_ANNOTATION)?;
@@ -178,10 +193,8 @@ fn rewrite_object(object: &mut Value, opts: &InjectOptions) -> Result<(), String
     let status_annotation = annotations
         .and_then(|a| a.get(proxy::STATUS_PORT_ANNOTATION))
         .map(|v| v.as_str().map_or_else(|| text_of(v), str::to_owned));
-    let spec = pod
-        .get_mut("spec")
-        .ok_or_else(|| format!("{name}: the pod has no spec"))?;
-    rewrite_pod(spec, status_annotation.as_deref(), opts, todo).map_err(|e| format!("{name}: {e}"))
+    let spec = pod.get_mut("spec").ok_or(Fault::NoSpec)?;
+    rewrite_pod(spec, status_annotation.as_deref(), opts, todo)
 }
 
 /// Rewrites the app containers of one pod spec and hands their originals
@@ -193,20 +206,23 @@ fn rewrite_pod(
     status_annotation: Option<&str>,
     opts: &InjectOptions,
     todo: Todo,
-) -> Result<(), String> {
+) -> Result<(), InjectError> {
     let name = opts.proxy_container.as_deref();
     let Some((list, index)) = proxy::find(spec, name)? else {
         let mut containers = proxy::LISTS.iter().flat_map(|l| seq(spec, l));
         let rewrites = todo.probes && containers.any(rewrite::has_handlers);
         return match rewrites || todo.drain_wait_asked {
-            true => Err(proxy::missing(name)),
+            true => Err(proxy::missing(name).into()),
             false => Ok(()),
         };
     };
     let proxy = &spec[list][index];
     let status_port = proxy::status_port(proxy, opts.status_port, status_annotation)?;
     let mut probes = match proxy::env_value(proxy, PROBERS_ENV) {
-        Some(json) => AppProbes::parse(json).map_err(|e| format!("the proxy container's {PROBERS_ENV}: {e}"))?,
+        Some(json) => AppProbes::parse(json).map_err(|error| Fault::Probers {
+            env: PROBERS_ENV,
+            error,
+        })?,
         None => AppProbes::default(),
     };
     for l in proxy::LISTS {
@@ -220,7 +236,7 @@ fn rewrite_pod(
             if todo.probes {
                 let name = name_of(container).to_owned();
                 rewrite::container(container, status_port, &mut probes)
-                    .map_err(|e| format!("container {name}: {e}"))?;
+                    .map_err(|e| e.within(Place::Container(name)))?;
             }
             if todo.drain_wait && l == "containers" {
                 rewrite::add_drain_wait(container, status_port);
@@ -241,7 +257,7 @@ mod tests {
     use crate::istio::probers::{Port, Probe};
 
     fn run(yaml: &str) -> Result<String, String> {
-        inject(yaml, &InjectOptions::default())
+        inject(yaml, &InjectOptions::default()).map_err(|e| e.to_string())
     }
 
     const POD: &str = r#"
@@ -383,7 +399,7 @@ spec:
         assert!(!out.contains("/app-health/"), "{out}");
     }
 
-    fn with(yaml: &str, opts: InjectOptions) -> Result<String, String> {
+    fn with(yaml: &str, opts: InjectOptions) -> Result<String, InjectError> {
         inject(yaml, &opts)
     }
 

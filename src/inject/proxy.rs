@@ -4,6 +4,7 @@
 
 use serde_norway::{Mapping, Value};
 
+use super::error::Fault;
 use super::yaml::{name_of, seq};
 use crate::istio::proxy_config::ProxyConfig;
 
@@ -22,7 +23,7 @@ pub(super) type At = (&'static str, usize);
 
 /// The proxy container: the one named `name`, else the one that runs
 /// `lifeguard`; `None` when there is none.
-pub(super) fn find(spec: &Value, name: Option<&str>) -> Result<Option<At>, String> {
+pub(super) fn find(spec: &Value, name: Option<&str>) -> Result<Option<At>, Fault> {
     let mut found = Vec::new();
     for list in LISTS {
         for (i, c) in seq(spec, list).iter().enumerate() {
@@ -38,21 +39,17 @@ pub(super) fn find(spec: &Value, name: Option<&str>) -> Result<Option<At>, Strin
     match found.as_slice() {
         [] => Ok(None),
         [(list, i, _)] => Ok(Some((list, *i))),
-        many => {
-            let names: Vec<_> = many.iter().map(|(_, _, n)| *n).collect();
-            Err(format!(
-                "several containers could be the proxy ({}): name it with --proxy-container",
-                names.join(", ")
-            ))
-        }
+        many => Err(Fault::SeveralProxies(
+            many.iter().map(|(_, _, n)| (*n).to_owned()).collect(),
+        )),
     }
 }
 
 /// Why there is no proxy container, for the error.
-pub(super) fn missing(name: Option<&str>) -> String {
+pub(super) fn missing(name: Option<&str>) -> Fault {
     match name {
-        Some(name) => format!("no proxy container: no container is named {name:?}"),
-        None => "no proxy container: no container runs lifeguard; add one, or name it with --proxy-container".into(),
+        Some(name) => Fault::NoContainerNamed(name.to_owned()),
+        None => Fault::NoProxy,
     }
 }
 
@@ -78,23 +75,26 @@ fn runs_lifeguard(container: &Value) -> bool {
 /// The status port the probes go to: `--status-port`, else the proxy's
 /// own (below). Istio's annotation, when the pod has it, must agree: the
 /// agent would not listen where it points.
-pub(super) fn status_port(proxy: &Value, flag: Option<u16>, annotation: Option<&str>) -> Result<u16, String> {
+pub(super) fn status_port(proxy: &Value, flag: Option<u16>, annotation: Option<&str>) -> Result<u16, Fault> {
     if let Some(port) = flag {
         return Ok(port);
     }
-    let (port, source) = proxy_status_port(proxy)?;
+    let (port, from) = proxy_status_port(proxy)?;
     let Some(annotated) = annotation else {
         return Ok(port);
     };
     match annotated.trim().parse::<u16>() {
         Ok(p) if p == port => Ok(port),
-        Ok(p) if p > 0 => Err(format!(
-            "the annotation {STATUS_PORT_ANNOTATION} says {p}, but the proxy's status port is {port} ({source}); \
-             make them agree, or pass --status-port"
-        )),
-        _ => Err(format!(
-            "the annotation {STATUS_PORT_ANNOTATION}: {annotated:?} is not a port"
-        )),
+        Ok(annotated) if annotated > 0 => Err(Fault::StatusPortDisagrees {
+            annotation: STATUS_PORT_ANNOTATION,
+            annotated,
+            port,
+            from,
+        }),
+        _ => Err(Fault::StatusAnnotation {
+            annotation: STATUS_PORT_ANNOTATION,
+            text: annotated.to_owned(),
+        }),
     }
 }
 
@@ -102,7 +102,7 @@ pub(super) fn status_port(proxy: &Value, flag: Option<u16>, annotation: Option<&
 /// came from: its `--status-addr` flag, else `LIFEGUARD_STATUS_ADDR`, else
 /// `PROXY_CONFIG`'s `statusPort`, else 15020 (a `--config` file is not
 /// read: pass `--status-port` then).
-fn proxy_status_port(proxy: &Value) -> Result<(u16, &'static str), String> {
+fn proxy_status_port(proxy: &Value) -> Result<(u16, &'static str), Fault> {
     let words: Vec<&str> = ["command", "args"]
         .iter()
         .filter_map(|k| proxy.get(*k).and_then(Value::as_sequence))
@@ -118,10 +118,10 @@ fn proxy_status_port(proxy: &Value) -> Result<(u16, &'static str), String> {
             None => None,
         });
     let proxy_config = |text: &str| {
-        let config = ProxyConfig::parse(text).map_err(|e| format!("the proxy container's {e}"))?;
-        Ok::<_, String>(config.status_port.map(|port| format!("0.0.0.0:{port}")))
+        let config = ProxyConfig::parse(text).map_err(Fault::ProxyConfig)?;
+        Ok(config.status_port.map(|port| format!("0.0.0.0:{port}")))
     };
-    let (addr, source) = match (flag, env_value(proxy, "LIFEGUARD_STATUS_ADDR")) {
+    let (addr, from) = match (flag, env_value(proxy, "LIFEGUARD_STATUS_ADDR")) {
         (Some(addr), _) => (addr.to_owned(), "its --status-addr"),
         (None, Some(addr)) => (addr.to_owned(), "its LIFEGUARD_STATUS_ADDR"),
         (None, None) => match env_value(proxy, "PROXY_CONFIG")
@@ -135,10 +135,8 @@ fn proxy_status_port(proxy: &Value) -> Result<(u16, &'static str), String> {
     };
     let port = addr.rsplit_once(':').map_or(addr.as_str(), |(_, p)| p);
     match port.parse() {
-        Ok(port) if port > 0 => Ok((port, source)),
-        _ => Err(format!(
-            "the proxy's status address {addr:?} ({source}) has no port; pass --status-port"
-        )),
+        Ok(port) if port > 0 => Ok((port, from)),
+        _ => Err(Fault::StatusAddr { addr, from }),
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_norway::{Mapping, Value};
 
+use super::error::{Fault, InjectError, Place};
 use super::yaml::{name_of, seq};
 use crate::istio::probers::{AppProbes, Kind, Probe};
 
@@ -62,7 +63,7 @@ pub(super) fn add_drain_wait(container: &mut Value, status_port: u16) {
 
 /// Rewrites the probes and hooks of one app container; each original goes
 /// into `probes`. Errors name the field.
-pub(super) fn container(container: &mut Value, status_port: u16, probes: &mut AppProbes) -> Result<(), String> {
+pub(super) fn container(container: &mut Value, status_port: u16, probes: &mut AppProbes) -> Result<(), InjectError> {
     let name = name_of(container).to_owned();
     let ports: BTreeMap<String, i64> = seq(container, "ports")
         .iter()
@@ -76,14 +77,14 @@ pub(super) fn container(container: &mut Value, status_port: u16, probes: &mut Ap
         if let Some(probe) = container.get_mut(field) {
             rewrite
                 .handler(probe, &kind.path(&name), true, probes)
-                .map_err(|e| format!("{field}: {e}"))?;
+                .map_err(|e| e.within(Place::Field(field.into())))?;
         }
     }
     for (field, kind) in HOOKS {
         if let Some(hook) = container.get_mut("lifecycle").and_then(|l| l.get_mut(field)) {
             rewrite
                 .handler(hook, &kind.path(&name), false, probes)
-                .map_err(|e| format!("lifecycle.{field}: {e}"))?;
+                .map_err(|e| e.within(Place::Field(format!("lifecycle.{field}"))))?;
         }
     }
     Ok(())
@@ -101,7 +102,13 @@ impl Rewrite<'_> {
     /// port at `path`, and records the original in `probes`. One already on
     /// the status port (rewritten before, or the agent's own) is left as it
     /// is.
-    fn handler(&self, handler: &mut Value, path: &str, is_probe: bool, probes: &mut AppProbes) -> Result<(), String> {
+    fn handler(
+        &self,
+        handler: &mut Value,
+        path: &str,
+        is_probe: bool,
+        probes: &mut AppProbes,
+    ) -> Result<(), InjectError> {
         let Some(map) = handler.as_mapping_mut() else {
             return Ok(());
         };
@@ -121,7 +128,8 @@ impl Rewrite<'_> {
         if let Some(timeout) = map.get("timeoutSeconds").filter(|_| is_probe) {
             original.insert("timeoutSeconds".into(), timeout.clone());
         }
-        let probe: Probe = serde_norway::from_value(Value::Mapping(original)).map_err(|e| format!("{kind}: {e}"))?;
+        let probe: Probe = serde_norway::from_value(Value::Mapping(original))
+            .map_err(|e| InjectError::from(Fault::Yaml(e)).within(Place::Field(kind.into())))?;
         probe.check(path)?;
         probes.0.insert(path.to_owned(), probe);
         let mut get = Mapping::new();
@@ -146,17 +154,14 @@ impl Rewrite<'_> {
 
     /// A named port (or a number written as a string) made a number, from
     /// the container's ports.
-    fn resolve_port(&self, action: &mut Value) -> Result<(), String> {
+    fn resolve_port(&self, action: &mut Value) -> Result<(), Fault> {
         let Some(port) = action.get_mut("port") else {
-            return Err("no port".into());
+            return Err(Fault::NoPort);
         };
         if let Some(name) = port.as_str().map(str::to_owned) {
             let number = match name.parse::<i64>() {
                 Ok(n) => n,
-                Err(_) => *self
-                    .ports
-                    .get(&name)
-                    .ok_or_else(|| format!("the port {name:?} is not one of the container's named ports"))?,
+                Err(_) => *self.ports.get(&name).ok_or_else(|| Fault::UnknownPort(name.clone()))?,
             };
             *port = Value::from(number);
         }

@@ -68,14 +68,43 @@ struct RawTarget {
     path: Option<String>,
 }
 
+/// Why `ISTIO_PROMETHEUS_ANNOTATIONS` was refused, naming the field
+/// (`port`, `targets[1].path`), or why a target cannot be read here.
+#[derive(Debug, thiserror::Error)]
+pub enum AnnotationsError {
+    #[error("not the JSON of prometheus annotations: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A port that is neither a string nor a number (the JSON value).
+    #[error("{field}: {value} is not a port")]
+    PortType { field: String, value: Value },
+    #[error("{field}: {text:?} is not a port (1-65535)")]
+    Port { field: String, text: String },
+    /// One of the proxy's own ports (and whose).
+    #[error("{field}: {port} is {whose}, not the app")]
+    Reserved {
+        field: String,
+        port: u16,
+        whose: &'static str,
+    },
+    #[error("{field}: {path:?} does not start with /")]
+    RelativePath { field: String, path: String },
+    #[error("{field}: {path:?} has a space or a control character")]
+    PathBytes { field: String, path: String },
+    #[error("{field}: {path:?} is not a valid request path")]
+    RequestPath { field: String, path: String },
+    #[error("port {0} is the status port: the scrape would read itself")]
+    StatusPort(u16),
+    #[error("port {0} is Envoy's admin, not the app")]
+    AdminPort(u16),
+}
+
 impl AppMetrics {
     /// Reads the injector's JSON. The empty string is off.
-    pub fn parse(json: &str) -> Result<AppMetrics, String> {
+    pub fn parse(json: &str) -> Result<AppMetrics, AnnotationsError> {
         if json.trim().is_empty() {
             return Ok(AppMetrics::default());
         }
-        let a: Annotations =
-            serde_json::from_str(json).map_err(|e| format!("not the JSON of prometheus annotations: {e}"))?;
+        let a: Annotations = serde_json::from_str(json)?;
         if matches!(&a.scrape, Some(Value::String(s)) if s == "false") || a.scrape == Some(Value::Bool(false)) {
             return Ok(AppMetrics::default());
         }
@@ -92,16 +121,17 @@ impl AppMetrics {
         };
         let mut targets = Vec::with_capacity(raw.len());
         for (i, t) in raw.iter().enumerate() {
-            let port = port_number(t.port.as_ref()).map_err(|e| format!("{}: {e}", field(i, "port")))?;
-            if let Some((_, what)) = RESERVED.iter().find(|(p, _)| *p == port) {
-                return Err(format!("{}: {port} is {what}, not the app", field(i, "port")));
+            let port = port_number(t.port.as_ref(), field(i, "port"))?;
+            if let Some(&(_, whose)) = RESERVED.iter().find(|(p, _)| *p == port) {
+                let field = field(i, "port");
+                return Err(AnnotationsError::Reserved { field, port, whose });
             }
             let path = t
                 .path
                 .clone()
                 .filter(|p| !p.is_empty())
                 .unwrap_or_else(|| "/metrics".into());
-            check_path(&path).map_err(|e| format!("{}: {e}", field(i, "path")))?;
+            let path = check_path(path, field(i, "path"))?;
             targets.push(Target { port, path });
         }
         Ok(AppMetrics(targets))
@@ -122,50 +152,51 @@ impl AppMetrics {
 
     /// Refuses a target on the status port or on Envoy's admin port as
     /// configured (tests and some pods move them off 15020 and 15000).
-    pub fn check_ports(&self, status_port: u16, admin_port: Option<u16>) -> Result<(), String> {
+    pub fn check_ports(&self, status_port: u16, admin_port: Option<u16>) -> Result<(), AnnotationsError> {
         for t in &self.0 {
             if t.port == status_port {
-                return Err(format!(
-                    "port {} is the status port: the scrape would read itself",
-                    t.port
-                ));
+                return Err(AnnotationsError::StatusPort(t.port));
             }
             if Some(t.port) == admin_port {
-                return Err(format!("port {} is Envoy's admin, not the app", t.port));
+                return Err(AnnotationsError::AdminPort(t.port));
             }
         }
         Ok(())
     }
 }
 
-/// A port as the injector writes it (a string), or a JSON number.
-fn port_number(v: Option<&Value>) -> Result<u16, String> {
+/// The port of `field` as the injector writes it (a string), or a JSON
+/// number.
+fn port_number(v: Option<&Value>, field: String) -> Result<u16, AnnotationsError> {
     let text = match v {
         None | Some(Value::Null) => return Ok(80),
         Some(Value::String(s)) if s.is_empty() => return Ok(80),
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
-        Some(other) => return Err(format!("{other} is not a port")),
+        Some(other) => {
+            let value = other.clone();
+            return Err(AnnotationsError::PortType { field, value });
+        }
     };
     match text.trim().parse::<u16>() {
         Ok(p) if p > 0 => Ok(p),
-        _ => Err(format!("{text:?} is not a port (1-65535)")),
+        _ => Err(AnnotationsError::Port { field, text }),
     }
 }
 
-/// An absolute path (a query allowed), without spaces or control bytes,
-/// that a request line can carry (it goes on one).
-fn check_path(path: &str) -> Result<(), String> {
+/// The path of `field`: absolute (a query allowed), without spaces or
+/// control bytes, and one a request line can carry (it goes on one).
+fn check_path(path: String, field: String) -> Result<String, AnnotationsError> {
     if !path.starts_with('/') {
-        return Err(format!("{path:?} does not start with /"));
+        return Err(AnnotationsError::RelativePath { field, path });
     }
     if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err(format!("{path:?} has a space or a control character"));
+        return Err(AnnotationsError::PathBytes { field, path });
     }
     if path.parse::<hyper::Uri>().is_err() {
-        return Err(format!("{path:?} is not a valid request path"));
+        return Err(AnnotationsError::RequestPath { field, path });
     }
-    Ok(())
+    Ok(path)
 }
 
 #[cfg(test)]
@@ -223,12 +254,13 @@ mod tests {
             (r#"{"port":"#, "not the JSON"),
             ("true", "not the JSON"),
         ] {
-            let err = AppMetrics::parse(json).unwrap_err();
+            let err = AppMetrics::parse(json).unwrap_err().to_string();
             assert!(err.starts_with(want), "{json}: {err}");
         }
         let m = AppMetrics(vec![t(8080, "/m"), t(21000, "/m")]);
-        assert!(m.check_ports(21000, Some(15000)).unwrap_err().contains("status port"));
-        assert!(m.check_ports(15020, Some(8080)).unwrap_err().contains("admin"));
+        let refused = |status, admin| m.check_ports(status, admin).unwrap_err().to_string();
+        assert!(refused(21000, Some(15000)).contains("status port"));
+        assert!(refused(15020, Some(8080)).contains("admin"));
         assert!(m.check_ports(15020, None).is_ok());
     }
 
@@ -239,7 +271,7 @@ mod tests {
     fn a_path_no_request_line_can_carry_is_refused() {
         for path in ["/met`rics", "/`"] {
             let json = format!(r#"{{"port":"8080","path":{}}}"#, serde_json::json!(path));
-            let err = AppMetrics::parse(&json).unwrap_err();
+            let err = AppMetrics::parse(&json).unwrap_err().to_string();
             assert_eq!(err, format!("path: {path:?} is not a valid request path"));
         }
         assert!(AppMetrics::parse(r#"{"port":"8080","path":"/metrics?format=prometheus&x=%20"}"#).is_ok());

@@ -95,15 +95,15 @@ impl Default for Port {
 
 impl Port {
     /// The port number, or why there is none: a name (unresolved), or out of range.
-    pub fn number(&self) -> Result<u16, String> {
+    pub fn number(&self) -> Result<u16, ProbeSpecError> {
         let n = match self {
             Port::Number(n) => *n,
             Port::Name(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.parse().unwrap_or(-1),
-            Port::Name(name) => return Err(format!("the named port {name:?} is left unresolved")),
+            Port::Name(name) => return Err(ProbeSpecError::UnresolvedPort(name.clone())),
         };
         match u16::try_from(n) {
             Ok(p) if p > 0 => Ok(p),
-            _ => Err(format!("port {n} is not between 1 and 65535")),
+            _ => Err(ProbeSpecError::PortRange(n)),
         }
     }
 }
@@ -121,16 +121,18 @@ impl fmt::Display for Port {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PodIp(pub Option<IpAddr>);
 
-impl FromStr for PodIp {
-    type Err = String;
+/// Why `INSTANCE_IP` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not an IP address")]
+pub struct PodIpError(#[from] std::net::AddrParseError);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl FromStr for PodIp {
+    type Err = PodIpError;
+
+    fn from_str(s: &str) -> Result<Self, PodIpError> {
         match s.trim() {
             "" => Ok(PodIp(None)),
-            s => s
-                .parse()
-                .map(|ip| PodIp(Some(ip)))
-                .map_err(|_| "not an IP address".into()),
+            s => Ok(PodIp(Some(s.parse()?))),
         }
     }
 }
@@ -229,6 +231,47 @@ pub enum Action {
     },
 }
 
+/// Why `ISTIO_KUBE_APP_PROBERS` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbersError {
+    #[error("not the JSON of app probes: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The entry of `path` cannot run.
+    #[error("{path}: {fault}")]
+    Entry {
+        path: String,
+        #[source]
+        fault: ProbeSpecError,
+    },
+}
+
+/// Why one probe or hook, as Istio writes it, cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeSpecError {
+    #[error(
+        "the path must be /app-health/<container>/livez|readyz|startupz or \
+         /app-lifecycle/<container>/prestopz|poststartz"
+    )]
+    Path,
+    #[error("no handler: one of httpGet, tcpSocket or grpc is needed")]
+    NoHandler,
+    #[error("more than one handler: give one of httpGet, tcpSocket or grpc")]
+    Handlers,
+    #[error("the named port {0:?} is left unresolved")]
+    UnresolvedPort(String),
+    #[error("port {0} is not between 1 and 65535")]
+    PortRange(i64),
+    #[error("timeoutSeconds {0} is negative")]
+    NegativeTimeout(i64),
+    #[error("scheme {0:?} is neither HTTP nor HTTPS")]
+    Scheme(String),
+    #[error("path {0:?} is not a valid request path")]
+    RequestPath(String),
+    /// An `httpHeaders` entry (its name) that is no valid header.
+    #[error("httpHeaders entry {0:?} is not a valid header")]
+    Header(String),
+}
+
 impl AppProbes {
     /// The JSON form, as `ISTIO_KUBE_APP_PROBERS` carries it.
     pub fn to_json(&self) -> String {
@@ -237,13 +280,16 @@ impl AppProbes {
 
     /// Parses `ISTIO_KUBE_APP_PROBERS`'s JSON (empty: no probes) and checks
     /// every entry; the error names the entry.
-    pub fn parse(json: &str) -> Result<AppProbes, String> {
+    pub fn parse(json: &str) -> Result<AppProbes, ProbersError> {
         if json.trim().is_empty() {
             return Ok(AppProbes::default());
         }
-        let probes: AppProbes = serde_json::from_str(json).map_err(|e| format!("not the JSON of app probes: {e}"))?;
+        let probes: AppProbes = serde_json::from_str(json)?;
         for (path, probe) in &probes.0 {
-            probe.check(path).map_err(|why| format!("{path}: {why}"))?;
+            probe.check(path).map_err(|fault| ProbersError::Entry {
+                path: path.clone(),
+                fault,
+            })?;
         }
         Ok(probes)
     }
@@ -259,16 +305,14 @@ impl AppProbes {
 
 impl Probe {
     /// The probe ready to run, or why it cannot be.
-    pub fn check(&self, path: &str) -> Result<Checked, String> {
+    pub fn check(&self, path: &str) -> Result<Checked, ProbeSpecError> {
         if !is_probe_path(path) {
-            return Err("the path must be /app-health/<container>/livez|readyz|startupz or \
-                 /app-lifecycle/<container>/prestopz|poststartz"
-                .into());
+            return Err(ProbeSpecError::Path);
         }
         let handlers = [self.http_get.is_some(), self.tcp_socket.is_some(), self.grpc.is_some()];
         let action = match (handlers.iter().filter(|h| **h).count(), self) {
-            (0, _) => return Err("no handler: one of httpGet, tcpSocket or grpc is needed".into()),
-            (2.., _) => return Err("more than one handler: give one of httpGet, tcpSocket or grpc".into()),
+            (0, _) => return Err(ProbeSpecError::NoHandler),
+            (2.., _) => return Err(ProbeSpecError::Handlers),
             (_, Probe { http_get: Some(h), .. }) => h.action()?,
             (
                 _,
@@ -285,18 +329,18 @@ impl Probe {
         let timeout = match self.timeout_seconds {
             None | Some(0) => Duration::from_secs(1),
             Some(s) if s > 0 => Duration::from_secs(s as u64),
-            Some(s) => return Err(format!("timeoutSeconds {s} is negative")),
+            Some(s) => return Err(ProbeSpecError::NegativeTimeout(s)),
         };
         Ok(Checked { action, timeout })
     }
 }
 
 impl HttpGet {
-    fn action(&self) -> Result<Action, String> {
+    fn action(&self) -> Result<Action, ProbeSpecError> {
         let https = match self.scheme.as_deref().unwrap_or("HTTP") {
             s if s.eq_ignore_ascii_case("http") => false,
             s if s.eq_ignore_ascii_case("https") => true,
-            other => return Err(format!("scheme {other:?} is neither HTTP nor HTTPS")),
+            other => return Err(ProbeSpecError::Scheme(other.to_owned())),
         };
         let path = self.path.as_deref().unwrap_or("");
         let path = if path.starts_with('/') {
@@ -305,14 +349,14 @@ impl HttpGet {
             format!("/{path}")
         };
         if path.parse::<hyper::Uri>().is_err() {
-            return Err(format!("path {path:?} is not a valid request path"));
+            return Err(ProbeSpecError::RequestPath(path));
         }
         let mut headers = Vec::with_capacity(self.http_headers.len());
         for h in &self.http_headers {
             let valid = hyper::header::HeaderName::from_bytes(h.name.as_bytes()).is_ok()
                 && hyper::header::HeaderValue::from_str(&h.value).is_ok();
             if !valid {
-                return Err(format!("httpHeaders entry {:?} is not a valid header", h.name));
+                return Err(ProbeSpecError::Header(h.name.clone()));
             }
             headers.push((h.name.clone(), h.value.clone()));
         }
@@ -392,7 +436,7 @@ mod tests {
             ),
             (r#"["x"]"#, "not the JSON of app probes"),
         ] {
-            let err = AppProbes::parse(json).unwrap_err();
+            let err = AppProbes::parse(json).unwrap_err().to_string();
             assert!(err.contains(want), "{json}: {err}");
         }
     }

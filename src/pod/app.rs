@@ -33,6 +33,31 @@ use procfs::process::Process;
 use crate::drain::{AppControl, AppProcess, AppSocket, Work};
 use crate::pod::sockets::{self, Owner, Socket};
 
+/// Why the app cannot be watched here, or a look at it failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AppWatchError {
+    /// Outside a pod, "every socket not the proxy's" is every socket of
+    /// the machine.
+    #[error("not in a pod (no KUBERNETES_SERVICE_HOST, the host's PID and network namespaces)")]
+    HostNamespaces,
+    #[error("not in a pod (no KUBERNETES_SERVICE_HOST; the namespaces cannot be read)")]
+    NamespacesUnread,
+    #[error("the status port {port} belongs to pid {pid}, not to lifeguard")]
+    StatusPortOwner { port: u16, pid: u32 },
+    #[error("cannot see which process owns lifeguard's own socket in /proc")]
+    OwnSocketUnseen,
+    #[error("Envoy is not lifeguard's child and its admin is a Unix socket: its process cannot be told")]
+    EnvoyUnknown,
+    /// An external Envoy's admin port, whose owner is out of sight.
+    #[error("Envoy's admin listener (port {0}) is held by a process lifeguard cannot see")]
+    AdminOwnerUnseen(u16),
+    #[error("cannot read /proc/net/tcp: {0}")]
+    Proc(std::io::Error),
+    /// The scan's task on the blocking pool.
+    #[error("{0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// Who the proxy is, and what is never the app's.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Proxy {
@@ -128,7 +153,7 @@ const INITIAL_PID_NAMESPACE: &str = "pid:[4026531836]";
 /// may be read where PID 1 may not. Outside a pod, "every socket not the
 /// proxy's" is every socket of the machine, which the app-exit policy must
 /// not wait on.
-pub(crate) fn in_a_pod() -> Result<(), String> {
+pub(crate) fn in_a_pod() -> Result<(), AppWatchError> {
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
         return Ok(());
     }
@@ -140,10 +165,8 @@ pub(crate) fn in_a_pod() -> Result<(), String> {
     let host = if kthreadd { ns("2", "net") } else { ns("1", "net") };
     match (ns("self", "net"), host) {
         (Some(ours), Some(host)) if ours != host => Ok(()),
-        (Some(_), Some(_)) => {
-            Err("not in a pod (no KUBERNETES_SERVICE_HOST, the host's PID and network namespaces)".into())
-        }
-        _ => Err("not in a pod (no KUBERNETES_SERVICE_HOST; the namespaces cannot be read)".into()),
+        (Some(_), Some(_)) => Err(AppWatchError::HostNamespaces),
+        _ => Err(AppWatchError::NamespacesUnread),
     }
 }
 
@@ -235,29 +258,24 @@ impl Watcher {
         admin_port: Option<u16>,
         envoy: Option<u32>,
         ignored_ports: Vec<u16>,
-    ) -> Result<Watcher, String> {
+    ) -> Result<Watcher, AppWatchError> {
         let me = std::process::id();
         match listener_owner(status_port) {
             Some(pid) if pid == me => {}
             Some(pid) => {
-                return Err(format!(
-                    "the status port {status_port} belongs to pid {pid}, not to lifeguard"
-                ))
+                let port = status_port;
+                return Err(AppWatchError::StatusPortOwner { port, pid });
             }
-            None => return Err("cannot see which process owns lifeguard's own socket in /proc".into()),
+            None => return Err(AppWatchError::OwnSocketUnseen),
         }
         if let (None, None) = (envoy, admin_port) {
-            return Err(
-                "Envoy is not lifeguard's child and its admin is a Unix socket: its process cannot be told".into(),
-            );
+            return Err(AppWatchError::EnvoyUnknown);
         }
         if let (None, Some(admin_port)) = (envoy, admin_port) {
-            let sockets = sockets::sockets().map_err(|e| e.to_string())?;
+            let sockets = sockets::sockets().map_err(AppWatchError::Proc)?;
             let admin = sockets.iter().find(|s| s.listening && s.local.port() == admin_port);
             if admin.is_some_and(|s| !sockets::owners().contains_key(&s.inode)) {
-                return Err(format!(
-                    "Envoy's admin listener (port {admin_port}) is held by a process lifeguard cannot see"
-                ));
+                return Err(AppWatchError::AdminOwnerUnseen(admin_port));
             }
         }
         let proxy = Proxy {
@@ -287,19 +305,19 @@ impl Watcher {
     }
 
     /// One scan, on the blocking pool.
-    pub(crate) async fn scan(&self) -> Result<Work, String> {
+    pub(crate) async fn scan(&self) -> Result<Work, AppWatchError> {
         let proxy = self.proxy.clone();
         let processes = self.processes;
         let admin = self.envoy_admin_port;
         tokio::task::spawn_blocking(move || scan(&proxy, processes, admin))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("cannot read /proc/net/tcp: {e}"))
+            .await?
+            .map_err(AppWatchError::Proc)
     }
 }
 
 impl AppControl for Watcher {
-    async fn work(&self) -> Result<Work, String> {
+    type Error = AppWatchError;
+    async fn work(&self) -> Result<Work, AppWatchError> {
         self.scan().await
     }
 }
@@ -446,7 +464,7 @@ mod tests {
         let here = in_a_pod();
         assert_eq!(here.is_ok(), container, "{here:?}");
         if let Err(why) = here {
-            assert!(why.starts_with("not in a pod"), "{why}");
+            assert!(why.to_string().starts_with("not in a pod"), "{why}");
         }
     }
 }

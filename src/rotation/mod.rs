@@ -33,6 +33,8 @@ pub mod watch;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::drain::ControlError;
+
 pub use checkers::Checkers;
 pub use watch::{Rotation, RotationState, RotationStatus, WaitEnd};
 
@@ -50,8 +52,14 @@ pub(crate) trait Traffic: Send + 'static {
     fn learn(&mut self) -> impl Future<Output = String> + Send;
     /// New connections and requests so far on those listeners: a total
     /// that only grows; only whether it moved matters.
-    fn inbound_total(&mut self) -> impl Future<Output = Result<u64, String>> + Send;
+    fn inbound_total(&mut self) -> impl Future<Output = Result<u64, TrafficError>> + Send;
 }
+
+/// Why Envoy's inbound total could not be read: the read of its counts,
+/// shared with the drain, failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct TrafficError(#[from] pub(crate) ControlError);
 
 /// The rule's settings.
 #[derive(Debug, Clone, Copy)]

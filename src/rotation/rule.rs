@@ -27,6 +27,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::checkers::{Checker, CheckerKey};
+use super::TrafficError;
 use crate::duration::Display as D;
 
 /// A checker that has not probed for this long past twice its interval has
@@ -75,7 +76,7 @@ pub(crate) enum Step {
     /// Every checker is done (how many); the quiet period decides now.
     CheckersDone { count: usize },
     /// A read of Envoy's inbound traffic failed.
-    ReadFailed(String),
+    ReadFailed(TrafficError),
     /// Out of rotation.
     Out,
 }
@@ -122,7 +123,12 @@ impl Rule {
 
     /// One read at `now`: the checkers as recorded, and Envoy's inbound
     /// request total (Err: the read failed, with why).
-    pub(crate) fn observe(&mut self, now: Instant, checkers: &[Checker], inbound: Result<u64, String>) -> Evaluation {
+    pub(crate) fn observe(
+        &mut self,
+        now: Instant,
+        checkers: &[Checker],
+        inbound: Result<u64, TrafficError>,
+    ) -> Evaluation {
         let mut steps = Vec::new();
         match inbound {
             Ok(total) => {
@@ -268,6 +274,7 @@ fn report(c: &Checker, state: CheckerState, now: Instant) -> CheckerReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::ControlError;
     use crate::rotation::checkers::Checkers;
     use hyper::header::HeaderMap;
 
@@ -303,7 +310,7 @@ mod tests {
         mut events: Vec<(Instant, CheckerKey, bool)>,
         began: Instant,
         until: Instant,
-        total: impl Fn(Instant) -> Result<u64, String>,
+        total: impl Fn(Instant) -> Result<u64, TrafficError>,
     ) -> (Option<Instant>, Vec<Step>) {
         events.sort_by_key(|e| e.0);
         let checkers = Checkers::default();
@@ -325,7 +332,7 @@ mod tests {
     }
 
     /// Traffic at a fixed rate until `stop`: the total is the requests so far.
-    fn traffic_until(began: Instant, stop: Instant) -> impl Fn(Instant) -> Result<u64, String> {
+    fn traffic_until(began: Instant, stop: Instant) -> impl Fn(Instant) -> Result<u64, TrafficError> {
         move |t: Instant| {
             let upto = t.min(stop);
             Ok(upto.saturating_duration_since(began).as_millis() as u64 / 5)
@@ -455,16 +462,18 @@ mod tests {
         let t0 = Instant::now();
         let mut rule = Rule::new(3, SEC, t0);
         let fails_until = t0 + 5 * SEC;
+        let timeout = TrafficError(ControlError::Failed("timeout".into()));
+        let failed = timeout.clone();
         let total = move |t: Instant| {
             if t < fails_until {
-                Err("timeout".to_owned())
+                Err(failed.clone())
             } else {
                 Ok(3)
             }
         };
         let (out, steps) = run(&mut rule, Vec::new(), t0, t0 + 10 * SEC, total);
         assert_eq!(out, Some(fails_until - Duration::from_millis(100) + SEC));
-        assert_eq!(steps[0], Step::ReadFailed("timeout".into()));
+        assert_eq!(steps[0], Step::ReadFailed(timeout));
     }
 
     #[tokio::test(start_paused = true)]

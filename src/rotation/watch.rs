@@ -328,6 +328,7 @@ mod tests {
     use super::*;
     use crate::drain::DrainUntil;
     use crate::rotation::checkers::CheckerKey;
+    use crate::rotation::TrafficError;
     use hyper::header::HeaderMap;
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -341,7 +342,7 @@ mod tests {
         async fn learn(&mut self) -> String {
             "listeners 0.0.0.0_15006".into()
         }
-        async fn inbound_total(&mut self) -> Result<u64, String> {
+        async fn inbound_total(&mut self) -> Result<u64, TrafficError> {
             Ok(self.0.load(Ordering::Relaxed))
         }
     }

@@ -6,10 +6,8 @@
 //! preStop hooks). With `--loopback-control false` the TCP port refuses the
 //! mutating routes, and this socket is the only way to drain or stop.
 
-use std::fmt;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -19,42 +17,26 @@ use tokio_util::task::TaskTracker;
 
 use super::server::HEADER_READ_TIMEOUT;
 use super::service::StatusService;
-use crate::url::LoopbackUrl;
 
-/// Where the control socket is: a path, or none (`none`, the default).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ControlSocket(pub(crate) Option<PathBuf>);
-
-impl FromStr for ControlSocket {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "" | "none" => Ok(ControlSocket(None)),
-            path if !Path::new(path).is_absolute() => Err("must be an absolute path (or none)".into()),
-            path if path.contains('\0') => Err("a path cannot contain NUL".into()),
-            path => Ok(ControlSocket(Some(path.into()))),
-        }
-    }
+/// The control socket could not be bound: start-up stops, the file in
+/// the way left untouched.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot bind the control socket {}", .path.display())]
+pub(crate) struct BindError {
+    pub(crate) path: PathBuf,
+    #[source]
+    pub(crate) fault: SocketFault,
 }
 
-impl ControlSocket {
-    /// The socket's URL when it is set and its file exists, else `url`:
-    /// how a hook reaches the agent.
-    pub(crate) fn or(&self, url: LoopbackUrl) -> LoopbackUrl {
-        match &self.0 {
-            Some(path) if path.exists() => LoopbackUrl::unix(path),
-            _ => url,
-        }
-    }
-}
-
-impl fmt::Display for ControlSocket {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            None => f.write_str("none"),
-            Some(path) => write!(f, "{}", path.display()),
-        }
-    }
+/// What is in the control socket's way.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SocketFault {
+    #[error("another process serves this socket")]
+    Served,
+    #[error("a file that is not a socket is in the way")]
+    NotASocket,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 /// The control socket, bound and not yet serving.
@@ -67,23 +49,22 @@ impl ControlServer {
     /// Binds `path` with mode 0600. A socket file left by an earlier run is
     /// replaced; any other file there is an error, and so is a socket
     /// another process still serves.
-    pub(crate) fn bind(path: &Path) -> std::io::Result<ControlServer> {
+    pub(crate) fn bind(path: &Path) -> Result<ControlServer, BindError> {
+        Self::listen(path).map_err(|fault| BindError {
+            path: path.to_owned(),
+            fault,
+        })
+    }
+
+    fn listen(path: &Path) -> Result<ControlServer, SocketFault> {
         match std::fs::symlink_metadata(path) {
             Ok(meta) if meta.file_type().is_socket() => {
                 if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::AddrInUse,
-                        "another process serves this socket",
-                    ));
+                    return Err(SocketFault::Served);
                 }
                 std::fs::remove_file(path)?;
             }
-            Ok(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "a file that is not a socket is in the way",
-                ))
-            }
+            Ok(_) => return Err(SocketFault::NotASocket),
             Err(_) => {}
         }
         let listener = UnixListener::bind(path)?;

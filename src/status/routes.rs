@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use super::app_probe::AppProber;
 use super::response::{Body, ResponseFuture};
 use crate::drain::DrainHandle;
+use crate::duration::DurationError;
 use crate::envoy::readiness::Readiness;
 use crate::exit::linger::{self, Linger};
 use crate::metrics::scrape::ScrapeRequest;
@@ -135,7 +136,13 @@ pub(super) fn drain_wait(shared: &Shared, headers: HeaderMap, method: &Method, q
     };
     let timeout = match wait_timeout(query) {
         Ok(timeout) => timeout,
-        Err(why) => return finish(headers, method, (StatusCode::BAD_REQUEST, Bytes::from(why))),
+        Err(why) => {
+            return finish(
+                headers,
+                method,
+                (StatusCode::BAD_REQUEST, Bytes::from(format!("{why}\n"))),
+            )
+        }
     };
     let method = method.clone();
     ResponseFuture::Waiting(Box::pin(async move {
@@ -144,8 +151,16 @@ pub(super) fn drain_wait(shared: &Shared, headers: HeaderMap, method: &Method, q
     }))
 }
 
+/// A drain wait's `timeout` that is no Go duration.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid timeout {value:?}: {why}")]
+struct TimeoutError {
+    value: String,
+    why: DurationError,
+}
+
 /// The `timeout` of a drain wait's query string, a Go duration.
-fn wait_timeout(query: Option<&str>) -> Result<Option<std::time::Duration>, String> {
+fn wait_timeout(query: Option<&str>) -> Result<Option<std::time::Duration>, TimeoutError> {
     let Some(value) = query
         .into_iter()
         .flat_map(|q| q.split('&'))
@@ -153,9 +168,13 @@ fn wait_timeout(query: Option<&str>) -> Result<Option<std::time::Duration>, Stri
     else {
         return Ok(None);
     };
-    crate::duration::parse(value)
-        .map(Some)
-        .map_err(|e| format!("invalid timeout {value:?}: {e}\n"))
+    match crate::duration::parse(value) {
+        Ok(timeout) => Ok(Some(timeout)),
+        Err(why) => Err(TimeoutError {
+            value: value.to_owned(),
+            why,
+        }),
+    }
 }
 
 /// `POST /drain[?nowait]` and `POST /quitquitquit`, for the callers that

@@ -41,6 +41,16 @@ const LISTEN_BACKLOG: u32 = 4096;
 /// How long open connections get to finish when the server shuts down.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
+/// The status address could not be bound (in use, not this host's, no
+/// permission): start-up stops before anything is launched.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot bind the status address {addr}")]
+pub(crate) struct BindError {
+    pub(crate) addr: SocketAddr,
+    #[source]
+    pub(crate) source: std::io::Error,
+}
+
 /// A status server bound to its address, not yet serving.
 pub(crate) struct StatusServer {
     listener: TcpListener,
@@ -51,7 +61,11 @@ pub(crate) struct StatusServer {
 }
 
 impl StatusServer {
-    pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<Self> {
+    pub(crate) async fn bind(addr: SocketAddr) -> Result<Self, BindError> {
+        Self::listen(addr).map_err(|source| BindError { addr, source })
+    }
+
+    fn listen(addr: SocketAddr) -> std::io::Result<Self> {
         if !addr.ip().is_unspecified() {
             return Ok(Self {
                 listener: listen(addr, false)?,

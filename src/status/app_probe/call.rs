@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Empty};
-use hyper::body::Body;
+use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, LOCATION};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -20,6 +20,8 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
+
+use super::error::ProbeError;
 
 /// The most of an app's answer passed on to the kubelet (as the kubelet
 /// itself reads at most this much of a probe's body).
@@ -66,8 +68,16 @@ impl Target {
         }
     }
 
+    /// A new TCP connection to the app's `port`, or why not.
+    pub(crate) async fn connect_to_probe(&self, port: u16) -> Result<TcpStream, ProbeError> {
+        self.connect(port).await.map_err(|source| ProbeError::Connect {
+            addr: SocketAddr::new(self.dest, port),
+            source,
+        })
+    }
+
     /// A new TCP connection to the app's `port`.
-    pub(crate) async fn connect(&self, port: u16) -> io::Result<TcpStream> {
+    async fn connect(&self, port: u16) -> io::Result<TcpStream> {
         let addr = SocketAddr::new(self.dest, port);
         let socket = match addr {
             SocketAddr::V4(_) => TcpSocket::new_v4()?,
@@ -108,7 +118,7 @@ pub(crate) enum HttpAnswer {
 }
 
 /// Runs an HTTP probe, following redirects on the same host.
-pub(crate) async fn http_get(target: &Target, mut call: HttpCall) -> Result<HttpAnswer, String> {
+pub(crate) async fn http_get(target: &Target, mut call: HttpCall) -> Result<HttpAnswer, ProbeError> {
     for _ in 0..=MAX_REDIRECTS {
         let (status, location, body) = http_once(target, &call).await?;
         if !status.is_redirection() {
@@ -119,7 +129,7 @@ pub(crate) async fn http_get(target: &Target, mut call: HttpCall) -> Result<Http
         };
         (call.https, call.port, call.path) = next;
     }
-    Err(format!("stopped after {MAX_REDIRECTS} redirects"))
+    Err(ProbeError::Redirects(MAX_REDIRECTS))
 }
 
 /// Where a redirect leads, when it stays on the app's host: scheme, port
@@ -144,26 +154,18 @@ pub(crate) fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(b
 }
 
 /// One request and its answer: status, Location, the body's first bytes.
-async fn http_once(target: &Target, call: &HttpCall) -> Result<(StatusCode, Option<String>, Bytes), String> {
-    let tcp = target
-        .connect(call.port)
-        .await
-        .map_err(|e| connect_error(target, call.port, &e))?;
+async fn http_once(target: &Target, call: &HttpCall) -> Result<(StatusCode, Option<String>, Bytes), ProbeError> {
+    let tcp = target.connect_to_probe(call.port).await?;
     if !call.https {
         return exchange(TokioIo::new(tcp), false, call, target.dest).await;
     }
     let name = ServerName::IpAddress(target.dest.into());
-    let tls = target
-        .tls
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS handshake with {}: {e}", SocketAddr::new(target.dest, call.port)))?;
+    let tls = target.tls.connect(name, tcp).await.map_err(|source| ProbeError::Tls {
+        addr: SocketAddr::new(target.dest, call.port),
+        source,
+    })?;
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     exchange(TokioIo::new(tls), h2, call, target.dest).await
-}
-
-pub(crate) fn connect_error(target: &Target, port: u16, e: &io::Error) -> String {
-    format!("connect to {}: {e}", SocketAddr::new(target.dest, port))
 }
 
 /// Sends the GET over `io` (HTTP/1.1, or HTTP/2 when `h2`) and reads the
@@ -173,12 +175,12 @@ pub(crate) async fn exchange<IO>(
     h2: bool,
     call: &HttpCall,
     dest: IpAddr,
-) -> Result<(StatusCode, Option<String>, Bytes), String>
+) -> Result<(StatusCode, Option<String>, Bytes), ProbeError>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let request = build_request(call, h2, dest)?;
-    let failed = |e: hyper::Error| format!("HTTP exchange with the app: {e}");
+    let failed = ProbeError::Exchange;
     if h2 {
         let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
             .await
@@ -199,16 +201,14 @@ where
     answer
 }
 
-fn build_request(call: &HttpCall, h2: bool, dest: IpAddr) -> Result<Request<Empty<Bytes>>, String> {
+fn build_request(call: &HttpCall, h2: bool, dest: IpAddr) -> Result<Request<Empty<Bytes>>, ProbeError> {
     let host = call.headers.get(HOST).and_then(|h| h.to_str().ok());
     let uri = match (h2, host) {
         (true, Some(host)) => format!("https://{host}{}", call.path),
         (true, None) => format!("https://{}{}", SocketAddr::new(dest, call.port), call.path),
         (false, _) => call.path.clone(),
     };
-    let mut request = Request::get(uri)
-        .body(Empty::new())
-        .map_err(|e| format!("cannot build the request: {e}"))?;
+    let mut request = Request::get(uri).body(Empty::new()).map_err(ProbeError::Request)?;
     let headers = request.headers_mut();
     for (name, value) in &call.headers {
         if !(h2 && name == HOST) {
@@ -224,11 +224,7 @@ fn build_request(call: &HttpCall, h2: bool, dest: IpAddr) -> Result<Request<Empt
 }
 
 /// Reads the status, the Location and the body's first [`BODY_CAP`] bytes.
-async fn read_answer<B>(answer: hyper::Response<B>) -> Result<(StatusCode, Option<String>, Bytes), String>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
-{
+async fn read_answer(answer: hyper::Response<Incoming>) -> Result<(StatusCode, Option<String>, Bytes), ProbeError> {
     let status = answer.status();
     let location = answer
         .headers()
@@ -247,7 +243,7 @@ where
                     out.extend_from_slice(&data[..data.len().min(BODY_CAP - out.len())]);
                 }
             }
-            Some(Err(e)) => return Err(format!("reading the app's answer: {e}")),
+            Some(Err(e)) => return Err(ProbeError::Body(e)),
             None => break,
         }
     }

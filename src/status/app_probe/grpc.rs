@@ -10,7 +10,8 @@ use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, TE, USER_AGENT};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
-use super::call::{connect_error, Target};
+use super::call::Target;
+use super::error::ProbeError;
 
 /// The largest answer read: a health answer is a few bytes.
 const ANSWER_CAP: usize = 64 * 1024;
@@ -31,12 +32,9 @@ pub(crate) async fn check(
     port: u16,
     service: &str,
     user_agent: Option<&HeaderValue>,
-) -> Result<Health, String> {
-    let tcp = target
-        .connect(port)
-        .await
-        .map_err(|e| connect_error(target, port, &e))?;
-    let failed = |e: hyper::Error| format!("gRPC call to the app: {e}");
+) -> Result<Health, ProbeError> {
+    let tcp = target.connect_to_probe(port).await?;
+    let failed = ProbeError::Grpc;
     let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
         .await
         .map_err(failed)?;
@@ -45,7 +43,7 @@ pub(crate) async fn check(
         std::net::SocketAddr::new(target.dest, port)
     ))
     .body(Full::new(request_message(service)))
-    .map_err(|e| format!("cannot build the gRPC request: {e}"))?;
+    .map_err(ProbeError::GrpcRequest)?;
     let headers = request.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(TE, HeaderValue::from_static("trailers"));
@@ -55,13 +53,13 @@ pub(crate) async fn check(
     let ask = async move {
         let answer = sender.send_request(request).await.map_err(failed)?;
         if answer.status() != StatusCode::OK {
-            return Err(format!("gRPC call answered HTTP {}", answer.status()));
+            return Err(ProbeError::GrpcHttpStatus(answer.status()));
         }
         let head = answer.headers().clone();
         let collected = Limited::new(answer.into_body(), ANSWER_CAP)
             .collect()
             .await
-            .map_err(|e| format!("reading the gRPC answer: {e}"))?;
+            .map_err(ProbeError::GrpcBody)?;
         let trailers = collected.trailers().cloned().unwrap_or_default();
         read_answer(&head, &trailers, collected.to_bytes())
     };
@@ -109,13 +107,13 @@ fn get_varint(buf: &mut Bytes) -> Option<u64> {
 
 /// The call's outcome from its `grpc-status` (in the trailers, or in the
 /// headers of a trailers-only answer) and its message.
-pub(crate) fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> Result<Health, String> {
+pub(crate) fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> Result<Health, ProbeError> {
     let code = trailers
         .get("grpc-status")
         .or_else(|| head.get("grpc-status"))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u32>().ok())
-        .ok_or("the gRPC answer has no grpc-status")?;
+        .ok_or(ProbeError::NoGrpcStatus)?;
     if code != 0 {
         let message = trailers.get("grpc-message").or_else(|| head.get("grpc-message"));
         let message = message.and_then(|m| m.to_str().ok()).unwrap_or("");
@@ -124,27 +122,27 @@ pub(crate) fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Byte
         ));
     }
     if body.len() < 5 || body[0] != 0 {
-        return Err("the gRPC answer is not one uncompressed message".into());
+        return Err(ProbeError::NotOneMessage);
     }
     body.advance(5);
     let mut status = 0; // a field left out is its default, UNKNOWN
     while body.has_remaining() {
-        let key = get_varint(&mut body).ok_or("the health answer is not protobuf")?;
+        let key = get_varint(&mut body).ok_or(ProbeError::NotProtobuf)?;
         match key & 7 {
             0 => {
-                let value = get_varint(&mut body).ok_or("the health answer is not protobuf")?;
+                let value = get_varint(&mut body).ok_or(ProbeError::NotProtobuf)?;
                 if key >> 3 == 1 {
                     status = value;
                 }
             }
             2 => {
-                let len = get_varint(&mut body).ok_or("the health answer is not protobuf")? as usize;
+                let len = get_varint(&mut body).ok_or(ProbeError::NotProtobuf)? as usize;
                 if len > body.remaining() {
-                    return Err("the health answer is cut short".into());
+                    return Err(ProbeError::CutShort);
                 }
                 body.advance(len);
             }
-            _ => return Err("the health answer is not protobuf".into()),
+            _ => return Err(ProbeError::NotProtobuf),
         }
     }
     Ok(Health::Status(match status {
@@ -204,24 +202,20 @@ mod tests {
             Bytes::from(b)
         };
         let none = HeaderMap::new();
-        assert_eq!(
-            read_answer(&none, &ok, frame(&[0x08, 1])),
-            Ok(Health::Status("SERVING"))
-        );
-        assert_eq!(
-            read_answer(&none, &ok, frame(&[0x08, 2])),
-            Ok(Health::Status("NOT_SERVING"))
-        );
-        assert_eq!(read_answer(&none, &ok, frame(&[])), Ok(Health::Status("UNKNOWN")));
+        let read = |head, trailers, body| read_answer(head, trailers, body).unwrap();
+        assert_eq!(read(&none, &ok, frame(&[0x08, 1])), Health::Status("SERVING"));
+        assert_eq!(read(&none, &ok, frame(&[0x08, 2])), Health::Status("NOT_SERVING"));
+        assert_eq!(read(&none, &ok, frame(&[])), Health::Status("UNKNOWN"));
         let not_found: HeaderMap = [("grpc-status", "5"), ("grpc-message", "unknown service")]
             .iter()
             .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
             .collect();
         assert_eq!(
-            read_answer(&not_found, &none, Bytes::new()),
-            Ok(Health::Failed("NOT_FOUND unknown service".into()))
+            read(&not_found, &none, Bytes::new()),
+            Health::Failed("NOT_FOUND unknown service".into())
         );
-        assert!(read_answer(&none, &none, Bytes::new()).is_err());
-        assert!(read_answer(&none, &ok, frame(&[0x08])).is_err());
+        let refused = |head, trailers, body| read_answer(head, trailers, body).unwrap_err();
+        assert!(matches!(refused(&none, &none, Bytes::new()), ProbeError::NoGrpcStatus));
+        assert!(matches!(refused(&none, &ok, frame(&[0x08])), ProbeError::NotProtobuf));
     }
 }

@@ -21,7 +21,7 @@
 //!
 //! The probes are `crate::istio::probers`' (the JSON, checked). Files:
 //! `call` (the connection and HTTP
-//! exchange), `grpc` (the health check).
+//! exchange), `grpc` (the health check), `error` (why a call failed).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -39,6 +39,7 @@ use crate::metrics::{AppProbeMetrics, Metrics};
 use call::{HttpAnswer, HttpCall, Target};
 
 pub(crate) mod call;
+mod error;
 pub(crate) mod grpc;
 
 /// Calls of one path at once; more wait (within the probe's timeout) for
@@ -170,9 +171,9 @@ impl AppProber {
                     Err(why) => Err(failure(why)),
                 }
             }
-            Action::Tcp { port } => match target.connect(*port).await {
+            Action::Tcp { port } => match target.connect_to_probe(*port).await {
                 Ok(_) => Ok((StatusCode::OK, Bytes::new())),
-                Err(e) => Err(failure(call::connect_error(target, *port, &e))),
+                Err(why) => Err(failure(why)),
             },
             Action::Grpc { port, service } => match grpc::check(target, *port, service, incoming.get(USER_AGENT)).await
             {
@@ -196,7 +197,7 @@ fn busy(timeout: Duration) -> (StatusCode, Bytes) {
     )
 }
 
-fn failure(why: String) -> (StatusCode, Bytes) {
+fn failure(why: impl std::fmt::Display) -> (StatusCode, Bytes) {
     (
         StatusCode::INTERNAL_SERVER_ERROR,
         Bytes::from(format!("app probe failed: {why}\n")),
