@@ -160,15 +160,15 @@ impl Options {
     pub(crate) fn from(settings: &Settings) -> Options {
         Options {
             plan: Plan {
-                policy: settings.drain_until,
-                delay: settings.drain_delay,
+                drain_until: settings.drain_until,
+                drain_delay: settings.drain_delay,
                 readiness_fail_delay: settings.readiness_fail_delay,
-                drain_time: settings.termination_drain_duration,
-                minimum: settings.minimum_drain_duration,
-                deadline: settings.drain_deadline(),
-                read_timeout: settings.admin_timeout,
-                stop_bound: settings.shutdown_margin.max(Duration::from_millis(100)),
-                report_every: settings.poll_interval,
+                termination_drain_duration: settings.termination_drain_duration,
+                minimum_drain_duration: settings.minimum_drain_duration,
+                drain_deadline: settings.drain_deadline(),
+                admin_timeout: settings.admin_timeout,
+                shutdown_margin: settings.shutdown_margin.max(Duration::from_millis(100)),
+                poll_interval: settings.poll_interval,
             },
             schedule: Schedule {
                 poll_interval: settings.poll_interval,
@@ -177,9 +177,9 @@ impl Options {
             },
             stale_after: settings.poll_interval * 3 + settings.admin_timeout,
             rotation: RotationPlan {
-                unhealthy_threshold: settings.lb_unhealthy_threshold,
-                quiet_period: settings.lb_quiet_period,
-                deadline: settings.drain_deadline(),
+                lb_unhealthy_threshold: settings.lb_unhealthy_threshold,
+                lb_quiet_period: settings.lb_quiet_period,
+                drain_deadline: settings.drain_deadline(),
             },
         }
     }
@@ -349,13 +349,13 @@ fn admin_client(settings: &Settings, metrics: &Metrics) -> AdminClient {
 /// attributed here, the policy falls back to `requests`, with a warning;
 /// the other policies watch nothing.
 fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Option<u32>) -> Watcher {
-    if plan.policy != DrainUntil::AppExit {
+    if plan.drain_until != DrainUntil::AppExit {
         return Watcher::inert();
     }
     if let Err(why) = in_a_pod() {
         if !settings.drain_until_given {
             tracing::info!("{why}: draining until zero requests (app-exit would wait on every socket of the machine)");
-            plan.policy = DrainUntil::Requests;
+            plan.drain_until = DrainUntil::Requests;
             return Watcher::inert();
         }
         tracing::warn!("{why}: app-exit, as asked, waits on every socket of this machine that is not the proxy's");
@@ -375,7 +375,7 @@ fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Op
         }
         Err(why) => {
             tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
-            plan.policy = DrainUntil::Requests;
+            plan.drain_until = DrainUntil::Requests;
             Watcher::inert()
         }
     }
