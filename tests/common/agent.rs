@@ -29,8 +29,8 @@ use super::wait::{wait_for, wait_status};
 /// `lifeguard run` to be started: its status address, Envoy's admin URL,
 /// flags, environment and the Envoy it runs as its child. Its command line
 /// is `run --status-addr S [--admin-url U] [--ignore-listener-port P]
-/// ARGS... [-- ENVOY...]`, with `LIFEGUARD_LOG=info` last in its
-/// environment.
+/// ARGS... [-- ENVOY...]`; its environment sets `LIFEGUARD_LOG=info`
+/// (over any value given with [`env`](Self::env)).
 pub struct AgentBuilder {
     program: Command,
     status: Option<SocketAddr>,
