@@ -261,23 +261,15 @@ fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     let net = Net::new();
     // Envoy and lifeguard inside the pod namespace, on the pod's real ports
     // (nothing else listens there), bound on 0.0.0.0 like pilot-agent.
-    let dir = temp_dir("hostile-pod");
     let yaml =
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml"))
             .unwrap();
-    let envoy = envoy_command(&yaml, &dir);
-    let mut cmd = net.pod.command(lifeguard_bin());
-    cmd.args([
-        "run",
-        "--status-addr",
-        "0.0.0.0:15020",
-        "--admin-url",
-        "http://127.0.0.1:15000",
-        "--",
-    ])
-    .args(&envoy)
-    .env("LIFEGUARD_LOG", "info");
-    let mut agent = Proc::spawn("lifeguard", cmd, temp_dir("hostile-agent"));
+    let mut agent = Agent::builder()
+        .netns(&net.pod)
+        .status("0.0.0.0:15020".parse().unwrap())
+        .admin_url("http://127.0.0.1:15000")
+        .envoy(&yaml)
+        .spawn();
     let pid = agent.pid();
     net.pod.run(|| {
         wait_status(
@@ -564,7 +556,7 @@ fn server_side_state(pid: i32, client: SocketAddr) -> Option<TcpState> {
 
 #[test]
 fn a_peer_that_takes_no_response_bytes_is_closed_and_an_idle_keepalive_one_too() {
-    let mut pod = Pod::start(&[]);
+    let mut pod = Pod::start(Agent::builder());
     let agent = pod.ports.agent.addr();
     let pid = pod.agent.pid();
 
@@ -631,17 +623,18 @@ fn a_peer_that_takes_no_response_bytes_is_closed_and_an_idle_keepalive_one_too()
 }
 
 /// A fake admin's agent; a drain ends 200 ms after it starts.
-fn agent_on_fake(admin: &FakeAdmin, extra: &[&str]) -> (Proc, Port) {
-    agent_on(
-        &admin.url(),
-        &[&["--termination-drain-duration", "200ms"], extra].concat(),
-    )
+fn agent_on_fake(admin: &FakeAdmin, extra: &[&str]) -> Agent {
+    Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--termination-drain-duration", "200ms"])
+        .args(extra)
+        .ready()
 }
 
 #[test]
 fn hup_usr1_usr2_are_logged_and_ignored_and_quit_drains() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (mut agent, status) = agent_on_fake(&admin, &[]);
+    let mut agent = agent_on_fake(&admin, &[]);
     for (sig, name) in [
         (libc::SIGHUP, "SIGHUP"),
         (libc::SIGUSR1, "SIGUSR1"),
@@ -653,7 +646,7 @@ fn hup_usr1_usr2_are_logged_and_ignored_and_quit_drains() {
             Duration::from_secs(5),
         );
         assert!(agent.is_running(), "{name} killed lifeguard");
-        assert_eq!(get(status.addr(), "/healthz/ready").unwrap().0, 200, "{name}");
+        assert_eq!(get(agent.status, "/healthz/ready").unwrap().0, 200, "{name}");
     }
     assert!(!agent.output().contains("drain started"));
     agent.signal(libc::SIGQUIT);
@@ -675,7 +668,7 @@ fn term_int_and_quit_each_start_the_drain_and_repeats_are_logged() {
         (libc::SIGINT, libc::SIGTERM),
         (libc::SIGQUIT, libc::SIGINT),
     ] {
-        let (mut agent, _status) = agent_on_fake(&admin, &["--drain-delay", "1s"]);
+        let mut agent = agent_on_fake(&admin, &["--drain-delay", "1s"]);
         agent.signal(first);
         agent.wait_output("drain started", Duration::from_secs(5));
         agent.signal(then);
