@@ -32,7 +32,6 @@ use crate::envoy::readiness::Readiness;
 use crate::envoy::version;
 use crate::exit::linger::Linger;
 use crate::exit::Ended;
-use crate::istio::probers::PodIp;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
 use crate::pod::app::{in_a_pod, Watcher};
@@ -186,15 +185,9 @@ impl Options {
 }
 
 /// The app's probes, reaching the app where the kubelet would: the pod's
-/// address (INSTANCE_IP, else POD_IP), or loopback.
+/// address (the `pod_ip` setting: INSTANCE_IP, else POD_IP), or loopback.
 fn app_prober(settings: &Settings, status_port: u16, metrics: &Metrics) -> Option<AppProber> {
-    let pod_ip = match settings.pod_ip {
-        PodIp(None) => std::env::var("POD_IP")
-            .ok()
-            .and_then(|ip| ip.parse().ok())
-            .map_or(PodIp(None), |ip| PodIp(Some(ip))),
-        given => given,
-    };
+    let pod_ip = settings.pod_ip;
     let dest = pod_ip.probe_destination(settings.app_probe_localhost);
     let prober = AppProber::new(&settings.app_probers, dest, status_port, Some(metrics))?;
     let paths = settings.app_probers.0.len();
