@@ -93,6 +93,13 @@ pub fn main(invocation: Result<Invocation, BadSetting>) -> Ended {
         Task::Wait(opts) => Ended::Hook(helper_runtime().block_on(hooks::wait(&opts))),
         Task::WaitAppExit(opts) => Ended::Hook(helper_runtime().block_on(hooks::wait_app_exit(&opts))),
         Task::Drain(opts) => Ended::Hook(helper_runtime().block_on(hooks::drain(&opts))),
+        Task::Print(text) => {
+            use std::io::Write;
+            match std::io::stdout().write_all(&text) {
+                Ok(()) => Ended::Printed,
+                Err(_) => Ended::NotPrinted,
+            }
+        }
         Task::Inject(opts) => match inject::run(&opts) {
             Ok(()) => Ended::Injected,
             Err(e) => {
