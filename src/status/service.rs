@@ -176,6 +176,7 @@ impl StatusService {
             ("/drain", _) => routes::wrong_method(headers, method, "GET, HEAD, POST"),
             ("/quitquitquit", _) => routes::wrong_method(headers, method, "POST"),
             ("/drain/wait", _) => routes::wrong_method(headers, method, "GET, HEAD"),
+            ("/stats/prometheus" | "/metrics", _) => routes::wrong_method(headers, method, "GET, HEAD"),
             _ => routes::finish(headers, method, routes::not_found()),
         }
     }
@@ -403,6 +404,21 @@ mod tests {
             StatusCode::METHOD_NOT_ALLOWED
         );
         assert_eq!(call(&svc, Method::GET, "/nope").0, StatusCode::NOT_FOUND);
+        // Every known path with another method: 405.
+        for path in [
+            "/healthz/ready",
+            "/drain/wait",
+            "/stats/prometheus",
+            "/metrics",
+            "/quitquitquit",
+        ] {
+            let method = if path == "/quitquitquit" {
+                Method::GET
+            } else {
+                Method::DELETE
+            };
+            assert_eq!(call(&svc, method, path).0, StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        }
     }
 
     #[test]
