@@ -33,15 +33,14 @@ fn main() {
     let idle: u64 = args.get(2).map_or(30, |s| s.parse().expect("IDLE_SECONDS"));
     let ports = Ports::new();
     let _app = App::start(&ports.app);
-    let dir = temp_dir("reaction");
-    let envoy = envoy_command(&bootstrap(&ports), &dir);
+    let (yaml, prometheus) = (bootstrap(&ports), ports.prometheus.port.to_string());
     let start = |extra: &[&str]| {
-        let mut args = ports.agent_args();
-        args.extend(["--ignore-listener-port".into(), ports.prometheus.port.to_string()]);
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args.push("--".into());
-        args.extend(envoy.iter().cloned());
-        start_agent(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        Agent::builder()
+            .on(&ports)
+            .args(&["--ignore-listener-port", &prometheus])
+            .args(extra)
+            .envoy(&yaml)
+            .spawn()
     };
     let (admin, agent_addr, inbound) = (ports.admin.addr(), ports.agent.addr(), ports.inbound.addr());
 

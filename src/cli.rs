@@ -63,6 +63,18 @@ pub(crate) enum Command {
     /// Native-sidecar preStop hook: `POST /drain` on the agent and wait until
     /// it answers (drained). Exit 1 with the reason when it does not answer 200.
     Drain(DrainOptions),
+
+    /// Print a shell's completion script for lifeguard, e.g.
+    /// `lifeguard completions bash > /etc/bash_completion.d/lifeguard`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+
+    /// Print lifeguard's man page (roff), e.g. `lifeguard man > lifeguard.1`:
+    /// every command, option, environment variable and default.
+    Man,
 }
 
 /// `lifeguard check`: prints every effective setting with its source, the
@@ -117,6 +129,30 @@ pub(crate) enum Task {
     Drain(DrainOptions),
     /// `lifeguard inject`.
     Inject(InjectOptions),
+    /// `lifeguard completions` and `man`: text to print.
+    Print(Vec<u8>),
+}
+
+/// A shell's completion script for the whole command line.
+fn completions(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "lifeguard", &mut out);
+    out
+}
+
+/// The man page: the command, then each subcommand's section with its
+/// options, environment variables and defaults.
+fn man_page() -> Vec<u8> {
+    let cmd = Cli::command();
+    let mut out = Vec::new();
+    let man = clap_mangen::Man::new(cmd.clone());
+    // Writing to a Vec cannot fail.
+    let _ = man.render(&mut out);
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = format!("lifeguard-{}", sub.get_name());
+        let _ = clap_mangen::Man::new(sub.clone()).title(name).render(&mut out);
+    }
+    out
 }
 
 /// A setting the command line, the environment or a file got wrong, as
@@ -164,5 +200,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, BadSetting> {
         Command::WaitAppExit(opts) => Task::WaitAppExit(opts),
         Command::Inject(opts) => Task::Inject(opts),
         Command::Drain(opts) => Task::Drain(opts),
+        Command::Completions { shell } => Task::Print(completions(shell)),
+        Command::Man => Task::Print(man_page()),
     }))
 }

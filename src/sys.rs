@@ -61,8 +61,8 @@ static THP_WAS_DISABLED: AtomicBool = AtomicBool::new(false);
 
 /// Keeps lifeguard's memory small: no transparent huge pages for its own
 /// heap. mimalloc asks for huge pages on its arenas, so each one touched
-/// costs 2 MiB of RSS: 8.6 MB of heap at start instead of 1.2 MB
-/// (bench/footprint.sh). Envoy gets back what lifeguard inherited
+/// costs 2 MiB of RSS (the figures: docs/benchmarks.md, the footprint).
+/// Envoy gets back what lifeguard inherited
 /// ([`kill_child_when_parent_dies`] restores it before `exec`).
 pub fn tune_memory() {
     let inherited = rustix::thread::transparent_huge_pages_are_disabled().unwrap_or(false);

@@ -104,11 +104,11 @@ fn a_text_app_and_an_openmetrics_app_come_last_in_every_format() {
         r#"{{"scrape":"true","targets":[{{"port":"{}","path":"/metrics"}},{{"port":"{}","path":"/om"}}]}}"#,
         ports.app.port, om.port
     );
-    let mut args: Vec<String> = ports.agent_args();
-    args.push("--log".into());
-    args.push("info".into());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let _agent = start_agent_with_env(&args, &[("ISTIO_PROMETHEUS_ANNOTATIONS", &json)]);
+    let _agent = Agent::builder()
+        .on(&ports)
+        .args(&["--log", "info"])
+        .env("ISTIO_PROMETHEUS_ANNOTATIONS", &json)
+        .spawn();
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 
     let protobuf_first = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.9,text/plain;version=0.0.4;q=0.3";
@@ -218,7 +218,7 @@ fn failing_apps_leave_the_rest_of_the_scrape() {
         r#"{{"targets":[{{"port":"{}"}},{{"port":"{}","path":"/hang"}},{{"port":"{}"}},{{"port":"{}","path":"/big"}}]}}"#,
         ports.app.port, hang.port, broken.port, big.port
     );
-    let _agent = ports.start_agent(&["--app-metrics", &json]);
+    let _agent = Agent::builder().on(&ports).args(&["--app-metrics", &json]).start();
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 
     let started = Instant::now();

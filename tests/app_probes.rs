@@ -113,8 +113,11 @@ fn http_probes_answer_as_the_kubelet_would_have_seen_the_app() {
     ));
     let json = format!("{{{}}}", entries.join(","));
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (_agent, status) = agent_on(&admin.url(), &["--app-probers", &json, "--pod-ip", "127.0.0.1"]);
-    let status = status.addr();
+    let agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--app-probers", &json, "--pod-ip", "127.0.0.1"])
+        .ready();
+    let status = agent.status;
     let probe = |c: &str| kubelet_get(status, &format!("/app-health/{c}/livez"));
 
     assert_eq!(probe("ok"), (200, "fine\n".into()));
@@ -279,13 +282,16 @@ fn https_probes_skip_the_certificate_check_and_use_http2_when_offered() {
         h2_port.port, h1_port.port
     );
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (_agent, status) = agent_on(&admin.url(), &["--app-probers", &json, "--pod-ip", "127.0.0.1"]);
+    let agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--app-probers", &json, "--pod-ip", "127.0.0.1"])
+        .ready();
     assert_eq!(
-        kubelet_get(status.addr(), "/app-health/h2/readyz"),
+        kubelet_get(agent.status, "/app-health/h2/readyz"),
         (200, "HTTP/2.0 /ready\n".into())
     );
     assert_eq!(
-        kubelet_get(status.addr(), "/app-health/h1/readyz"),
+        kubelet_get(agent.status, "/app-health/h1/readyz"),
         (200, "HTTP/1.1 /ready\n".into())
     );
 }
@@ -334,8 +340,11 @@ fn grpc_and_tcp_probes_against_real_servers() {
         closed.port, tcp_port.port, closed.port
     );
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (_agent, status) = agent_on(&admin.url(), &["--app-probers", &json, "--pod-ip", "127.0.0.1"]);
-    let status = status.addr();
+    let agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--app-probers", &json, "--pod-ip", "127.0.0.1"])
+        .ready();
+    let status = agent.status;
     assert_eq!(kubelet_get(status, "/app-health/x/livez"), (200, "SERVING\n".into()));
     assert_eq!(kubelet_get(status, "/app-health/all/livez"), (200, "SERVING\n".into()));
     let (code, body) = kubelet_get(status, "/app-health/y/livez");
@@ -400,7 +409,7 @@ fn app_probes_are_served_through_the_drain_and_the_linger() {
         http_probe("/ok", app_port.port),
         http_probe("/ok", app_port.port)
     );
-    let pod = Pod::start(&[
+    let pod = Pod::start(Agent::builder().args(&[
         "--app-probers",
         &json,
         "--pod-ip",
@@ -411,7 +420,7 @@ fn app_probes_are_served_through_the_drain_and_the_linger() {
         "2s",
         "--linger",
         "20s",
-    ]);
+    ]));
     let status = pod.ports.agent.addr();
     assert_eq!(kubelet_get(status, "/app-health/web/readyz"), (200, "fine\n".into()));
     pod.sigterm();
@@ -471,18 +480,13 @@ fn the_prober_reaches_an_app_on_the_pods_address_from_127_0_0_6() {
                    "/app-health/web/livez":{"tcpSocket":{"port":8080}},
                    "/app-health/last/livez":{"httpGet":{"path":"/last","port":8080}}}"#;
     let start = |legacy: &str| {
-        let mut cmd = net.pod.command(lifeguard_bin());
-        cmd.args([
-            "run",
-            "--status-addr",
-            "0.0.0.0:15020",
-            "--admin-url",
-            "http://127.0.0.1:9",
-        ])
-        .args(["--app-probers", json, "--app-probe-localhost", legacy])
-        .env("POD_IP", pod_ip.to_string())
-        .env("LIFEGUARD_LOG", "info");
-        Proc::spawn("lifeguard", cmd, temp_dir("agent"))
+        Agent::builder()
+            .netns(&net.pod)
+            .status("0.0.0.0:15020".parse().unwrap())
+            .admin_url("http://127.0.0.1:9")
+            .args(&["--app-probers", json, "--app-probe-localhost", legacy])
+            .env("POD_IP", &pod_ip.to_string())
+            .spawn()
     };
     let status = net.pod_addr(15020);
     let kubelet = |path: &'static str| net.peer.run(move || kubelet_get_when_up(status, path));
@@ -534,8 +538,11 @@ fn a_flood_of_probes_keeps_the_app_within_the_bound_and_other_paths_answered() {
         app_port.port, tcp_port.port
     );
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (_agent, status) = agent_on(&admin.url(), &["--app-probers", &json, "--pod-ip", "127.0.0.1"]);
-    let status = status.addr();
+    let agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--app-probers", &json, "--pod-ip", "127.0.0.1"])
+        .ready();
+    let status = agent.status;
     let flood: Vec<_> = (0..100)
         .map(|_| std::thread::spawn(move || kubelet_get(status, "/app-health/busy/livez").0))
         .collect();
@@ -575,9 +582,12 @@ fn an_ipv6_pod_address_is_probed_and_a_missing_source_is_logged_once() {
         app_port.port
     );
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (agent, status) = agent_on(&admin.url(), &["--app-probers", &json, "--pod-ip", "::1"]);
+    let agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--app-probers", &json, "--pod-ip", "::1"])
+        .ready();
     for _ in 0..3 {
-        assert_eq!(kubelet_get(status.addr(), "/app-health/v6/readyz").0, 200);
+        assert_eq!(kubelet_get(agent.status, "/app-health/v6/readyz").0, 200);
     }
     let (_, peer) = app.accept().unwrap();
     assert_eq!(peer.ip().to_string(), "::1");

@@ -346,3 +346,36 @@ fn kubernetes_manifests_validate_against_the_api_schemas() {
         );
     }
 }
+
+/// The pod's address is read in one place, the settings: `INSTANCE_IP`
+/// (Istio's), else `POD_IP`; `lifeguard check` shows it and where it came
+/// from, and a bad one stops start-up naming the variable.
+#[test]
+fn the_pods_address_is_instance_ip_else_pod_ip_and_check_shows_it() {
+    let check = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lifeguard"));
+        cmd.arg("check").env_remove("INSTANCE_IP").env_remove("POD_IP");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let line = |text: &str| text.lines().find(|l| l.starts_with("pod_ip ")).unwrap_or("").to_owned();
+    let (code, text) = check(&[("POD_IP", "10.1.2.3")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        line(&text).contains("10.1.2.3") && line(&text).contains("(env)"),
+        "{text}"
+    );
+    let (_, text) = check(&[("POD_IP", "10.1.2.3"), ("INSTANCE_IP", "10.9.9.9")]);
+    assert!(line(&text).contains("10.9.9.9"), "INSTANCE_IP wins: {text}");
+    let (code, text) = check(&[("POD_IP", "not-an-ip")]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("invalid POD_IP = \"not-an-ip\" (from env)"), "{text}");
+}

@@ -16,7 +16,7 @@ fn with_loopback_control_off_only_the_control_socket_drains_and_stops() {
     let dir = temp_dir("control");
     let socket = dir.path().join("control.sock");
     let socket_arg = socket.display().to_string();
-    let mut pod = Pod::start(&[
+    let mut pod = Pod::start(Agent::builder().args(&[
         "--control-socket",
         &socket_arg,
         "--loopback-control",
@@ -25,7 +25,7 @@ fn with_loopback_control_off_only_the_control_socket_drains_and_stops() {
         "requests",
         "--minimum-drain-duration",
         "200ms",
-    ]);
+    ]));
     let meta = std::fs::symlink_metadata(&socket).expect("the control socket exists");
     assert!(meta.file_type().is_socket());
     assert_eq!(meta.permissions().mode() & 0o777, 0o600, "the socket's mode");
@@ -112,8 +112,7 @@ fn an_admin_socket_missing_not_a_socket_or_refusing_is_a_clear_503() {
     ] {
         let ports = Ports::new();
         let url = format!("unix://{}", path.display());
-        let status = ports.agent.addr().to_string();
-        let mut agent = start_agent(&["--status-addr", &status, "--admin-url", &url]);
+        let mut agent = Agent::builder().status(ports.agent.addr()).admin_url(&url).spawn();
         let want = format!("not ready: cannot connect to Envoy admin at {url}: {why}");
         let body = wait_for("the 503 reason", Duration::from_secs(5), || {
             match get(ports.agent.addr(), "/healthz/ready") {

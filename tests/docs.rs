@@ -86,3 +86,58 @@ fn every_link_between_the_docs_lands_on_a_page_and_a_heading() {
     assert!(links > 30, "the docs were not read: {links} links");
     assert!(broken.is_empty(), "{broken:#?}");
 }
+
+/// `lifeguard completions SHELL` and `lifeguard man` describe the whole
+/// command line: every subcommand, and the settings with their env names.
+#[test]
+fn completions_and_the_man_page_cover_every_command() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lifeguard"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let commands = [
+        "run",
+        "check",
+        "wait",
+        "wait-app-exit",
+        "inject",
+        "drain",
+        "completions",
+        "man",
+    ];
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = run(&["completions", shell]);
+        for command in commands {
+            assert!(script.contains(command), "{shell} completions lack {command}");
+        }
+        assert!(script.contains("lb-unhealthy-threshold"), "{shell}: no run option");
+    }
+    let man = run(&["man"]);
+    assert!(
+        man.starts_with(".ie") && man.contains(".TH lifeguard 1"),
+        "{}",
+        &man[..200]
+    );
+    for command in commands {
+        assert!(
+            man.contains(&format!(".TH lifeguard-{command} 1")),
+            "the man page lacks {command}"
+        );
+    }
+    for env in [
+        "LIFEGUARD_POLL_INTERVAL",
+        "TERMINATION_GRACE_PERIOD",
+        "ISTIO_KUBE_APP_PROBERS",
+        "LIFEGUARD_CONTROL_SOCKET",
+    ] {
+        assert!(man.contains(env), "the man page lacks {env}");
+    }
+}

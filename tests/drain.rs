@@ -9,7 +9,7 @@ use common::*;
 
 #[test]
 fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {
-    let mut pod = Pod::start(&["--termination-drain-duration", "1s"]);
+    let mut pod = Pod::start(Agent::builder().args(&["--termination-drain-duration", "1s"]));
     let req = pod.request_in_flight("/delay/3");
     pod.sigterm();
     let (result, _) = req.join().unwrap();
@@ -35,12 +35,10 @@ fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {
 #[test]
 fn exit_on_zero_lets_the_request_in_flight_finish_then_stops_envoy() {
     // Env names as Istio users write them.
-    let mut pod = Pod::start_with_env(
-        &[],
-        &[
-            ("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", "true"),
-            ("MINIMUM_DRAIN_DURATION", "1s"),
-        ],
+    let mut pod = Pod::start(
+        Agent::builder()
+            .env("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", "true")
+            .env("MINIMUM_DRAIN_DURATION", "1s"),
     );
     let envoy_pid = envoy_pid(&pod.agent);
 
@@ -62,12 +60,12 @@ fn exit_on_zero_lets_the_request_in_flight_finish_then_stops_envoy() {
 
 #[test]
 fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
-    let pod = Pod::start(&[
+    let pod = Pod::start(Agent::builder().args(&[
         "--exit-on-zero-active-connections",
         "true",
         "--minimum-drain-duration",
         "1s",
-    ]);
+    ]));
     let req = pod.request_in_flight("/delay/3");
     let sent = pod.sigterm();
     let body = wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
@@ -104,7 +102,7 @@ fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
 
 #[test]
 fn the_deadline_stops_envoy_and_reports_the_connection_cut() {
-    let mut pod = Pod::start(&[
+    let mut pod = Pod::start(Agent::builder().args(&[
         "--termination-grace-period",
         "4s",
         "--shutdown-margin",
@@ -113,7 +111,7 @@ fn the_deadline_stops_envoy_and_reports_the_connection_cut() {
         "true",
         "--minimum-drain-duration",
         "1s",
-    ]);
+    ]));
     let req = pod.request_in_flight("/delay/10");
     let sent = pod.sigterm();
     let code = pod.agent.exit_code(Duration::from_secs(10));
@@ -139,12 +137,12 @@ fn the_deadline_stops_envoy_and_reports_the_connection_cut() {
 
 #[test]
 fn envoy_killed_mid_drain_makes_lifeguard_exit_non_zero() {
-    let mut pod = Pod::start(&[
+    let mut pod = Pod::start(Agent::builder().args(&[
         "--exit-on-zero-active-connections",
         "true",
         "--minimum-drain-duration",
         "1s",
-    ]);
+    ]));
     let envoy = envoy_pid(&pod.agent);
     let _req = pod.request_in_flight("/delay/10");
     pod.sigterm();
@@ -165,7 +163,8 @@ fn envoy_killed_mid_drain_makes_lifeguard_exit_non_zero() {
 
 #[test]
 fn drain_until_requests_is_not_held_by_an_idle_keepalive_connection() {
-    let mut pod = Pod::start(&["--drain-until", "requests", "--minimum-drain-duration", "500ms"]);
+    let mut pod =
+        Pod::start(Agent::builder().args(&["--drain-until", "requests", "--minimum-drain-duration", "500ms"]));
     let idle = idle_keepalive_connection(pod.ports.inbound.addr(), "/delay/0");
     let sent = pod.sigterm();
     let code = pod.agent.exit_code(Duration::from_secs(10));
@@ -180,7 +179,7 @@ fn drain_until_requests_is_not_held_by_an_idle_keepalive_connection() {
 
 #[test]
 fn drain_until_connections_is_held_by_the_same_idle_connection_until_the_deadline() {
-    let mut pod = Pod::start(&[
+    let mut pod = Pod::start(Agent::builder().args(&[
         "--drain-until",
         "connections",
         "--minimum-drain-duration",
@@ -189,7 +188,7 @@ fn drain_until_connections_is_held_by_the_same_idle_connection_until_the_deadlin
         "3s",
         "--shutdown-margin",
         "1s",
-    ]);
+    ]));
     let idle = idle_keepalive_connection(pod.ports.inbound.addr(), "/delay/0");
     pod.sigterm();
     let code = pod.agent.exit_code(Duration::from_secs(10));
@@ -199,7 +198,8 @@ fn drain_until_connections_is_held_by_the_same_idle_connection_until_the_deadlin
 
 #[test]
 fn post_drain_flips_readiness_drains_and_leaves_envoy_running_until_sigterm() {
-    let mut pod = Pod::start(&["--drain-until", "requests", "--minimum-drain-duration", "500ms"]);
+    let mut pod =
+        Pod::start(Agent::builder().args(&["--drain-until", "requests", "--minimum-drain-duration", "500ms"]));
     let (status, body) = http("POST", pod.ports.agent.addr(), "/drain").unwrap();
     assert_eq!(status, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -228,12 +228,15 @@ fn an_external_envoy_is_drained_and_quit_through_its_admin_api() {
     let ports = Ports::new();
     let _app = App::start(&ports.app);
     let mut envoy = start_envoy(&bootstrap(&ports));
-    let mut agent = ports.start_agent(&[
-        "--exit-on-zero-active-connections",
-        "true",
-        "--minimum-drain-duration",
-        "200ms",
-    ]);
+    let mut agent = Agent::builder()
+        .on(&ports)
+        .args(&[
+            "--exit-on-zero-active-connections",
+            "true",
+            "--minimum-drain-duration",
+            "200ms",
+        ])
+        .start();
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     agent.signal(libc::SIGTERM);
     let code = agent
@@ -247,7 +250,7 @@ fn an_external_envoy_is_drained_and_quit_through_its_admin_api() {
 
 #[test]
 fn quitquitquit_stops_envoy_and_exits_cleanly() {
-    let mut pod = Pod::start(&[]);
+    let mut pod = Pod::start(Agent::builder());
     let envoy = envoy_pid(&pod.agent);
     let (status, body) = http("POST", pod.ports.agent.addr(), "/quitquitquit").unwrap();
     assert_eq!((status, body.as_str()), (200, "OK\n"));
@@ -257,7 +260,7 @@ fn quitquitquit_stops_envoy_and_exits_cleanly() {
 
 #[test]
 fn a_second_signal_changes_nothing() {
-    let mut pod = Pod::start(&["--termination-drain-duration", "1s"]);
+    let mut pod = Pod::start(Agent::builder().args(&["--termination-drain-duration", "1s"]));
     let sent = pod.sigterm();
     wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
     pod.agent.signal(libc::SIGINT);

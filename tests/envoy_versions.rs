@@ -28,7 +28,7 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 
 #[test]
 fn lifeguard_logs_the_version_of_the_envoy_it_runs() {
-    let pod = Pod::start(&[]);
+    let pod = Pod::start(Agent::builder());
     let version = envoy_version_of(&envoy_bin());
     let out = pod.agent.wait_output("Envoy version", Duration::from_secs(10));
     let line = out.lines().find(|l| l.contains("Envoy version")).unwrap();
@@ -40,7 +40,7 @@ fn lifeguard_logs_the_version_of_the_envoy_it_runs() {
 
 #[test]
 fn the_merged_scrape_is_text_whatever_the_client_asks_of_any_envoy() {
-    let pod = Pod::start(&[]);
+    let pod = Pod::start(Agent::builder());
     let version = envoy_minor();
 
     // Envoy itself: protobuf for `prom_protobuf` from 1.38 on, text before.
@@ -130,14 +130,14 @@ fn each_drain_lifeguard_asks_for_is_accepted_and_closes_connections_on_any_envoy
         ("all", "POST /drain"),
         ("all", "SIGTERM"),
     ] {
-        let pod = Pod::start(&[
+        let pod = Pod::start(Agent::builder().args(&[
             "--drain-scope",
             scope,
             "--drain-until",
             "time",
             "--termination-drain-duration",
             "5s",
-        ]);
+        ]));
         assert!(!closes_connection(&pod), "{scope} {trigger}: closed before the drain");
         match trigger {
             "SIGTERM" => {

@@ -47,14 +47,17 @@ fn probe_many(addr: std::net::SocketAddr, n: usize) -> Duration {
 #[test]
 fn a_hung_admin_turns_readiness_503_within_the_read_timeout_and_probes_keep_answering() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (mut agent, status) = agent_on(&admin.url(), &["--admin-timeout", "300ms", "--poll-interval", "200ms"]);
+    let mut agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--admin-timeout", "300ms", "--poll-interval", "200ms"])
+        .ready();
     admin.set(AdminMode::Hang);
     let hung = Instant::now();
-    let body = wait_status(status.addr(), "/healthz/ready", 503, Duration::from_secs(3));
+    let body = wait_status(agent.status, "/healthz/ready", 503, Duration::from_secs(3));
     eprintln!("hung admin -> 503 after {:?}", hung.elapsed());
     assert!(body.contains("did not answer within 300ms"), "{body}");
     // The poller is stuck on the hung admin again and again; probes are not.
-    let slowest = probe_many(status.addr(), 300);
+    let slowest = probe_many(agent.status, 300);
     eprintln!("slowest of 300 probes while the admin hangs: {slowest:?}");
     assert!(
         slowest < SLOWEST_PROBE,
@@ -66,7 +69,10 @@ fn a_hung_admin_turns_readiness_503_within_the_read_timeout_and_probes_keep_answ
 #[test]
 fn broken_admin_answers_are_reasons_in_the_503_never_a_panic() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (mut agent, status) = agent_on(&admin.url(), &["--admin-timeout", "500ms", "--poll-interval", "100ms"]);
+    let mut agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--admin-timeout", "500ms", "--poll-interval", "100ms"])
+        .ready();
     for (mode, reason) in [
         (AdminMode::Garbage, "server.state missing"),
         (AdminMode::Truncated, "Envoy admin HTTP error"),
@@ -75,9 +81,9 @@ fn broken_admin_answers_are_reasons_in_the_503_never_a_panic() {
         (AdminMode::Wrapped, "impossible value 18446744073709551615"),
     ] {
         admin.set(AdminMode::Live);
-        wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(5));
+        wait_status(agent.status, "/healthz/ready", 200, Duration::from_secs(5));
         admin.set(mode.clone());
-        let body = wait_status(status.addr(), "/healthz/ready", 503, Duration::from_secs(5));
+        let body = wait_status(agent.status, "/healthz/ready", 503, Duration::from_secs(5));
         assert!(body.contains(reason), "{mode:?}: {body}");
         assert!(agent.is_running(), "{mode:?} killed the agent: {}", agent.output());
     }
@@ -89,14 +95,11 @@ fn broken_admin_answers_are_reasons_in_the_503_never_a_panic() {
 fn a_slow_read_during_an_exit_on_zero_drain_does_not_end_it_early() {
     let admin = FakeAdmin::start(AdminMode::Live);
     *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 1\n".into();
-    let (mut agent, _status) = agent_on(
-        &admin.url(),
-        &[
-            EXIT_ON_ZERO.as_slice(),
-            &["--admin-timeout", "300ms", "--termination-grace-period", "20s"],
-        ]
-        .concat(),
-    );
+    let mut agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&EXIT_ON_ZERO)
+        .args(&["--admin-timeout", "300ms", "--termination-grace-period", "20s"])
+        .ready();
     *admin.slow_next_active.lock().unwrap() = Some(Duration::from_secs(1));
     agent.signal(libc::SIGTERM);
     // The slow read times out; one connection is still live: no exit.
@@ -137,7 +140,7 @@ fn a_wrapped_gauge_in_the_drain_count_is_logged_not_counted_as_minus_one() {
     *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 18446744073709551615\n\
          listener.[__1]_15006.downstream_cx_active: 0\n"
         .into();
-    let (mut agent, _status) = agent_on(&admin.url(), &EXIT_ON_ZERO);
+    let mut agent = Agent::builder().admin_url(admin.url()).args(&EXIT_ON_ZERO).ready();
     agent.signal(libc::SIGTERM);
     let code = agent.wait_exit(Duration::from_secs(10)).expect("the drain ends").code();
     assert_eq!(code, Some(0), "{}", agent.output());
@@ -154,10 +157,10 @@ fn a_wrapped_gauge_in_the_drain_count_is_logged_not_counted_as_minus_one() {
 fn an_external_envoy_that_vanishes_mid_drain_makes_lifeguard_exit_non_zero() {
     let mut admin = FakeAdmin::start(AdminMode::Live);
     *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 3\n".into();
-    let (mut agent, status) = agent_on(&admin.url(), &EXIT_ON_ZERO);
+    let mut agent = Agent::builder().admin_url(admin.url()).args(&EXIT_ON_ZERO).ready();
     agent.signal(libc::SIGTERM);
     wait_for("the drain to read the count", Duration::from_secs(5), || {
-        match get(status.addr(), "/drain") {
+        match get(agent.status, "/drain") {
             Ok((200, b)) if b.contains("\"active_connections\":3") => Ok(()),
             other => Err(other),
         }
@@ -174,20 +177,20 @@ fn an_external_envoy_that_vanishes_mid_drain_makes_lifeguard_exit_non_zero() {
 #[test]
 fn signals_during_the_pre_drain_delay_start_one_drain_and_one_exit() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (mut agent, status) = agent_on(
-        &admin.url(),
-        &["--drain-delay", "1s", "--termination-drain-duration", "200ms"],
-    );
+    let mut agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--drain-delay", "1s", "--termination-drain-duration", "200ms"])
+        .ready();
     let sent = Instant::now();
     agent.signal(libc::SIGTERM);
     wait_for("the delay phase", Duration::from_secs(2), || {
-        match get(status.addr(), "/drain") {
+        match get(agent.status, "/drain") {
             Ok((200, b)) if b.contains("\"phase\":\"delaying\"") => Ok(()),
             other => Err(other),
         }
     });
     assert_eq!(
-        get(status.addr(), "/healthz/ready").unwrap(),
+        get(agent.status, "/healthz/ready").unwrap(),
         (503, "not ready: draining\n".into())
     );
     agent.signal(libc::SIGTERM);
@@ -206,8 +209,8 @@ fn signals_during_the_pre_drain_delay_start_one_drain_and_one_exit() {
 #[test]
 fn a_slowloris_client_is_cut_off_and_does_not_slow_other_probes() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (_agent, status) = agent_on(&admin.url(), &[]);
-    let addr = status.addr();
+    let agent = Agent::builder().admin_url(admin.url()).ready();
+    let addr = agent.status;
     let slow = thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
@@ -247,11 +250,11 @@ fn a_slowloris_client_is_cut_off_and_does_not_slow_other_probes() {
 #[test]
 fn idle_connections_up_to_the_cap_are_held_without_slowing_probes() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (mut agent, status) = agent_on(&admin.url(), &[]);
+    let mut agent = Agent::builder().admin_url(admin.url()).ready();
     // Up to the cap, with room left for the probes.
     let n = MAX_CONNECTIONS - 64;
-    let idle: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(status.addr()).unwrap()).collect();
-    let slowest = probe_many(status.addr(), 200);
+    let idle: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(agent.status).unwrap()).collect();
+    let slowest = probe_many(agent.status, 200);
     eprintln!("slowest of 200 probes beside {n} idle connections: {slowest:?}");
     assert!(
         slowest < SLOWEST_PROBE,
@@ -264,13 +267,13 @@ fn idle_connections_up_to_the_cap_are_held_without_slowing_probes() {
 #[test]
 fn connections_past_the_cap_are_closed_and_idle_ones_time_out() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (agent, status) = agent_on(&admin.url(), &[]);
+    let agent = Agent::builder().admin_url(admin.url()).ready();
     // Hold every slot, then one more.
     let held: Vec<TcpStream> = (0..MAX_CONNECTIONS)
-        .map(|_| TcpStream::connect(status.addr()).unwrap())
+        .map(|_| TcpStream::connect(agent.status).unwrap())
         .collect();
     wait_for("a connection past the cap to be closed", Duration::from_secs(5), || {
-        let mut extra = TcpStream::connect(status.addr()).map_err(|e| e.to_string())?;
+        let mut extra = TcpStream::connect(agent.status).map_err(|e| e.to_string())?;
         extra.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
         let _ = extra.write_all(b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n");
         let mut buf = [0u8; 64];
@@ -281,7 +284,7 @@ fn connections_past_the_cap_are_closed_and_idle_ones_time_out() {
     });
     // Idle connections are closed by the header-read timeout (5s): the
     // probe path comes back without anyone closing them.
-    wait_status(status.addr(), "/healthz/ready", 200, Duration::from_secs(10));
+    wait_status(agent.status, "/healthz/ready", 200, Duration::from_secs(10));
     drop(held);
 }
 
@@ -291,9 +294,9 @@ fn connections_past_the_cap_are_closed_and_idle_ones_time_out() {
 #[test]
 fn a_client_that_sends_more_than_its_request_gets_its_answer_and_no_reset() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (mut agent, status) = agent_on(&admin.url(), &[]);
+    let mut agent = Agent::builder().admin_url(admin.url()).ready();
     let exchange = |bytes: &[u8]| -> (String, std::io::Result<usize>) {
-        let mut s = TcpStream::connect(status.addr()).unwrap();
+        let mut s = TcpStream::connect(agent.status).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         s.write_all(bytes).unwrap();
         let mut out = Vec::new();
@@ -325,9 +328,9 @@ fn a_client_that_sends_more_than_its_request_gets_its_answer_and_no_reset() {
 #[test]
 fn odd_requests_get_a_correct_answer_or_a_clean_error() {
     let admin = FakeAdmin::start(AdminMode::Live);
-    let (mut agent, status) = agent_on(&admin.url(), &[]);
+    let mut agent = Agent::builder().admin_url(admin.url()).ready();
     let raw = |bytes: &[u8]| -> String {
-        let mut s = TcpStream::connect(status.addr()).unwrap();
+        let mut s = TcpStream::connect(agent.status).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         let _ = s.write_all(bytes);
         let _ = s.shutdown(std::net::Shutdown::Write);
@@ -367,7 +370,7 @@ fn odd_requests_get_a_correct_answer_or_a_clean_error() {
     let out = raw(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http at all\r\n\r\n");
     assert!(out.is_empty() || out.starts_with("HTTP/1.1 400"), "{out}");
     // Still serving.
-    assert_eq!(get(status.addr(), "/healthz/ready").unwrap(), (200, "ready\n".into()));
+    assert_eq!(get(agent.status, "/healthz/ready").unwrap(), (200, "ready\n".into()));
     assert!(agent.is_running());
 }
 

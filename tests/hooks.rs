@@ -25,7 +25,7 @@ fn wait_exits_0_once_envoy_and_the_agent_are_ready() {
         "wait",
         &["wait", "--url", &url, "--timeout", "60s", "--period", "100ms"],
     );
-    let _agent = ports.start_agent(&[]);
+    let _agent = Agent::builder().on(&ports).start();
     let _envoy = start_envoy(&bootstrap(&ports));
     let code = wait
         .wait_exit(Duration::from_secs(60))
@@ -58,8 +58,10 @@ fn wait_with_timeout_0_keeps_waiting_until_the_url_answers_200() {
         "wait gave up: {}",
         wait.output()
     );
-    let status = p.addr().to_string();
-    let _agent = start_agent(&["--status-addr", &status, "--admin-url", "http://127.0.0.1:1"]);
+    let _agent = Agent::builder()
+        .status(p.addr())
+        .admin_url("http://127.0.0.1:1")
+        .spawn();
     let code = wait
         .wait_exit(Duration::from_secs(10))
         .expect("wait returns once answered");
@@ -79,7 +81,8 @@ fn drain_client_drains_through_the_agent_and_reports_failures() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("cannot connect"), "{out}");
 
-    let mut pod = Pod::start(&["--drain-until", "requests", "--minimum-drain-duration", "200ms"]);
+    let mut pod =
+        Pod::start(Agent::builder().args(&["--drain-until", "requests", "--minimum-drain-duration", "200ms"]));
     let ports = &pod.ports;
     let (code, out) = run_lifeguard(&["drain", "--url", &format!("http://127.0.0.1:{}", ports.agent.port)]);
     assert_eq!(code, 0, "{out}");

@@ -146,14 +146,17 @@ fn exit_on_zero_fires_with_10000_listeners() {
     );
 
     // lifeguard against it, with a deadline far away (60 s - 2 s margin).
-    let mut agent = ports.start_agent(&[
-        "--exit-on-zero-active-connections",
-        "true",
-        "--minimum-drain-duration",
-        "500ms",
-        "--termination-grace-period",
-        "60s",
-    ]);
+    let mut agent = Agent::builder()
+        .on(&ports)
+        .args(&[
+            "--exit-on-zero-active-connections",
+            "true",
+            "--minimum-drain-duration",
+            "500ms",
+            "--termination-grace-period",
+            "60s",
+        ])
+        .start();
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 
     // One idle connection held open to the last listener, echoed once so

@@ -40,7 +40,7 @@ fn scrape(addr: std::net::SocketAddr) -> String {
 fn merged_scrape_passes_promtool_and_names_each_family_once() {
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap(&ports));
-    let _agent = ports.start_agent(&[]);
+    let _agent = Agent::builder().on(&ports).start();
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 
     let merged = scrape(ports.agent.addr());
@@ -115,7 +115,10 @@ fn merged_scrape_passes_promtool_and_names_each_family_once() {
 fn our_part_alone_passes_promtool_when_merging_is_off() {
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap(&ports));
-    let _agent = ports.start_agent(&["--merge-envoy-metrics", "false"]);
+    let _agent = Agent::builder()
+        .on(&ports)
+        .args(&["--merge-envoy-metrics", "false"])
+        .start();
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     let body = scrape(ports.agent.addr());
     assert!(families(&body).iter().all(|f| ours(f)), "merging is off");
@@ -131,7 +134,7 @@ fn our_part_alone_passes_promtool_when_merging_is_off() {
 #[test]
 fn with_envoy_down_the_scrape_still_answers_and_counts_the_failure() {
     let ports = Ports::new();
-    let _agent = ports.start_agent(&[]);
+    let _agent = Agent::builder().on(&ports).start();
     wait_status(ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(10));
     let first = scrape(ports.agent.addr());
     let second = scrape(ports.agent.addr());
@@ -157,12 +160,12 @@ fn with_envoy_down_the_scrape_still_answers_and_counts_the_failure() {
 
 #[test]
 fn scrapes_follow_the_drain_from_draining_to_drained() {
-    let mut pod = Pod::start(&[
+    let mut pod = Pod::start(Agent::builder().args(&[
         "--exit-on-zero-active-connections",
         "true",
         "--minimum-drain-duration",
         "200ms",
-    ]);
+    ]));
     let ports = &pod.ports;
     let before = scrape(ports.agent.addr());
     assert_eq!(sample(&before, "lifeguard_drain_phase{phase=\"serving\"}"), Some(1.0));

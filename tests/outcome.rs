@@ -32,7 +32,7 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
     let dir = temp_dir("termination");
     let msg = dir.path().join("termination-log");
     let msg_arg = msg.display().to_string();
-    let mut pod = Pod::start(&[
+    let mut pod = Pod::start(Agent::builder().args(&[
         "--termination-grace-period",
         "4s",
         "--shutdown-margin",
@@ -46,7 +46,7 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
         // Far longer than what the grace period leaves after the cut.
         "--linger",
         "30s",
-    ]);
+    ]));
     let req = pod.request_in_flight("/delay/10");
     let sent = pod.sigterm();
     let stopped = wait_stopped(&pod);
@@ -94,7 +94,7 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
 
 #[test]
 fn a_scrape_after_envoy_stopped_sees_the_cut_and_ends_the_linger() {
-    let mut pod = Pod::start(&[
+    let mut pod = Pod::start(Agent::builder().args(&[
         "--termination-grace-period",
         "30s",
         "--shutdown-margin",
@@ -107,7 +107,7 @@ fn a_scrape_after_envoy_stopped_sees_the_cut_and_ends_the_linger() {
         "20s",
         "--termination-message-path",
         "none",
-    ]);
+    ]));
     let req = pod.request_in_flight("/delay/10");
     pod.sigterm();
     wait_stopped(&pod);
@@ -143,7 +143,7 @@ fn a_scrape_after_envoy_stopped_sees_the_cut_and_ends_the_linger() {
 
 #[test]
 fn without_a_scrape_the_linger_ends_after_its_time_and_json_logs_carry_the_summary() {
-    let mut pod = Pod::start(&[
+    let mut pod = Pod::start(Agent::builder().args(&[
         "--drain-until",
         "requests",
         "--minimum-drain-duration",
@@ -154,7 +154,7 @@ fn without_a_scrape_the_linger_ends_after_its_time_and_json_logs_carry_the_summa
         "json",
         "--termination-message-path",
         "none",
-    ]);
+    ]));
     let sent = pod.sigterm();
     let stopped = wait_stopped(&pod);
     // GET /drain is not a scrape: the linger goes on.

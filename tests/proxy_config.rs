@@ -115,12 +115,11 @@ fn a_malformed_proxy_config_stops_start_up_naming_it() {
 
 #[test]
 fn a_30s_termination_drain_duration_from_proxy_config_drains_30s() {
-    let pod = Pod::start_with_env(
-        &["--termination-grace-period", "45s"],
-        &[(
-            "PROXY_CONFIG",
-            "{\"terminationDrainDuration\":\"30s\",\"concurrency\":2}\n",
-        )],
+    let proxy_config = "{\"terminationDrainDuration\":\"30s\",\"concurrency\":2}\n";
+    let pod = Pod::start(
+        Agent::builder()
+            .args(&["--termination-grace-period", "45s"])
+            .env("PROXY_CONFIG", proxy_config),
     );
     pod.agent
         .wait_output("PROXY_CONFIG fields lifeguard does not use", Duration::from_secs(5));

@@ -11,7 +11,7 @@ use common::*;
 #[test]
 fn not_ready_with_a_reason_while_envoy_is_not_running() {
     let ports = Ports::new();
-    let _agent = ports.start_agent(&[]);
+    let _agent = Agent::builder().on(&ports).start();
     // Until the poller's first read has failed, the reason is "no answer
     // from Envoy admin yet"; then it says why.
     let body = wait_for(
@@ -34,7 +34,7 @@ fn not_ready_with_a_reason_while_envoy_is_not_running() {
 #[test]
 fn ready_directly_and_through_envoy_once_envoy_is_live() {
     let ports = Ports::new();
-    let _agent = ports.start_agent(&[]);
+    let _agent = Agent::builder().on(&ports).start();
     let _envoy = start_envoy(&bootstrap(&ports));
 
     // Time from Envoy's own /ready saying LIVE to the agent saying 200.
@@ -98,9 +98,10 @@ static_resources:
         xds = xds.port
     );
     let envoy = start_envoy(&bootstrap);
-    let status = agent.addr().to_string();
-    let admin_url = format!("http://127.0.0.1:{}", admin.port);
-    let _agent = start_agent(&["--status-addr", &status, "--admin-url", &admin_url]);
+    let _agent = Agent::builder()
+        .status(agent.addr())
+        .admin_url(format!("http://127.0.0.1:{}", admin.port))
+        .spawn();
 
     // Once Envoy answers its admin API, the reason names the missing update.
     let body = wait_for("a reason naming the CDS update", Duration::from_secs(20), || match get(
@@ -119,7 +120,10 @@ static_resources:
 fn turns_not_ready_within_the_staleness_bound_when_envoy_is_killed() {
     let ports = Ports::new();
     // Bound: 3 poll intervals + the admin timeout = 3 * 200ms + 200ms.
-    let _agent = ports.start_agent(&["--poll-interval", "200ms", "--admin-timeout", "200ms"]);
+    let _agent = Agent::builder()
+        .on(&ports)
+        .args(&["--poll-interval", "200ms", "--admin-timeout", "200ms"])
+        .start();
     let mut envoy = start_envoy(&bootstrap(&ports));
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
 

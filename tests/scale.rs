@@ -127,7 +127,7 @@ fn part_size(text: &str, prefix: &str) -> usize {
 fn a_2000_cluster_envoy_stays_ready_while_its_merged_scrape_is_read_in_a_loop() {
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap_with_clusters(&ports, 2000));
-    let _agent = ports.start_agent(&[]);
+    let _agent = Agent::builder().on(&ports).start();
     let agent = ports.agent.addr();
     wait_status(agent, "/healthz/ready", 200, Duration::from_secs(120));
 
@@ -343,9 +343,9 @@ impl FakeState {
 #[test]
 fn a_hung_envoy_scrape_with_a_1s_scrape_timeout_still_serves_lifeguards_part_within_it() {
     let fake = Fake::start();
-    let (_agent, status) = agent_on(&fake.url(), &[]);
+    let agent = Agent::builder().admin_url(fake.url()).ready();
     // Envoy's part arrives while it answers.
-    let scrape = get_with(status.addr(), "/stats/prometheus", &[], Duration::from_secs(5)).unwrap();
+    let scrape = get_with(agent.status, "/stats/prometheus", &[], Duration::from_secs(5)).unwrap();
     assert_eq!(sample(&scrape.text(), "envoy_server_live"), Some(1.0));
 
     fake.hang_prometheus.store(true, Ordering::Relaxed);
@@ -360,7 +360,7 @@ fn a_hung_envoy_scrape_with_a_1s_scrape_timeout_still_serves_lifeguards_part_wit
             headers.push(("Accept-Encoding", "gzip"));
         }
         let t = Instant::now();
-        let scrape = get_with(status.addr(), path, &headers, Duration::from_secs(5)).unwrap();
+        let scrape = get_with(agent.status, path, &headers, Duration::from_secs(5)).unwrap();
         let took = t.elapsed();
         eprintln!("hung Envoy, 1 s scrape timeout, gzip {gzip}: answered in {took:?}");
         assert_eq!(scrape.status, 200);
@@ -388,14 +388,17 @@ fn a_hung_admin_turns_readiness_503_within_the_staleness_bound_not_before() {
     let fake = Fake::start();
     // Stale after 3 × 200 ms + 300 ms = 900 ms.
     let bound = Duration::from_millis(900);
-    let (_agent, status) = agent_on(&fake.url(), &["--poll-interval", "200ms", "--admin-timeout", "300ms"]);
+    let agent = Agent::builder()
+        .admin_url(fake.url())
+        .args(&["--poll-interval", "200ms", "--admin-timeout", "300ms"])
+        .ready();
     wait_for("a LIVE answer from the fake", Duration::from_secs(5), || {
         fake.last_live.lock().unwrap().ok_or(())
     });
     fake.hang_all.store(true, Ordering::Relaxed);
     // The agent's last answer came at or after the fake's last LIVE.
     let (first_503, body) = wait_for("readiness 503", Duration::from_secs(5), || {
-        match http_timeout("GET", status.addr(), "/healthz/ready", Duration::from_secs(2)) {
+        match http_timeout("GET", agent.status, "/healthz/ready", Duration::from_secs(2)) {
             Ok((503, body)) => Ok((Instant::now(), body)),
             other => Err(other),
         }
@@ -416,14 +419,17 @@ fn a_hung_admin_turns_readiness_503_within_the_staleness_bound_not_before() {
 fn while_envoy_is_busy_with_lifeguards_own_scrape_readiness_holds_until_that_read_is_cut() {
     let fake = Fake::start();
     // Stale after 3 × 200 ms + 300 ms = 900 ms.
-    let (_agent, status) = agent_on(&fake.url(), &["--poll-interval", "200ms", "--admin-timeout", "300ms"]);
+    let agent = Agent::builder()
+        .admin_url(fake.url())
+        .args(&["--poll-interval", "200ms", "--admin-timeout", "300ms"])
+        .ready();
     wait_for("a LIVE answer from the fake", Duration::from_secs(5), || {
         fake.last_live.lock().unwrap().ok_or(())
     });
     // Envoy's admin thread is stuck on our metrics read: nothing else is
     // answered meanwhile (admin requests are served one at a time).
     fake.hang_prometheus.store(true, Ordering::Relaxed);
-    let addr = status.addr();
+    let addr = agent.status;
     let began = Instant::now();
     let scrape = thread::spawn(move || {
         let headers = [("X-Prometheus-Scrape-Timeout-Seconds", "4")];
@@ -477,10 +483,10 @@ fn wait_status_any(addr: SocketAddr, code: u16, timeout: Duration) -> (u16, Stri
 #[test]
 fn slow_active_count_reads_make_the_drain_read_less_often() {
     let fake = Fake::start();
-    let (mut agent, _status) = agent_on(
-        &fake.url(),
-        &["--drain-until", "connections", "--minimum-drain-duration", "100ms"],
-    );
+    let mut agent = Agent::builder()
+        .admin_url(fake.url())
+        .args(&["--drain-until", "connections", "--minimum-drain-duration", "100ms"])
+        .ready();
     agent.signal(libc::SIGTERM);
     let code = agent.wait_exit(Duration::from_secs(20)).expect("the drain ends").code();
     assert_eq!(code, Some(0), "{}", agent.output());
@@ -545,7 +551,7 @@ fn memory_stays_bounded_whatever_envoys_size_and_a_stalled_scraper_stalls_no_one
     const BOUND_KIB: u64 = 32 * 1024;
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap_with_clusters(&ports, CLUSTERS));
-    let agent_proc = ports.start_agent(&[]);
+    let agent_proc = Agent::builder().on(&ports).start();
     let agent = ports.agent.addr();
     wait_status(agent, "/healthz/ready", 200, Duration::from_secs(120));
     let pid = agent_proc.pid();

@@ -32,7 +32,6 @@ use crate::envoy::readiness::Readiness;
 use crate::envoy::version;
 use crate::exit::linger::Linger;
 use crate::exit::Ended;
-use crate::istio::probers::PodIp;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
 use crate::pod::app::{in_a_pod, Watcher};
@@ -94,6 +93,13 @@ pub fn main(invocation: Result<Invocation, BadSetting>) -> Ended {
         Task::Wait(opts) => Ended::Hook(helper_runtime().block_on(hooks::wait(&opts))),
         Task::WaitAppExit(opts) => Ended::Hook(helper_runtime().block_on(hooks::wait_app_exit(&opts))),
         Task::Drain(opts) => Ended::Hook(helper_runtime().block_on(hooks::drain(&opts))),
+        Task::Print(text) => {
+            use std::io::Write;
+            match std::io::stdout().write_all(&text) {
+                Ok(()) => Ended::Printed,
+                Err(_) => Ended::NotPrinted,
+            }
+        }
         Task::Inject(opts) => match inject::run(&opts) {
             Ok(()) => Ended::Injected,
             Err(e) => {
@@ -160,15 +166,15 @@ impl Options {
     pub(crate) fn from(settings: &Settings) -> Options {
         Options {
             plan: Plan {
-                policy: settings.drain_until,
-                delay: settings.drain_delay,
+                drain_until: settings.drain_until,
+                drain_delay: settings.drain_delay,
                 readiness_fail_delay: settings.readiness_fail_delay,
-                drain_time: settings.termination_drain_duration,
-                minimum: settings.minimum_drain_duration,
-                deadline: settings.drain_deadline(),
-                read_timeout: settings.admin_timeout,
-                stop_bound: settings.shutdown_margin.max(Duration::from_millis(100)),
-                report_every: settings.poll_interval,
+                termination_drain_duration: settings.termination_drain_duration,
+                minimum_drain_duration: settings.minimum_drain_duration,
+                drain_deadline: settings.drain_deadline(),
+                admin_timeout: settings.admin_timeout,
+                shutdown_margin: settings.shutdown_margin.max(Duration::from_millis(100)),
+                poll_interval: settings.poll_interval,
             },
             schedule: Schedule {
                 poll_interval: settings.poll_interval,
@@ -177,24 +183,18 @@ impl Options {
             },
             stale_after: settings.poll_interval * 3 + settings.admin_timeout,
             rotation: RotationPlan {
-                unhealthy_threshold: settings.lb_unhealthy_threshold,
-                quiet_period: settings.lb_quiet_period,
-                deadline: settings.drain_deadline(),
+                lb_unhealthy_threshold: settings.lb_unhealthy_threshold,
+                lb_quiet_period: settings.lb_quiet_period,
+                drain_deadline: settings.drain_deadline(),
             },
         }
     }
 }
 
 /// The app's probes, reaching the app where the kubelet would: the pod's
-/// address (INSTANCE_IP, else POD_IP), or loopback.
+/// address (the `pod_ip` setting: INSTANCE_IP, else POD_IP), or loopback.
 fn app_prober(settings: &Settings, status_port: u16, metrics: &Metrics) -> Option<AppProber> {
-    let pod_ip = match settings.pod_ip {
-        PodIp(None) => std::env::var("POD_IP")
-            .ok()
-            .and_then(|ip| ip.parse().ok())
-            .map_or(PodIp(None), |ip| PodIp(Some(ip))),
-        given => given,
-    };
+    let pod_ip = settings.pod_ip;
     let dest = pod_ip.probe_destination(settings.app_probe_localhost);
     let prober = AppProber::new(&settings.app_probers, dest, status_port, Some(metrics))?;
     let paths = settings.app_probers.0.len();
@@ -349,13 +349,13 @@ fn admin_client(settings: &Settings, metrics: &Metrics) -> AdminClient {
 /// attributed here, the policy falls back to `requests`, with a warning;
 /// the other policies watch nothing.
 fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Option<u32>) -> Watcher {
-    if plan.policy != DrainUntil::AppExit {
+    if plan.drain_until != DrainUntil::AppExit {
         return Watcher::inert();
     }
     if let Err(why) = in_a_pod() {
         if !settings.drain_until_given {
             tracing::info!("{why}: draining until zero requests (app-exit would wait on every socket of the machine)");
-            plan.policy = DrainUntil::Requests;
+            plan.drain_until = DrainUntil::Requests;
             return Watcher::inert();
         }
         tracing::warn!("{why}: app-exit, as asked, waits on every socket of this machine that is not the proxy's");
@@ -375,7 +375,7 @@ fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Op
         }
         Err(why) => {
             tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
-            plan.policy = DrainUntil::Requests;
+            plan.drain_until = DrainUntil::Requests;
             Watcher::inert()
         }
     }

@@ -16,6 +16,19 @@ use clap::{ArgMatches, Args};
 use super::proxy_config::{EnvNames, ProxyLayer};
 use super::{ConfigError, Effective, RunArgs, Settings, Source};
 
+/// `POD_IP`, checked as the setting's own parser checks `INSTANCE_IP`.
+fn check_pod_ip(ip: &str) -> Result<(), ConfigError> {
+    match super::parsers::pod_ip::parse(ip) {
+        Ok(_) => Ok(()),
+        Err(why) => Err(ConfigError::Invalid {
+            field: "POD_IP".into(),
+            value: ip.to_owned(),
+            origin: Source::Env,
+            why: why.to_string(),
+        }),
+    }
+}
+
 /// The settings' clap arguments, for their flags and env names.
 fn settings_command() -> clap::Command {
     Settings::augment_args(clap::Command::new("lifeguard"))
@@ -69,7 +82,20 @@ impl RunArgs {
         };
         let named = |key: &str| (proxy.fields.get(key).cloned().unwrap_or_default(), Source::ProxyConfig);
         table = layer(&with_file, &proxy.values, &given, named)?;
+        // The pod's address: INSTANCE_IP (the setting's env), else POD_IP,
+        // which Kubernetes manifests set too; an env variable either way.
+        let pod_ip_env = given("pod_ip")
+            .is_none()
+            .then(|| std::env::var("POD_IP").ok())
+            .flatten();
+        if let Some(ip) = &pod_ip_env {
+            check_pod_ip(ip)?;
+            table.insert("pod_ip".into(), ip.clone().into());
+        }
         let source = |key: &str| {
+            if key == "pod_ip" && pod_ip_env.is_some() {
+                return Source::Env;
+            }
             given(key).unwrap_or(if proxy.values.contains_key(key) {
                 Source::ProxyConfig
             } else if file.contains_key(key) {

@@ -78,7 +78,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     /// watches (`()` for the other policies).
     pub(crate) fn new(plan: Plan, envoy: E, app: A) -> (Drain<E, A>, DrainHandle) {
         let (events_tx, events) = mpsc::channel(64);
-        let (status, status_rx) = watch::channel(Status::initial(plan.policy, plan.waiting_for()));
+        let (status, status_rx) = watch::channel(Status::initial(plan.drain_until, plan.waiting_for()));
         let handle = DrainHandle {
             events: events_tx,
             status: status_rx,
@@ -142,13 +142,13 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         let started = Instant::now();
         self.started = Some(started);
         let deadline = started
-            .checked_add(self.plan.deadline)
+            .checked_add(self.plan.drain_deadline)
             .unwrap_or_else(|| started + Duration::from_secs(86400 * 365));
         // 1. Readiness derives from the phase: publishing it is the 503
         // (after the readiness-fail delay, when there is one).
         let now_unix = crate::duration::unix_now();
         let stop_requested = self.inbox.stop_requested;
-        let (delay, fail_delay) = (self.plan.delay, self.plan.readiness_fail_delay);
+        let (delay, fail_delay) = (self.plan.drain_delay, self.plan.readiness_fail_delay);
         let first = match (delay.is_zero(), fail_delay.is_zero()) {
             (false, _) => Phase::Delaying,
             (true, false) => Phase::DrainingReady,
@@ -158,7 +158,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             s.phase = first;
             s.trigger = Some(trigger);
             s.started_at = Some(now_unix);
-            s.deadline = Some(now_unix + self.plan.deadline.as_secs_f64());
+            s.deadline = Some(now_unix + self.plan.drain_deadline.as_secs_f64());
             s.stop_requested = stop_requested;
         });
         let readiness = match first {
@@ -167,9 +167,9 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         };
         tracing::info!(
             trigger,
-            policy = %self.plan.policy,
+            policy = %self.plan.drain_until,
             waiting_for = %self.plan.waiting_for(),
-            deadline_in = %D(self.plan.deadline),
+            deadline_in = %D(self.plan.drain_deadline),
             "drain started: {readiness}"
         );
 
@@ -240,7 +240,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     async fn stop_and_conclude(&mut self, left: Option<u64>, cut: bool, started: Instant) -> Outcome {
         self.inbox.publish(|s| s.cut_by_deadline = cut);
         let exit = self.stop_envoy(left).await;
-        let unfinished = match (self.plan.policy, left) {
+        let unfinished = match (self.plan.drain_until, left) {
             (DrainUntil::Time, Some(n)) if !cut && n > 0 => Some(n),
             _ => None,
         };
@@ -277,14 +277,14 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
                 tracing::warn!("the deadline came before Envoy's drain could start");
                 return Ok(());
             }
-            let call = tokio::time::timeout(left.min(self.plan.read_timeout), self.envoy.drain_listeners(skip_exit));
+            let call = tokio::time::timeout(left.min(self.plan.admin_timeout), self.envoy.drain_listeners(skip_exit));
             match self.inbox.race(&self.envoy, call).await? {
                 Ok(Ok(())) => {
                     tracing::info!(skip_exit, "Envoy is draining its inbound listeners");
                     return Ok(());
                 }
                 Ok(Err(e)) => tracing::warn!(attempt, error = %e, "drain_listeners failed"),
-                Err(_) if left <= self.plan.read_timeout => break,
+                Err(_) if left <= self.plan.admin_timeout => break,
                 Err(_) => tracing::warn!(attempt, "drain_listeners did not answer in time"),
             }
             if attempt < DRAIN_CALL_TRIES {
@@ -314,9 +314,9 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             // what Envoy is stopped with must be known, and the shutdown
             // margin has room for it.
             let read_timeout = plan
-                .read_timeout
+                .admin_timeout
                 .min(deadline.saturating_duration_since(Instant::now()))
-                .max(LAST_READ_TIMEOUT.min(plan.read_timeout));
+                .max(LAST_READ_TIMEOUT.min(plan.admin_timeout));
             let read_started = Instant::now();
             let (envoy_read, took, app_read) = self.read_once(read_timeout).await?;
             if envoy_read.is_ok() {
@@ -368,7 +368,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         &mut self,
         timeout: Duration,
     ) -> Result<(Timed<Active>, Duration, Option<Timed<Work, A::Error>>), Interrupt> {
-        let watch_app = self.plan.policy == DrainUntil::AppExit;
+        let watch_app = self.plan.drain_until == DrainUntil::AppExit;
         let (envoy, app) = (&self.envoy, &self.app);
         let envoy_read = async {
             let started = Instant::now();
@@ -476,7 +476,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             s.phase = Phase::Stopping;
             s.left_at_stop = left;
         });
-        let exit = self.envoy.stop(self.plan.stop_bound).await;
+        let exit = self.envoy.stop(self.plan.shutdown_margin).await;
         let took = self.started.map(|t| t.elapsed().as_secs_f64());
         self.inbox.publish(|s| {
             s.phase = Phase::Stopped;

@@ -13,43 +13,43 @@ use crate::duration::Display as D;
 /// The drain's settings (`Settings::drain_plan` in [`crate::config`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
-    pub(crate) policy: DrainUntil,
+    pub(crate) drain_until: DrainUntil,
     /// Pause between readiness turning 503 and Envoy's drain.
-    pub(crate) delay: Duration,
+    pub(crate) drain_delay: Duration,
     /// Time readiness keeps answering as Envoy does once Envoy's drain has
     /// begun (the opposite order of `delay`).
     pub(crate) readiness_fail_delay: Duration,
     /// The fixed policy's drain time.
-    pub(crate) drain_time: Duration,
+    pub(crate) termination_drain_duration: Duration,
     /// The exit-on-zero policies' shortest drain.
-    pub(crate) minimum: Duration,
+    pub(crate) minimum_drain_duration: Duration,
     /// From the start of the drain to Envoy's stop, at the latest.
-    pub(crate) deadline: Duration,
+    pub(crate) drain_deadline: Duration,
     /// Timeout of one admin call.
-    pub(crate) read_timeout: Duration,
+    pub(crate) admin_timeout: Duration,
     /// How long Envoy gets to exit after SIGTERM before SIGKILL.
-    pub(crate) stop_bound: Duration,
+    pub(crate) shutdown_margin: Duration,
     /// How often the fixed policy reads the counts, for reporting.
-    pub(crate) report_every: Duration,
+    pub(crate) poll_interval: Duration,
 }
 
 impl Plan {
     /// What the drain waits for, in words.
     pub(crate) fn waiting_for(&self) -> String {
-        match self.policy {
-            DrainUntil::Time => format!("{} of drain time", D(self.drain_time)),
+        match self.drain_until {
+            DrainUntil::Time => format!("{} of drain time", D(self.termination_drain_duration)),
             DrainUntil::AppExit => format!(
                 "no request in Envoy and no socket or process of the app, after at least {}",
-                D(self.minimum)
+                D(self.minimum_drain_duration)
             ),
-            until => format!("zero active {until}, after at least {}", D(self.minimum)),
+            until => format!("zero active {until}, after at least {}", D(self.minimum_drain_duration)),
         }
     }
 
     /// What the count counts under this policy. The fixed policy counts the
     /// work it would cut: requests and TCP-proxy connections.
     pub(crate) fn counted(&self) -> &'static str {
-        match self.policy {
+        match self.drain_until {
             DrainUntil::Connections => "connections",
             DrainUntil::Requests => "requests",
             DrainUntil::Time | DrainUntil::AppExit => "requests in flight",
@@ -59,14 +59,14 @@ impl Plan {
     /// What the count that ends the drain counts: with `app-exit`, the
     /// app's sockets and processes too.
     pub(crate) fn counted_in_all(&self) -> &'static str {
-        match self.policy {
+        match self.drain_until {
             DrainUntil::AppExit => "requests in flight, app sockets and app processes",
             _ => self.counted(),
         }
     }
 
     pub(crate) fn count(&self, active: &Active) -> u64 {
-        match self.policy {
+        match self.drain_until {
             DrainUntil::Connections => active.connections,
             DrainUntil::Requests => active.requests,
             DrainUntil::Time | DrainUntil::AppExit => active.work(),

@@ -32,12 +32,12 @@ pub(crate) struct DoneRule {
 
 impl DoneRule {
     pub(crate) fn new(plan: &Plan, drain_began: Instant) -> Self {
-        let (period, min_end) = match plan.policy {
-            DrainUntil::Time => (plan.report_every, drain_began + plan.drain_time),
-            _ => (ZERO_POLL_INTERVAL, drain_began + plan.minimum),
+        let (period, min_end) = match plan.drain_until {
+            DrainUntil::Time => (plan.poll_interval, drain_began + plan.termination_drain_duration),
+            _ => (ZERO_POLL_INTERVAL, drain_began + plan.minimum_drain_duration),
         };
         Self {
-            policy: plan.policy,
+            policy: plan.drain_until,
             min_end,
             period,
             zero_since: None,
@@ -167,7 +167,7 @@ impl Progress {
 pub(crate) fn progress_line(plan: &Plan, rule: &DoneRule, awaited: &str, now: Instant, deadline: Instant) -> String {
     let to_deadline = D(round(deadline.saturating_duration_since(now)));
     let min_left = round(rule.min_end.saturating_duration_since(now));
-    match plan.policy {
+    match plan.drain_until {
         DrainUntil::Time => format!(
             "{} of drain time left, {awaited}; {to_deadline} to the deadline",
             D(min_left)
@@ -200,8 +200,12 @@ pub(crate) fn waiting_on(plan: &Plan, envoy: u64, app: Option<&Work>) -> Option<
 /// The line that says the policy is satisfied; `waived`: before the
 /// minimum drain time, the app being gone from the start.
 pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: bool) {
-    match plan.policy {
-        DrainUntil::Time => tracing::info!(in_flight = left, "drain time ({}) is over", D(plan.drain_time)),
+    match plan.drain_until {
+        DrainUntil::Time => tracing::info!(
+            in_flight = left,
+            "drain time ({}) is over",
+            D(plan.termination_drain_duration)
+        ),
         DrainUntil::AppExit if waived => tracing::info!(took = %D(took), "{GONE_BEFORE}"),
         DrainUntil::AppExit => tracing::info!(took = %D(took), "the app is done and Envoy is idle"),
         until => tracing::info!(took = %D(took), "zero active {until}"),

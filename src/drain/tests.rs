@@ -141,15 +141,15 @@ impl EnvoyControl for FakeEnvoy {
 
 fn plan(policy: DrainUntil) -> Plan {
     Plan {
-        policy,
-        delay: Duration::ZERO,
+        drain_until: policy,
+        drain_delay: Duration::ZERO,
         readiness_fail_delay: Duration::ZERO,
-        drain_time: secs(5.0),
-        minimum: secs(5.0),
-        deadline: secs(28.0),
-        read_timeout: secs(1.0),
-        stop_bound: secs(2.0),
-        report_every: secs(1.0),
+        termination_drain_duration: secs(5.0),
+        minimum_drain_duration: secs(5.0),
+        drain_deadline: secs(28.0),
+        admin_timeout: secs(1.0),
+        shutdown_margin: secs(2.0),
+        poll_interval: secs(1.0),
     }
 }
 
@@ -251,7 +251,7 @@ async fn a_failed_read_at_the_minimum_does_not_reuse_the_zero_read_before_it() {
 async fn the_deadline_cuts_a_drain_with_connections_left() {
     let envoy = FakeEnvoy::new(true, |_| conns(3));
     let mut p = plan(DrainUntil::Connections);
-    p.deadline = secs(10.0);
+    p.drain_deadline = secs(10.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     let outcome = task.await.unwrap();
@@ -267,8 +267,8 @@ async fn the_deadline_cuts_a_drain_with_connections_left() {
 async fn a_deadline_inside_the_pre_drain_delay_stops_envoy_at_the_deadline() {
     let envoy = FakeEnvoy::new(true, |_| conns(2));
     let mut p = plan(DrainUntil::Connections);
-    p.delay = secs(20.0);
-    p.deadline = secs(10.0);
+    p.drain_delay = secs(20.0);
+    p.drain_deadline = secs(10.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     at(&envoy, 9.0).await;
@@ -284,8 +284,8 @@ async fn a_deadline_inside_the_pre_drain_delay_stops_envoy_at_the_deadline() {
 async fn the_pre_drain_delay_keeps_envoy_serving_then_drains() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let mut p = plan(DrainUntil::Connections);
-    p.delay = secs(3.0);
-    p.minimum = secs(1.0);
+    p.drain_delay = secs(3.0);
+    p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     at(&envoy, 2.0).await;
@@ -344,7 +344,7 @@ async fn a_refusing_child_envoy_is_not_declared_gone() {
     // A child's exit is seen directly: refusals alone are read failures.
     let envoy = FakeEnvoy::new(true, |t| if t < secs(2.0) { conns(1) } else { refused() });
     let mut p = plan(DrainUntil::Connections);
-    p.deadline = secs(6.0);
+    p.drain_deadline = secs(6.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     let outcome = task.await.unwrap();
@@ -451,7 +451,7 @@ async fn slow_and_failed_reads_never_count_as_zero() {
         }
     });
     let mut p = plan(DrainUntil::Connections);
-    p.minimum = secs(1.0);
+    p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     at(&envoy, 2.5).await;
@@ -527,7 +527,7 @@ async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
         conns(u64::from(t < secs(1.0) || (t >= secs(2.0) && t < secs(4.0))))
     });
     let mut p = plan(DrainUntil::AppExit);
-    p.minimum = secs(1.0);
+    p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start_with_app(p, &envoy, |t| usize::from(t < secs(4.2)));
     handle.signal("SIGTERM");
     at(&envoy, 3.0).await;
@@ -551,7 +551,7 @@ async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
 async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let mut p = plan(DrainUntil::AppExit);
-    p.deadline = secs(8.0);
+    p.drain_deadline = secs(8.0);
     let (task, handle) = start_with_app(p, &envoy, |_| 2);
     handle.signal("SIGTERM");
     let outcome = task.await.unwrap();
@@ -584,7 +584,7 @@ async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
     });
     assert_eq!(envoy.0.t0, t0);
     let mut p = plan(DrainUntil::Connections);
-    p.minimum = secs(1.0);
+    p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     task.await.unwrap();
@@ -609,7 +609,7 @@ async fn a_hook_starts_the_pods_clock_before_sigterm() {
     // the hook returns). The deadline counts from the hook.
     let envoy = FakeEnvoy::new(true, |_| conns(1));
     let mut p = plan(DrainUntil::Connections);
-    p.deadline = secs(10.0);
+    p.drain_deadline = secs(10.0);
     let (task, handle) = start(p, &envoy);
     let status = handle.begin().await.expect("the drain began");
     assert_eq!(status.phase, Phase::Draining, "readiness is 503 when begin() answers");
@@ -630,7 +630,7 @@ async fn one_slow_read_does_not_stall_the_drain() {
         (Duration::from_millis(delay), conns(u64::from(t < secs(2.0))).1)
     });
     let mut p = plan(DrainUntil::Connections);
-    p.minimum = secs(1.0);
+    p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     task.await.unwrap();
@@ -643,7 +643,7 @@ async fn app_exit_is_not_fooled_by_a_moment_without_app_sockets() {
     // then calls out (one socket) until 3 s.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let mut p = plan(DrainUntil::AppExit);
-    p.minimum = secs(0.5);
+    p.minimum_drain_duration = secs(0.5);
     let gap = |t: Duration| t >= secs(1.0) && t < secs(1.06);
     let (task, handle) = start_with_app(p, &envoy, move |t| usize::from(t < secs(3.0) && !gap(t)));
     handle.signal("SIGTERM");
@@ -660,7 +660,7 @@ async fn a_first_read_stuck_behind_a_long_scrape_does_not_stall_the_drain() {
         (Duration::from_millis(delay), conns(u64::from(t < secs(2.0))).1)
     });
     let mut p = plan(DrainUntil::Connections);
-    p.minimum = secs(1.0);
+    p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     task.await.unwrap();
@@ -728,7 +728,7 @@ async fn the_readiness_fail_delay_drains_envoy_first_and_fails_readiness_after()
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let mut p = plan(DrainUntil::Requests);
     p.readiness_fail_delay = secs(3.0);
-    p.minimum = secs(1.0);
+    p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     at(&envoy, 1.0).await;
@@ -758,7 +758,7 @@ async fn the_readiness_fail_delay_is_bounded_by_the_deadline() {
     let envoy = FakeEnvoy::new(true, |_| conns(1));
     let mut p = plan(DrainUntil::Requests);
     p.readiness_fail_delay = secs(60.0);
-    p.deadline = secs(8.0);
+    p.drain_deadline = secs(8.0);
     let (task, handle) = start(p, &envoy);
     handle.signal("SIGTERM");
     let outcome = task.await.unwrap();

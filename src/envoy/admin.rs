@@ -1,11 +1,14 @@
 //! The client for Envoy's admin API (127.0.0.1:15000 in a sidecar, or a
 //! Unix socket only the proxy's container can reach).
 //!
-//! Every call opens a fresh connection (loopback TCP or a Unix socket), and the whole exchange
-//! (connect, request, reading the body) runs under one timeout, so a hung or
-//! slow Envoy costs at most that timeout and never a stuck task. Bodies are
-//! read up to a limit: an Envoy that answers with megabytes of garbage is an
-//! error, not an out-of-memory.
+//! Every call opens a fresh connection (loopback TCP or a Unix socket,
+//! through [`crate::local_http`]), and the whole exchange (connect,
+//! request, reading the body) runs under one timeout, so a hung or slow
+//! Envoy costs at most that timeout and never a stuck task; the one
+//! exception is the merged scrape's streamed read ([`AdminClient::open`]),
+//! which its caller bounds by the scrape's budget. Bodies are read up to a
+//! limit: an Envoy that answers with megabytes of garbage is an error, not
+//! an out-of-memory.
 //!
 //! The connection is driven inside the caller's future rather than in a
 //! spawned task, so nothing outlives the call.

@@ -42,6 +42,10 @@ pub enum Ended {
     Hook(HookEnd),
     /// `lifeguard inject` wrote the rewritten manifest.
     Injected,
+    /// `lifeguard completions` or `man` printed its text.
+    Printed,
+    /// ... or could not (stdout closed).
+    NotPrinted,
     /// `lifeguard inject` refused the manifest
     /// (`crate::inject::InjectError`): nothing was written.
     NotInjected,
@@ -56,7 +60,8 @@ pub fn code(ended: &Ended) -> u8 {
         Ended::Checked { .. } => FAILED,
         Ended::Hook(HookEnd::Done) => CLEAN,
         Ended::Hook(HookEnd::GaveUp | HookEnd::Failed) => FAILED,
-        Ended::Injected => CLEAN,
+        Ended::Injected | Ended::Printed => CLEAN,
+        Ended::NotPrinted => FAILED,
     }
 }
 

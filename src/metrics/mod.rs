@@ -19,9 +19,10 @@
 //! `GET /stats/prometheus` streams Envoy's own `/stats/prometheus`
 //! (families named `envoy_*`) and ends with our families (`lifeguard_*`,
 //! `process_*`, rendered here): the merge is [`scrape`]'s; the text format
-//! of our state families is [`exposition`]'s. This module
-//! knows nothing of the admin client, and the admin client knows nothing of
-//! metrics (the binary wires its call observer to [`Metrics::admin_call`]).
+//! of our state families is [`exposition`]'s. Only the scrape reads Envoy
+//! (through the admin client); the families know nothing of the admin
+//! client, and the admin client knows nothing of metrics (the agent wires
+//! its call observer to [`Metrics::admin_call`]).
 //! If Envoy cannot be read, our part is still served and the failure is
 //! counted.
 

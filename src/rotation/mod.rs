@@ -65,11 +65,11 @@ pub(crate) struct TrafficError(#[from] pub(crate) ControlError);
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RotationPlan {
     /// Failed probes in a row after which a checker has taken the pod out.
-    pub(crate) unhealthy_threshold: u32,
+    pub(crate) lb_unhealthy_threshold: u32,
     /// No new request for this long: traffic has stopped.
-    pub(crate) quiet_period: Duration,
+    pub(crate) lb_quiet_period: Duration,
     /// The drain's deadline (grace period less the shutdown margin): the
     /// wait never outlasts it, counted from the drain's start or from the
     /// hook's arrival, whichever is first.
-    pub(crate) deadline: Duration,
+    pub(crate) drain_deadline: Duration,
 }

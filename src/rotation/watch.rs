@@ -36,8 +36,8 @@ pub enum RotationState {
 #[derive(Debug, Clone, Serialize)]
 pub struct RotationStatus {
     pub state: RotationState,
-    pub unhealthy_threshold: u32,
-    pub quiet_period_seconds: f64,
+    pub lb_unhealthy_threshold: u32,
+    pub lb_quiet_period_seconds: f64,
     /// The listeners whose new requests count, in words.
     pub inbound_listeners: Option<String>,
     /// Every checker heard from, as of the last read.
@@ -60,8 +60,8 @@ impl RotationStatus {
     fn initial(plan: &RotationPlan) -> RotationStatus {
         RotationStatus {
             state: RotationState::NotStarted,
-            unhealthy_threshold: plan.unhealthy_threshold,
-            quiet_period_seconds: plan.quiet_period.as_secs_f64(),
+            lb_unhealthy_threshold: plan.lb_unhealthy_threshold,
+            lb_quiet_period_seconds: plan.lb_quiet_period.as_secs_f64(),
             inbound_listeners: None,
             checkers: Vec::new(),
             waiting_for: Some("the drain to begin (the proxy's SIGTERM or POST /drain)".into()),
@@ -124,7 +124,7 @@ impl Rotation {
         let (tx, rx) = watch::channel(RotationStatus::initial(plan));
         let handle = Rotation {
             status: rx,
-            deadline: plan.deadline,
+            deadline: plan.drain_deadline,
             observer: None,
         };
         (handle, tx)
@@ -244,17 +244,17 @@ pub(crate) async fn run<T: Traffic>(
         _ = shutdown.cancelled() => return,
     };
     tracing::info!(
-        unhealthy_threshold = plan.unhealthy_threshold,
-        quiet_period = %D(plan.quiet_period),
+        lb_unhealthy_threshold = plan.lb_unhealthy_threshold,
+        lb_quiet_period = %D(plan.lb_quiet_period),
         "drain wait: out of rotation once every checker has failed {} probes in a row (or stopped probing) \
          and no new request has reached {listeners} for {}",
-        plan.unhealthy_threshold,
-        D(plan.quiet_period)
+        plan.lb_unhealthy_threshold,
+        D(plan.lb_quiet_period)
     );
     publish.send_modify(|s| s.inbound_listeners = Some(listeners));
-    let mut rule = Rule::new(plan.unhealthy_threshold, plan.quiet_period, began);
+    let mut rule = Rule::new(plan.lb_unhealthy_threshold, plan.lb_quiet_period, began);
     let mut read_warning = Throttle::new(Duration::from_secs(10));
-    let deadline = began + plan.deadline;
+    let deadline = began + plan.drain_deadline;
     loop {
         if drain.borrow().phase >= Phase::Stopping || Instant::now() >= deadline {
             publish.send_modify(|s| s.state = RotationState::Ended);
@@ -357,9 +357,9 @@ mod tests {
 
     fn start(deadline: Duration) -> Harness {
         let plan = RotationPlan {
-            unhealthy_threshold: 2,
-            quiet_period: SEC,
-            deadline,
+            lb_unhealthy_threshold: 2,
+            lb_quiet_period: SEC,
+            drain_deadline: deadline,
         };
         let (drain, drain_rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
         let (rotation, publish) = Rotation::new(&plan);

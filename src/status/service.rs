@@ -176,6 +176,7 @@ impl StatusService {
             ("/drain", _) => routes::wrong_method(headers, method, "GET, HEAD, POST"),
             ("/quitquitquit", _) => routes::wrong_method(headers, method, "POST"),
             ("/drain/wait", _) => routes::wrong_method(headers, method, "GET, HEAD"),
+            ("/stats/prometheus" | "/metrics", _) => routes::wrong_method(headers, method, "GET, HEAD"),
             _ => routes::finish(headers, method, routes::not_found()),
         }
     }
@@ -244,15 +245,15 @@ mod tests {
     ) {
         use crate::drain::{Drain, Plan};
         let plan = Plan {
-            policy: crate::drain::DrainUntil::Time,
-            delay: Duration::ZERO,
+            drain_until: crate::drain::DrainUntil::Time,
+            drain_delay: Duration::ZERO,
             readiness_fail_delay: Duration::ZERO,
-            drain_time: Duration::from_secs(5),
-            minimum: Duration::from_secs(5),
-            deadline: Duration::from_secs(28),
-            read_timeout: Duration::from_secs(1),
-            stop_bound: Duration::from_secs(2),
-            report_every: Duration::from_secs(1),
+            termination_drain_duration: Duration::from_secs(5),
+            minimum_drain_duration: Duration::from_secs(5),
+            drain_deadline: Duration::from_secs(28),
+            admin_timeout: Duration::from_secs(1),
+            shutdown_margin: Duration::from_secs(2),
+            poll_interval: Duration::from_secs(1),
         };
         let admin = AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
         let (drain, handle) = Drain::new(plan, crate::envoy::process::Envoy::external(admin, vec![]), ());
@@ -309,9 +310,9 @@ mod tests {
             "no rotation, no route"
         );
         let plan = crate::rotation::RotationPlan {
-            unhealthy_threshold: 3,
-            quiet_period: Duration::from_secs(1),
-            deadline: Duration::from_secs(28),
+            lb_unhealthy_threshold: 3,
+            lb_quiet_period: Duration::from_secs(1),
+            drain_deadline: Duration::from_secs(28),
         };
         let (rotation, _publish) = Rotation::new(&plan);
         let svc = svc.with_rotation(rotation, Checkers::default());
@@ -335,7 +336,7 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(json["phase"], "serving");
         assert_eq!(json["rotation"]["state"], "not_started");
-        assert_eq!(json["rotation"]["unhealthy_threshold"], 3);
+        assert_eq!(json["rotation"]["lb_unhealthy_threshold"], 3);
     }
 
     #[test]
@@ -344,9 +345,9 @@ mod tests {
         r.store(Verdict::ready(Instant::now()));
         let checkers = Checkers::default();
         let plan = crate::rotation::RotationPlan {
-            unhealthy_threshold: 3,
-            quiet_period: Duration::from_secs(1),
-            deadline: Duration::from_secs(28),
+            lb_unhealthy_threshold: 3,
+            lb_quiet_period: Duration::from_secs(1),
+            drain_deadline: Duration::from_secs(28),
         };
         let svc = StatusService::new(r)
             .with_rotation(Rotation::new(&plan).0, checkers.clone())
@@ -403,6 +404,21 @@ mod tests {
             StatusCode::METHOD_NOT_ALLOWED
         );
         assert_eq!(call(&svc, Method::GET, "/nope").0, StatusCode::NOT_FOUND);
+        // Every known path with another method: 405.
+        for path in [
+            "/healthz/ready",
+            "/drain/wait",
+            "/stats/prometheus",
+            "/metrics",
+            "/quitquitquit",
+        ] {
+            let method = if path == "/quitquitquit" {
+                Method::GET
+            } else {
+                Method::DELETE
+            };
+            assert_eq!(call(&svc, method, path).0, StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-use super::unique;
+use super::temp::unique;
 
 /// Runs `ip ARGS...`; panics with its stderr when it fails.
 pub fn ip(args: &[&str]) {

