@@ -88,6 +88,54 @@ pub fn envoy_version(server_info: &str) -> Result<(u32, u32, u32), Refused> {
     Ok((v.major, v.minor, v.patch))
 }
 
+// ---- Envoy's inbound listeners, for the drain wait (envoy/inbound.rs) ----
+
+/// A listener of a masked `/config_dump` answer: its stat name, whether it
+/// is inbound, its port.
+pub type DumpedListener = (Option<String>, bool, Option<u16>);
+
+/// The listeners of a masked `/config_dump` answer, or why it is refused.
+pub fn inbound_dumped_listeners(body: &str) -> Result<Vec<DumpedListener>, Refused> {
+    let listeners = crate::envoy::inbound::dumped_listeners(body).map_err(Refused::of)?;
+    Ok(listeners
+        .into_iter()
+        .map(|l| (l.stat_name, l.inbound, l.port))
+        .collect())
+}
+
+/// The stat names counted (every listener's with `all`, else the inbound
+/// ones'), and the inbound listeners left out, as words.
+pub fn inbound_select(listeners: &[DumpedListener], all: bool, ignored_ports: &[u16]) -> (Vec<String>, Vec<String>) {
+    use crate::drain::DrainScope;
+    let listeners: Vec<_> = listeners
+        .iter()
+        .map(|(stat_name, inbound, port)| crate::envoy::inbound::Listener {
+            stat_name: stat_name.clone(),
+            inbound: *inbound,
+            port: *port,
+        })
+        .collect();
+    let scope = if all { DrainScope::All } else { DrainScope::Inbound };
+    crate::envoy::inbound::select(&listeners, scope, ignored_ports)
+}
+
+fn counted(names: Option<&[String]>) -> crate::envoy::inbound::Counted {
+    use crate::envoy::inbound::Counted;
+    names.map_or(Counted::Every, |n| Counted::Named(n.to_vec()))
+}
+
+/// The stats filter (a regex) the counts read asks Envoy for: the named
+/// listeners' lines, or every listener's with `None`.
+pub fn inbound_filter(names: Option<&[String]>) -> String {
+    crate::envoy::inbound::filter(&counted(names))
+}
+
+/// The inbound total of a counts answer: the named listeners', or every
+/// listener's but the admin, internal and ignored-port ones with `None`.
+pub fn inbound_total(body: &str, names: Option<&[String]>, ignored_ports: &[u16]) -> u64 {
+    crate::envoy::inbound::total(body, &counted(names), ignored_ports)
+}
+
 // ---- The app's metrics and the merged scrape's formats (metrics/app/) ----
 
 /// An exposition format of the merged scrape.
@@ -378,15 +426,15 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
     let (mut svc, readiness) = match opts.drain {
         true => {
             let plan = crate::drain::Plan {
-                policy: crate::drain::DrainUntil::Time,
-                delay: Duration::ZERO,
+                drain_until: crate::drain::DrainUntil::Time,
+                drain_delay: Duration::ZERO,
                 readiness_fail_delay: Duration::ZERO,
-                drain_time: Duration::from_secs(5),
-                minimum: Duration::from_secs(5),
-                deadline: Duration::from_secs(28),
-                read_timeout: Duration::from_secs(1),
-                stop_bound: Duration::from_secs(2),
-                report_every: Duration::from_secs(1),
+                termination_drain_duration: Duration::from_secs(5),
+                minimum_drain_duration: Duration::from_secs(5),
+                drain_deadline: Duration::from_secs(28),
+                admin_timeout: Duration::from_secs(1),
+                shutdown_margin: Duration::from_secs(2),
+                poll_interval: Duration::from_secs(1),
             };
             let admin = crate::envoy::admin::AdminClient::new(
                 "http://127.0.0.1:1".parse().expect("a URL"),
@@ -406,9 +454,9 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
     svc = svc.with_control(opts.loopback_control, opts.control_socket.clone());
     if opts.drain_wait {
         let plan = crate::rotation::RotationPlan {
-            unhealthy_threshold: 3,
-            quiet_period: Duration::from_secs(1),
-            deadline: Duration::from_millis(1),
+            lb_unhealthy_threshold: 3,
+            lb_quiet_period: Duration::from_secs(1),
+            drain_deadline: Duration::from_millis(1),
         };
         let (rotation, publish) = crate::rotation::Rotation::new(&plan);
         // No rotation task: its status stays "not started", for good.

@@ -198,6 +198,41 @@ for i, (text, proxy) in enumerate([
 ]):
     put("settings_toml", f"settings{i}", nul(text, proxy))
 
+# ---- Envoy's inbound listeners (envoy/inbound.rs tests, captured from Envoy 1.40): flags (the all scope 1,
+# ports 15021 and 15090 ignored 2), the masked /config_dump answer, the counts' /stats answer.
+INBOUND_STATS = """listener.0.0.0.0_15006.downstream_cx_total: 3
+listener.0.0.0.0_15006.http.inbound_http.downstream_rq_completed: 3
+listener.0.0.0.0_15006.worker_0.downstream_cx_total: 3
+listener.0.0.0.0_15021.downstream_cx_total: 40
+listener.0.0.0.0_15021.http.status.downstream_rq_completed: 41
+listener.127.0.0.1_15001.downstream_cx_total: 9
+listener.admin.downstream_cx_total: 1
+listener.admin.http.admin.downstream_rq_completed: 1
+listener.admin.main_thread.downstream_cx_total: 1
+"""
+STATIC_DUMP = """{"configs":[
+ {"@type":"type.googleapis.com/envoy.admin.v3.ListenersConfigDump.StaticListener",
+  "listener":{"name":"status","address":{"socket_address":{"address":"0.0.0.0","port_value":15021}}}},
+ {"@type":"type.googleapis.com/envoy.admin.v3.ListenersConfigDump.StaticListener",
+  "listener":{"name":"outbound","address":{"socket_address":{"address":"127.0.0.1","port_value":15001}},"traffic_direction":"OUTBOUND"}},
+ {"@type":"type.googleapis.com/envoy.admin.v3.ListenersConfigDump.StaticListener",
+  "listener":{"name":"inbound","address":{"socket_address":{"address":"0.0.0.0","port_value":15006}},"traffic_direction":"INBOUND"}}]}"""
+DYNAMIC_DUMP = """{"configs":[
+  {"name":"virtualInbound","active_state":{"listener":{"name":"virtualInbound",
+    "address":{"socket_address":{"address":"::","port_value":15006}},"traffic_direction":"INBOUND"}}},
+  {"name":"v6","active_state":{"listener":{"name":"v6",
+    "address":{"socket_address":{"address":"::1","port_value":8443}},"traffic_direction":"INBOUND"}}},
+  {"name":"tagged","active_state":{"listener":{"name":"tagged","stat_prefix":"web",
+    "address":{"socket_address":{"address":"0.0.0.0","port_value":80}},"traffic_direction":"INBOUND"}}},
+  {"name":"inner","active_state":{"listener":{"name":"inner",
+    "address":{"envoy_internal_address":{"server_listener_name":"inner"}},"traffic_direction":"INBOUND"}}},
+  {"name":"warming-only","warming_state":{}}]}"""
+DYNAMIC_STATS = "listener.[__]_15006.downstream_cx_total: 2\nlistener.web.http.web.downstream_rq_completed: 5\n"
+for i, (flags, dump, stats) in enumerate([(2, STATIC_DUMP, INBOUND_STATS), (3, STATIC_DUMP, INBOUND_STATS),
+                                          (0, DYNAMIC_DUMP, DYNAMIC_STATS), (1, DYNAMIC_DUMP, INBOUND_STATS),
+                                          (2, "{}", INBOUND_STATS), (0, '{"configs":3}', ""), (2, "not json", "")]):
+    put("inbound", f"inbound{i}", bytes([flags]) + nul(dump, stats))
+
 # ---- Go durations (duration.rs tests): a setting, the text, a duration's bytes.
 for i, text in enumerate(["500ms", "5s", "1m30s", "1h", "1.5s", ".5s", "0", "0s", "250us", "10ns", "1h2m3s4ms",
                           "8760h", "8760h1ns", "5", "-5s", "1..5s", "5 s", "µs", "30", "520.976182ms",
@@ -303,6 +338,12 @@ dict_file("proxy_config", ISTIO + ENVS + ['":', '{"', '"}', ": ", "\n  ", "true"
 dict_file("settings_toml", KEYS + ISTIO + ENVS + [" = ", '"', "'", "[", "]", "\n", "true", "false", "0s", "5ms", "1s",
                                                   "60", "none", "auto", "app-exit", "requests", "connections", "time",
                                                   "inbound", "all", "json", "text", "unix:///", "http://127.0.0.1:"])
+dict_file("inbound", ['{"configs":[', "]}", '"listener":{', '"active_state":{', '"name":', '"stat_prefix":',
+                      '"address":{"socket_address":{"address":', '"port_value":', '"traffic_direction":"INBOUND"',
+                      '"traffic_direction":"OUTBOUND"', '"envoy_internal_address":{"server_listener_name":', '"::"',
+                      '"0.0.0.0"', "15021", "15090", "15006", "listener.", ".downstream_cx_total: ",
+                      ".http.inbound_http.downstream_rq_completed: ", ".worker_0", ".main_thread", "admin", "[__]",
+                      "envoy_internal_", "|", "(", ")", ".", "\\", "\x00"])
 dict_file("go_duration", ["ns", "us", "\u00b5s", "\u03bcs", "ms", "s", "m", "h", ".", "8760h", "+", "-",
                           "99999999999999999999999", "0.000000001"])
 dict_file("inject", ["kind: ", "Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "List",

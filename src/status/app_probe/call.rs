@@ -148,8 +148,29 @@ pub(crate) fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(b
     if host.parse::<IpAddr>().ok()? != dest {
         return None;
     }
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    // A port that is there but not a number is refused, not taken as the
+    // scheme's default ("10.0.0.5:80x").
+    let authority = uri.authority()?.as_str();
+    let port = match uri.port_u16() {
+        Some(port) => port,
+        None if authority.ends_with(']') || !authority.contains(':') => {
+            if https {
+                443
+            } else {
+                80
+            }
+        }
+        None => return None,
+    };
+    // The path the request line takes: never empty ("http://h?q" is "/?q").
+    let mut path = match uri.path() {
+        "" => "/".to_owned(),
+        p => p.to_owned(),
+    };
+    if let Some(query) = uri.query() {
+        path.push('?');
+        path.push_str(query);
+    }
     Some((https, port, path))
 }
 
@@ -418,5 +439,29 @@ mod tests {
         assert_eq!(follow(&call, "http://example.com/", dest), None);
         assert_eq!(follow(&call, "//example.com/", dest), None);
         assert_eq!(follow(&call, "ftp://10.0.0.5/", dest), None);
+    }
+
+    // Found by fuzz/fuzz_targets/app_probe_answer.rs: an empty path with a
+    // query became the request line's "?", and a port that is not a number
+    // became port 80.
+    #[test]
+    fn a_redirect_always_leads_to_a_path_and_a_port_it_names() {
+        let dest: IpAddr = "10.0.0.5".parse().unwrap();
+        let call = HttpCall {
+            port: 8080,
+            https: false,
+            path: "/a".into(),
+            headers: HeaderMap::new(),
+        };
+        assert_eq!(
+            follow(&call, "http://10.0.0.5:8080?x", dest),
+            Some((false, 8080, "/?x".into()))
+        );
+        assert_eq!(follow(&call, "http://10.0.0.5", dest), Some((false, 80, "/".into())));
+        assert_eq!(
+            follow(&call, "https://[::1]", "::1".parse().unwrap()),
+            Some((true, 443, "/".into()))
+        );
+        assert_eq!(follow(&call, "http://10.0.0.5:8080con405t-lengthple.com?", dest), None);
     }
 }
