@@ -441,9 +441,9 @@ mod tests {
         assert_eq!(follow(&call, "ftp://10.0.0.5/", dest), None);
     }
 
-    // Found by fuzz/fuzz_targets/app_probe_answer.rs: an empty path with a
-    // query became the request line's "?", and a port that is not a number
-    // became port 80.
+    /// Found by fuzzing (fuzz/fuzz_targets/app_probe_answer.rs): an empty path with a
+    /// query became the request line's "?", and a port that is not a number
+    /// became port 80.
     #[test]
     fn a_redirect_always_leads_to_a_path_and_a_port_it_names() {
         let dest: IpAddr = "10.0.0.5".parse().unwrap();
