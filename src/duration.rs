@@ -105,7 +105,8 @@ pub(crate) fn parse(text: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_nanos(total_nanos as u64))
 }
 
-/// `number` (digits with at most one '.') times `unit_nanos`, exactly.
+/// `number` (digits with at most one '.') times `unit_nanos`, exactly (at
+/// most `u128::MAX`, which is far too large anyway).
 fn scaled(number: &str, unit_nanos: u128) -> Option<u128> {
     let (int, frac) = number.split_once('.').unwrap_or((number, ""));
     if int.is_empty() && frac.is_empty() || frac.contains('.') {
@@ -119,7 +120,7 @@ fn scaled(number: &str, unit_nanos: u128) -> Option<u128> {
         if scale == 0 {
             break;
         }
-        value += u128::from(digit - b'0') * scale;
+        value = value.saturating_add(u128::from(digit - b'0') * scale);
     }
     Some(value)
 }
@@ -250,6 +251,23 @@ mod tests {
             "8761h",
             "18446744073709551615s",
             "1h340282366920938463463374607431768211455ns",
+        ] {
+            let e = parse(big).expect_err(big);
+            assert!(e.to_string().contains("too large"), "{e}");
+        }
+    }
+
+    /// Found while writing its fuzz target (fuzz/fuzz_targets/go_duration.rs,
+    /// which fails on it): a number whose whole part just fits in u128
+    /// nanoseconds overflowed when its fraction was added, a panic in a
+    /// debug build and a wrap to a short duration in a release build
+    /// (131.788544ms here).
+    #[test]
+    fn a_fraction_past_the_largest_number_is_too_large_not_wrapped() {
+        for big in [
+            "340282366920938463463374607431.9s",
+            "94522879700260684295381835.9h",
+            "1h340282366920938463463374607431768211.9us",
         ] {
             let e = parse(big).expect_err(big);
             assert!(e.to_string().contains("too large"), "{e}");

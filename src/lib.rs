@@ -55,6 +55,9 @@ pub mod drain;
 pub mod duration;
 pub mod envoy;
 pub mod exit;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hooks;
 pub mod inject;
 pub mod istio;

@@ -106,7 +106,12 @@ impl RunArgs {
         };
         let mut settings: Settings = table.try_into().expect("every layered value was checked");
         settings.proxy_config_unused = proxy.unused;
-        settings.resolve(|key| (field_name(key, source(key)), source(key)))?;
+        // A rule across settings names each value as the user wrote it:
+        // a flag, an env variable, a file key, or PROXY_CONFIG's field.
+        settings.resolve(|key| match (source(key), proxy.fields.get(key)) {
+            (Source::ProxyConfig, Some(field)) => (field.clone(), Source::ProxyConfig),
+            (source, _) => (field_name(key, source), source),
+        })?;
 
         let table = toml::Table::try_from(&settings).expect("settings serialize");
         let effective = settings_command()

@@ -738,6 +738,25 @@ pub(crate) mod tests {
         );
     }
 
+    /// Found by fuzzing (fuzz/fuzz_targets/proxy_config.rs): a rule across
+    /// settings named a value PROXY_CONFIG set by its key, not as written
+    /// there.
+    #[test]
+    fn a_rule_across_settings_names_a_proxy_config_value_as_written_there() {
+        let metadata = r#"{"proxyMetadata":{"LIFEGUARD_LOOPBACK_CONTROL":"false"}}"#;
+        refused(
+            &["--proxy-config", metadata],
+            "invalid PROXY_CONFIG proxyMetadata.LIFEGUARD_LOOPBACK_CONTROL = \"false\" (from PROXY_CONFIG)",
+            "set control_socket too",
+        );
+        let both = r#"{"proxyMetadata":{"LIFEGUARD_DRAIN_DELAY":"1s","LIFEGUARD_READINESS_FAIL_DELAY":"2s"}}"#;
+        refused(
+            &["--proxy-config", both],
+            "invalid PROXY_CONFIG proxyMetadata.LIFEGUARD_READINESS_FAIL_DELAY = \"2s\"",
+            "cannot be used with drain_delay",
+        );
+    }
+
     #[test]
     fn unknown_file_key_is_an_error_naming_it() {
         let file = TempFile::new("b.toml", "pol_interval = \"2s\"\n");

@@ -90,6 +90,8 @@ pub enum AnnotationsError {
     RelativePath { field: String, path: String },
     #[error("{field}: {path:?} has a space or a control character")]
     PathBytes { field: String, path: String },
+    #[error("{field}: {path:?} is not a valid request path")]
+    RequestPath { field: String, path: String },
     #[error("port {0} is the status port: the scrape would read itself")]
     StatusPort(u16),
     #[error("port {0} is Envoy's admin, not the app")]
@@ -183,13 +185,16 @@ fn port_number(v: Option<&Value>, field: String) -> Result<u16, AnnotationsError
 }
 
 /// The path of `field`: absolute (a query allowed), without spaces or
-/// control bytes, as it goes on a request line.
+/// control bytes, and one a request line can carry (it goes on one).
 fn check_path(path: String, field: String) -> Result<String, AnnotationsError> {
     if !path.starts_with('/') {
         return Err(AnnotationsError::RelativePath { field, path });
     }
     if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
         return Err(AnnotationsError::PathBytes { field, path });
+    }
+    if path.parse::<hyper::Uri>().is_err() {
+        return Err(AnnotationsError::RequestPath { field, path });
     }
     Ok(path)
 }
@@ -257,5 +262,18 @@ mod tests {
         assert!(refused(21000, Some(15000)).contains("status port"));
         assert!(refused(15020, Some(8080)).contains("admin"));
         assert!(m.check_ports(15020, None).is_ok());
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/prometheus_annotations.rs): a
+    /// path with a byte a request line cannot carry (a backquote) was
+    /// taken, and then every read of it failed.
+    #[test]
+    fn a_path_no_request_line_can_carry_is_refused() {
+        for path in ["/met`rics", "/`"] {
+            let json = format!(r#"{{"port":"8080","path":{}}}"#, serde_json::json!(path));
+            let err = AppMetrics::parse(&json).unwrap_err().to_string();
+            assert_eq!(err, format!("path: {path:?} is not a valid request path"));
+        }
+        assert!(AppMetrics::parse(r#"{"port":"8080","path":"/metrics?format=prometheus&x=%20"}"#).is_ok());
     }
 }

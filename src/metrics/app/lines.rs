@@ -15,7 +15,9 @@
 //! - text into OpenMetrics: `untyped` becomes `unknown`, a sample's
 //!   timestamp (milliseconds in text) is dropped;
 //! - always: blank lines and plain comments are dropped, and `# EOF`
-//!   (one is written at the very end of an OpenMetrics answer);
+//!   (one is written at the very end of an OpenMetrics answer); a line's
+//!   leading blanks, which the text format ignores, are dropped (so an
+//!   indented `# TYPE` is one);
 //! - a family already in the answer (Envoy's, lifeguard's, or an earlier
 //!   target's) is left out of the app's part — its `# HELP`, `# TYPE`,
 //!   `# UNIT` and samples — since a family declared twice breaks the
@@ -185,6 +187,9 @@ impl LineFilter {
     }
 
     fn line(&mut self, line: &str, taken: &HashSet<String>, out: &mut Vec<u8>) {
+        // The text format ignores a line's leading blanks: ` # TYPE x` is
+        // a declaration and ` # EOF` a comment, for Prometheus as here.
+        let line = line.trim_start_matches([' ', '\t']);
         if line.trim().is_empty() {
             return;
         }
@@ -211,8 +216,10 @@ impl LineFilter {
     }
 
     fn comment(&mut self, comment: &str, taken: &HashSet<String>, out: &mut Vec<u8>) {
-        let mut words = comment.splitn(3, ' ');
-        let (kind, name, rest) = (words.next().unwrap_or(""), words.next().unwrap_or(""), words.next());
+        // Blanks and tabs separate the words, any number of them, as for
+        // Prometheus: `# TYPE x\tgauge` declares `x`.
+        let (kind, rest) = first_word(comment);
+        let (name, rest) = first_word(rest.unwrap_or(""));
         if !matches!(kind, "HELP" | "TYPE" | "UNIT") || name.is_empty() || (kind == "UNIT" && !self.to_om) {
             return;
         }
@@ -234,6 +241,12 @@ impl LineFilter {
         taken.extend(self.declared);
         self.dropped
     }
+}
+
+/// The first word of `s` and what follows its separator (blanks and tabs).
+fn first_word(s: &str) -> (&str, Option<&str>) {
+    let s = s.trim_start_matches([' ', '\t']);
+    s.split_once([' ', '\t']).map_or((s, None), |(w, rest)| (w, Some(rest)))
 }
 
 /// A sample line cut to `name{labels} value`: a timestamp and an exemplar
@@ -360,6 +373,30 @@ mod tests {
             f.finish(&mut taken);
             assert_eq!(String::from_utf8(out).unwrap(), want, "target {i}");
         }
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/metrics_lines.rs): an indented
+    /// line was taken for a sample with no name, so an indented `# TYPE` of
+    /// Envoy's family and an indented `# EOF` came through.
+    #[test]
+    fn indented_lines_are_read_as_the_text_format_reads_them() {
+        let app = "  # TYPE envoy_server_state gauge\n\tenvoy_server_state 7\n # EOF\n  # a comment\n  # TYPE app_up gauge\n\t app_up 1 1700000000000\n";
+        let (out, dropped) = run(Format::Text, OM, &["envoy_server_state"], app);
+        assert_eq!(out, "# TYPE app_up gauge\napp_up 1\n");
+        assert_eq!(dropped, ["envoy_server_state"]);
+        let (out, _) = run(Format::Text, Format::Text, &[], " x 1\n");
+        assert_eq!(out, "x 1\n");
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/metrics_lines.rs): a tab
+    /// between a comment's words was taken for part of the family's name,
+    /// so `# TYPE envoy_server_state\tgauge` declared Envoy's family again.
+    #[test]
+    fn a_comments_words_are_separated_by_blanks_and_tabs() {
+        let app = "# TYPE envoy_server_state\tgauge\nenvoy_server_state 7\n#  TYPE  app_up\t gauge\n# HELP app_up\tUp,  or not.\napp_up 1\n";
+        let (out, dropped) = run(Format::Text, Format::Text, &["envoy_server_state"], app);
+        assert_eq!(out, "# TYPE app_up gauge\n# HELP app_up Up,  or not.\napp_up 1\n");
+        assert_eq!(dropped, ["envoy_server_state"]);
     }
 
     #[test]

@@ -124,8 +124,14 @@ async fn fill(
             }
             Some(Ok(None)) => {
                 if !tail.is_empty() {
+                    // A last line without its newline: ended, and its
+                    // family noted like every other line's.
                     tail.extend_from_slice(b"\n");
-                    read.plain.push(tail.split().freeze());
+                    let last = tail.split().freeze();
+                    if let Some(families) = &read.families {
+                        note_families(&last, &mut families.lock().unwrap_or_else(|e| e.into_inner()));
+                    }
+                    read.plain.push(last);
                 }
                 return End::Complete;
             }
@@ -212,7 +218,76 @@ async fn beating<F: std::future::Future>(heartbeat: &Heartbeat, until: Instant, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::envoy::readiness::Readiness;
+    use crate::istio::annotations::AppMetrics;
     use crate::metrics::scrape::read::PLAIN_WINDOW;
+    use crate::metrics::scrape::{ScrapeRequest, Scraper};
+    use crate::metrics::Metrics;
+    use futures_util::StreamExt;
+    use hyper::header::HeaderMap;
+
+    /// Serves `body` to every request on the connection `io`.
+    fn serve<IO>(io: IO, body: &'static str)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let service = hyper::service::service_fn(move |_| async move {
+            let body = http_body_util::Full::new(Bytes::from_static(body.as_bytes()));
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(body))
+        });
+        let io = hyper_util::rt::TokioIo::new(io);
+        tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/merged_scrape.rs): the last line
+    /// of Envoy's body, when it had no newline, was served but its family
+    /// not noted, so an app's copy of that family came through too.
+    #[tokio::test]
+    async fn envoys_last_line_without_a_newline_counts_among_its_families() {
+        let dir = std::env::temp_dir().join(format!("lifeguard-scrape-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("admin.sock");
+        let admin = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(async move {
+            while let Ok((io, _)) = admin.accept().await {
+                serve(io, "envoy_a 1\n# TYPE envoy_server_state gauge");
+            }
+        });
+        let app = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = app.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((io, _)) = app.accept().await {
+                serve(
+                    io,
+                    "# TYPE envoy_server_state gauge\nenvoy_server_state 42\n# TYPE app_up gauge\napp_up 1\n",
+                );
+            }
+        });
+        let metrics = Metrics::new(Instant::now());
+        let admin = AdminClient::new(crate::url::LoopbackUrl::unix(&socket), Duration::from_secs(2));
+        let targets = AppMetrics(vec![crate::istio::annotations::Target {
+            port,
+            path: "/metrics".into(),
+        }]);
+        let scraper = Scraper::new(metrics, Readiness::standalone(Duration::from_secs(4)), Some(admin))
+            .with_app_metrics(&targets);
+        let body: Vec<Bytes> = scraper
+            .body(ScrapeRequest::new(None, &HeaderMap::new()))
+            .collect()
+            .await;
+        let body = String::from_utf8(body.concat()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            body.starts_with("envoy_a 1\n# TYPE envoy_server_state gauge\n"),
+            "{body}"
+        );
+        assert_eq!(body.matches("# TYPE envoy_server_state").count(), 1, "{body}");
+        assert!(
+            !body.contains("envoy_server_state 42") && body.ends_with("# TYPE app_up gauge\napp_up 1\n"),
+            "{body}"
+        );
+    }
 
     #[test]
     fn lines_are_pushed_whole_and_split_lines_joined() {

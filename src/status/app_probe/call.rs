@@ -134,7 +134,7 @@ pub(crate) async fn http_get(target: &Target, mut call: HttpCall) -> Result<Http
 
 /// Where a redirect leads, when it stays on the app's host: scheme, port
 /// and path. None: no usable Location, or another host.
-fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(bool, u16, String)> {
+pub(crate) fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(bool, u16, String)> {
     if location.starts_with('/') && !location.starts_with("//") {
         return Some((call.https, call.port, location.to_owned()));
     }
@@ -148,8 +148,29 @@ fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(bool, u16, S
     if host.parse::<IpAddr>().ok()? != dest {
         return None;
     }
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    // A port that is there but not a number is refused, not taken as the
+    // scheme's default ("10.0.0.5:80x").
+    let authority = uri.authority()?.as_str();
+    let port = match uri.port_u16() {
+        Some(port) => port,
+        None if authority.ends_with(']') || !authority.contains(':') => {
+            if https {
+                443
+            } else {
+                80
+            }
+        }
+        None => return None,
+    };
+    // The path the request line takes: never empty ("http://h?q" is "/?q").
+    let mut path = match uri.path() {
+        "" => "/".to_owned(),
+        p => p.to_owned(),
+    };
+    if let Some(query) = uri.query() {
+        path.push('?');
+        path.push_str(query);
+    }
     Some((https, port, path))
 }
 
@@ -170,7 +191,7 @@ async fn http_once(target: &Target, call: &HttpCall) -> Result<(StatusCode, Opti
 
 /// Sends the GET over `io` (HTTP/1.1, or HTTP/2 when `h2`) and reads the
 /// answer, driving the connection meanwhile; the connection ends with it.
-async fn exchange<IO>(
+pub(crate) async fn exchange<IO>(
     io: TokioIo<IO>,
     h2: bool,
     call: &HttpCall,
@@ -250,10 +271,12 @@ async fn read_answer(answer: hyper::Response<Incoming>) -> Result<(StatusCode, O
     Ok((status, location, out.freeze()))
 }
 
-/// The headers sent to the app: the kubelet's (but those of one hop), the
-/// probe's own `httpHeaders` where the kubelet's request has none of that
-/// name, and a Host naming the app's port when the kubelet's names the
-/// status port (a Host the probe set is kept).
+/// The headers sent to the app: the kubelet's, the probe's own
+/// `httpHeaders` where the kubelet's request has none of that name (but
+/// never those of one hop, whoever wrote them: the kubelet does not send a
+/// probe's `Content-Length` or `Transfer-Encoding` either), and a Host
+/// naming the app's port when the kubelet's names the status port (a Host
+/// the probe set is kept).
 pub(crate) fn forwarded_headers(
     incoming: &HeaderMap,
     probe: &[(String, String)],
@@ -270,7 +293,7 @@ pub(crate) fn forwarded_headers(
         let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) else {
             continue;
         };
-        if !headers.contains_key(&name) {
+        if !headers.contains_key(&name) && !HOP_BY_HOP.contains(&name.as_str()) {
             headers.insert(name, value);
         }
     }
@@ -379,6 +402,26 @@ mod tests {
         );
     }
 
+    /// Found by fuzzing (fuzz/fuzz_targets/app_probe_answer.rs): a probe's
+    /// own `Content-Length`, `Transfer-Encoding` or `TE` was sent to the app
+    /// (a GET announcing a body it never sends).
+    #[test]
+    fn headers_of_one_hop_are_not_sent_whoever_wrote_them() {
+        let probe: Vec<(String, String)> = [
+            ("Content-Length", "5"),
+            ("Transfer-Encoding", "chunked"),
+            ("TE", "x"),
+            ("X-A", "b"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+        let app: SocketAddr = "10.0.0.5:8080".parse().unwrap();
+        let out = forwarded_headers(&HeaderMap::new(), &probe, 15020, app);
+        let names: Vec<_> = out.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["x-a", "host"]);
+    }
+
     #[test]
     fn redirects_are_followed_on_the_same_host_only() {
         let dest: IpAddr = "10.0.0.5".parse().unwrap();
@@ -396,5 +439,29 @@ mod tests {
         assert_eq!(follow(&call, "http://example.com/", dest), None);
         assert_eq!(follow(&call, "//example.com/", dest), None);
         assert_eq!(follow(&call, "ftp://10.0.0.5/", dest), None);
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/app_probe_answer.rs): an empty path with a
+    /// query became the request line's "?", and a port that is not a number
+    /// became port 80.
+    #[test]
+    fn a_redirect_always_leads_to_a_path_and_a_port_it_names() {
+        let dest: IpAddr = "10.0.0.5".parse().unwrap();
+        let call = HttpCall {
+            port: 8080,
+            https: false,
+            path: "/a".into(),
+            headers: HeaderMap::new(),
+        };
+        assert_eq!(
+            follow(&call, "http://10.0.0.5:8080?x", dest),
+            Some((false, 8080, "/?x".into()))
+        );
+        assert_eq!(follow(&call, "http://10.0.0.5", dest), Some((false, 80, "/".into())));
+        assert_eq!(
+            follow(&call, "https://[::1]", "::1".parse().unwrap()),
+            Some((true, 443, "/".into()))
+        );
+        assert_eq!(follow(&call, "http://10.0.0.5:8080con405t-lengthple.com?", dest), None);
     }
 }

@@ -107,7 +107,7 @@ fn get_varint(buf: &mut Bytes) -> Option<u64> {
 
 /// The call's outcome from its `grpc-status` (in the trailers, or in the
 /// headers of a trailers-only answer) and its message.
-fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> Result<Health, ProbeError> {
+pub(crate) fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> Result<Health, ProbeError> {
     let code = trailers
         .get("grpc-status")
         .or_else(|| head.get("grpc-status"))

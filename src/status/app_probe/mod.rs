@@ -38,9 +38,9 @@ use crate::istio::probers::{Action, AppProbes, Checked};
 use crate::metrics::{AppProbeMetrics, Metrics};
 use call::{HttpAnswer, HttpCall, Target};
 
-mod call;
+pub(crate) mod call;
 mod error;
-mod grpc;
+pub(crate) mod grpc;
 
 /// Calls of one path at once; more wait (within the probe's timeout) for
 /// one to end, so a flood of probes makes no more than this many calls to

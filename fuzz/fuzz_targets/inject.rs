@@ -1,0 +1,31 @@
+//! `lifeguard inject` (inject/) on any YAML: the documents, the pods of
+//! every kind, the proxy container and its status port, each container's
+//! probes and hooks.
+//!
+//! Input: a flags byte (`--proxy-container proxy`, `--status-port 15021`,
+//! `--drain-wait`), then the YAML.
+//! Holds: never a panic; a refusal names the document; what comes out is
+//! YAML, and running inject on it again changes nothing.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use lifeguard::fuzzing::{inject, Refused};
+use lifeguard_fuzz::flags;
+
+fuzz_target!(|data: &[u8]| {
+    let (flags, rest) = flags(data);
+    let Ok(yaml) = std::str::from_utf8(rest) else { return };
+    let proxy = (flags & 1 == 1).then_some("proxy");
+    let port = (flags & 2 == 2).then_some(15021);
+    let drain_wait = flags & 4 == 4;
+    match inject(yaml, proxy, port, drain_wait) {
+        Ok(out) => {
+            let again = inject(&out, proxy, port, drain_wait);
+            assert_eq!(again.as_ref(), Ok(&out), "a second run changed the output of:\n{yaml}");
+        }
+        Err(Refused(why)) => {
+            let n = why.strip_prefix("document ").and_then(|r| r.split(':').next());
+            assert!(n.is_some_and(|n| n.parse::<usize>().is_ok()), "{why}");
+        }
+    }
+});

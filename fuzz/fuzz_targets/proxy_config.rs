@@ -1,0 +1,36 @@
+//! `PROXY_CONFIG` (config/proxy_config.rs): Istio's proxy config, JSON or
+//! YAML, read as the settings layer under flags and env, through the same
+//! load the agent runs (`lifeguard run --proxy-config TEXT`).
+//!
+//! Input: the text.
+//! Holds: a refusal from PROXY_CONFIG names the field as written there
+//! (`PROXY_CONFIG statusPort`, `PROXY_CONFIG proxyMetadata.VAR`); every
+//! accepted value comes from PROXY_CONFIG or the default; what is loaded,
+//! written as a settings file, loads back the same.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use lifeguard::fuzzing::{load_settings, SettingsError};
+use lifeguard_fuzz::settings_read_back;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    match load_settings(None, Some(text)) {
+        Ok((table, effective)) => {
+            for (key, _, source) in &effective {
+                assert!(source == "default" || source == "PROXY_CONFIG", "{key} from {source}");
+            }
+            settings_read_back(&table);
+        }
+        Err(SettingsError::Invalid {
+            field, origin, message, ..
+        }) => {
+            assert!(
+                origin != "PROXY_CONFIG" || field.starts_with("PROXY_CONFIG"),
+                "a value from PROXY_CONFIG not named as written there: {message}"
+            );
+            assert!(origin == "PROXY_CONFIG" || origin == "default", "{message}");
+        }
+        Err(SettingsError::File(e)) => panic!("no file was given: {e}"),
+    }
+});

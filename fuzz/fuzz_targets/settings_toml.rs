@@ -1,0 +1,56 @@
+//! The TOML settings file (config/), under PROXY_CONFIG, through the load
+//! the agent runs (`lifeguard run --config FILE [--proxy-config TEXT]`).
+//!
+//! Input: NUL-separated: the file's text, PROXY_CONFIG (absent when empty).
+//! Holds: a file that is no TOML, or has an unknown key, is refused naming
+//! the file; a bad value is refused naming the key as the file has it (or
+//! the PROXY_CONFIG field); every accepted value comes from the file,
+//! PROXY_CONFIG or the default; what is loaded, written as a settings file,
+//! loads back the same.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use lifeguard::fuzzing::{load_settings, SettingsError};
+use lifeguard_fuzz::{fields, settings_file, settings_read_back};
+
+fuzz_target!(|data: &[u8]| {
+    let f = fields(data, 2);
+    let (Ok(file), Ok(proxy)) = (std::str::from_utf8(f[0]), std::str::from_utf8(f[1])) else {
+        return;
+    };
+    let keys: Vec<String> = file
+        .parse::<toml::Table>()
+        .map(|t| t.keys().cloned().collect())
+        .unwrap_or_default();
+    let path = settings_file(file);
+    let proxy = (!proxy.is_empty()).then_some(proxy);
+    match load_settings(Some(&path), proxy) {
+        Ok((table, effective)) => {
+            for (key, _, source) in &effective {
+                assert!(
+                    matches!(source.as_str(), "default" | "file" | "PROXY_CONFIG"),
+                    "{key} from {source}"
+                );
+                assert!(
+                    source != "file" || keys.contains(key),
+                    "{key} from the file, which has no such key"
+                );
+            }
+            settings_read_back(&table);
+        }
+        Err(SettingsError::File(e)) => {
+            assert!(e.starts_with(&format!("config file {}: ", path.display())), "{e}");
+        }
+        Err(SettingsError::Invalid {
+            field, origin, message, ..
+        }) => match origin.as_str() {
+            "file" => assert!(keys.contains(&field), "not the file's key: {message}"),
+            "PROXY_CONFIG" => assert!(
+                field.starts_with("PROXY_CONFIG"),
+                "not as PROXY_CONFIG has it: {message}"
+            ),
+            "default" => {}
+            _ => panic!("no flag or env variable was given: {message}"),
+        },
+    }
+});
