@@ -261,8 +261,15 @@ pub(crate) async fn run<T: Traffic>(
             return;
         }
         let read_started = Instant::now();
+        // A read may wait for its pace (a slow Envoy's reads are spaced):
+        // the deadline and Envoy's stop end the wait meanwhile too.
         let inbound = tokio::select! {
             inbound = traffic.inbound_total() => inbound,
+            _ = sleep_until(deadline) => continue,
+            stopping = drain.wait_for(|s| s.phase >= Phase::Stopping) => match stopping {
+                Ok(_) => continue,
+                Err(_) => return,
+            },
             _ = shutdown.cancelled() => return,
         };
         let now = Instant::now();
