@@ -87,6 +87,7 @@ fn expected(method: &Method, uri: &Uri, ready: bool, may_control: bool) -> (Stat
         ),
         "/healthz/ready" => (StatusCode::METHOD_NOT_ALLOWED, Some("GET, HEAD")),
         "/stats/prometheus" | "/metrics" if read => (StatusCode::OK, None),
+        "/stats/prometheus" | "/metrics" => (StatusCode::METHOD_NOT_ALLOWED, Some("GET, HEAD")),
         "/drain" if read => (StatusCode::OK, None),
         "/drain" | "/quitquitquit" if method == Method::POST => match may_control {
             true => (StatusCode::SERVICE_UNAVAILABLE, None),

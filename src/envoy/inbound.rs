@@ -243,6 +243,11 @@ pub(crate) fn total(body: &str, counted: &Counted, ignored_ports: &[u16]) -> u64
         } else {
             continue;
         };
+        // Envoy names every listener; the filter it is asked for matches a
+        // name of one character or more, and so does this.
+        if listener.is_empty() {
+            continue;
+        }
         let counts = match counted {
             Counted::Named(names) => names.iter().any(|n| n == listener),
             Counted::Every => every_counts(listener, ignored_ports),
@@ -331,6 +336,16 @@ listener.admin.main_thread.downstream_cx_total: 1
         let stats = "listener.[__]_15006.downstream_cx_total: 2\nlistener.web.http.web.downstream_rq_completed: 5\n";
         let (counted, _) = select(&listeners, DrainScope::Inbound, &[]);
         assert_eq!(total(stats, &Counted::Named(counted), &[]), 7);
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/inbound.rs): a line of no
+    /// listener name (`listener..downstream_cx_total`) was counted, though
+    /// the filter asked of Envoy leaves it out.
+    #[test]
+    fn a_line_without_a_listener_name_is_not_counted() {
+        let stats = "listener..downstream_cx_total: 40\nlistener..http.x.downstream_rq_completed: 2\n";
+        assert_eq!(total(stats, &Counted::Every, &[]), 0);
+        assert_eq!(total(stats, &Counted::Named(vec![String::new()]), &[]), 0);
     }
 
     #[test]
