@@ -425,17 +425,7 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
     let stale = Duration::from_secs(4);
     let (mut svc, readiness) = match opts.drain {
         true => {
-            let plan = crate::drain::Plan {
-                drain_until: crate::drain::DrainUntil::Time,
-                drain_delay: Duration::ZERO,
-                readiness_fail_delay: Duration::ZERO,
-                termination_drain_duration: Duration::from_secs(5),
-                minimum_drain_duration: Duration::from_secs(5),
-                drain_deadline: Duration::from_secs(28),
-                admin_timeout: Duration::from_secs(1),
-                shutdown_margin: Duration::from_secs(2),
-                poll_interval: Duration::from_secs(1),
-            };
+            let plan = crate::drain::Plan::for_status_tests();
             let admin = crate::envoy::admin::AdminClient::new(
                 "http://127.0.0.1:1".parse().expect("a URL"),
                 Duration::from_millis(100),

@@ -5,25 +5,14 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 
 /// `lifeguard check ARGS` with `env`; (exit code, stdout and stderr).
 fn check(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let mut cmd = Command::new(lifeguard_bin());
-    cmd.arg("check").args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    let args: Vec<&str> = ["check"].into_iter().chain(args.iter().copied()).collect();
+    run_lifeguard_env(&args, env)
 }
 
 /// The line `check` prints for `key`.

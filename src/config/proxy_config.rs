@@ -171,14 +171,10 @@ mod tests {
 
     #[test]
     fn malformed_values_name_the_field() {
+        // Istio's own fields are named by istio::proxy_config (its tests);
+        // here, that its errors pass through, and a setting's value.
         for (text, field) in [
             ("{not json", "PROXY_CONFIG"),
-            ("[1, 2]", "PROXY_CONFIG"),
-            (r#"{"statusPort":70000}"#, "PROXY_CONFIG statusPort"),
-            (
-                r#"{"terminationDrainDuration":{"seconds":3}}"#,
-                "PROXY_CONFIG terminationDrainDuration",
-            ),
             (
                 r#"{"proxyMetadata":{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS":"maybe"}}"#,
                 "PROXY_CONFIG proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS",

@@ -34,6 +34,23 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// The time policy with the defaults' durations: for the status
+    /// service's tests and the fuzz targets, whose drain is never run.
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn for_status_tests() -> Plan {
+        Plan {
+            drain_until: DrainUntil::Time,
+            drain_delay: Duration::ZERO,
+            readiness_fail_delay: Duration::ZERO,
+            termination_drain_duration: Duration::from_secs(5),
+            minimum_drain_duration: Duration::from_secs(5),
+            drain_deadline: Duration::from_secs(28),
+            admin_timeout: Duration::from_secs(1),
+            shutdown_margin: Duration::from_secs(2),
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+
     /// What the drain waits for, in words.
     pub(crate) fn waiting_for(&self) -> String {
         match self.drain_until {

@@ -244,17 +244,7 @@ mod tests {
         crate::drain::Drain<crate::envoy::process::Envoy>,
     ) {
         use crate::drain::{Drain, Plan};
-        let plan = Plan {
-            drain_until: crate::drain::DrainUntil::Time,
-            drain_delay: Duration::ZERO,
-            readiness_fail_delay: Duration::ZERO,
-            termination_drain_duration: Duration::from_secs(5),
-            minimum_drain_duration: Duration::from_secs(5),
-            drain_deadline: Duration::from_secs(28),
-            admin_timeout: Duration::from_secs(1),
-            shutdown_margin: Duration::from_secs(2),
-            poll_interval: Duration::from_secs(1),
-        };
+        let plan = Plan::for_status_tests();
         let admin = AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
         let (drain, handle) = Drain::new(plan, crate::envoy::process::Envoy::external(admin, vec![]), ());
         let r = Readiness::new(Duration::from_secs(4), handle.watch());

@@ -64,7 +64,16 @@ pub fn lifeguard_bin() -> PathBuf {
 /// Runs `lifeguard ARGS...` to its end: the exit code and stdout then
 /// stderr.
 pub fn run_lifeguard(args: &[&str]) -> (i32, String) {
-    let out = Command::new(lifeguard_bin()).args(args).output().unwrap();
+    run_lifeguard_env(args, &[])
+}
+
+/// [`run_lifeguard`] with these environment variables set; the pod's
+/// address (`INSTANCE_IP`, `POD_IP`) only when given, never the machine's.
+pub fn run_lifeguard_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(lifeguard_bin());
+    cmd.args(args).env_remove("INSTANCE_IP").env_remove("POD_IP");
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

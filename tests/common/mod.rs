@@ -4,7 +4,7 @@
 //!
 //! | file | what it owns |
 //! | --- | --- |
-//! | `bins.rs` | the Envoy and lifeguard binaries, Envoy's version, running a program to its end (`run_lifeguard`, `promtool`) |
+//! | `bins.rs` | the Envoy and lifeguard binaries, Envoy's version, running a program to its end (`run_lifeguard`, `run_lifeguard_env`, `promtool`) |
 //! | `temp.rs` | temporary directories, names unique to a test |
 //! | `ports.rs` | loopback ports leased to a test (`port`, `Port`), binding one (`bind_leased`) |
 //! | `wait.rs` | waiting on a condition with a deadline (`wait_for`, `wait_status`) |

@@ -422,15 +422,20 @@ mod tests {
         assert_eq!(names, ["x-a", "host"]);
     }
 
-    #[test]
-    fn redirects_are_followed_on_the_same_host_only() {
-        let dest: IpAddr = "10.0.0.5".parse().unwrap();
+    /// A plain HTTP call to the app at 10.0.0.5:8080, and that address.
+    fn call_to_app() -> (HttpCall, IpAddr) {
         let call = HttpCall {
             port: 8080,
             https: false,
             path: "/a".into(),
             headers: HeaderMap::new(),
         };
+        (call, "10.0.0.5".parse().unwrap())
+    }
+
+    #[test]
+    fn redirects_are_followed_on_the_same_host_only() {
+        let (call, dest) = call_to_app();
         assert_eq!(follow(&call, "/b?x=1", dest), Some((false, 8080, "/b?x=1".into())));
         assert_eq!(
             follow(&call, "https://10.0.0.5:8443/c", dest),
@@ -446,13 +451,7 @@ mod tests {
     /// became port 80.
     #[test]
     fn a_redirect_always_leads_to_a_path_and_a_port_it_names() {
-        let dest: IpAddr = "10.0.0.5".parse().unwrap();
-        let call = HttpCall {
-            port: 8080,
-            https: false,
-            path: "/a".into(),
-            headers: HeaderMap::new(),
-        };
+        let (call, dest) = call_to_app();
         assert_eq!(
             follow(&call, "http://10.0.0.5:8080?x", dest),
             Some((false, 8080, "/?x".into()))
