@@ -37,16 +37,32 @@ fn exchange(
     request: ureq::http::Request<()>,
     timeout: Duration,
 ) -> std::io::Result<(u16, String)> {
+    let (status, _, body) = answer(agent, request, timeout)?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// Runs `request` on `agent` within `timeout`: the whole [`Answer`].
+fn answer(agent: &ureq::Agent, request: ureq::http::Request<()>, timeout: Duration) -> std::io::Result<Answer> {
     let request = agent.configure_request(request).timeout_global(Some(timeout)).build();
     let mut response = agent.run(request).map_err(ureq::Error::into_io)?;
     let status = response.status().as_u16();
+    let answer_headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
     let body = response
         .body_mut()
         .with_config()
         .limit(64 << 20)
         .read_to_vec()
         .map_err(ureq::Error::into_io)?;
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    Ok((status, answer_headers, body))
 }
 
 fn build(method: &str, addr: SocketAddr, path: &str) -> std::io::Result<ureq::http::request::Builder> {
@@ -128,27 +144,7 @@ pub fn http_with_headers_within(
         builder = builder.header(*name, *value);
     }
     let request = builder.body(()).map_err(std::io::Error::other)?;
-    let agent = client();
-    let request = agent.configure_request(request).timeout_global(Some(timeout)).build();
-    let mut response = agent.run(request).map_err(ureq::Error::into_io)?;
-    let status = response.status().as_u16();
-    let answer_headers = response
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_owned(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(64 << 20)
-        .read_to_vec()
-        .map_err(ureq::Error::into_io)?;
-    Ok((status, answer_headers, body))
+    answer(client(), request, timeout)
 }
 
 pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
