@@ -94,15 +94,23 @@ fn assert_left_in_time(left: &[Left]) {
     }
 }
 
+/// The two settings of the issue: checks every 1 s, down after 2; every
+/// 2 s, down after 3.
+const FAST: Check = Check {
+    inter: Duration::from_secs(1),
+    fall: 2,
+    rise: 2,
+};
+const SLOW: Check = Check {
+    inter: Duration::from_secs(2),
+    fall: 3,
+    rise: 2,
+};
+
 #[test]
 fn a_rolling_restart_behind_a_fast_checking_load_balancer_loses_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let fast = Check {
-        inter: Duration::from_secs(1),
-        fall: 2,
-        rise: 2,
-    };
-    let run = rolling_restart(&[fast], &Hook::Get("/drain/wait".into()), 3);
+    let run = rolling_restart(&[FAST], &Hook::Get("/drain/wait".into()), 3);
     assert_nothing_lost(&run);
     assert_left_in_time(&run.left);
 }
@@ -110,12 +118,7 @@ fn a_rolling_restart_behind_a_fast_checking_load_balancer_loses_nothing() {
 #[test]
 fn a_rolling_restart_behind_a_slow_checking_load_balancer_loses_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let slow = Check {
-        inter: Duration::from_secs(2),
-        fall: 3,
-        rise: 2,
-    };
-    let run = rolling_restart(&[slow], &Hook::Get("/drain/wait".into()), 3);
+    let run = rolling_restart(&[SLOW], &Hook::Get("/drain/wait".into()), 3);
     assert_nothing_lost(&run);
     assert_left_in_time(&run.left);
 }
@@ -123,17 +126,7 @@ fn a_rolling_restart_behind_a_slow_checking_load_balancer_loses_nothing() {
 #[test]
 fn with_two_load_balancers_the_hook_waits_for_the_slower() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let fast = Check {
-        inter: Duration::from_secs(1),
-        fall: 2,
-        rise: 2,
-    };
-    let slow = Check {
-        inter: Duration::from_secs(2),
-        fall: 3,
-        rise: 2,
-    };
-    let run = rolling_restart(&[fast, slow], &Hook::Get("/drain/wait".into()), 1);
+    let run = rolling_restart(&[FAST, SLOW], &Hook::Get("/drain/wait".into()), 1);
     assert_nothing_lost(&run);
     assert_left_in_time(&run.left);
     let l = &run.left[0];
