@@ -169,7 +169,7 @@ pub(crate) struct Settings {
     /// the quiet period means the traffic has stopped; the quiet period is
     /// derived from the traffic before the drain (a gap that comes by
     /// chance at most once in a thousand), never shorter than this.
-    #[arg(long, env = "LIFEGUARD_LB_QUIET_PERIOD", value_name = "DURATION", default_value = "1s", value_parser = positive::parse)]
+    #[arg(long, env = "LIFEGUARD_LB_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
     #[serde(with = "positive")]
     pub(crate) lb_quiet_period: Duration,
 
@@ -495,7 +495,7 @@ pub(crate) mod tests {
         assert_eq!(eff.len(), 34);
         assert_eq!(
             (s.lb_unhealthy_threshold, s.lb_quiet_period),
-            (3, Duration::from_secs(1))
+            (3, Duration::from_millis(500))
         );
         assert_eq!(
             (s.drain_wait_checker_timeout, s.drain_wait_app_time),

@@ -7,9 +7,10 @@
 //! `r` a second leave a gap of `t` seconds with probability `e^(-r·t)`, so
 //! a gap of `ln(1/CHANCE) / r` (6.9 / r) comes by chance at most once in
 //! [`CHANCE`]'s thousand. At 2 requests a second that is 3.5 s; at 200 a
-//! second 35 ms, so the floor (`--lb-quiet-period`, 1 s) decides; a pod
+//! second 35 ms, so the floor (`--lb-quiet-period`, 0.5 s) decides; a pod
 //! with no request in the window has nothing to wait for, and gets the
-//! floor. The wait's own bound is the ceiling.
+//! floor. The wait's own bound is the ceiling. A pod that had no request
+//! before some point (new, not yet in rotation) is measured from then.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -53,10 +54,21 @@ impl History {
 
     /// The rate from the oldest sample of the newest one's generation to
     /// the newest (None: fewer than two such samples, or less than a
-    /// second apart).
+    /// second apart). Samples before the last that saw no new request
+    /// since the one before are left out: a pod not yet in rotation (new,
+    /// its load balancers still adding it) is not a pod of sparse traffic.
     pub(crate) fn rate(&self) -> Option<Rate> {
         let (newest_at, newest) = *self.samples.back()?;
-        let (oldest_at, oldest) = *self.samples.iter().find(|(_, a)| a.generation == newest.generation)?;
+        let same: Vec<&(Instant, Arrivals)> = self
+            .samples
+            .iter()
+            .filter(|(_, a)| a.generation == newest.generation)
+            .collect();
+        // The last sample of the leading run with one total (the first,
+        // when no sample saw a request: an idle pod, idle all along).
+        let idle = same.iter().take_while(|(_, a)| a.total == same[0].1.total).count();
+        let start = if idle == same.len() { 0 } else { idle - 1 };
+        let (oldest_at, oldest) = *same[start];
         let over = newest_at.saturating_duration_since(oldest_at);
         if over < Duration::from_secs(1) {
             return None;
@@ -127,6 +139,28 @@ mod tests {
             },
         );
         assert_eq!(h.rate().unwrap().per_second, 2.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_not_yet_in_rotation_is_measured_from_its_first_requests() {
+        let t0 = Instant::now();
+        let mut h = History::default();
+        // Ready at 0, idle until the load balancer adds it at 25 s, then
+        // 2 requests a second.
+        for (secs, total) in [(0, 0), (10, 0), (20, 0), (30, 10), (40, 30)] {
+            h.push(t0 + SEC * secs, at(total));
+        }
+        let r = h.rate().unwrap();
+        assert_eq!(r.over, 20 * SEC, "from the last sample that saw nothing");
+        assert_eq!(
+            r.per_second, 1.5,
+            "a low estimate: the first requests came 5 s after it"
+        );
+        // Nothing at all: no requests, a rate of 0.
+        let mut idle = History::default();
+        idle.push(t0, at(7));
+        idle.push(t0 + 10 * SEC, at(7));
+        assert_eq!(idle.rate().unwrap().per_second, 0.0);
     }
 
     #[test]

@@ -300,6 +300,31 @@ impl Rule {
     }
 }
 
+/// The checkers as they stand before the drain, for `GET /drain`: each one
+/// with an interval is checking (or was, if it has stopped), the others
+/// were seen once.
+pub(crate) fn before_drain(checkers: &[Checker], threshold: u32, now: Instant) -> Vec<CheckerReport> {
+    let rule = Rule::new(
+        Settings {
+            threshold,
+            checker_timeout: Duration::MAX,
+            quiet: Duration::ZERO,
+        },
+        now,
+    );
+    checkers
+        .iter()
+        .map(|c| {
+            let state = match c.silent_after() {
+                None => CheckerState::SeenOnce,
+                Some(after) if now.saturating_duration_since(c.last_seen) > after => CheckerState::GoneBeforeDrain,
+                Some(_) => CheckerState::Checking,
+            };
+            rule.report(c, state, now)
+        })
+        .collect()
+}
+
 /// A checker for the log: `10.0.0.5 (every 1s)`.
 fn describe(c: &Checker) -> String {
     format!("{} (every {})", c.key, D(ms(c.interval.unwrap_or_default())))

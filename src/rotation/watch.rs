@@ -179,10 +179,15 @@ impl Rotation {
         &self.checkers
     }
 
-    /// The latest published status, with the probes not counted as of now.
+    /// The latest published status, with the probes not counted as of now
+    /// (and before the drain, the checkers as of now).
     pub fn status(&self) -> RotationStatus {
         let mut status = self.status.borrow().clone();
         status.probes_not_counted = self.checkers.not_counted();
+        if status.state == RotationState::NotStarted {
+            let threshold = status.lb_unhealthy_threshold;
+            status.checkers = super::rule::before_drain(&self.checkers.snapshot(), threshold, Instant::now());
+        }
         status
     }
 
