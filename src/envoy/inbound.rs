@@ -38,7 +38,7 @@ use std::net::IpAddr;
 
 use serde_json::Value as Json;
 
-use crate::drain::DrainScope;
+use crate::drain::{DrainScope, PACE};
 use crate::envoy::admin::{AdminClient, Endpoint};
 use crate::envoy::counts::{control_error, CountsReader};
 use crate::envoy::stats::{lines, Value};
@@ -47,12 +47,19 @@ use crate::url::query_encode;
 
 /// The largest listener dump read (one call).
 const DUMP_LIMIT: usize = 16 << 20;
-/// Static listeners, masked to what names them, their direction and chains.
-const STATIC_DUMP: &str = "/config_dump?resource=static_listeners&mask=listener.name,listener.address,listener.stat_prefix,listener.traffic_direction,listener.filter_chains,listener.default_filter_chain";
+/// Static listeners, masked to what names them and their direction.
+const STATIC_DUMP: &str = "/config_dump?resource=static_listeners&mask=listener.name,listener.address,listener.stat_prefix,listener.traffic_direction";
+/// Static listeners' filter chains (asked `name_regex` of the counted ones).
+const STATIC_CHAINS: &str =
+    "/config_dump?resource=static_listeners&mask=listener.name,listener.filter_chains,listener.default_filter_chain";
 /// The names of the dynamic listeners (a mask cannot reach inside them).
 const DYNAMIC_NAMES: &str = "/config_dump?resource=dynamic_listeners&mask=name";
+/// Dynamic listeners whole (asked `name_regex` of a few at a time).
+const DYNAMIC_WHOLE: &str = "/config_dump?resource=dynamic_listeners";
 /// Dynamic listeners read whole, this many a call.
 const DYNAMIC_BATCH: usize = 32;
+/// After a dump that could not be read, the next try comes no sooner.
+const RETRY_LEARNING: std::time::Duration = std::time::Duration::from_secs(10);
 /// The listener manager's counters of listener changes.
 const CHANGES: &str = r"listener_manager\.listener_(added|modified|removed)";
 
@@ -93,6 +100,8 @@ pub(crate) struct Inbound {
     /// saw (None: no read since). A change between the dump and that read
     /// is not seen: a window of one read.
     changes: Option<u64>,
+    /// The dumps could not be read: when to try again.
+    retry_at: Option<tokio::time::Instant>,
     /// What was learned, in words.
     words: String,
 }
@@ -107,6 +116,7 @@ impl Inbound {
             counted: Counted::Every,
             generation: 0,
             changes: None,
+            retry_at: None,
             words: String::new(),
         }
     }
@@ -114,8 +124,14 @@ impl Inbound {
     /// Reads which listeners count, and asks the counts read for their lines.
     async fn relearn(&mut self) {
         let (counted, words) = match self.listeners().await {
-            Ok(listeners) => choose(&listeners, self.scope, &self.ignored_ports),
-            Err(why) => (Counted::Every, every_words(&why)),
+            Ok(listeners) => {
+                self.retry_at = None;
+                choose(&listeners, self.scope, &self.ignored_ports)
+            }
+            Err(why) => {
+                self.retry_at = Some(tokio::time::Instant::now() + RETRY_LEARNING);
+                (Counted::Every, every_words(&why))
+            }
         };
         self.counts.want_inbound(Some(&filter(&counted)));
         self.counted = counted;
@@ -124,29 +140,75 @@ impl Inbound {
         self.generation += 1;
     }
 
-    /// Every listener of the dumps, or why they cannot be read.
+    /// Every listener of the dumps, with the filter chains of those that
+    /// may count, or why they cannot be read. Each call is paced like the
+    /// counts reads (the next begins no sooner than [`PACE`] times the last
+    /// one's time after it ended): a large config costs Envoy's admin
+    /// thread about a tenth of its time while it is learned.
     async fn listeners(&self) -> Result<Vec<Listener>, String> {
-        let get = |path: String| async move {
-            let body = self.admin.get_text(Endpoint::ConfigDump, &path, DUMP_LIMIT).await;
-            let body = body.map_err(|e| e.to_string())?;
-            dumped_listeners(&body).map_err(|why| format!("Envoy's listener dump: {why}"))
+        let mut pace = Pace::default();
+        let mut listeners = self.dump(&mut pace, STATIC_DUMP).await?;
+        let wanted = |l: &Listener| {
+            (self.scope == DrainScope::All || l.inbound) && !l.port.is_some_and(|p| self.ignored_ports.contains(&p))
         };
-        let mut listeners = get(STATIC_DUMP.to_owned()).await?;
-        let names: Vec<String> = get(DYNAMIC_NAMES.to_owned())
+        let names: Vec<String> = listeners.iter().filter(|l| wanted(l)).map(|l| l.name.clone()).collect();
+        let chains = self.by_name(&mut pace, &names, STATIC_CHAINS).await?;
+        for l in &mut listeners {
+            if let Some(c) = chains.iter().find(|c| c.name == l.name) {
+                (l.http, l.tcp) = (c.http.clone(), c.tcp.clone());
+            }
+        }
+        let dynamic: Vec<String> = self
+            .dump(&mut pace, DYNAMIC_NAMES)
             .await?
             .into_iter()
             .map(|l| l.name)
             .collect();
+        listeners.extend(self.by_name(&mut pace, &dynamic, DYNAMIC_WHOLE).await?);
+        Ok(listeners)
+    }
+
+    /// The listeners named, a batch at a time (`name_regex`), each
+    /// `resource` query answered whole or as masked.
+    async fn by_name(&self, pace: &mut Pace, names: &[String], query: &str) -> Result<Vec<Listener>, String> {
+        let mut out = Vec::new();
         for batch in names.chunks(DYNAMIC_BATCH) {
             let alternatives: Vec<String> = batch.iter().map(|n| regex_escape(n)).collect();
             let regex = format!("^({})$", alternatives.join("|"));
-            let path = format!(
-                "/config_dump?resource=dynamic_listeners&name_regex={}",
-                query_encode(&regex)
+            out.extend(
+                self.dump(pace, &format!("{query}&name_regex={}", query_encode(&regex)))
+                    .await?,
             );
-            listeners.extend(get(path).await?);
         }
-        Ok(listeners)
+        Ok(out)
+    }
+
+    /// One dump, after the pace of the last.
+    async fn dump(&self, pace: &mut Pace, path: &str) -> Result<Vec<Listener>, String> {
+        pace.wait().await;
+        let began = tokio::time::Instant::now();
+        let body = self.admin.get_text(Endpoint::ConfigDump, path, DUMP_LIMIT).await;
+        pace.took(began);
+        let body = body.map_err(|e| e.to_string())?;
+        dumped_listeners(&body).map_err(|why| format!("Envoy's listener dump: {why}"))
+    }
+}
+
+/// Spaces a series of admin calls: each begins no sooner than [`PACE`]
+/// times the last one's time after it ended.
+#[derive(Default)]
+struct Pace(Option<tokio::time::Instant>);
+
+impl Pace {
+    async fn wait(&self) {
+        if let Some(next) = self.0 {
+            tokio::time::sleep_until(next).await;
+        }
+    }
+
+    fn took(&mut self, began: tokio::time::Instant) {
+        let now = tokio::time::Instant::now();
+        self.0 = Some(now + now.duration_since(began) * PACE);
     }
 }
 
@@ -166,7 +228,8 @@ impl Traffic for Inbound {
     }
 
     async fn arrivals(&mut self) -> Result<Arrivals, TrafficError> {
-        if self.generation == 0 {
+        let retry = self.retry_at.is_some_and(|at| tokio::time::Instant::now() >= at);
+        if self.generation == 0 || retry {
             self.relearn().await;
         }
         let reading = self.counts.read_recent(READ_EVERY).await;
