@@ -358,9 +358,20 @@ fn the_fixed_policy_cutting_a_request_exits_3_with_left_at_stop() {
     pod.kubelet_sigterm();
     envoy_exit.wait().expect("Envoy is stopped");
     let agent = pod.net.pod_addr(AGENT);
-    let (status, body) = pod.net.peer.run(move || http("GET", agent, "/drain")).unwrap();
-    assert_eq!(status, 200);
-    let lingering: Value = serde_json::from_str(&body).unwrap();
+    // lifeguard publishes "stopped" once it has reaped Envoy, a moment
+    // after Envoy's exit: the record that stays is the lingering status.
+    let lingering: Value = wait_for("GET /drain to say stopped", Duration::from_secs(10), || {
+        let (status, body) = pod
+            .net
+            .peer
+            .run(move || http("GET", agent, "/drain"))
+            .map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        match (status, s(&v, "phase").as_str()) {
+            (200, "stopped") => Ok(v),
+            _ => Err(body),
+        }
+    });
     eprintln!(
         "fixed policy: GET /drain while lingering: phase {}, left_at_stop {}",
         lingering["phase"], lingering["left_at_stop"]

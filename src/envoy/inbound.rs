@@ -39,7 +39,7 @@ use std::net::IpAddr;
 use serde_json::Value as Json;
 
 use crate::drain::{DrainScope, PACE};
-use crate::envoy::admin::{AdminClient, Endpoint};
+use crate::envoy::admin::{AdminClient, AdminError, Endpoint};
 use crate::envoy::counts::{control_error, CountsReader};
 use crate::envoy::stats::{lines, Value};
 use crate::rotation::{Arrivals, Traffic, TrafficError, READ_EVERY};
@@ -130,7 +130,7 @@ impl Inbound {
             }
             Err(why) => {
                 self.retry_at = Some(tokio::time::Instant::now() + RETRY_LEARNING);
-                (Counted::Every, every_words(&why))
+                (Counted::Every, every_words(&why.to_string()))
             }
         };
         self.counts.want_inbound(Some(&filter(&counted)));
@@ -145,7 +145,7 @@ impl Inbound {
     /// counts reads (the next begins no sooner than [`PACE`] times the last
     /// one's time after it ended): a large config costs Envoy's admin
     /// thread about a tenth of its time while it is learned.
-    async fn listeners(&self) -> Result<Vec<Listener>, String> {
+    async fn listeners(&self) -> Result<Vec<Listener>, LearnError> {
         let mut pace = Pace::default();
         let mut listeners = self.dump(&mut pace, STATIC_DUMP).await?;
         let wanted = |l: &Listener| {
@@ -170,7 +170,7 @@ impl Inbound {
 
     /// The listeners named, a batch at a time (`name_regex`), each
     /// `resource` query answered whole or as masked.
-    async fn by_name(&self, pace: &mut Pace, names: &[String], query: &str) -> Result<Vec<Listener>, String> {
+    async fn by_name(&self, pace: &mut Pace, names: &[String], query: &str) -> Result<Vec<Listener>, LearnError> {
         let mut out = Vec::new();
         for batch in names.chunks(DYNAMIC_BATCH) {
             let alternatives: Vec<String> = batch.iter().map(|n| regex_escape(n)).collect();
@@ -184,13 +184,12 @@ impl Inbound {
     }
 
     /// One dump, after the pace of the last.
-    async fn dump(&self, pace: &mut Pace, path: &str) -> Result<Vec<Listener>, String> {
+    async fn dump(&self, pace: &mut Pace, path: &str) -> Result<Vec<Listener>, LearnError> {
         pace.wait().await;
         let began = tokio::time::Instant::now();
         let body = self.admin.get_text(Endpoint::ConfigDump, path, DUMP_LIMIT).await;
         pace.took(began);
-        let body = body.map_err(|e| e.to_string())?;
-        dumped_listeners(&body).map_err(|why| format!("Envoy's listener dump: {why}"))
+        Ok(dumped_listeners(&body?)?)
     }
 }
 
@@ -332,6 +331,15 @@ pub(crate) struct Listener {
     /// Its HTTP connection managers' and TCP proxies' stat prefixes.
     pub(crate) http: Vec<String>,
     pub(crate) tcp: Vec<String>,
+}
+
+/// Why the listeners could not be learned.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LearnError {
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    #[error("Envoy's listener dump: {0}")]
+    Dump(#[from] DumpError),
 }
 
 /// Why Envoy's listener dump cannot be read.
