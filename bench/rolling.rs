@@ -47,13 +47,16 @@ const SLOW: Check = Check {
     rise: 2,
 };
 
+/// One row of the table: a load balancer, the client's rate, the hooks.
+type Row = (Balancer, u32, Vec<(&'static str, Hook)>);
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let rounds: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(1);
     let hooks_table = args.iter().any(|a| a == "hooks");
     let none = || ("none", Hook::Sleep(Duration::ZERO));
     let wait = || ("GET /drain/wait", Hook::Get("/drain/wait".into()));
-    let rows: Vec<(Balancer, u32, Vec<(&str, Hook)>)> = if hooks_table {
+    let rows: Vec<Row> = if hooks_table {
         let hooks = || {
             vec![
                 none(),
