@@ -480,6 +480,21 @@ mod tests {
         }
     }
 
+    /// A dashboard's panel or an alert finds the drain wait's families from
+    /// the start, each reason at 0, before the first wait or probe.
+    #[test]
+    fn the_drain_wait_families_are_there_from_the_start() {
+        let text = render(&Status::initial(DrainUntil::AppExit, String::new()));
+        for reason in ["out_of_rotation", "timeout", "deadline", "stopped"] {
+            let series = format!("lifeguard_drain_wait_seconds_count{{reason=\"{reason}\"}} 0\n");
+            assert!(text.contains(&series), "{series}{text}");
+        }
+        for reason in ["table_full", "too_many_agents", "outside_ranges"] {
+            let series = format!("lifeguard_drain_wait_probes_not_counted_total{{reason=\"{reason}\"}} 0\n");
+            assert!(text.contains(&series), "{series}{text}");
+        }
+    }
+
     #[test]
     fn envoy_exiting_mid_drain_leaves_no_growing_duration() {
         let mut status = Status::initial(DrainUntil::Requests, String::new());
