@@ -1,8 +1,9 @@
 //! The probe hot path in-process: `GET /healthz/ready` through the tower
 //! service (ready and not ready, probe counters registered as in
 //! production), and through hyper's HTTP/1 server over an in-memory pipe
-//! (keep-alive, through the status server's write-timeout wrapper), so a
-//! regression in either shows without a network.
+//! (keep-alive, as the status server serves a connection: its IO wrapper
+//! watching writes and idle time), so a regression in either shows
+//! without a network.
 //!
 //! Run: `cargo bench --bench probe`. Prints the heap allocations per probe
 //! (counted by a wrapping global allocator) before the timings.
@@ -23,8 +24,8 @@ use hyper_util::rt::TokioIo;
 use lifeguard::envoy::readiness::{Readiness, Verdict};
 use lifeguard::metrics::scrape::Scraper;
 use lifeguard::metrics::Metrics;
-use lifeguard::status::connections::WriteTimeout;
-use lifeguard::status::server::RESPONSE_WRITE_TIMEOUT;
+use lifeguard::status::connections::{Activity, TimedIo};
+use lifeguard::status::server::{HEADER_READ_TIMEOUT, RESPONSE_WRITE_TIMEOUT};
 use lifeguard::status::service::StatusService;
 use tower::Service;
 
@@ -142,12 +143,18 @@ fn over_hyper(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let svc = service(true);
     let (mut sender, allocs) = rt.block_on(async {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        // As the status server serves a connection: its activity watched
+        // by the service and the IO wrapper.
+        let activity = Activity::new();
+        let svc = service(true).for_connection("127.0.0.1:40000".parse().unwrap(), activity.clone());
+        let io = TimedIo::new(server_io, RESPONSE_WRITE_TIMEOUT).watching(activity, HEADER_READ_TIMEOUT);
         tokio::spawn(async move {
             let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(WriteTimeout::new(server_io, RESPONSE_WRITE_TIMEOUT)), svc)
+                .half_close(true)
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(io), svc)
                 .await;
         });
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client_io))

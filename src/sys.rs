@@ -82,3 +82,11 @@ pub(crate) fn return_freed_memory() {
     // and mimalloc's own structures; it takes no pointer.
     unsafe { libmimalloc_sys::mi_collect(true) };
 }
+
+/// A monotonic clock read cheaply (`CLOCK_MONOTONIC_COARSE`: the kernel's
+/// last tick, a few milliseconds coarse, no clock source read): for the
+/// worker threads' park hook, which runs at every park.
+pub(crate) fn coarse_monotonic() -> std::time::Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    std::time::Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32)
+}

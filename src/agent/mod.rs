@@ -136,11 +136,13 @@ fn log_start_error(e: &StartError) {
 /// system, at most every 100 ms per thread (a burst, such as a merged
 /// scrape, is then not kept while the agent idles).
 fn return_freed_memory_now_and_then() {
-    thread_local!(static LAST: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) });
-    let now = std::time::Instant::now();
+    thread_local!(static LAST: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) });
+    // A coarse clock: the hook runs at every park, many times a second
+    // under load.
+    let now = crate::sys::coarse_monotonic();
     let due = LAST
         .get()
-        .is_none_or(|last| now.duration_since(last) >= Duration::from_millis(100));
+        .is_none_or(|last| now.saturating_sub(last) >= Duration::from_millis(100));
     if due {
         LAST.set(Some(now));
         crate::sys::return_freed_memory();

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper::header::{HeaderMap, USER_AGENT};
+use hyper::header::{HeaderMap, HeaderName, USER_AGENT};
 use ipnet::IpNet;
 use metrics::Counter;
 use serde::Serialize;
@@ -125,9 +125,13 @@ impl std::fmt::Display for CheckerKey {
     }
 }
 
+/// `x-forwarded-for`, named once (a name given as text is parsed at every
+/// lookup).
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 /// The last entry of `x-forwarded-for`: the peer Envoy appended.
 fn forwarded_peer(headers: &HeaderMap) -> Option<IpAddr> {
-    let last = headers.get_all("x-forwarded-for").iter().next_back()?;
+    let last = headers.get_all(&X_FORWARDED_FOR).iter().next_back()?;
     let text = std::str::from_utf8(last.as_bytes()).ok()?;
     text.rsplit(',').next()?.trim().parse().ok()
 }

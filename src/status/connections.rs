@@ -6,11 +6,15 @@
 //!   after a reserve kept for loopback, and each of them (an IPv4 address,
 //!   an IPv6 /64) may hold only a few. So no remote peer, nor all of them
 //!   together, can take the slots the probe path needs.
-//! - [`WriteTimeout`]: an IO wrapper that fails a write which makes no
-//!   progress for a while, so a peer that does not take its response cannot
-//!   hold the connection (and the response's memory) open. hyper has a
-//!   header-read timeout, which also bounds a keep-alive connection idle
-//!   between requests, but nothing for writes.
+//! - [`TimedIo`]: an IO wrapper that fails a write which makes no progress
+//!   for a while, so a peer that does not take its response cannot hold the
+//!   connection (and the response's memory) open; and fails a read once the
+//!   connection has served nothing for a while ([`Activity`]: since it was
+//!   accepted or since its last answer, the next request's headers
+//!   included), so a slow or idle peer cannot hold a slot. hyper's own
+//!   header-read timeout would do the second, with a timer made and
+//!   dropped for every request; this one's timer is made once per
+//!   connection and moved only when it fires.
 
 use crate::url::is_loopback;
 use std::collections::HashMap;
@@ -18,6 +22,7 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -189,13 +194,19 @@ fn peer_key(ip: IpAddr) -> IpAddr {
 /// An IO stream whose writes fail with `TimedOut` once one has waited
 /// `limit` without the peer taking a single byte (nginx's `send_timeout`
 /// works the same way: between two successive writes, not for the whole
-/// response). Reads pass through untouched.
+/// response); and, [`watching`](TimedIo::watching) an [`Activity`], whose
+/// reads fail with `TimedOut` once the connection has been idle (serving no
+/// request) for the idle limit.
 ///
 /// A write that completes at once costs a flag reset: the timer is made on
-/// the first write that has to wait, and reused after that.
-pub struct WriteTimeout<S> {
+/// the first write that has to wait, and reused after that. A read that
+/// waits polls the idle timer, which is made once and moved only when it
+/// fires.
+pub struct TimedIo<S> {
     io: S,
     limit: Duration,
+    /// The idle watch of [`TimedIo::watching`].
+    idle: Option<IdleWatch>,
     /// Armed while a write waits; None until the first write ever waits.
     timer: Option<Pin<Box<Sleep>>>,
     waiting: bool,
@@ -204,11 +215,24 @@ pub struct WriteTimeout<S> {
     drained: bool,
 }
 
-impl<S> WriteTimeout<S> {
+impl<S> TimedIo<S> {
+    /// The same stream, its reads failing once `activity` shows the
+    /// connection idle for `limit` (no request served since it was
+    /// accepted, or since its last answer, its next request's headers
+    /// included).
+    pub fn watching(self, activity: Activity, limit: Duration) -> Self {
+        let timer = Box::pin(tokio::time::sleep_until(activity.0.origin + limit));
+        TimedIo {
+            idle: Some(IdleWatch { activity, limit, timer }),
+            ..self
+        }
+    }
+
     pub fn new(io: S, limit: Duration) -> Self {
-        WriteTimeout {
+        TimedIo {
             io,
             limit,
+            idle: None,
             timer: None,
             waiting: false,
             drained: true,
@@ -241,7 +265,7 @@ impl<S> WriteTimeout<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for TimedIo<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let (before, room) = (buf.filled().len(), buf.remaining());
         let poll = Pin::new(&mut self.io).poll_read(cx, buf);
@@ -249,11 +273,107 @@ impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
             Poll::Ready(Ok(())) => buf.filled().len() - before < room,
             Poll::Ready(Err(_)) | Poll::Pending => true,
         };
-        poll
+        match (&poll, &mut self.idle) {
+            (Poll::Pending, Some(idle)) => idle.poll(cx),
+            _ => poll,
+        }
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
+/// What a connection is doing, shared by its service (a request begins
+/// and, when its body is done, ends: [`Served`]) and its [`TimedIo`]. One
+/// connection's service and IO run in one task; the atomics only make it
+/// `Sync`.
+#[derive(Clone)]
+pub struct Activity(Arc<ActivityState>);
+
+struct ActivityState {
+    /// The clock's origin for `idle_since`.
+    origin: Instant,
+    /// Requests begun and not yet answered in full.
+    serving: AtomicU32,
+    /// Nanoseconds from `origin` to the last answer's end (or the accept).
+    idle_since: AtomicU64,
+}
+
+impl Activity {
+    /// A connection accepted now.
+    pub fn new() -> Activity {
+        Activity(Arc::new(ActivityState {
+            origin: Instant::now(),
+            serving: AtomicU32::new(0),
+            idle_since: AtomicU64::new(0),
+        }))
+    }
+
+    /// A request begins; it ends when the returned value drops (with its
+    /// response's body).
+    pub(crate) fn begin(&self) -> Served {
+        self.0.serving.fetch_add(1, Ordering::Relaxed);
+        Served(self.clone())
+    }
+
+    /// How long the connection may stay as it is before it has been idle
+    /// for `limit`: `limit` while it serves a request, zero once it has
+    /// been idle that long.
+    fn idle_left(&self, limit: Duration, now: Instant) -> Duration {
+        let state = &self.0;
+        if state.serving.load(Ordering::Relaxed) > 0 {
+            return limit;
+        }
+        let since = state.origin + Duration::from_nanos(state.idle_since.load(Ordering::Relaxed));
+        limit.saturating_sub(now.saturating_duration_since(since))
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity::new()
+    }
+}
+
+/// A request being served; its drop (with its response's body) ends it.
+pub struct Served(Activity);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let state = &(self.0).0;
+        let since = Instant::now().saturating_duration_since(state.origin).as_nanos();
+        state
+            .idle_since
+            .store(u64::try_from(since).unwrap_or(u64::MAX), Ordering::Relaxed);
+        state.serving.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The read side's idle limit: one timer per connection, moved only when
+/// it fires (to when the connection will have been idle for the limit).
+struct IdleWatch {
+    activity: Activity,
+    limit: Duration,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl IdleWatch {
+    /// A read waits: Ready(Err) once the connection has been idle for the
+    /// limit, else Pending (the timer wakes the task to look again).
+    fn poll<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        while self.timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            let left = self.activity.idle_left(self.limit, now);
+            if left.is_zero() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no request for {:?}", self.limit),
+                )));
+            }
+            self.timer.as_mut().reset(now + left);
+        }
+        Poll::Pending
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for TimedIo<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         let poll = Pin::new(&mut this.io).poll_write(cx, buf);
@@ -446,7 +566,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_write_that_makes_no_progress_fails_after_the_limit() {
         let (mut peer, ours) = tokio::io::duplex(64);
-        let mut io = WriteTimeout::new(ours, Duration::from_secs(5));
+        let mut io = TimedIo::new(ours, Duration::from_secs(5));
         let started = Instant::now();
         // The peer takes 64 bytes (the pipe's capacity), then nothing.
         let err = io.write_all(&[b'x'; 1000]).await.unwrap_err();
@@ -459,7 +579,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_slow_reader_that_keeps_taking_bytes_is_not_cut_off() {
         let (mut peer, ours) = tokio::io::duplex(64);
-        let mut io = WriteTimeout::new(ours, Duration::from_secs(5));
+        let mut io = TimedIo::new(ours, Duration::from_secs(5));
         let reader = tokio::spawn(async move {
             let mut buf = [0u8; 64];
             let mut total = 0;
@@ -475,10 +595,55 @@ mod tests {
         assert_eq!(reader.await.unwrap(), 1000);
         // Reads pass through.
         let (mut peer, ours) = tokio::io::duplex(64);
-        let mut io = WriteTimeout::new(ours, Duration::from_secs(5));
+        let mut io = TimedIo::new(ours, Duration::from_secs(5));
         peer.write_all(b"hello").await.unwrap();
         let mut buf = [0u8; 5];
         io.read_exact(&mut buf).await.unwrap();
         assert_eq!(&buf, b"hello");
+    }
+
+    /// The idle watch: a connection that sends nothing, or dribbles its
+    /// request's headers, fails its read 5 s after it was accepted; one
+    /// serving a request (a held drain wait) does not; once the answer is
+    /// out, 5 s without a new request.
+    #[tokio::test(start_paused = true)]
+    async fn reads_fail_once_the_connection_has_been_idle_for_the_limit() {
+        let limit = Duration::from_secs(5);
+        // Dribbled headers: bytes keep coming, no request is served.
+        let (mut peer, ours) = tokio::io::duplex(64);
+        let activity = Activity::new();
+        let mut io = TimedIo::new(ours, limit).watching(activity.clone(), limit);
+        let started = Instant::now();
+        let dribble = tokio::spawn(async move {
+            while peer.write_all(b"x").await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+            }
+        });
+        let mut buf = [0u8; 64];
+        let err = loop {
+            match io.read(&mut buf).await {
+                Ok(_) => continue,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), limit);
+        drop(io);
+        dribble.abort();
+
+        // A request served for 20 s (its answer held), then idle.
+        let (_peer, ours) = tokio::io::duplex(64);
+        let activity = Activity::new();
+        let mut io = TimedIo::new(ours, limit).watching(activity.clone(), limit);
+        let started = Instant::now();
+        let served = activity.begin();
+        let ends = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            drop(served);
+        });
+        let err = io.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(25), "5 s after the answer");
+        ends.await.unwrap();
     }
 }

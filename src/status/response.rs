@@ -13,16 +13,35 @@ use http_body_util::Full;
 use hyper::body::{Frame, SizeHint};
 use hyper::Response;
 
+use super::connections::Served;
+
 /// The response body of every route: a whole body (every route but one,
-/// the probe's with no allocation), or the merged scrape's stream.
-pub enum Body {
+/// the probe's with no allocation), or the merged scrape's stream; and the
+/// request it answers, which ends when the body is dropped (hyper drops it
+/// once the last byte is written, or the connection is gone).
+pub struct Body {
+    kind: Kind,
+    served: Option<Served>,
+}
+
+enum Kind {
     Full(Full<Bytes>),
     Stream(Pin<Box<dyn Stream<Item = Bytes> + Send>>),
 }
 
 impl Body {
     pub(crate) fn full(bytes: Bytes) -> Self {
-        Body::Full(Full::new(bytes))
+        Body {
+            kind: Kind::Full(Full::new(bytes)),
+            served: None,
+        }
+    }
+
+    pub(crate) fn stream(stream: Pin<Box<dyn Stream<Item = Bytes> + Send>>) -> Self {
+        Body {
+            kind: Kind::Stream(stream),
+            served: None,
+        }
     }
 }
 
@@ -31,23 +50,23 @@ impl hyper::body::Body for Body {
     type Error = Infallible;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.get_mut() {
-            Body::Full(full) => hyper::body::Body::poll_frame(Pin::new(full), cx),
-            Body::Stream(stream) => stream.as_mut().poll_next(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
+        match &mut self.get_mut().kind {
+            Kind::Full(full) => hyper::body::Body::poll_frame(Pin::new(full), cx),
+            Kind::Stream(stream) => stream.as_mut().poll_next(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            Body::Full(full) => hyper::body::Body::is_end_stream(full),
-            Body::Stream(_) => false,
+        match &self.kind {
+            Kind::Full(full) => hyper::body::Body::is_end_stream(full),
+            Kind::Stream(_) => false,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            Body::Full(full) => hyper::body::Body::size_hint(full),
-            Body::Stream(_) => SizeHint::default(),
+        match &self.kind {
+            Kind::Full(full) => hyper::body::Body::size_hint(full),
+            Kind::Stream(_) => SizeHint::default(),
         }
     }
 }
@@ -67,5 +86,32 @@ impl Future for ResponseFuture {
             ResponseFuture::Ready(response) => Poll::Ready(Ok(response.take().expect("polled after completion"))),
             ResponseFuture::Waiting(fut) => fut.as_mut().poll(cx).map(Ok),
         }
+    }
+}
+
+/// A response future whose request counts as served on its connection
+/// until the response's body is dropped.
+pub struct Tracked {
+    response: ResponseFuture,
+    served: Option<Served>,
+}
+
+impl Tracked {
+    pub(crate) fn new(response: ResponseFuture, served: Option<Served>) -> Tracked {
+        Tracked { response, served }
+    }
+}
+
+impl Future for Tracked {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        Pin::new(&mut this.response).poll(cx).map(|answer| {
+            answer.map(|mut response| {
+                response.body_mut().served = this.served.take();
+                response
+            })
+        })
     }
 }

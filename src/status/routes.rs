@@ -94,7 +94,7 @@ pub(super) fn scrape(
         Body::full(Bytes::new())
     } else {
         let ticket = shared.linger.as_ref().map(Linger::scrape_begins);
-        Body::Stream(Box::pin(ServedAtEnd {
+        Body::stream(Box::pin(ServedAtEnd {
             stream: Box::pin(scraper.body(scrape)),
             ticket,
         }))

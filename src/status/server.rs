@@ -19,19 +19,19 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::connections::{connection_limit, ConnectionSlots, Refused, SlotLimits, WriteTimeout};
+use super::connections::{connection_limit, Activity, ConnectionSlots, Refused, SlotLimits, TimedIo};
 use super::service::StatusService;
 use crate::logging::Throttle;
 
 /// How long a client may take to send a request's headers; also how long
 /// a keep-alive connection may stay idle between requests.
-pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a write may wait for the peer to take a single byte of its
 /// response before the connection is closed.
 pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -101,8 +101,9 @@ impl StatusServer {
         let mut refusals = RefusalLog::default();
         let tracker = TaskTracker::new();
         let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
+        // No header-read timeout of hyper's (a timer made and dropped per
+        // request): the connection's TimedIo watches its idle time.
+        http
             // A client that shuts down its write side after the request
             // (some load balancers do) still gets its answer.
             .half_close(true)
@@ -138,7 +139,8 @@ impl StatusServer {
                     continue;
                 }
             };
-            let service = service.for_peer(peer);
+            let activity = Activity::new();
+            let service = service.for_connection(peer, activity.clone());
             let http = http.clone();
             let shutdown = shutdown.clone();
             tracker.spawn(async move {
@@ -154,7 +156,8 @@ impl StatusServer {
                     }
                     _ = shutdown.cancelled() => return,
                 }
-                let io = TokioIo::new(WriteTimeout::new(stream, RESPONSE_WRITE_TIMEOUT));
+                let io = TimedIo::new(stream, RESPONSE_WRITE_TIMEOUT).watching(activity, HEADER_READ_TIMEOUT);
+                let io = TokioIo::new(io);
                 let conn = http.serve_connection(io, service);
                 tokio::pin!(conn);
                 tokio::select! {

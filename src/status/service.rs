@@ -15,7 +15,8 @@ use hyper::{Method, Request, Response};
 use metrics::Counter;
 
 use super::app_probe::AppProber;
-pub use super::response::{Body, ResponseFuture};
+use super::connections::Activity;
+pub use super::response::{Body, ResponseFuture, Tracked};
 use super::routes::{self, Shared};
 use crate::drain::DrainHandle;
 use crate::envoy::readiness::Readiness;
@@ -32,6 +33,10 @@ use crate::rotation::{Checkers, Rotation};
 pub struct StatusService {
     shared: Arc<Shared>,
     peer: Option<SocketAddr>,
+    /// The connection's activity, when its idle time is watched (the
+    /// status server's connections): each request counts as served until
+    /// its response's body is dropped.
+    activity: Option<Activity>,
     /// The connection came through the control socket, whose file mode and
     /// mount decide who may connect.
     control_socket: bool,
@@ -54,6 +59,7 @@ impl StatusService {
                 rotation: None,
             }),
             peer: None,
+            activity: None,
             control_socket: false,
         }
     }
@@ -70,6 +76,7 @@ impl StatusService {
     pub(crate) fn for_control_socket(&self) -> Self {
         Self {
             peer: None,
+            activity: None,
             control_socket: true,
             ..self.clone()
         }
@@ -138,10 +145,25 @@ impl StatusService {
         }
     }
 
+    /// The same service, answering the status server's connection from
+    /// `peer`, whose idle time `activity` watches.
+    pub fn for_connection(&self, peer: SocketAddr, activity: Activity) -> Self {
+        Self {
+            activity: Some(activity),
+            ..self.for_peer(peer)
+        }
+    }
+
     /// Whether the caller is on this host (127.0.0.0/8 or ::1, also as an
     /// IPv4-mapped IPv6 address). Unknown peers are not trusted.
     pub(crate) fn peer_is_loopback(&self) -> bool {
         self.peer.is_some_and(|p| is_loopback(&p))
+    }
+
+    /// One request, served on its connection until its answer is out.
+    fn tracked<B>(&self, req: Request<B>) -> Tracked {
+        let served = self.activity.as_ref().map(Activity::begin);
+        Tracked::new(self.handle(req), served)
     }
 
     /// Routes one request. Every route answers from memory but the two
@@ -191,14 +213,14 @@ pub(crate) fn is_loopback(addr: &SocketAddr) -> bool {
 impl<B> tower::Service<Request<B>> for StatusService {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = ResponseFuture;
+    type Future = Tracked;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        self.handle(req)
+        self.tracked(req)
     }
 }
 
@@ -207,10 +229,10 @@ impl<B> tower::Service<Request<B>> for StatusService {
 impl hyper::service::Service<Request<Incoming>> for StatusService {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = ResponseFuture;
+    type Future = Tracked;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        self.handle(req)
+        self.tracked(req)
     }
 }
 
