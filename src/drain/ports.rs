@@ -135,6 +135,9 @@ pub(crate) struct AppProcess {
 pub(crate) struct Work {
     pub(crate) sockets: Vec<AppSocket>,
     pub(crate) processes: Vec<AppProcess>,
+    /// Whether the app's processes were looked at (the pod shares its
+    /// process namespace); otherwise its sockets were the only signal.
+    pub(crate) processes_seen: bool,
 }
 
 impl Work {

@@ -502,6 +502,7 @@ impl AppControl for FakeApp {
         Ok(Work {
             sockets: vec![socket; n],
             processes: Vec::new(),
+            processes_seen: false,
         })
     }
 }

@@ -7,13 +7,32 @@
 //! admin listener) and lifeguard itself. So:
 //!
 //! - **sockets**: every TCP socket of the namespace (IPv4 and IPv6,
-//!   listening or connected) counts as the app's unless a proxy process owns
+//!   listening or connected) counts as the app's unless the proxy holds
 //!   it. A socket whose owner cannot be seen (another container without a
-//!   shared process namespace) is the app's. A socket no process holds any
-//!   more (TIME_WAIT and friends, inode 0) counts for no one. Connections
-//!   to or from the control ports — lifeguard's status port and Envoy's
-//!   admin port — are probes and hook commands, never the app's work; nor
-//!   are sockets on ports the operator leaves out (other sidecars).
+//!   shared process namespace) is the app's: there the socket table is the
+//!   only signal. So that no socket of the proxy is ever taken for the
+//!   app's, even one that comes or goes while the pod is read:
+//!   - a socket counts only when the table read **before** the owners and
+//!     the table read **after** them both list it (the same inode): its
+//!     file was open across the owners' read, so whoever held it was seen
+//!     holding it. A connection Envoy accepts, opens or closes between two
+//!     reads is gone from one table, and is left to the next scan;
+//!   - the proxy is its **pids**: a socket a proxy process holds is the
+//!     proxy's, whatever the process's name;
+//!   - a connection whose local address is one the proxy **listens on**
+//!     (a listening socket of the same table held by a proxy process, on
+//!     that address or a wildcard) was accepted by the proxy: it is the
+//!     proxy's even when its holder is not seen. The app's own call to
+//!     Envoy's listener has an ephemeral local port, and stays the app's.
+//!
+//!   A socket no process holds any more (TIME_WAIT, and FIN_WAIT, CLOSING
+//!   or LAST_ACK once closed: the kernel shows inode 0) counts for no one:
+//!   its process closed it or exited. A half-closed socket its process
+//!   still holds (CLOSE_WAIT: the peer closed first) is still its holder's.
+//!   Connections to or from the control ports — lifeguard's status port
+//!   and Envoy's admin port — are probes and hook commands, never the
+//!   app's work; nor are sockets on ports the operator leaves out (other
+//!   sidecars).
 //! - **processes**: where the pod shares one process namespace
 //!   (`shareProcessNamespace: true`, seen as PID 1 being the pod's `pause`
 //!   process — `catatonit` in a podman pod — in another cgroup than
@@ -26,7 +45,8 @@
 //! A scan reads `/proc`; it is synchronous and takes a few milliseconds in a
 //! pod, so async callers run it on the blocking pool ([`Watcher::scan`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 
 use procfs::process::Process;
 
@@ -69,33 +89,48 @@ pub(crate) struct Proxy {
     pub(crate) ignored_ports: Vec<u16>,
 }
 
-/// The app's sockets among `sockets`, by the rules in the module doc.
+/// The app's sockets, by the rules in the module doc: `before` is the
+/// table read before the owners were, `after` the table read after them
+/// (what was held across the owners' read counts).
 pub(crate) fn app_sockets(
-    sockets: &[Socket],
-    owners: &std::collections::HashMap<u64, Owner>,
+    before: &[Socket],
+    owners: &HashMap<u64, Owner>,
+    after: &[Socket],
     proxy: &Proxy,
 ) -> Vec<AppSocket> {
-    let mut seen = HashSet::new();
-    sockets
+    let held_after: HashSet<u64> = after.iter().map(|s| s.inode).collect();
+    let proxy_owns = |s: &Socket| owners.get(&s.inode).is_some_and(|o| proxy.pids.contains(&o.pid));
+    let proxy_listens: Vec<SocketAddr> = before
         .iter()
-        .filter(|s| s.inode != 0 && seen.insert(s.inode))
+        .filter(|s| s.listening && proxy_owns(s))
+        .map(|s| s.local)
+        .collect();
+    let accepted_by_proxy = |s: &Socket| !s.listening && proxy_listens.iter().any(|l| accepts(*l, s.local));
+    let control = |port: u16| proxy.control_ports.contains(&port);
+    let mut seen = HashSet::new();
+    before
+        .iter()
+        .filter(|s| s.inode != 0 && held_after.contains(&s.inode) && seen.insert(s.inode))
         .filter(|s| !proxy.ignored_ports.contains(&s.local.port()))
-        .filter(|s| {
-            let control = |port: u16| proxy.control_ports.contains(&port);
-            !(control(s.local.port()) || (!s.listening && control(s.remote.port())))
-        })
-        .filter_map(|s| {
-            let pid = owners.get(&s.inode).map(|o| o.pid);
-            if pid.is_some_and(|p| proxy.pids.contains(&p)) {
-                return None;
-            }
-            Some(AppSocket {
-                local: s.local,
-                remote: (!s.listening).then_some(s.remote),
-                pid,
-            })
+        .filter(|s| !(control(s.local.port()) || (!s.listening && control(s.remote.port()))))
+        .filter(|s| !proxy_owns(s) && !accepted_by_proxy(s))
+        .map(|s| AppSocket {
+            local: s.local,
+            remote: (!s.listening).then_some(s.remote),
+            pid: owners.get(&s.inode).map(|o| o.pid),
         })
         .collect()
+}
+
+/// Whether a socket listening on `listener` accepts connections to
+/// `local`: the same port, and the same address or a wildcard one (an
+/// IPv4 peer of a dual-stack listener shows as `::ffff:a.b.c.d`).
+fn accepts(listener: SocketAddr, local: SocketAddr) -> bool {
+    let ip = |a: SocketAddr| match a.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    listener.port() == local.port() && (listener.ip().is_unspecified() || ip(listener) == ip(local))
 }
 
 /// Whether this process shares the pod's process namespace: PID 1 is the
@@ -218,21 +253,28 @@ pub(crate) fn listener_owner(port: u16) -> Option<u32> {
 
 /// Scans the app's work, with the process rule when `processes` is set.
 /// With `envoy_admin_port`, the process that owns that listener is the
-/// proxy's too (an Envoy lifeguard did not launch).
+/// proxy's too (an Envoy lifeguard did not launch). The socket table is
+/// read again after the owners only when the first reading found some
+/// socket of the app's: an empty one needs no second look.
 pub(crate) fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>) -> std::io::Result<Work> {
-    let sockets = sockets::sockets()?;
+    let before = sockets::sockets()?;
     let owners = sockets::owners();
     let mut proxy = proxy.clone();
     if let Some(port) = envoy_admin_port {
-        let envoy = sockets
+        let envoy = before
             .iter()
             .filter(|s| s.listening && s.local.port() == port)
             .find_map(|s| owners.get(&s.inode).map(|o| o.pid));
         proxy.pids.extend(envoy);
     }
+    let mut found = app_sockets(&before, &owners, &before, &proxy);
+    if !found.is_empty() {
+        found = app_sockets(&before, &owners, &sockets::sockets()?, &proxy);
+    }
     Ok(Work {
-        sockets: app_sockets(&sockets, &owners, &proxy),
+        sockets: found,
         processes: if processes { app_processes(&proxy) } else { Vec::new() },
+        processes_seen: processes,
     })
 }
 
@@ -373,10 +415,9 @@ mod tests {
             (8, owner(500, "sidekick")),
             (9, owner(200, "lifeguard")),
         ]);
-        let got = app_sockets(&sockets, &owners, &proxy());
-        let text: Vec<String> = got.iter().map(ToString::to_string).collect();
+        let got = app_sockets(&sockets, &owners, &sockets, &proxy());
         assert_eq!(
-            text,
+            texts(&got),
             [
                 "0.0.0.0:8080 listening",
                 "127.0.0.1:41234 -> 127.0.0.1:15001",
@@ -389,7 +430,122 @@ mod tests {
     #[test]
     fn a_socket_listed_twice_counts_once() {
         let sockets = [socket("0.0.0.0:8080", "0.0.0.0:0", 3), socket("[::]:8080", "[::]:0", 3)];
-        assert_eq!(app_sockets(&sockets, &HashMap::new(), &proxy()).len(), 1);
+        assert_eq!(app_sockets(&sockets, &HashMap::new(), &sockets, &proxy()).len(), 1);
+    }
+
+    fn texts(sockets: &[AppSocket]) -> Vec<String> {
+        sockets.iter().map(ToString::to_string).collect()
+    }
+
+    /// Envoy (pid 100) listening on 15006 and on the status port 15021,
+    /// and the app (pid 300) on 8080, as every case below starts.
+    fn listeners() -> Vec<Socket> {
+        vec![
+            socket("0.0.0.0:15006", "0.0.0.0:0", 1),
+            socket("[::]:15021", "[::]:0", 2),
+            socket("127.0.0.1:8080", "0.0.0.0:0", 3),
+        ]
+    }
+
+    fn listener_owners() -> HashMap<u64, Owner> {
+        HashMap::from([
+            (1, owner(100, "envoy")),
+            (2, owner(100, "envoy")),
+            (3, owner(300, "app")),
+        ])
+    }
+
+    #[test]
+    fn a_socket_that_vanishes_between_the_reads_is_no_ones() {
+        // Envoy closed these after the first table and before its
+        // descriptors were read: no owner, and gone from the second table.
+        let mut before = listeners();
+        before.extend([
+            socket("10.203.0.6:41000", "10.203.0.9:8080", 10), // Envoy's upstream call
+            socket("127.0.0.1:40000", "127.0.0.1:8080", 11),   // Envoy's connection to the app
+        ]);
+        let after = listeners();
+        let got = app_sockets(&before, &listener_owners(), &after, &proxy());
+        assert_eq!(texts(&got), ["127.0.0.1:8080 listening"]);
+        // Read once only, they would have been the app's.
+        assert_eq!(app_sockets(&before, &listener_owners(), &before, &proxy()).len(), 3);
+    }
+
+    #[test]
+    fn a_socket_that_appears_between_the_reads_waits_for_the_next_scan() {
+        // Opened after the first table: its owner may or may not have been
+        // seen; it is read whole at the next scan.
+        let before = listeners();
+        let mut after = listeners();
+        after.push(socket("127.0.0.1:40001", "127.0.0.1:8080", 12));
+        let got = app_sockets(&before, &listener_owners(), &after, &proxy());
+        assert_eq!(texts(&got), ["127.0.0.1:8080 listening"]);
+    }
+
+    #[test]
+    fn a_connection_envoy_accepted_is_envoys_even_when_its_owner_is_unseen() {
+        let mut sockets = listeners();
+        sockets.extend([
+            // Accepted by Envoy on its wildcard listeners (the second one
+            // dual-stack: an IPv4 peer shows as ::ffff:a.b.c.d): no owner seen.
+            socket("10.203.0.6:15006", "10.203.0.5:39076", 20),
+            socket("[::ffff:10.203.0.6]:15021", "[::ffff:10.203.0.5]:39077", 21),
+            // The app's call to Envoy (its end, owner unseen) stays the app's.
+            socket("127.0.0.1:41234", "127.0.0.1:15006", 22),
+            // The app's own listener and a connection it accepted.
+            socket("10.203.0.6:9000", "0.0.0.0:0", 23),
+            socket("10.203.0.6:9000", "10.203.0.5:39078", 24),
+        ]);
+        let got = app_sockets(&sockets, &listener_owners(), &sockets, &proxy());
+        assert_eq!(
+            texts(&got),
+            [
+                "127.0.0.1:8080 listening",
+                "127.0.0.1:41234 -> 127.0.0.1:15006",
+                "10.203.0.6:9000 listening",
+                "10.203.0.6:9000 -> 10.203.0.5:39078"
+            ]
+        );
+        // Only a proxy process's listener says so: the app's own listener
+        // on 8080 does not make its accepted connections anyone else's.
+        let app_side = [socket("127.0.0.1:8080", "127.0.0.1:40002", 25)];
+        let both: Vec<Socket> = listeners().into_iter().chain(app_side).collect();
+        let got = app_sockets(&both, &listener_owners(), &both, &proxy());
+        assert_eq!(
+            texts(&got),
+            ["127.0.0.1:8080 listening", "127.0.0.1:8080 -> 127.0.0.1:40002"]
+        );
+    }
+
+    #[test]
+    fn an_envoy_listener_on_one_address_leaves_the_same_port_elsewhere_to_the_app() {
+        let sockets = [
+            socket("127.0.0.1:15001", "0.0.0.0:0", 1),                         // Envoy
+            socket("127.0.0.1:15001", "127.0.0.1:41234", 2),                   // accepted by Envoy
+            socket("10.0.0.5:15001", "0.0.0.0:0", 3),                          // the app's
+            socket("10.0.0.5:15001", "10.0.0.9:50000", 4),                     // accepted by the app
+            socket("[::ffff:127.0.0.1]:15001", "[::ffff:127.0.0.1]:41235", 5), // Envoy's, v4-mapped
+        ];
+        let owners = HashMap::from([(1, owner(100, "envoy"))]);
+        let got = app_sockets(&sockets, &owners, &sockets, &proxy());
+        assert_eq!(
+            texts(&got),
+            ["10.0.0.5:15001 listening", "10.0.0.5:15001 -> 10.0.0.9:50000"]
+        );
+    }
+
+    #[test]
+    fn closing_states_count_by_whether_a_process_still_holds_the_socket() {
+        let sockets = [
+            // TIME_WAIT, FIN_WAIT2 and LAST_ACK once closed: inode 0.
+            socket("127.0.0.1:8080", "127.0.0.1:50001", 0),
+            socket("127.0.0.1:41234", "127.0.0.1:15001", 0),
+            // CLOSE_WAIT: Envoy closed the app's pooled connection, the app
+            // (owner unseen) has not yet: it still holds it.
+            socket("127.0.0.1:41236", "127.0.0.1:15001", 30),
+        ];
+        let got = app_sockets(&sockets, &HashMap::new(), &sockets, &proxy());
+        assert_eq!(texts(&got), ["127.0.0.1:41236 -> 127.0.0.1:15001"]);
     }
 
     #[test]
@@ -411,6 +567,7 @@ mod tests {
                 pid: 7,
                 name: "java".into(),
             }],
+            processes_seen: true,
         };
         assert_eq!(
             work.to_string(),

@@ -93,4 +93,36 @@ mod tests {
         let owner = owners().remove(&mine.inode).expect("our own fds are readable");
         assert_eq!(owner.pid, std::process::id());
     }
+
+    /// The kernel fact the app's rules stand on: the end that closed first
+    /// (FIN_WAIT2, then TIME_WAIT) is held by no process (inode 0), while
+    /// the end whose peer closed (CLOSE_WAIT) is still held by its process.
+    #[test]
+    fn a_closed_end_is_no_ones_and_a_half_closed_one_is_still_held() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let (closer, holder) = (client.local_addr().unwrap(), server.local_addr().unwrap());
+        drop(client);
+        let state = |addr: SocketAddr, remote: SocketAddr| {
+            let table = procfs::net::tcp().unwrap();
+            let entry = table
+                .into_iter()
+                .find(|e| e.local_address == addr && e.remote_address == remote);
+            entry.map(|e| (e.state, e.inode))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while state(holder, closer).is_some_and(|(s, _)| s != TcpState::CloseWait) {
+            assert!(std::time::Instant::now() < deadline, "no FIN within 5 s");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (closed, closed_inode) = state(closer, holder).expect("the closed end is listed");
+        assert!(matches!(closed, TcpState::FinWait2 | TcpState::TimeWait), "{closed:?}");
+        assert_eq!(closed_inode, 0);
+        let (_, held) = state(holder, closer).unwrap();
+        assert_eq!(owners().get(&held).map(|o| o.pid), Some(std::process::id()));
+        let listed = sockets().unwrap();
+        assert!(listed.iter().any(|s| s.inode == held && s.remote == closer));
+        drop(server);
+    }
 }
