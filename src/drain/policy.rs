@@ -23,12 +23,48 @@ pub(crate) struct DoneRule {
     /// Since when every read said nothing is left (None: the last read
     /// found work, or failed).
     zero_since: Option<Instant>,
-    /// A read of this drain found something of the app or a request in
-    /// Envoy (`app-exit`): until then the app may already be gone, and the
-    /// minimum drain time, there for load balancers to see the 503 while
-    /// the app still serves, is not waited out.
-    app_seen: bool,
+    /// How an `app-exit` drain began (None until its first reading of both
+    /// Envoy and the app): with the app already gone, the minimum drain
+    /// time, there for load balancers to see the 503 while the app still
+    /// serves, is not waited out.
+    began: Option<Began>,
 }
+
+/// How an `app-exit` drain began, decided once, from its first reading of
+/// both Envoy and the app: that reading is exact (a socket counts only
+/// when held across the read of its owners) and comes after whatever told
+/// lifeguard to drain, so it says the same every time for the same pod.
+/// Later readings do not change it: a moment of the app's shutdown with
+/// nothing open, or a request from a load balancer, says nothing of how
+/// the drain began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Began {
+    /// Nothing of the app and no request in Envoy: the reading that said
+    /// so, in words.
+    Gone(&'static str),
+    /// What was there: the app's sockets or processes, requests in Envoy.
+    Here(String),
+}
+
+impl Began {
+    /// How the drain began, from its first reading: `envoy`, the count the
+    /// policy counts in Envoy; `work`, what the app held.
+    pub(crate) fn from_reading(plan: &Plan, envoy: u64, work: &Work) -> Began {
+        match waiting_on(plan, envoy, Some(work)) {
+            Some(what) => Began::Here(what),
+            None if work.processes_seen => Began::Gone(BY_PROCESSES),
+            None => Began::Gone(BY_SOCKETS),
+        }
+    }
+}
+
+/// The readings that tell an app already gone: its processes, where the
+/// pod shares its process namespace (an exited process does not come
+/// back: no moment of its shutdown looks like its end) ...
+const BY_PROCESSES: &str = "no process left in the app's containers (the pod shares its process namespace), no app socket, no request in Envoy";
+/// ... or else its sockets, the only signal there is.
+const BY_SOCKETS: &str =
+    "no app socket in the pod's network namespace (its processes cannot be seen here), no request in Envoy";
 
 impl DoneRule {
     pub(crate) fn new(plan: &Plan, drain_began: Instant) -> Self {
@@ -41,7 +77,26 @@ impl DoneRule {
             min_end,
             period,
             zero_since: None,
-            app_seen: false,
+            began: None,
+        }
+    }
+
+    /// Takes a reading of both Envoy (`envoy`, the count the policy counts
+    /// there) and the app: the first of an `app-exit` drain decides how it
+    /// began, returned that once.
+    pub(crate) fn first_reading(&mut self, plan: &Plan, envoy: u64, work: &Work) -> Option<Began> {
+        if self.policy != DrainUntil::AppExit || self.began.is_some() {
+            return None;
+        }
+        self.began = Some(Began::from_reading(plan, envoy, work));
+        self.began.clone()
+    }
+
+    /// The reading that found the app already gone when the drain began.
+    fn gone(&self) -> Option<&'static str> {
+        match self.began {
+            Some(Began::Gone(by)) => Some(by),
+            _ => None,
         }
     }
 
@@ -55,7 +110,6 @@ impl DoneRule {
             Some(0) => self.zero_since.or(Some(read_began)),
             _ => None,
         };
-        self.app_seen |= count_now.is_some_and(|n| n > 0);
         match self.policy {
             DrainUntil::Time => now >= self.min_end,
             // The app may hold nothing for a moment between two steps of
@@ -65,16 +119,16 @@ impl DoneRule {
             // anyway, and the pod's other containers wait on Envoy.
             DrainUntil::AppExit => {
                 let quiet = self.zero_since.is_some_and(|t| now.duration_since(t) >= APP_QUIET);
-                quiet && (now >= self.min_end || !self.app_seen)
+                quiet && (now >= self.min_end || self.gone().is_some())
             }
             _ => now >= self.min_end && count_now == Some(0),
         }
     }
 
-    /// Whether the drain ended before its minimum because the app was
-    /// already gone when it began.
-    pub(crate) fn floor_waived(&self, now: Instant) -> bool {
-        self.policy == DrainUntil::AppExit && !self.app_seen && now < self.min_end
+    /// When the drain ends before its minimum because the app was already
+    /// gone when it began: the reading that said so.
+    pub(crate) fn floor_waived(&self, now: Instant) -> Option<&'static str> {
+        self.gone().filter(|_| now < self.min_end)
     }
 
     /// When the next read may start at the latest: the fixed policy reads
@@ -86,7 +140,7 @@ impl DoneRule {
         match (self.policy, self.zero_since) {
             (DrainUntil::Time, _) => next.min(self.min_end),
             (DrainUntil::AppExit, Some(since)) => {
-                let may_end = (since + APP_QUIET).max(if self.app_seen { self.min_end } else { since });
+                let may_end = (since + APP_QUIET).max(if self.gone().is_some() { since } else { self.min_end });
                 next.min(may_end)
             }
             _ => next,
@@ -198,19 +252,23 @@ pub(crate) fn waiting_on(plan: &Plan, envoy: u64, app: Option<&Work>) -> Option<
 }
 
 /// The line that says the policy is satisfied; `waived`: before the
-/// minimum drain time, the app being gone from the start.
-pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: bool) {
-    match plan.drain_until {
-        DrainUntil::Time => tracing::info!(
+/// minimum drain time, the app being gone from the start (the reading that
+/// said so).
+pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: Option<&str>) {
+    match (plan.drain_until, waived) {
+        (DrainUntil::Time, _) => tracing::info!(
             in_flight = left,
             "drain time ({}) is over",
             D(plan.termination_drain_duration)
         ),
-        DrainUntil::AppExit if waived => tracing::info!(took = %D(took), "{GONE_BEFORE}"),
-        DrainUntil::AppExit => tracing::info!(took = %D(took), "the app is done and Envoy is idle"),
-        until => tracing::info!(took = %D(took), "zero active {until}"),
+        (DrainUntil::AppExit, Some(by)) => tracing::info!(took = %D(took), "{}", gone_before(by)),
+        (DrainUntil::AppExit, None) => tracing::info!(took = %D(took), "the app is done and Envoy is idle"),
+        (until, _) => tracing::info!(took = %D(took), "zero active {until}"),
     }
 }
 
-/// Why an `app-exit` drain ended before its minimum time.
-pub(crate) const GONE_BEFORE: &str = "the app was already gone when the drain began (no socket, no process, no request in Envoy): Envoy stops without the minimum drain time";
+/// Why an `app-exit` drain ended before its minimum time, with the reading
+/// that said so.
+pub(crate) fn gone_before(by: &str) -> String {
+    format!("the app was already gone when the drain began ({by}): Envoy stops without the minimum drain time")
+}
