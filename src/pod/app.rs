@@ -48,7 +48,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 
-use procfs::process::Process;
+use procfs::process::{Process, StatFlags};
 
 use crate::drain::{AppControl, AppProcess, AppSocket, Work};
 use crate::pod::sockets::{self, Owner, Socket};
@@ -151,8 +151,8 @@ fn cgroup_of(pid: i32) -> Option<Vec<String>> {
 }
 
 /// Processes of the app's containers: every process in another cgroup than
-/// ours, but PID 1 (pause) and the proxy's. Zombies have exited (only
-/// their parent's wait is missing) and do not count.
+/// ours, but PID 1 (pause) and the proxy's, and but those that have exited
+/// or begun to ([`still_running`]).
 pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
     let Some(ours) = cgroup_of(std::process::id() as i32) else {
         return Vec::new();
@@ -166,7 +166,7 @@ pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
         .filter(|p| cgroup_of(p.pid).is_some_and(|c| c != ours))
         .filter_map(|p| {
             let stat = p.stat().ok()?;
-            (!matches!(stat.state, 'Z' | 'X')).then_some(AppProcess {
+            still_running(stat.state, stat.flags).then_some(AppProcess {
                 pid: p.pid as u32,
                 name: stat.comm,
             })
@@ -174,6 +174,16 @@ pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
         .collect();
     out.sort_by_key(|p| p.pid);
     out
+}
+
+/// Whether a process, by its `/proc/<pid>/stat` state and flags, still
+/// runs. A zombie has exited (only its parent's wait is missing); a process
+/// that has begun to exit (`PF_EXITING`, never cleared) is closing its
+/// files and has left its cgroup for the root one, so it would otherwise
+/// look like a process of another container: a hook of the proxy's own
+/// container was named an app process in its last moments.
+fn still_running(state: char, flags: u32) -> bool {
+    !matches!(state, 'Z' | 'X') && flags & StatFlags::PF_EXITING.bits() == 0
 }
 
 /// The kernel's initial PID namespace, as `/proc/self/ns/pid` names it
@@ -601,6 +611,20 @@ mod tests {
         assert_eq!(mine(&me), 0);
         assert_eq!(listener_owner(port), Some(std::process::id()));
         drop(client);
+    }
+
+    #[test]
+    fn a_process_that_has_begun_to_exit_is_gone() {
+        let exiting = StatFlags::PF_EXITING.bits();
+        assert!(still_running('S', 0x0040_0100));
+        assert!(still_running('R', 0));
+        assert!(
+            !still_running('R', exiting | 0x0040_0000),
+            "in its exit, out of its cgroup"
+        );
+        assert!(!still_running('D', exiting));
+        assert!(!still_running('Z', 0));
+        assert!(!still_running('X', 0));
     }
 
     #[test]
