@@ -499,6 +499,20 @@ fn the_outcome_is_read_at_the_stop_not_when_the_drain_time_ran_out() {
     );
 }
 
+/// The proxy's preStop hook `wait-app-exit` told a wrong address for
+/// lifeguard (nothing listens on 127.0.0.1:15999): it cannot start the
+/// drain, and waits for the app on its own.
+fn hook_without_the_agent(pod: &TestPod) -> common::Proc {
+    let args = [
+        "wait-app-exit",
+        "--period",
+        "100ms",
+        "--agent-url",
+        "http://127.0.0.1:15999",
+    ];
+    pod.hook("wait-app-exit", &args)
+}
+
 /// Issue #22, 2: `wait-app-exit` that cannot reach the agent (a wrong
 /// `--agent-url`) still knows the proxy: lifeguard's processes in its own
 /// container and their descendants. Their listeners are never the app's,
@@ -510,16 +524,7 @@ fn wait_app_exit_knows_the_proxy_without_the_agent() {
         &["--minimum-drain-duration", "5s", "--termination-grace-period", "20s"],
     ));
     let app = pod.start_app(AppMode::Pooled, 0.0, "");
-    let mut hook = pod.hook(
-        "wait-app-exit",
-        &[
-            "wait-app-exit",
-            "--period",
-            "100ms",
-            "--agent-url",
-            "http://127.0.0.1:15999",
-        ],
-    );
+    let mut hook = hook_without_the_agent(&pod);
     let out = wait_for("the hook to name the app's listener", Duration::from_secs(10), || {
         let out = hook.output();
         if out.contains("waiting for") && out.contains(":8080 listening") {
@@ -820,10 +825,7 @@ fn the_drain_names_only_the_apps_sockets_under_a_load_of_new_connections() {
         &["--minimum-drain-duration", "500ms", "--termination-grace-period", "20s"],
     ));
     let app = pod.start_app(AppMode::Pooled, 3.0, "");
-    let inbound = pod.net.pod_addr(INBOUND);
-    let idle: Vec<_> = (0..3)
-        .map(|_| pod.net.peer.run(move || idle_keepalive_connection(inbound, "/work/0")))
-        .collect();
+    let idle = pod.idle_clients(3);
     let load = Prober::start(&pod.net, INBOUND, "/load", Duration::ZERO);
     let probes = Prober::start(&pod.net, STATUS, "/healthz/ready", Duration::from_millis(10));
     wait_for("the load to flow", Duration::from_secs(10), || match load.answered() {
@@ -892,20 +894,8 @@ fn an_app_already_gone_is_recognised_with_idle_clients_and_probes() {
         &["--minimum-drain-duration", "5s", "--termination-grace-period", "20s"],
     ));
     let app = pod.start_app(AppMode::Pooled, 0.3, "");
-    let inbound = pod.net.pod_addr(INBOUND);
-    let idle: Vec<_> = (0..3)
-        .map(|_| pod.net.peer.run(move || idle_keepalive_connection(inbound, "/work/0")))
-        .collect();
-    let mut hook = pod.hook(
-        "wait-app-exit",
-        &[
-            "wait-app-exit",
-            "--period",
-            "100ms",
-            "--agent-url",
-            "http://127.0.0.1:15999",
-        ],
-    );
+    let idle = pod.idle_clients(3);
+    let mut hook = hook_without_the_agent(&pod);
     wait_for("the hook to wait on the app", Duration::from_secs(10), || {
         let out = hook.output();
         if out.contains("waiting for") {

@@ -801,6 +801,20 @@ impl TestPod {
         self.proxy_cgroup.kill_all();
     }
 
+    /// `n` idle keep-alive connections from a client outside the pod to
+    /// Envoy's inbound listener: each has had one answer and stays open
+    /// until dropped.
+    pub fn idle_clients(&self, n: usize) -> Vec<std::net::TcpStream> {
+        let addr = self.net.pod_addr(INBOUND);
+        (0..n)
+            .map(|_| {
+                self.net
+                    .peer
+                    .run(move || crate::common::idle_keepalive_connection(addr, "/work/0"))
+            })
+            .collect()
+    }
+
     /// A request from a downstream client outside the pod, in a thread:
     /// the answer and when it came.
     pub fn request(&self, path: &str) -> JoinHandle<(std::io::Result<(u16, String)>, Instant)> {
