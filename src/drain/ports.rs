@@ -110,8 +110,6 @@ pub(crate) struct AppSocket {
     pub(crate) local: SocketAddr,
     /// None for a listening socket.
     pub(crate) remote: Option<SocketAddr>,
-    /// The owner's pid, when it can be seen.
-    pub(crate) pid: Option<u32>,
 }
 
 impl fmt::Display for AppSocket {

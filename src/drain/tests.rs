@@ -499,7 +499,6 @@ impl AppControl for FakeApp {
         let socket = AppSocket {
             local: "127.0.0.1:41234".parse().unwrap(),
             remote: Some("127.0.0.1:15001".parse().unwrap()),
-            pid: Some(7),
         };
         Ok(Work {
             sockets: vec![socket; n],

@@ -8,15 +8,17 @@
 //!
 //! - **sockets**: every TCP socket of the namespace (IPv4 and IPv6,
 //!   listening or connected) counts as the app's unless the proxy holds
-//!   it. A socket whose owner cannot be seen (another container without a
-//!   shared process namespace) is the app's: there the socket table is the
-//!   only signal. So that no socket of the proxy is ever taken for the
-//!   app's, even one that comes or goes while the pod is read:
-//!   - a socket counts only when the table read **before** the owners and
-//!     the table read **after** them both list it (the same inode): its
-//!     file was open across the owners' read, so whoever held it was seen
-//!     holding it. A connection Envoy accepts, opens or closes between two
-//!     reads is gone from one table, and is left to the next scan;
+//!   it. Only the proxy's descriptors are read: whoever else holds a
+//!   socket (the app, unseen without a shared process namespace, where the
+//!   socket table is the only signal) makes it the app's. So that no socket
+//!   of the proxy is ever taken for the app's, even one that comes or goes
+//!   while the pod is read:
+//!   - a socket counts only when the table read **before** the proxy's
+//!     descriptors and the table read **after** them both list it (the
+//!     same inode): its file was open across that read, so a proxy process
+//!     that held it was seen holding it. A connection Envoy accepts, opens
+//!     or closes between two reads is gone from one table, and is left to
+//!     the next scan;
 //!   - the proxy is its **pids**: a socket a proxy process holds is the
 //!     proxy's, whatever the process's name;
 //!   - a connection whose local address is one the proxy **listens on**
@@ -51,7 +53,7 @@ use std::net::{IpAddr, SocketAddr};
 use procfs::process::{Process, StatFlags};
 
 use crate::drain::{AppControl, AppProcess, AppSocket, Work};
-use crate::pod::sockets::{self, Owner, Socket};
+use crate::pod::sockets::{self, Socket};
 
 /// Why the app cannot be watched here, or a look at it failed.
 #[derive(Debug, thiserror::Error)]
@@ -90,16 +92,17 @@ pub(crate) struct Proxy {
 }
 
 /// The app's sockets, by the rules in the module doc: `before` is the
-/// table read before the owners were, `after` the table read after them
-/// (what was held across the owners' read counts).
+/// table read before the holders (socket inode → pid, of the proxy's
+/// processes at least) were, `after` the table read after them (what was
+/// held across the holders' read counts).
 pub(crate) fn app_sockets(
     before: &[Socket],
-    owners: &HashMap<u64, Owner>,
+    holders: &HashMap<u64, u32>,
     after: &[Socket],
     proxy: &Proxy,
 ) -> Vec<AppSocket> {
     let held_after: HashSet<u64> = after.iter().map(|s| s.inode).collect();
-    let proxy_owns = |s: &Socket| owners.get(&s.inode).is_some_and(|o| proxy.pids.contains(&o.pid));
+    let proxy_owns = |s: &Socket| holders.get(&s.inode).is_some_and(|pid| proxy.pids.contains(pid));
     let proxy_listens: Vec<SocketAddr> = before
         .iter()
         .filter(|s| s.listening && proxy_owns(s))
@@ -117,7 +120,6 @@ pub(crate) fn app_sockets(
         .map(|s| AppSocket {
             local: s.local,
             remote: (!s.listening).then_some(s.remote),
-            pid: owners.get(&s.inode).map(|o| o.pid),
         })
         .collect()
 }
@@ -254,32 +256,38 @@ pub(crate) fn own_proxy_processes() -> Vec<u32> {
 /// The pid that owns a listening socket on `port` in this namespace.
 pub(crate) fn listener_owner(port: u16) -> Option<u32> {
     let sockets = sockets::sockets().ok()?;
-    let owners = sockets::owners();
+    listening_on(&sockets, &sockets::holders(None), port)
+}
+
+/// The pid holding a socket of `sockets` listening on `port`.
+fn listening_on(sockets: &[Socket], holders: &HashMap<u64, u32>, port: u16) -> Option<u32> {
     sockets
         .iter()
         .filter(|s| s.listening && s.local.port() == port)
-        .find_map(|s| owners.get(&s.inode).map(|o| o.pid))
+        .find_map(|s| holders.get(&s.inode).copied())
 }
 
 /// Scans the app's work, with the process rule when `processes` is set.
-/// With `envoy_admin_port`, the process that owns that listener is the
-/// proxy's too (an Envoy lifeguard did not launch). The socket table is
-/// read again after the owners only when the first reading found some
-/// socket of the app's: an empty one needs no second look.
+/// Only the proxy's descriptors are read: who else holds a socket does not
+/// matter. With `envoy_admin_port`, the process that owns that listener is
+/// the proxy's too (an Envoy lifeguard did not launch: every process is
+/// read to find it). The socket table is read again after the holders only
+/// when the first reading found some socket of the app's: an empty one
+/// needs no second look.
 pub(crate) fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>) -> std::io::Result<Work> {
     let before = sockets::sockets()?;
-    let owners = sockets::owners();
     let mut proxy = proxy.clone();
-    if let Some(port) = envoy_admin_port {
-        let envoy = before
-            .iter()
-            .filter(|s| s.listening && s.local.port() == port)
-            .find_map(|s| owners.get(&s.inode).map(|o| o.pid));
-        proxy.pids.extend(envoy);
-    }
-    let mut found = app_sockets(&before, &owners, &before, &proxy);
+    let holders = match envoy_admin_port {
+        Some(port) => {
+            let all = sockets::holders(None);
+            proxy.pids.extend(listening_on(&before, &all, port));
+            all
+        }
+        None => sockets::holders(Some(&proxy.pids)),
+    };
+    let mut found = app_sockets(&before, &holders, &before, &proxy);
     if !found.is_empty() {
-        found = app_sockets(&before, &owners, &sockets::sockets()?, &proxy);
+        found = app_sockets(&before, &holders, &sockets::sockets()?, &proxy);
     }
     Ok(Work {
         sockets: found,
@@ -326,7 +334,7 @@ impl Watcher {
         if let (None, Some(admin_port)) = (envoy, admin_port) {
             let sockets = sockets::sockets().map_err(AppWatchError::Proc)?;
             let admin = sockets.iter().find(|s| s.listening && s.local.port() == admin_port);
-            if admin.is_some_and(|s| !sockets::owners().contains_key(&s.inode)) {
+            if admin.is_some_and(|s| !sockets::holders(None).contains_key(&s.inode)) {
                 return Err(AppWatchError::AdminOwnerUnseen(admin_port));
             }
         }
@@ -389,10 +397,6 @@ mod tests {
         }
     }
 
-    fn owner(pid: u32, name: &str) -> Owner {
-        Owner { pid, name: name.into() }
-    }
-
     fn proxy() -> Proxy {
         Proxy {
             pids: vec![100, 200],
@@ -416,14 +420,14 @@ mod tests {
             socket("0.0.0.0:15020", "0.0.0.0:0", 9),         // lifeguard (pid 200)
         ];
         let owners = HashMap::from([
-            (1, owner(100, "envoy")),
-            (2, owner(300, "envoy")),
-            (3, owner(300, "envoy")),
-            (4, owner(100, "envoy")),
-            (6, owner(400, "lifeguard")),
-            (7, owner(400, "lifeguard")),
-            (8, owner(500, "sidekick")),
-            (9, owner(200, "lifeguard")),
+            (1, 100),
+            (2, 300),
+            (3, 300),
+            (4, 100),
+            (6, 400),
+            (7, 400),
+            (8, 500),
+            (9, 200),
         ]);
         let got = app_sockets(&sockets, &owners, &sockets, &proxy());
         assert_eq!(
@@ -434,7 +438,6 @@ mod tests {
                 "10.0.0.5:8080 -> 10.0.0.9:50000"
             ]
         );
-        assert_eq!(got[2].pid, None);
     }
 
     #[test]
@@ -457,12 +460,8 @@ mod tests {
         ]
     }
 
-    fn listener_owners() -> HashMap<u64, Owner> {
-        HashMap::from([
-            (1, owner(100, "envoy")),
-            (2, owner(100, "envoy")),
-            (3, owner(300, "app")),
-        ])
+    fn listener_owners() -> HashMap<u64, u32> {
+        HashMap::from([(1, 100), (2, 100), (3, 300)])
     }
 
     #[test]
@@ -536,7 +535,7 @@ mod tests {
             socket("10.0.0.5:15001", "10.0.0.9:50000", 4),                     // accepted by the app
             socket("[::ffff:127.0.0.1]:15001", "[::ffff:127.0.0.1]:41235", 5), // Envoy's, v4-mapped
         ];
-        let owners = HashMap::from([(1, owner(100, "envoy"))]);
+        let owners = HashMap::from([(1, 100)]);
         let got = app_sockets(&sockets, &owners, &sockets, &proxy());
         assert_eq!(
             texts(&got),
@@ -565,12 +564,10 @@ mod tests {
                 AppSocket {
                     local: "127.0.0.1:8080".parse().unwrap(),
                     remote: None,
-                    pid: Some(3),
                 },
                 AppSocket {
                     local: "127.0.0.1:41234".parse().unwrap(),
                     remote: Some("127.0.0.1:15001".parse().unwrap()),
-                    pid: None,
                 },
             ],
             processes: vec![AppProcess {

@@ -1,5 +1,5 @@
 //! TCP sockets of this network namespace (`/proc/net/tcp` and `tcp6`) and
-//! the processes that own them (their `/proc/<pid>/fd` links, where
+//! the processes that hold them (their `/proc/<pid>/fd` links, where
 //! permissions allow), read through the `procfs` crate.
 //! [`crate::pod::app`] turns them into "what the app still holds".
 
@@ -8,14 +8,6 @@ use std::net::SocketAddr;
 
 use procfs::net::{TcpNetEntry, TcpState};
 use procfs::process::FDTarget;
-
-/// A process that holds a socket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Owner {
-    pub(crate) pid: u32,
-    /// The process name (`/proc/<pid>/comm`).
-    pub(crate) name: String,
-}
 
 /// One TCP socket of the namespace, in any state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,22 +47,28 @@ fn io(e: procfs::ProcError) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
-/// Socket inode → owning process, for every process whose file descriptors
-/// this process may read. Processes it may not read are left out.
-pub(crate) fn owners() -> HashMap<u64, Owner> {
-    let mut map = HashMap::new();
-    let Ok(processes) = procfs::process::all_processes() else {
-        return map;
+/// Socket inode → the pid of the process holding it, among the processes
+/// `among` (None: every process) whose file descriptors this process may
+/// read; the others are left out. Reading only the proxy's processes is
+/// enough to tell its sockets, and spares the app's (maybe many)
+/// descriptors on every read of the drain.
+pub(crate) fn holders(among: Option<&[u32]>) -> HashMap<u64, u32> {
+    let processes: Vec<procfs::process::Process> = match among {
+        Some(pids) => pids
+            .iter()
+            .filter_map(|&pid| procfs::process::Process::new(pid as i32).ok())
+            .collect(),
+        None => match procfs::process::all_processes() {
+            Ok(all) => all.flatten().collect(),
+            Err(_) => Vec::new(),
+        },
     };
-    for process in processes.flatten() {
+    let mut map = HashMap::new();
+    for process in processes {
         let Ok(fds) = process.fd() else { continue };
-        let name = process.stat().map(|s| s.comm).unwrap_or_default();
         for fd in fds.flatten() {
             if let FDTarget::Socket(inode) = fd.target {
-                map.entry(inode).or_insert_with(|| Owner {
-                    pid: process.pid as u32,
-                    name: name.clone(),
-                });
+                map.entry(inode).or_insert(process.pid as u32);
             }
         }
     }
@@ -90,8 +88,10 @@ mod tests {
             .iter()
             .find(|s| s.listening && s.local.port() == port)
             .expect("our socket is listed");
-        let owner = owners().remove(&mine.inode).expect("our own fds are readable");
-        assert_eq!(owner.pid, std::process::id());
+        let me = std::process::id();
+        assert_eq!(holders(None).get(&mine.inode), Some(&me), "our own fds are readable");
+        assert_eq!(holders(Some(&[me])).get(&mine.inode), Some(&me));
+        assert_eq!(holders(Some(&[])).get(&mine.inode), None);
     }
 
     /// The kernel fact the app's rules stand on: the end that closed first
@@ -120,7 +120,7 @@ mod tests {
         assert!(matches!(closed, TcpState::FinWait2 | TcpState::TimeWait), "{closed:?}");
         assert_eq!(closed_inode, 0);
         let (_, held) = state(holder, closer).unwrap();
-        assert_eq!(owners().get(&held).map(|o| o.pid), Some(std::process::id()));
+        assert_eq!(holders(None).get(&held), Some(&std::process::id()));
         let listed = sockets().unwrap();
         assert!(listed.iter().any(|s| s.inode == held && s.remote == closer));
         drop(server);
