@@ -921,7 +921,7 @@ fn an_app_already_gone_is_recognised_with_idle_clients_and_probes() {
     eprintln!(
         "app already gone (shared process namespace, 3 idle clients, {probed} probes): \
          Envoy stopped {after:?} after the app exited (the hook saw it and the kubelet's SIGTERM \
-         came {:?} after the exit; SIGTERM -> Envoy stopped {:?})",
+         came {:?} after the exit; SIGTERM -> Envoy stopped {:?}); {last}",
         sigterm.duration_since(app_gone),
         envoy_gone.duration_since(sigterm)
     );
