@@ -10,7 +10,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::handle::{DrainHandle, Event};
 use super::plan::{DrainUntil, Plan};
-use super::policy::{gone_before, log_done, progress_line, waiting_on, Began, DoneRule, Pacer, Progress};
+use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Work};
 use super::status::{Outcome, Phase, Status};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, LAST_READ_TIMEOUT, WARN_EVERY};
@@ -328,9 +328,9 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             // The count the policy counts, read now (None: unknown now).
             let count_now = match (envoy_now, &app_now) {
                 (Some(n), Some(work)) => {
-                    let began = rule.first_reading(&plan, n, work);
-                    if let (Some(Began::Here(what)), true) = (began, now < rule.min_end) {
-                        tracing::info!("the minimum drain time applies: the drain began with {what}");
+                    let why = rule.first_reading(&plan, n, work).and_then(|b| b.why_the_minimum());
+                    if let (Some(why), true) = (why, now < rule.min_end) {
+                        tracing::info!("{why}");
                     }
                     Some(n.saturating_add(work.count()))
                 }
@@ -353,8 +353,8 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             self.inbox.publish(|s| s.progress = Some(line));
             if rule.done(read_started, now, count_now) {
                 let waived = rule.floor_waived(now);
-                if let Some(by) = waived {
-                    self.inbox.publish(|s| s.progress = Some(gone_before(by)));
+                if waived {
+                    self.inbox.publish(|s| s.progress = Some(GONE_BEFORE.to_owned()));
                 }
                 log_done(&plan, seen.left, now.duration_since(drain_began), waived);
                 return Ok((seen.left, true));

@@ -32,18 +32,25 @@ pub(crate) struct DoneRule {
 
 /// How an `app-exit` drain began, decided once, from its first reading of
 /// both Envoy and the app: that reading is exact (a socket counts only
-/// when held across the read of its owners) and comes after whatever told
-/// lifeguard to drain, so it says the same every time for the same pod.
-/// Later readings do not change it: a moment of the app's shutdown with
-/// nothing open, or a request from a load balancer, says nothing of how
-/// the drain began.
+/// when held across the read of the proxy's descriptors) and comes after
+/// whatever told lifeguard to drain, so it says the same every time for
+/// the same pod. Later readings do not change it: a moment of the app's
+/// shutdown with nothing open, or a request from a load balancer, says
+/// nothing of how the drain began.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Began {
-    /// Nothing of the app and no request in Envoy: the reading that said
-    /// so, in words.
-    Gone(&'static str),
+    /// The app's processes are seen (the pod shares its process namespace)
+    /// and none is left, nor any app socket or request in Envoy: a reading
+    /// that cannot race with the app's last moments, as an exited process
+    /// does not come back.
+    Gone,
     /// What was there: the app's sockets or processes, requests in Envoy.
     Here(String),
+    /// No app socket and no request, but the app's processes cannot be
+    /// seen (no shared process namespace): an app that closed its listener
+    /// at SIGTERM and has not yet made its next call looks the same as one
+    /// that exited, so the minimum still applies.
+    Unseen,
 }
 
 impl Began {
@@ -52,19 +59,24 @@ impl Began {
     pub(crate) fn from_reading(plan: &Plan, envoy: u64, work: &Work) -> Began {
         match waiting_on(plan, envoy, Some(work)) {
             Some(what) => Began::Here(what),
-            None if work.processes_seen => Began::Gone(BY_PROCESSES),
-            None => Began::Gone(BY_SOCKETS),
+            None if work.processes_seen => Began::Gone,
+            None => Began::Unseen,
+        }
+    }
+
+    /// Why the minimum drain time applies, for the log (None: it does not).
+    pub(crate) fn why_the_minimum(&self) -> Option<String> {
+        match self {
+            Began::Gone => None,
+            Began::Here(what) => Some(format!("the minimum drain time applies: the drain began with {what}")),
+            Began::Unseen => Some(UNSEEN.to_owned()),
         }
     }
 }
 
-/// The readings that tell an app already gone: its processes, where the
-/// pod shares its process namespace (an exited process does not come
-/// back: no moment of its shutdown looks like its end) ...
-const BY_PROCESSES: &str = "no process left in the app's containers (the pod shares its process namespace), no app socket, no request in Envoy";
-/// ... or else its sockets, the only signal there is.
-const BY_SOCKETS: &str =
-    "no app socket in the pod's network namespace (its processes cannot be seen here), no request in Envoy";
+/// Why the minimum applies to a drain that began with nothing of the app
+/// in sight.
+const UNSEEN: &str = "the minimum drain time applies: the drain began with no app socket and no request in Envoy, but without a shared process namespace the app's processes cannot be seen: it may be between two steps of its shutdown";
 
 impl DoneRule {
     pub(crate) fn new(plan: &Plan, drain_began: Instant) -> Self {
@@ -92,12 +104,9 @@ impl DoneRule {
         self.began.clone()
     }
 
-    /// The reading that found the app already gone when the drain began.
-    fn gone(&self) -> Option<&'static str> {
-        match self.began {
-            Some(Began::Gone(by)) => Some(by),
-            _ => None,
-        }
+    /// Whether the drain began with the app already gone.
+    fn gone(&self) -> bool {
+        self.began == Some(Began::Gone)
     }
 
     /// Whether the drain is over at `now`, given the count the policy counts
@@ -119,16 +128,16 @@ impl DoneRule {
             // anyway, and the pod's other containers wait on Envoy.
             DrainUntil::AppExit => {
                 let quiet = self.zero_since.is_some_and(|t| now.duration_since(t) >= APP_QUIET);
-                quiet && (now >= self.min_end || self.gone().is_some())
+                quiet && (now >= self.min_end || self.gone())
             }
             _ => now >= self.min_end && count_now == Some(0),
         }
     }
 
-    /// When the drain ends before its minimum because the app was already
-    /// gone when it began: the reading that said so.
-    pub(crate) fn floor_waived(&self, now: Instant) -> Option<&'static str> {
-        self.gone().filter(|_| now < self.min_end)
+    /// Whether the drain ends before its minimum because the app was
+    /// already gone when it began.
+    pub(crate) fn floor_waived(&self, now: Instant) -> bool {
+        self.gone() && now < self.min_end
     }
 
     /// When the next read may start at the latest: the fixed policy reads
@@ -140,7 +149,7 @@ impl DoneRule {
         match (self.policy, self.zero_since) {
             (DrainUntil::Time, _) => next.min(self.min_end),
             (DrainUntil::AppExit, Some(since)) => {
-                let may_end = (since + APP_QUIET).max(if self.gone().is_some() { since } else { self.min_end });
+                let may_end = (since + APP_QUIET).max(if self.gone() { since } else { self.min_end });
                 next.min(may_end)
             }
             _ => next,
@@ -252,23 +261,20 @@ pub(crate) fn waiting_on(plan: &Plan, envoy: u64, app: Option<&Work>) -> Option<
 }
 
 /// The line that says the policy is satisfied; `waived`: before the
-/// minimum drain time, the app being gone from the start (the reading that
-/// said so).
-pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: Option<&str>) {
-    match (plan.drain_until, waived) {
-        (DrainUntil::Time, _) => tracing::info!(
+/// minimum drain time, the app being gone from the start.
+pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: bool) {
+    match plan.drain_until {
+        DrainUntil::Time => tracing::info!(
             in_flight = left,
             "drain time ({}) is over",
             D(plan.termination_drain_duration)
         ),
-        (DrainUntil::AppExit, Some(by)) => tracing::info!(took = %D(took), "{}", gone_before(by)),
-        (DrainUntil::AppExit, None) => tracing::info!(took = %D(took), "the app is done and Envoy is idle"),
-        (until, _) => tracing::info!(took = %D(took), "zero active {until}"),
+        DrainUntil::AppExit if waived => tracing::info!(took = %D(took), "{GONE_BEFORE}"),
+        DrainUntil::AppExit => tracing::info!(took = %D(took), "the app is done and Envoy is idle"),
+        until => tracing::info!(took = %D(took), "zero active {until}"),
     }
 }
 
 /// Why an `app-exit` drain ended before its minimum time, with the reading
 /// that said so.
-pub(crate) fn gone_before(by: &str) -> String {
-    format!("the app was already gone when the drain began ({by}): Envoy stops without the minimum drain time")
-}
+pub(crate) const GONE_BEFORE: &str = "the app was already gone when the drain began (no process left in the app's containers, the pod sharing its process namespace; no app socket, no request in Envoy): Envoy stops without the minimum drain time";
