@@ -1,18 +1,24 @@
-//! A rolling restart behind a real load balancer, the app's preStop hook
-//! side by side: none, a fixed `sleep` of 1, 3 and 10 s, and lifeguard's
-//! drain wait (`GET /drain/wait`). The rollout of `tests/lb.rs`
-//! (`tests/common/lb.rs`): HAProxy health-checking each pod through Envoy's
-//! status listener, a client at 200 requests a second through it, 3 pods
-//! replaced one by one, the app stopping to listen at SIGTERM. Needs root
-//! and HAProxy.
+//! Rolling restarts behind real load balancers, the app's preStop hook
+//! side by side: none, fixed sleeps, and lifeguard's drain wait
+//! (`GET /drain/wait`). The rollout of `tests/lb.rs` (`tests/common/lb.rs`):
+//! 3 pods replaced one by one, a client at a fixed rate through the load
+//! balancer, the app stopping to listen at SIGTERM. Needs root, HAProxy
+//! and Envoy.
 //!
-//! `bench/rolling.sh`, or `cargo bench --bench rolling -- [ROUNDS=1]`.
+//! `bench/rolling.sh [ROUNDS=1] [hooks|balancers]`, or
+//! `cargo bench --bench rolling -- [ROUNDS] [hooks|balancers]`:
 //!
-//! For each load balancer setting (fast: checks every 1 s, down after 2
-//! failures; slow: every 2 s, after 3) and each hook: the requests that
-//! failed, and per pod the time from its deletion to its app's SIGTERM (the
-//! hook's return) and to the pod gone (lifeguard exited), medians over the
-//! pods.
+//! - `hooks`: HAProxy checking 15021 (every 1 s, down after 2; every 2 s,
+//!   after 3) at 200 requests a second, each hook: none, `sleep 1`, `3`,
+//!   `10`, the drain wait;
+//! - `balancers` (the default): every kind of load balancer, at the rates
+//!   of issue #34's table and at 200 a second, without a hook and with the
+//!   drain wait.
+//!
+//! For each: the requests that failed, and per pod the time from its
+//! deletion to its app's SIGTERM (the hook's return), to the pod gone
+//! (lifeguard exited) and to the load balancer's taking it out, medians
+//! over the pods.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -30,59 +36,81 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+const FAST: Check = Check {
+    inter: Duration::from_secs(1),
+    fall: 2,
+    rise: 2,
+};
+const SLOW: Check = Check {
+    inter: Duration::from_secs(2),
+    fall: 3,
+    rise: 2,
+};
+
+/// One row of the table: a load balancer, the client's rate, the hooks.
+type Row = (Balancer, u32, Vec<(&'static str, Hook)>);
+
 fn main() {
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1);
-    let lbs = [
-        (
-            "1 s x 2",
-            Check {
-                inter: Duration::from_secs(1),
-                fall: 2,
-                rise: 2,
-            },
-        ),
-        (
-            "2 s x 3",
-            Check {
-                inter: Duration::from_secs(2),
-                fall: 3,
-                rise: 2,
-            },
-        ),
-    ];
-    let hooks = [
-        ("none", Hook::Sleep(Duration::ZERO)),
-        ("sleep 1", Hook::Sleep(Duration::from_secs(1))),
-        ("sleep 3", Hook::Sleep(Duration::from_secs(3))),
-        ("sleep 10", Hook::Sleep(Duration::from_secs(10))),
-        ("GET /drain/wait", Hook::Get("/drain/wait".into())),
-    ];
-    println!("| load balancer | app's preStop hook | requests failed (of sent) | deletion -> app's SIGTERM, median | deletion -> pod gone, median | load balancer marked down, median |");
-    println!("| --- | --- | --- | --- | --- | --- |");
-    for (lb_name, check) in lbs {
-        for (hook_name, hook) in &hooks {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let rounds: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(1);
+    let hooks_table = args.iter().any(|a| a == "hooks");
+    let none = || ("none", Hook::Sleep(Duration::ZERO));
+    let wait = || ("GET /drain/wait", Hook::Get("/drain/wait".into()));
+    let rows: Vec<Row> = if hooks_table {
+        let hooks = || {
+            vec![
+                none(),
+                ("sleep 1", Hook::Sleep(Duration::from_secs(1))),
+                ("sleep 3", Hook::Sleep(Duration::from_secs(3))),
+                ("sleep 10", Hook::Sleep(Duration::from_secs(10))),
+                wait(),
+            ]
+        };
+        vec![
+            (Balancer::Haproxy(FAST), 200, hooks()),
+            (Balancer::Haproxy(SLOW), 200, hooks()),
+        ]
+    } else {
+        let envoy = Balancer::Envoy {
+            inter: Duration::from_secs(1),
+        };
+        let mut rows = Vec::new();
+        for (balancer, rates) in [
+            (Balancer::Haproxy(FAST), &[50, 200][..]),
+            (envoy, &[50, 200][..]),
+            (Balancer::Endpoints, &[5, 2, 200][..]),
+            (Balancer::TrafficPort(FAST), &[50, 2, 200][..]),
+        ] {
+            for rate in rates {
+                rows.push((balancer, *rate, vec![none(), wait()]));
+            }
+        }
+        rows
+    };
+    println!("| load balancer | rate | app's preStop hook | requests failed (of sent) | deletion -> app's SIGTERM, median | deletion -> pod gone, median | load balancer took the pod out, median |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for (balancer, rate, hooks) in rows {
+        for (hook_name, hook) in hooks {
             for _ in 0..rounds {
-                let run = rolling_restart(&[check], hook, 3);
+                let balancers = [balancer];
+                let run = rolling_restart(&Rollout {
+                    balancers: &balancers,
+                    hook: hook.clone(),
+                    replace: 3,
+                    rate,
+                    agent_args: &[],
+                    steady: Duration::from_secs(20),
+                });
                 let failed = run.sent.iter().filter(|s| s.answer != Ok(200)).count();
-                let to_sigterm = median(
-                    run.left
-                        .iter()
-                        .map(|l| secs(l.deletion.started, l.deletion.hook_returned))
-                        .collect(),
-                );
-                let to_gone = median(
-                    run.left
-                        .iter()
-                        .map(|l| secs(l.deletion.started, l.deletion.gone))
-                        .collect(),
-                );
-                let to_down = median(run.left.iter().map(|l| secs(l.deletion.started, l.down[0])).collect());
+                let since = |f: &dyn Fn(&Left) -> std::time::SystemTime| {
+                    median(run.left.iter().map(|l| secs(l.deletion.started, f(l))).collect())
+                };
+                let to_sigterm = since(&|l| l.deletion.hook_returned);
+                let to_gone = since(&|l| l.deletion.gone);
+                let to_down = since(&|l| l.down[0]);
                 println!(
-                    "| {lb_name} | {hook_name} | {failed} (of {}) | {to_sigterm:.2} s | {to_gone:.2} s | {to_down:.2} s |",
+                    "| {} | {rate}/s | {hook_name} | {failed} (of {}) | {to_sigterm:.2} s | {to_gone:.2} s | {to_down:.2} s |",
+                    balancer.name(),
                     run.sent.len()
                 );
             }

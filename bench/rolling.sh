@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# A rolling restart of 3 pods behind a real HAProxy at 200 requests a
-# second, the app's preStop hook side by side: none, sleep 1, 3 and 10 s,
-# and lifeguard's drain wait; two load balancer settings (see
-# bench/rolling.rs). Needs root; installs HAProxy from Debian when missing.
-# Usage: bench/rolling.sh [ROUNDS=1]
+# Rolling restarts of 3 pods behind real load balancers, the app's preStop
+# hook side by side (see bench/rolling.rs): `balancers` (the default): every
+# kind of load balancer (HAProxy checking 15021 or the traffic port, HAProxy
+# without checks and the pod dropped from its endpoints 0.5-3 s after
+# deletion, Envoy as the front proxy) at issue #34's rates and at 200/s,
+# without a hook and with the drain wait; `hooks`: HAProxy at 200/s, no
+# hook, sleep 1, 3 and 10 s, and the drain wait. Needs root; installs
+# HAProxy from Debian when missing.
+# Usage: bench/rolling.sh [ROUNDS=1] [balancers|hooks]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v haproxy >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends haproxy >/dev/null
 ENVOY_BIN=$(scripts/envoy-bin)
 export ENVOY_BIN
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(haproxy -v | head -n 1)"
-cargo bench --locked --bench rolling -- "${1:-1}"
+cargo bench --locked --bench rolling -- "${1:-1}" "${2:-balancers}"

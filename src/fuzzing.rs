@@ -90,50 +90,70 @@ pub fn envoy_version(server_info: &str) -> Result<(u32, u32, u32), Refused> {
 
 // ---- Envoy's inbound listeners, for the drain wait (envoy/inbound.rs) ----
 
-/// A listener of a masked `/config_dump` answer: its stat name, whether it
-/// is inbound, its port.
-pub type DumpedListener = (Option<String>, bool, Option<u16>);
+/// A listener of a `/config_dump` answer: its stat name, whether it is
+/// inbound, its port, its HTTP managers' and TCP proxies' stat prefixes.
+pub type DumpedListener = (Option<String>, bool, Option<u16>, Vec<String>, Vec<String>);
 
-/// The listeners of a masked `/config_dump` answer, or why it is refused.
+/// The listeners of a `/config_dump` answer, or why it is refused.
 pub fn inbound_dumped_listeners(body: &str) -> Result<Vec<DumpedListener>, Refused> {
     let listeners = crate::envoy::inbound::dumped_listeners(body).map_err(Refused::of)?;
     Ok(listeners
         .into_iter()
-        .map(|l| (l.stat_name, l.inbound, l.port))
+        .map(|l| (l.stat_name, l.inbound, l.port, l.http, l.tcp))
         .collect())
 }
 
-/// The stat names counted (every listener's with `all`, else the inbound
-/// ones'), and the inbound listeners left out, as words.
-pub fn inbound_select(listeners: &[DumpedListener], all: bool, ignored_ports: &[u16]) -> (Vec<String>, Vec<String>) {
+/// What is counted (every listener's with `all`, else the inbound ones'):
+/// None when nothing could be chosen (every listener then counts), else
+/// the listeners' stat names, their HTTP managers', TCP proxies' and bare
+/// listeners' names.
+pub type Chosen = Option<[Vec<String>; 4]>;
+
+/// What is counted, and the words that say so.
+pub fn inbound_choose(listeners: &[DumpedListener], all: bool, ignored_ports: &[u16]) -> (Chosen, String) {
     use crate::drain::DrainScope;
+    use crate::envoy::inbound::{choose, Counted, Listener};
     let listeners: Vec<_> = listeners
         .iter()
-        .map(|(stat_name, inbound, port)| crate::envoy::inbound::Listener {
+        .map(|(stat_name, inbound, port, http, tcp)| Listener {
+            name: String::new(),
             stat_name: stat_name.clone(),
             inbound: *inbound,
             port: *port,
+            http: http.clone(),
+            tcp: tcp.clone(),
         })
         .collect();
     let scope = if all { DrainScope::All } else { DrainScope::Inbound };
-    crate::envoy::inbound::select(&listeners, scope, ignored_ports)
+    let (counted, words) = choose(&listeners, scope, ignored_ports);
+    let chosen = match counted {
+        Counted::Chosen(s) => Some([s.listeners, s.http, s.tcp, s.bare]),
+        Counted::Every => None,
+    };
+    (chosen, words)
 }
 
-fn counted(names: Option<&[String]>) -> crate::envoy::inbound::Counted {
-    use crate::envoy::inbound::Counted;
-    names.map_or(Counted::Every, |n| Counted::Named(n.to_vec()))
+fn counted(chosen: &Chosen) -> crate::envoy::inbound::Counted {
+    use crate::envoy::inbound::{Counted, Selection};
+    match chosen {
+        Some([listeners, http, tcp, bare]) => Counted::Chosen(Selection {
+            listeners: listeners.clone(),
+            http: http.clone(),
+            tcp: tcp.clone(),
+            bare: bare.clone(),
+        }),
+        None => Counted::Every,
+    }
 }
 
-/// The stats filter (a regex) the counts read asks Envoy for: the named
-/// listeners' lines, or every listener's with `None`.
-pub fn inbound_filter(names: Option<&[String]>) -> String {
-    crate::envoy::inbound::filter(&counted(names))
+/// The stats filter (a regex) the counts read asks Envoy for.
+pub fn inbound_filter(chosen: &Chosen) -> String {
+    crate::envoy::inbound::filter(&counted(chosen))
 }
 
-/// The inbound total of a counts answer: the named listeners', or every
-/// listener's but the admin, internal and ignored-port ones with `None`.
-pub fn inbound_total(body: &str, names: Option<&[String]>, ignored_ports: &[u16]) -> u64 {
-    crate::envoy::inbound::total(body, &counted(names), ignored_ports)
+/// The arrivals of a counts answer, and the listener manager's change count.
+pub fn inbound_total(body: &str, chosen: &Chosen, ignored_ports: &[u16]) -> (u64, u64) {
+    crate::envoy::inbound::total(body, &counted(chosen), ignored_ports)
 }
 
 // ---- The app's metrics and the merged scrape's formats (metrics/app/) ----
@@ -446,12 +466,14 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
         let plan = crate::rotation::RotationPlan {
             lb_unhealthy_threshold: 3,
             lb_quiet_period: Duration::from_secs(1),
+            checker_timeout: Duration::from_secs(20),
             drain_deadline: Duration::from_millis(1),
+            app_time: Duration::ZERO,
         };
-        let (rotation, publish) = crate::rotation::Rotation::new(&plan);
+        let (rotation, publish) = crate::rotation::Rotation::new(&plan, crate::rotation::Checkers::default());
         // No rotation task: its status stays "not started", for good.
         std::mem::forget(publish);
-        svc = svc.with_rotation(rotation, crate::rotation::Checkers::default());
+        svc = svc.with_rotation(rotation);
     }
     if let Some(admin) = &opts.scrape {
         let metrics = crate::metrics::Metrics::new(Instant::now());

@@ -196,3 +196,15 @@ impl fmt::Display for ControlSocket {
         }
     }
 }
+
+/// `text` for a query string: every byte but the unreserved ones as `%XX`.
+pub(crate) fn query_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for b in text.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}

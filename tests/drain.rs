@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -273,4 +273,110 @@ fn a_second_signal_changes_nothing() {
     let out = pod.agent.output();
     assert_eq!(out.matches("drain started").count(), 1, "{out}");
     assert!(out.contains("signal received again"), "{out}");
+}
+
+/// The drain wait counts a request when it arrives, not when it ends: a
+/// request that arrives on a kept-alive connection during the wait and
+/// runs for 5 s holds the wait for a quiet period from its arrival (2 s
+/// here), so the hook answers while it still runs. Counting completions
+/// (the old rule) would have let the hook answer at once: the counter
+/// would not move until the request ended. `h2`: the connection speaks
+/// HTTP/2 (prior knowledge), else HTTP/1.1.
+fn a_request_arriving_on_a_kept_alive_connection_holds_the_drain_wait(h2: bool) {
+    let pod = Pod::start(Agent::builder().args(&["--lb-quiet-period", "2s"]));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let inbound = pod.ports.inbound.addr();
+    // One connection, kept alive; a first request on it before the drain.
+    let mut conn = rt.block_on(Conn::open(inbound, h2));
+    assert_eq!(rt.block_on(conn.send("/delay/0")), 200);
+    let agent = pod.ports.agent.addr();
+    let hook = std::thread::spawn(move || {
+        let answer = http_timeout("GET", agent, "/drain/wait", Duration::from_secs(30));
+        (answer, Instant::now())
+    });
+    pod.sigterm();
+    // The wait has seen a second of quiet: the rule runs.
+    wait_for("a second of quiet in the drain wait", Duration::from_secs(10), || {
+        let (_, body) = get(agent, "/drain").map_err(|e| e.to_string())?;
+        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        match v["rotation"]["quiet_for_seconds"].as_f64() {
+            Some(q) if q >= 1.0 => Ok(()),
+            _ => Err(body),
+        }
+    });
+    let arrived = Instant::now();
+    let slow = rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), conn.send("/delay/5")).await });
+    let ended = Instant::now();
+    assert_eq!(slow.unwrap(), 200, "the request on the kept-alive connection");
+    let (answer, answered) = hook.join().unwrap();
+    let (status, line) = answer.unwrap();
+    let after = answered.duration_since(arrived);
+    eprintln!(
+        "{}: the request arrived, the hook answered {after:?} later, the request ended {:?} after it arrived: {line}",
+        if h2 { "HTTP/2" } else { "HTTP/1.1" },
+        ended.duration_since(arrived)
+    );
+    assert_eq!(status, 200);
+    assert!(line.starts_with("out of rotation: "), "{line}");
+    assert!(
+        after >= Duration::from_secs(2),
+        "the hook answered {after:?} after the request arrived: its arrival did not count"
+    );
+    assert!(
+        answered < ended,
+        "the hook waited for the request's end, not its arrival"
+    );
+}
+
+#[test]
+fn an_http1_request_on_a_kept_alive_connection_counts_when_it_arrives() {
+    a_request_arriving_on_a_kept_alive_connection_holds_the_drain_wait(false);
+}
+
+#[test]
+fn an_http2_request_counts_when_it_arrives() {
+    a_request_arriving_on_a_kept_alive_connection_holds_the_drain_wait(true);
+}
+
+/// A client connection to Envoy's inbound listener, kept alive.
+enum Conn {
+    H1(hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>),
+}
+
+impl Conn {
+    async fn open(addr: std::net::SocketAddr, h2: bool) -> Conn {
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        let io = TokioIo::new(tokio::net::TcpStream::connect(addr).await.unwrap());
+        if h2 {
+            let (sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            Conn::H2(sender)
+        } else {
+            let (sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            tokio::spawn(conn);
+            Conn::H1(sender)
+        }
+    }
+
+    /// `GET path` on this connection: the status, once the body is read.
+    async fn send(&mut self, path: &str) -> u16 {
+        use http_body_util::BodyExt;
+        let request = hyper::Request::get(format!("http://app{path}"))
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        let response = match self {
+            Conn::H1(sender) => sender.send_request(request).await,
+            Conn::H2(sender) => sender.send_request(request).await,
+        };
+        let response = response.unwrap();
+        let status = response.status().as_u16();
+        response.into_body().collect().await.unwrap();
+        status
+    }
 }

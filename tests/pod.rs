@@ -357,24 +357,26 @@ fn the_fixed_policy_cutting_a_request_exits_3_with_left_at_stop() {
     let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
     pod.kubelet_sigterm();
     envoy_exit.wait().expect("Envoy is stopped");
-    // lifeguard says `stopped` once it has reaped Envoy, a moment after
-    // the exit this test sees: wait for the record that stays.
     let agent = pod.net.pod_addr(AGENT);
-    let lingering = wait_for("GET /drain to say stopped", Duration::from_secs(5), || {
-        let answer = pod.net.peer.run(move || http("GET", agent, "/drain"));
-        let json: Value = match answer {
-            Ok((200, body)) => serde_json::from_str(&body).unwrap(),
-            other => return Err(format!("{other:?}")),
-        };
-        match s(&json, "phase").as_str() {
-            "stopped" => Ok(json),
-            _ => Err(json.to_string()),
+    // lifeguard publishes "stopped" once it has reaped Envoy, a moment
+    // after Envoy's exit: the record that stays is the lingering status.
+    let lingering: Value = wait_for("GET /drain to say stopped", Duration::from_secs(10), || {
+        let (status, body) = pod
+            .net
+            .peer
+            .run(move || http("GET", agent, "/drain"))
+            .map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        match (status, s(&v, "phase").as_str()) {
+            (200, "stopped") => Ok(v),
+            _ => Err(body),
         }
     });
     eprintln!(
         "fixed policy: GET /drain while lingering: phase {}, left_at_stop {}",
         lingering["phase"], lingering["left_at_stop"]
     );
+    assert_eq!(s(&lingering, "phase"), "stopped", "{lingering}");
     assert_eq!(lingering["left_at_stop"], 1, "{lingering}");
     let code = pod.agent.exit_code(Duration::from_secs(10));
     let (answer, _) = inflight.join().unwrap();

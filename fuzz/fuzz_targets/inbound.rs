@@ -1,22 +1,22 @@
-//! Envoy's inbound listeners, for the drain wait (envoy/inbound.rs): the
-//! masked `/config_dump` answer, which listeners count, the stats filter
-//! asked of Envoy, and the total of new connections and requests read back.
+//! Envoy's inbound listeners, for the drain wait (envoy/inbound.rs): a
+//! `/config_dump` answer, which listeners count and by what, the stats
+//! filter asked of Envoy, and the arrivals read back.
 //!
 //! Input: a flags byte (bit 0: the `all` drain scope; bit 1: ports 15021
 //! and 15090 ignored), then NUL-separated: the dump's body, a `/stats` body.
 //! Holds: a dump that is JSON with `configs` a list (or no `configs`) is
-//! read, anything else refused with a reason; every listener wanted (inbound,
-//! or any with `all`) and not on an ignored port is counted by its stat name
-//! or named as left out, and nothing else is counted; `all` counts at least
-//! what `inbound` does; the filter is a regex that keeps every line the total
-//! reads (Envoy's filtered answer totals the same as the whole one); no
-//! listener named totals 0; ignoring more ports never totals more; nothing
-//! panics.
+//! read, anything else refused with a reason; every listener chosen is
+//! wanted (inbound, or any with `all`), not on an ignored port and named,
+//! and every such listener is chosen, each once; `all` chooses at least
+//! what `inbound` does; the filter is a regex that keeps every line the
+//! total reads (Envoy's filtered answer totals the same as the whole one);
+//! a selection of nothing totals no arrivals; ignoring more ports never
+//! totals more; nothing panics.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lifeguard::fuzzing::{
-    inbound_dumped_listeners, inbound_filter, inbound_select, inbound_total, stats_lines, StatValue,
+    inbound_choose, inbound_dumped_listeners, inbound_filter, inbound_total, stats_lines, StatValue,
 };
 use lifeguard_fuzz::{fields, flags, text};
 
@@ -45,36 +45,42 @@ fuzz_target!(|data: &[u8]| {
         }
     };
 
-    let (counted, skipped) = inbound_select(&listeners, all, ignored);
-    let mut sorted = counted.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(counted, sorted, "counted once each, in order");
-    let wanted = |(_, inbound, port): &&(Option<String>, bool, Option<u16>)| {
-        (all || *inbound) && !port.is_some_and(|p| ignored.contains(&p))
+    let wanted = |l: &&(Option<String>, bool, Option<u16>, Vec<String>, Vec<String>)| {
+        (all || l.1) && !l.2.is_some_and(|p| ignored.contains(&p))
     };
-    for name in &counted {
-        assert!(
-            listeners.iter().filter(wanted).any(|l| l.0.as_deref() == Some(name)),
-            "{name} counted but not wanted"
-        );
-    }
-    for name in listeners.iter().filter(wanted).filter_map(|l| l.0.as_ref()) {
-        assert!(counted.contains(name), "{name} wanted but not counted");
-    }
-    assert_eq!(
-        skipped.len(),
-        listeners.iter().filter(wanted).filter(|l| l.0.is_none()).count()
-    );
-    if !all {
-        let (every, _) = inbound_select(&listeners, true, ignored);
-        assert!(counted.iter().all(|n| every.contains(n)));
+    let (chosen, words) = inbound_choose(&listeners, all, ignored);
+    assert!(!words.is_empty());
+    let named: Vec<&String> = listeners.iter().filter(wanted).filter_map(|l| l.0.as_ref()).collect();
+    match &chosen {
+        Some([counted, http, tcp, bare]) => {
+            let mut sorted = counted.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(counted, &sorted, "counted once each, in order");
+            for name in counted {
+                assert!(named.contains(&name), "{name} counted but not wanted");
+            }
+            for name in &named {
+                assert!(counted.contains(name), "{name} wanted but not counted");
+            }
+            for name in bare {
+                assert!(counted.contains(name), "{name} counted by connections but not chosen");
+            }
+            assert!(!counted.is_empty());
+            let _ = (http, tcp);
+            if !all {
+                let (every, _) = inbound_choose(&listeners, true, ignored);
+                let every = every.expect("inbound chosen, so all too");
+                assert!(counted.iter().all(|n| every[0].contains(n)));
+            }
+        }
+        None => assert!(named.is_empty(), "{named:?} wanted but nothing chosen"),
     }
 
     // Envoy answers the filter with the lines whose name it matches: the
     // total of that answer is the total of the whole.
-    for names in [Some(counted.as_slice()), None] {
-        let filter = inbound_filter(names);
+    for chosen in [chosen.clone(), None] {
+        let filter = inbound_filter(&chosen);
         let regex = regex::Regex::new(&filter).unwrap_or_else(|e| panic!("{filter:?}: {e}"));
         let kept: String = stats_lines(&stats)
             .into_iter()
@@ -85,11 +91,12 @@ fuzz_target!(|data: &[u8]| {
             })
             .collect();
         assert_eq!(
-            inbound_total(&kept, names, ignored),
-            inbound_total(&stats, names, ignored),
+            inbound_total(&kept, &chosen, ignored),
+            inbound_total(&stats, &chosen, ignored),
             "{filter:?} drops a counted line"
         );
     }
-    assert_eq!(inbound_total(&stats, Some(&[]), ignored), 0);
-    assert!(inbound_total(&stats, None, &[15021, 15090]) <= inbound_total(&stats, None, &[]));
+    let nothing = Some([vec![], vec![], vec![], vec![]]);
+    assert_eq!(inbound_total(&stats, &nothing, ignored).0, 0);
+    assert!(inbound_total(&stats, &None, &[15021, 15090]).0 <= inbound_total(&stats, &None, &[]).0);
 });

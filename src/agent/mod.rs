@@ -185,7 +185,9 @@ impl Options {
             rotation: RotationPlan {
                 lb_unhealthy_threshold: settings.lb_unhealthy_threshold,
                 lb_quiet_period: settings.lb_quiet_period,
+                checker_timeout: settings.drain_wait_checker_timeout,
                 drain_deadline: settings.drain_deadline(),
+                app_time: RotationPlan::app_time_of(settings.drain_wait_app_time, settings.drain_deadline()),
             },
         }
     }
@@ -236,11 +238,11 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> Resul
     let heartbeat = Heartbeat::default();
     let linger = Linger::new(handle.watch());
     let scraper = scraper(&settings, &metrics, &readiness, &admin, &handle, &heartbeat, &shutdown);
-    let checkers = Checkers::default();
-    let (wait, rotation_task) = drain_wait(rotation, inbound, &checkers, &handle, &metrics, &shutdown);
+    let checkers = Checkers::new(settings.drain_wait_checker_ranges.clone(), metrics.probes_not_counted());
+    let (wait, rotation_task) = drain_wait(rotation, inbound, checkers, &handle, &metrics, &shutdown);
     let service = StatusService::new(readiness.clone())
         .with_drain(handle.clone())
-        .with_rotation(wait, checkers)
+        .with_rotation(wait)
         .with_metrics(&metrics, scraper)
         .with_linger(linger.clone())
         .with_control(settings.loopback_control, settings.control_socket.0.clone());
@@ -306,17 +308,17 @@ fn scraper(
 fn drain_wait(
     plan: RotationPlan,
     inbound: Inbound,
-    checkers: &Checkers,
+    checkers: Checkers,
     drain: &DrainHandle,
     metrics: &Metrics,
     shutdown: &CancellationToken,
 ) -> (Rotation, tokio::task::JoinHandle<()>) {
-    let (wait, publish) = Rotation::new(&plan);
+    let (wait, publish) = Rotation::new(&plan, checkers.clone());
     let metrics = metrics.clone();
     let wait = wait.observed(Arc::new(move |reason, took| metrics.drain_wait(reason, took)));
     let task = tokio::spawn(crate::rotation::watch::run(
         inbound,
-        checkers.clone(),
+        checkers,
         drain.watch(),
         plan,
         publish,

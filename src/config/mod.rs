@@ -18,9 +18,10 @@ use clap::{ArgAction, Args};
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Display as D;
+use ipnet::IpNet;
 use parsers::{
-    addr, app_metrics, app_probes, control_socket, filter, grace, message_path, pod_ip, poll, ports, positive, span,
-    threshold, url,
+    addr, app_metrics, app_probes, control_socket, filter, grace, message_path, pod_ip, poll, ports, positive, range,
+    ranges, ranges_shown, span, threshold, url,
 };
 
 mod layers;
@@ -163,12 +164,37 @@ pub(crate) struct Settings {
     #[serde(deserialize_with = "threshold::deserialize")]
     pub(crate) lb_unhealthy_threshold: u32,
 
-    /// The drain wait: once every checker has taken the pod out, no new
-    /// request on Envoy's inbound listeners for this long means traffic has
-    /// stopped.
-    #[arg(long, env = "LIFEGUARD_LB_QUIET_PERIOD", value_name = "DURATION", default_value = "1s", value_parser = positive::parse)]
+    /// The drain wait: the shortest quiet period. Once every checker has
+    /// taken the pod out, no new request on Envoy's inbound listeners for
+    /// the quiet period means the traffic has stopped; the quiet period is
+    /// derived from the traffic before the drain (a gap that comes by
+    /// chance at most once in a thousand), never shorter than this.
+    #[arg(long, env = "LIFEGUARD_LB_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
     #[serde(with = "positive")]
     pub(crate) lb_quiet_period: Duration,
+
+    /// The drain wait: only readiness probes from these address ranges
+    /// (CIDR, comma-separated; cloud health checkers publish theirs, e.g.
+    /// GoogleHC's 35.191.0.0/16,130.211.0.0/22) count as a load balancer's
+    /// checks; empty: probes from anywhere but the kubelet.
+    #[arg(long = "drain-wait-checker-ranges", env = "LIFEGUARD_DRAIN_WAIT_CHECKER_RANGES", value_name = "CIDR", value_delimiter = ',', value_parser = range::parse)]
+    #[serde(deserialize_with = "ranges", serialize_with = "ranges_shown")]
+    pub(crate) drain_wait_checker_ranges: Vec<IpNet>,
+
+    /// The drain wait: no checker of the pod's readiness holds the wait
+    /// longer than this after the drain began (a prober that checks rarely,
+    /// or keeps probing without failing enough, cannot hold every rollout
+    /// to the grace period).
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT", value_name = "DURATION", default_value = "20s", value_parser = positive::parse)]
+    #[serde(with = "positive")]
+    pub(crate) drain_wait_checker_timeout: Duration,
+
+    /// The drain wait: time kept for the app between the wait's end and the
+    /// drain's deadline, when the wait ends at its bound (at most half the
+    /// deadline): the app gets its SIGTERM this long before Envoy is stopped.
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_APP_TIME", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub(crate) drain_wait_app_time: Duration,
 
     /// Whether the policy was asked for (not the default).
     #[arg(skip)]
@@ -466,11 +492,16 @@ pub(crate) mod tests {
         assert_eq!(s.log, "info");
         assert!(s.merge_envoy_metrics && !s.exit_on_zero_active_connections);
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 31);
+        assert_eq!(eff.len(), 34);
         assert_eq!(
             (s.lb_unhealthy_threshold, s.lb_quiet_period),
-            (3, Duration::from_secs(1))
+            (3, Duration::from_millis(500))
         );
+        assert_eq!(
+            (s.drain_wait_checker_timeout, s.drain_wait_app_time),
+            (Duration::from_secs(20), Duration::from_secs(5))
+        );
+        assert!(s.drain_wait_checker_ranges.is_empty());
         assert!(s.app_probers.0.is_empty() && s.pod_ip.0.is_none() && !s.app_probe_localhost);
         assert_eq!(s.control_socket, ControlSocket(None));
         assert!(s.loopback_control);

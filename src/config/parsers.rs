@@ -56,6 +56,8 @@ shared_parser!(control_socket: ControlSocket = ControlSocket::from_str, shown as
 pub enum ValueError {
     #[error("expected IP:PORT, for example 0.0.0.0:15020")]
     NotAnAddress,
+    #[error("expected an address range (CIDR), for example 35.191.0.0/16, or an address")]
+    NotARange,
     #[error("port 0 is not allowed: Envoy must know where to send probes")]
     StatusPortZero,
     #[error("not a log filter: {0}")]
@@ -112,6 +114,34 @@ pub(super) mod threshold {
     pub(crate) fn deserialize<'de, De: Deserializer<'de>>(d: De) -> Result<u32, De::Error> {
         check(u32::deserialize(d)?).map_err(de::Error::custom)
     }
+}
+
+/// An address range: `35.191.0.0/16`, `2600:2d00:1:b029::/64`, or one
+/// address (`10.0.0.5`, a range of one).
+pub(super) mod range {
+    use super::ValueError;
+    use ipnet::IpNet;
+    use std::net::IpAddr;
+
+    pub(crate) fn parse(s: &str) -> Result<IpNet, ValueError> {
+        let s = s.trim();
+        if let Ok(net) = s.parse::<IpNet>() {
+            return Ok(net.trunc());
+        }
+        s.parse::<IpAddr>().map(IpNet::from).map_err(|_| ValueError::NotARange)
+    }
+}
+
+pub(super) fn ranges<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<ipnet::IpNet>, De::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    texts
+        .iter()
+        .map(|t| range::parse(t).map_err(|e| de::Error::custom(format!("{t:?}: {e}"))))
+        .collect()
+}
+
+pub(super) fn ranges_shown<S: serde::Serializer>(v: &[ipnet::IpNet], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(ToString::to_string))
 }
 
 pub(super) fn ports<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<u16>, De::Error> {

@@ -87,6 +87,8 @@ pub enum Endpoint {
     ConfigDump,
     /// `/server_info` (Envoy's version, read once)
     ServerInfo,
+    /// `/healthcheck/fail` (the load balancers' checks fail from the drain's start)
+    HealthcheckFail,
 }
 
 impl Endpoint {
@@ -100,6 +102,7 @@ impl Endpoint {
             Endpoint::Quit => "quitquitquit",
             Endpoint::ConfigDump => "config_dump",
             Endpoint::ServerInfo => "server_info",
+            Endpoint::HealthcheckFail => "healthcheck_fail",
         }
     }
 }

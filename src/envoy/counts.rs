@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::drain::{Active, ControlError, PACE};
 use crate::envoy::admin::{AdminClient, AdminError, Endpoint, ACTIVE_LIMIT};
 use crate::envoy::stats::{lines, Value};
+use crate::url::query_encode;
 
 /// HTTP stat prefixes of Envoy's own and the agent-facing managers: the
 /// admin API, the status listener (`agent` in Istio's bootstrap, `status`
@@ -37,17 +38,19 @@ pub(crate) struct CountsReader {
     admin: AdminClient,
     last: Arc<tokio::sync::Mutex<Option<Reading>>>,
     /// While the drain wait watches: the admin query that reads the
-    /// inbound listeners' totals too (None: the active counts alone).
-    inbound: Arc<std::sync::Mutex<Option<String>>>,
+    /// inbound listeners' totals too (None: the active counts alone), and
+    /// a number that changes with it.
+    inbound: Arc<std::sync::Mutex<(Option<String>, u64)>>,
 }
 
-/// One read: when it began, how long Envoy took, whether it has the
-/// listeners' totals, and its body or why there is none.
+/// One read: when it began, how long Envoy took, which of the drain
+/// wait's queries it carries (None: the active counts alone), and its body
+/// or why there is none.
 #[derive(Clone)]
 pub(crate) struct Reading {
     pub(crate) began: Instant,
     pub(crate) took: Duration,
-    pub(crate) inbound: bool,
+    pub(crate) inbound: Option<u64>,
     pub(crate) body: Result<Arc<str>, ControlError>,
 }
 
@@ -56,7 +59,7 @@ impl CountsReader {
         Self {
             admin,
             last: Arc::new(tokio::sync::Mutex::new(None)),
-            inbound: Arc::new(std::sync::Mutex::new(None)),
+            inbound: Arc::new(std::sync::Mutex::new((None, 0))),
         }
     }
 
@@ -67,10 +70,11 @@ impl CountsReader {
         let path = filter.map(|f| {
             format!(
                 "/stats?usedonly&filter={}",
-                percent_encode(&format!("{ACTIVE_FILTER}|{f}"))
+                query_encode(&format!("{ACTIVE_FILTER}|{f}"))
             )
         });
-        *self.inbound.lock().unwrap_or_else(|e| e.into_inner()) = path;
+        let mut inbound = self.inbound.lock().unwrap_or_else(|e| e.into_inner());
+        *inbound = (path, inbound.1 + 1);
     }
 
     /// A read under way now or begun later: the drain paces its own reads,
@@ -89,7 +93,10 @@ impl CountsReader {
     /// the drain's.
     pub(crate) async fn read_recent(&self, period: Duration) -> Reading {
         let asked = Instant::now();
-        let fresh = |r: &Reading| r.inbound && asked.saturating_duration_since(r.began) < period.max(r.took * PACE);
+        let wanted = self.inbound.lock().unwrap_or_else(|e| e.into_inner()).1;
+        let fresh = |r: &Reading| {
+            r.inbound == Some(wanted) && asked.saturating_duration_since(r.began) < period.max(r.took * PACE)
+        };
         let paced = match self.last.lock().await.as_ref() {
             Some(r) if fresh(r) => return r.clone(),
             Some(r) => r.began + r.took * PACE,
@@ -107,8 +114,8 @@ impl CountsReader {
         if let Some(reading) = last.as_ref().filter(|r| fresh(r)) {
             return reading.clone();
         }
-        let path = self.inbound.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let inbound = path.is_some();
+        let (path, generation) = self.inbound.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let inbound = path.is_some().then_some(generation);
         let began = Instant::now();
         let path = path.as_deref().unwrap_or(ACTIVE_STATS);
         let body = self.admin.get_text(Endpoint::Stats, path, ACTIVE_LIMIT).await;
@@ -121,18 +128,6 @@ impl CountsReader {
         *last = Some(reading.clone());
         reading
     }
-}
-
-/// `text` for a query string: every byte but the unreserved ones as `%XX`.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3);
-    for b in text.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(b as char),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }
 
 /// An admin call's failure as the drain sees it: refused (an external

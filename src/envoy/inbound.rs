@@ -1,58 +1,109 @@
-//! New requests reaching Envoy's inbound listeners: what tells that load
+//! New requests arriving at Envoy's inbound listeners: what tells that load
 //! balancers and the mesh have stopped sending to the pod (the
 //! [`Traffic`] port of [`crate::rotation`]).
 //!
-//! Which listeners are inbound is read once, when the drain begins, from
-//! `/config_dump` (static and dynamic listeners, masked to their name,
-//! address, stat prefix and `traffic_direction`: a few hundred bytes a
-//! listener): with the inbound drain scope, the listeners Envoy's
-//! `drain_listeners?inboundonly` drains; with `all`, every listener. When
-//! the dump cannot be read (Envoy's `allow_paths` may forbid it) or names no
-//! inbound listener, every listener counts but the admin, internal and
-//! ignored-port ones (15021, 15090: probes and scrapes), and the log says so.
+//! **Which listeners.** Read from `/config_dump`: static listeners masked
+//! to their name, address, stat prefix, direction and filter chains;
+//! dynamic ones (a mask cannot reach inside them) by name first, then
+//! their configs a few at a time. With the inbound drain scope, the
+//! listeners `drain_listeners?inboundonly` drains; with `all`, every one;
+//! never one on an ignored port (15021, 15090: probes and scrapes). Read
+//! when first asked, again whenever Envoy's listener manager says a
+//! listener was added, changed or removed (its counters ride along in the
+//! same stats read), so a drain usually starts with no dump at all. When
+//! the dump cannot be read (Envoy's `allow_paths` may forbid it) or names
+//! no inbound listener, every listener counts but the admin, internal and
+//! ignored-port ones, by new connections and completed requests, and the
+//! log says so.
 //!
-//! The count is each listener's `downstream_cx_total` (new connections)
-//! plus its per-listener HTTP `downstream_rq_completed` (requests on
-//! connections kept alive), from the counts read the drain makes too
-//! ([`CountsReader`]: one admin call serves both): only whether the total
-//! moved matters. During Envoy's drain every HTTP/1.1
-//! response closes its connection, so each new request is a new
-//! connection too.
+//! **What counts, on the counted listeners.** Each HTTP connection
+//! manager's `downstream_rq_total` (a request counts when it *arrives*, on
+//! a new or a kept-alive connection, HTTP/1.1 or HTTP/2) less its
+//! `tracing.health_check` (the requests Envoy's `health_check` filter
+//! recognised as a load balancer's check: they go on after the pod is out
+//! of rotation, and are not traffic); each TCP proxy's
+//! `downstream_cx_total`; a listener with neither, its own
+//! `downstream_cx_total`. Only whether the total moved matters. The count
+//! rides on the read the drain makes too ([`CountsReader`]: one admin call
+//! serves both).
+//!
+//! **Failing the load balancers' checks.** When readiness turns 503,
+//! `POST /healthcheck/fail` makes Envoy's `health_check` filter answer 503
+//! to the checks it recognises, wherever the load balancer sends them (the
+//! pod's traffic port too), while real requests are still served; each
+//! response then carries `x-envoy-immediate-health-check-fail`, which an
+//! Envoy in front takes as an immediate failure.
 
 use std::net::IpAddr;
 
 use serde_json::Value as Json;
 
-use crate::drain::DrainScope;
-use crate::envoy::admin::{AdminClient, Endpoint};
-use crate::envoy::counts::CountsReader;
+use crate::drain::{DrainScope, PACE};
+use crate::envoy::admin::{AdminClient, AdminError, Endpoint};
+use crate::envoy::counts::{control_error, CountsReader};
 use crate::envoy::stats::{lines, Value};
-use crate::rotation::{Traffic, TrafficError, READ_EVERY};
-/// The largest listener dump read (masked, about 200 bytes a listener).
-const DUMP_LIMIT: usize = 16 << 20;
-/// The listener dumps, masked to what names a listener and its direction.
-const STATIC_DUMP: &str = "/config_dump?resource=static_listeners&mask=listener.name,listener.address,listener.stat_prefix,listener.traffic_direction";
-const DYNAMIC_DUMP: &str = "/config_dump?resource=dynamic_listeners&mask=name,active_state.listener.name,active_state.listener.address,active_state.listener.stat_prefix,active_state.listener.traffic_direction";
+use crate::rotation::{Arrivals, Traffic, TrafficError, READ_EVERY};
+use crate::url::query_encode;
 
-/// Which listeners' traffic counts.
+/// The largest listener dump read (one call).
+const DUMP_LIMIT: usize = 16 << 20;
+/// Static listeners, masked to what names them and their direction.
+const STATIC_DUMP: &str = "/config_dump?resource=static_listeners&mask=listener.name,listener.address,listener.stat_prefix,listener.traffic_direction";
+/// Static listeners' filter chains (asked `name_regex` of the counted ones).
+const STATIC_CHAINS: &str =
+    "/config_dump?resource=static_listeners&mask=listener.name,listener.filter_chains,listener.default_filter_chain";
+/// The names of the dynamic listeners (a mask cannot reach inside them).
+const DYNAMIC_NAMES: &str = "/config_dump?resource=dynamic_listeners&mask=name";
+/// Dynamic listeners whole (asked `name_regex` of a few at a time).
+const DYNAMIC_WHOLE: &str = "/config_dump?resource=dynamic_listeners";
+/// Dynamic listeners read whole, this many a call.
+const DYNAMIC_BATCH: usize = 32;
+/// After a dump that could not be read, the next try comes no sooner.
+const RETRY_LEARNING: std::time::Duration = std::time::Duration::from_secs(10);
+/// The listener manager's counters of listener changes.
+const CHANGES: &str = r"listener_manager\.listener_(added|modified|removed)";
+
+/// Which lines count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Counted {
-    /// These listeners' stat names (`0.0.0.0_15006`, `[__]_15006`, a stat
-    /// prefix).
-    Named(Vec<String>),
-    /// Every listener but the admin, internal and ignored-port ones.
+    /// The listeners the dump named.
+    Chosen(Selection),
+    /// Every listener but the admin, internal and ignored-port ones, by new
+    /// connections and completed requests (the dump could not be read).
     Every,
 }
 
-/// Envoy's inbound traffic, through its admin API: the listener dumps, and
-/// the counts read shared with the drain (a read of the drain's serves
-/// while fresh).
+/// The counted listeners, by what each counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Selection {
+    /// Every counted listener's stat name (for words).
+    pub(crate) listeners: Vec<String>,
+    /// HTTP connection managers' stat prefixes: requests at arrival, health
+    /// checks aside.
+    pub(crate) http: Vec<String>,
+    /// TCP proxies' stat prefixes: new connections.
+    pub(crate) tcp: Vec<String>,
+    /// Listeners with neither: their own new connections.
+    pub(crate) bare: Vec<String>,
+}
+
+/// Envoy's inbound traffic, through its admin API.
 pub(crate) struct Inbound {
     admin: AdminClient,
     counts: CountsReader,
     scope: DrainScope,
     ignored_ports: Vec<u16>,
     counted: Counted,
+    /// How many times the listeners were learned (0: not yet).
+    generation: u64,
+    /// The listener manager's change count the first read after learning
+    /// saw (None: no read since). A change between the dump and that read
+    /// is not seen: a window of one read.
+    changes: Option<u64>,
+    /// The dumps could not be read: when to try again.
+    retry_at: Option<tokio::time::Instant>,
+    /// What was learned, in words.
+    words: String,
 }
 
 impl Inbound {
@@ -63,7 +114,100 @@ impl Inbound {
             scope,
             ignored_ports,
             counted: Counted::Every,
+            generation: 0,
+            changes: None,
+            retry_at: None,
+            words: String::new(),
         }
+    }
+
+    /// Reads which listeners count, and asks the counts read for their lines.
+    async fn relearn(&mut self) {
+        let (counted, words) = match self.listeners().await {
+            Ok(listeners) => {
+                self.retry_at = None;
+                choose(&listeners, self.scope, &self.ignored_ports)
+            }
+            Err(why) => {
+                self.retry_at = Some(tokio::time::Instant::now() + RETRY_LEARNING);
+                (Counted::Every, every_words(&why.to_string()))
+            }
+        };
+        self.counts.want_inbound(Some(&filter(&counted)));
+        self.counted = counted;
+        self.words = words;
+        self.changes = None;
+        self.generation += 1;
+    }
+
+    /// Every listener of the dumps, with the filter chains of those that
+    /// may count, or why they cannot be read. Each call is paced like the
+    /// counts reads (the next begins no sooner than [`PACE`] times the last
+    /// one's time after it ended): a large config costs Envoy's admin
+    /// thread about a tenth of its time while it is learned.
+    async fn listeners(&self) -> Result<Vec<Listener>, LearnError> {
+        let mut pace = Pace::default();
+        let mut listeners = self.dump(&mut pace, STATIC_DUMP).await?;
+        let wanted = |l: &Listener| {
+            (self.scope == DrainScope::All || l.inbound) && !l.port.is_some_and(|p| self.ignored_ports.contains(&p))
+        };
+        let names: Vec<String> = listeners.iter().filter(|l| wanted(l)).map(|l| l.name.clone()).collect();
+        let chains = self.by_name(&mut pace, &names, STATIC_CHAINS).await?;
+        for l in &mut listeners {
+            if let Some(c) = chains.iter().find(|c| c.name == l.name) {
+                (l.http, l.tcp) = (c.http.clone(), c.tcp.clone());
+            }
+        }
+        let dynamic: Vec<String> = self
+            .dump(&mut pace, DYNAMIC_NAMES)
+            .await?
+            .into_iter()
+            .map(|l| l.name)
+            .collect();
+        listeners.extend(self.by_name(&mut pace, &dynamic, DYNAMIC_WHOLE).await?);
+        Ok(listeners)
+    }
+
+    /// The listeners named, a batch at a time (`name_regex`), each
+    /// `resource` query answered whole or as masked.
+    async fn by_name(&self, pace: &mut Pace, names: &[String], query: &str) -> Result<Vec<Listener>, LearnError> {
+        let mut out = Vec::new();
+        for batch in names.chunks(DYNAMIC_BATCH) {
+            let alternatives: Vec<String> = batch.iter().map(|n| regex_escape(n)).collect();
+            let regex = format!("^({})$", alternatives.join("|"));
+            out.extend(
+                self.dump(pace, &format!("{query}&name_regex={}", query_encode(&regex)))
+                    .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// One dump, after the pace of the last.
+    async fn dump(&self, pace: &mut Pace, path: &str) -> Result<Vec<Listener>, LearnError> {
+        pace.wait().await;
+        let began = tokio::time::Instant::now();
+        let body = self.admin.get_text(Endpoint::ConfigDump, path, DUMP_LIMIT).await;
+        pace.took(began);
+        Ok(dumped_listeners(&body?)?)
+    }
+}
+
+/// Spaces a series of admin calls: each begins no sooner than [`PACE`]
+/// times the last one's time after it ended.
+#[derive(Default)]
+struct Pace(Option<tokio::time::Instant>);
+
+impl Pace {
+    async fn wait(&self) {
+        if let Some(next) = self.0 {
+            tokio::time::sleep_until(next).await;
+        }
+    }
+
+    fn took(&mut self, began: tokio::time::Instant) {
+        let now = tokio::time::Instant::now();
+        self.0 = Some(now + now.duration_since(began) * PACE);
     }
 }
 
@@ -76,59 +220,92 @@ impl Drop for Inbound {
 
 impl Traffic for Inbound {
     async fn learn(&mut self) -> String {
-        let words = self.select_listeners().await;
-        self.counts.want_inbound(Some(&filter(&self.counted)));
-        words
+        if self.generation == 0 {
+            self.relearn().await;
+        }
+        self.words.clone()
     }
 
-    async fn inbound_total(&mut self) -> Result<u64, TrafficError> {
+    async fn arrivals(&mut self) -> Result<Arrivals, TrafficError> {
+        let retry = self.retry_at.is_some_and(|at| tokio::time::Instant::now() >= at);
+        if self.generation == 0 || retry {
+            self.relearn().await;
+        }
         let reading = self.counts.read_recent(READ_EVERY).await;
         let body = reading.body?;
-        Ok(total(&body, &self.counted, &self.ignored_ports))
+        let (total, changes) = total(&body, &self.counted, &self.ignored_ports);
+        let arrivals = Arrivals {
+            total,
+            generation: self.generation,
+        };
+        match self.changes {
+            None => self.changes = Some(changes),
+            Some(seen) if seen != changes => {
+                // Envoy's listeners changed: learn them again. This read's
+                // total is of the old ones; the next has a new generation.
+                let words = std::mem::take(&mut self.words);
+                self.relearn().await;
+                if self.words != words {
+                    tracing::info!("drain wait: Envoy's listeners changed; counting {}", self.words);
+                }
+            }
+            Some(_) => {}
+        }
+        Ok(arrivals)
+    }
+
+    async fn fail_health_checks(&mut self) -> Result<(), TrafficError> {
+        let call = self.admin.post(Endpoint::HealthcheckFail, "/healthcheck/fail").await;
+        call.map(drop).map_err(|e| TrafficError(control_error(e)))
     }
 }
 
-impl Inbound {
-    /// Reads which listeners count from Envoy's listener dumps; says which.
-    async fn select_listeners(&mut self) -> String {
-        let mut listeners = Vec::new();
-        for path in [STATIC_DUMP, DYNAMIC_DUMP] {
-            match self.admin.get_text(Endpoint::ConfigDump, path, DUMP_LIMIT).await {
-                Ok(body) => match dumped_listeners(&body) {
-                    Ok(found) => listeners.extend(found),
-                    Err(why) => return self.every(&format!("Envoy's listener dump: {why}")),
-                },
-                Err(e) => return self.every(&e.to_string()),
+/// What is counted, and in words.
+pub(crate) fn choose(listeners: &[Listener], scope: DrainScope, ignored_ports: &[u16]) -> (Counted, String) {
+    let (selection, skipped) = select(listeners, scope, ignored_ports);
+    if selection.listeners.is_empty() {
+        let why = match scope {
+            DrainScope::Inbound => "no listener has traffic_direction INBOUND",
+            DrainScope::All => "Envoy has no listener",
+        };
+        return (Counted::Every, every_words(why));
+    }
+    let mut words = format!("listeners {}", selection.listeners.join(", "));
+    if !skipped.is_empty() {
+        words.push_str(&format!(" (not counted: {})", skipped.join(", ")));
+    }
+    (Counted::Chosen(selection), words)
+}
+
+fn every_words(why: &str) -> String {
+    format!("every listener but the admin, internal and ignored-port ones (cannot tell inbound ones: {why})")
+}
+
+/// The regex of the lines [`total`] reads: each counted manager's and
+/// proxy's, the listener manager's changes; with no selection, every
+/// listener's new connections and completed requests.
+pub(crate) fn filter(counted: &Counted) -> String {
+    let mut parts = Vec::new();
+    match counted {
+        Counted::Chosen(s) => {
+            let any = |names: &[String]| names.iter().map(|n| regex_escape(n)).collect::<Vec<_>>().join("|");
+            if !s.http.is_empty() {
+                parts.push(format!(
+                    r"http\.({})\.(downstream_rq_total|tracing\.health_check)",
+                    any(&s.http)
+                ));
+            }
+            if !s.tcp.is_empty() {
+                parts.push(format!(r"tcp\.({})\.downstream_cx_total", any(&s.tcp)));
+            }
+            if !s.bare.is_empty() {
+                parts.push(format!(r"listener\.({})\.downstream_cx_total", any(&s.bare)));
             }
         }
-        let (counted, skipped) = select(&listeners, self.scope, &self.ignored_ports);
-        if counted.is_empty() {
-            return self.every("no listener has traffic_direction INBOUND");
-        }
-        let words = format!("listeners {}", counted.join(", "));
-        self.counted = Counted::Named(counted);
-        match skipped.is_empty() {
-            true => words,
-            false => format!("{words} (not counted: {})", skipped.join(", ")),
-        }
+        Counted::Every => parts.push(r"listener\.(.+)\.(downstream_cx_total|http\..+\.downstream_rq_completed)".into()),
     }
-
-    fn every(&mut self, why: &str) -> String {
-        self.counted = Counted::Every;
-        format!("every listener but the admin, internal and ignored-port ones (cannot tell inbound ones: {why})")
-    }
-}
-
-/// The regex of the lines [`total`] reads: each counted listener's new
-/// connections and its HTTP managers' completed requests, so Envoy's
-/// answer grows by a few lines per inbound listener, not per listener and
-/// worker; with no list, every listener's.
-pub(crate) fn filter(counted: &Counted) -> String {
-    let names = match counted {
-        Counted::Named(names) => names.iter().map(|n| regex_escape(n)).collect::<Vec<_>>().join("|"),
-        Counted::Every => ".+".to_owned(),
-    };
-    format!("^listener\\.({names})\\.(downstream_cx_total|http\\..+\\.downstream_rq_completed)$")
+    parts.push(CHANGES.into());
+    format!("^({})$", parts.join("|"))
 }
 
 /// `text` matched literally by a regex.
@@ -144,12 +321,25 @@ fn regex_escape(text: &str) -> String {
 }
 
 /// A listener as the dump shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Listener {
+    pub(crate) name: String,
     /// Its name in stats (`listener.<this>.…`), when it can be known.
     pub(crate) stat_name: Option<String>,
     pub(crate) inbound: bool,
     pub(crate) port: Option<u16>,
+    /// Its HTTP connection managers' and TCP proxies' stat prefixes.
+    pub(crate) http: Vec<String>,
+    pub(crate) tcp: Vec<String>,
+}
+
+/// Why the listeners could not be learned.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LearnError {
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    #[error("Envoy's listener dump: {0}")]
+    Dump(#[from] DumpError),
 }
 
 /// Why Envoy's listener dump cannot be read.
@@ -161,7 +351,8 @@ pub(crate) enum DumpError {
     Configs,
 }
 
-/// The listeners of a masked `/config_dump` answer (static or dynamic).
+/// The listeners of a `/config_dump` answer (static or dynamic, masked or
+/// whole; a dynamic one masked to its name has only its name).
 pub(crate) fn dumped_listeners(body: &str) -> Result<Vec<Listener>, DumpError> {
     let dump: Json = serde_json::from_str(body)?;
     let configs = match dump.get("configs") {
@@ -171,12 +362,18 @@ pub(crate) fn dumped_listeners(body: &str) -> Result<Vec<Listener>, DumpError> {
     };
     let mut out = Vec::new();
     for config in configs {
-        // Static: {"listener": {...}}; dynamic: {"active_state": {"listener": {...}}}.
+        // Static: {"listener": {...}}; dynamic: {"name": ..., "active_state": {"listener": {...}}}.
         let listener = config
             .get("listener")
             .or_else(|| config.get("active_state").and_then(|a| a.get("listener")));
-        let Some(listener) = listener else { continue };
-        out.push(listener_of(listener));
+        match (listener, config.get("name").and_then(Json::as_str)) {
+            (Some(listener), _) => out.push(listener_of(listener)),
+            (None, Some(name)) if !name.is_empty() => out.push(Listener {
+                name: name.to_owned(),
+                ..Listener::default()
+            }),
+            (None, _) => {}
+        }
     }
     Ok(out)
 }
@@ -191,82 +388,138 @@ fn listener_of(l: &Json) -> Listener {
         .and_then(|p| u16::try_from(p).ok());
     let ip = text(socket.and_then(|s| s.get("address"))).and_then(|a| a.parse::<IpAddr>().ok());
     let internal = address.and_then(|a| a.get("envoy_internal_address")).is_some();
+    let name = text(l.get("name")).unwrap_or_default();
     let stat_name = text(l.get("stat_prefix")).or_else(|| match (ip, port) {
         (Some(IpAddr::V4(ip)), Some(port)) => Some(format!("{ip}_{port}")),
         (Some(IpAddr::V6(ip)), Some(port)) => Some(format!("[{}]_{port}", ip.to_string().replace(':', "_"))),
-        _ if internal => text(l.get("name")).map(|name| format!("envoy_internal_{name}")),
+        _ if internal && !name.is_empty() => Some(format!("envoy_internal_{name}")),
         _ => None,
     });
-    Listener {
+    let mut listener = Listener {
+        name,
         stat_name,
         inbound: l.get("traffic_direction").and_then(Json::as_str) == Some("INBOUND"),
         port,
+        http: Vec::new(),
+        tcp: Vec::new(),
+    };
+    let chains = l.get("filter_chains").and_then(Json::as_array).into_iter().flatten();
+    for chain in chains.chain(l.get("default_filter_chain")) {
+        for filter in chain.get("filters").and_then(Json::as_array).into_iter().flatten() {
+            let config = filter.get("typed_config");
+            let kind = text(config.and_then(|c| c.get("@type"))).unwrap_or_default();
+            let Some(prefix) = text(config.and_then(|c| c.get("stat_prefix"))) else {
+                continue;
+            };
+            if kind.ends_with(".HttpConnectionManager") {
+                listener.http.push(prefix);
+            } else if kind.ends_with(".TcpProxy") {
+                listener.tcp.push(prefix);
+            }
+        }
     }
+    listener
 }
 
-/// The listeners whose traffic counts under `scope` (their stat names),
-/// and those left out though inbound (as words).
-pub(crate) fn select(listeners: &[Listener], scope: DrainScope, ignored_ports: &[u16]) -> (Vec<String>, Vec<String>) {
-    let mut counted = Vec::new();
+/// The listeners whose traffic counts under `scope`, and those left out
+/// though wanted (as words).
+pub(crate) fn select(listeners: &[Listener], scope: DrainScope, ignored_ports: &[u16]) -> (Selection, Vec<String>) {
+    let mut s = Selection::default();
     let mut skipped = Vec::new();
     for l in listeners {
         let wanted = scope == DrainScope::All || l.inbound;
         let ignored = l.port.is_some_and(|p| ignored_ports.contains(&p));
-        match (&l.stat_name, wanted && !ignored) {
-            (Some(name), true) => counted.push(name.clone()),
-            (None, true) => skipped.push(format!("one on port {:?} without a stat name", l.port)),
-            _ => {}
+        if !wanted || ignored {
+            continue;
+        }
+        let Some(stat_name) = &l.stat_name else {
+            skipped.push(format!("{} on port {:?}, without a stat name", l.name, l.port));
+            continue;
+        };
+        s.listeners.push(stat_name.clone());
+        s.http.extend(l.http.iter().cloned());
+        s.tcp.extend(l.tcp.iter().cloned());
+        if l.http.is_empty() && l.tcp.is_empty() {
+            s.bare.push(stat_name.clone());
         }
     }
-    counted.sort();
-    counted.dedup();
-    (counted, skipped)
+    for names in [&mut s.listeners, &mut s.http, &mut s.tcp, &mut s.bare] {
+        names.sort();
+        names.dedup();
+    }
+    (s, skipped)
 }
 
-/// The sum of new connections and completed requests over the counted
-/// listeners, in an answer to [`crate::envoy::counts::COUNTS_STATS`]. Per-worker lines repeat
-/// their listener's and are left out; values that are not numbers are too.
-pub(crate) fn total(body: &str, counted: &Counted, ignored_ports: &[u16]) -> u64 {
-    let mut sum = 0u64;
+/// The arrivals on the counted listeners in an answer to the counts read,
+/// and the listener manager's change count. Values that are not numbers
+/// are left out.
+pub(crate) fn total(body: &str, counted: &Counted, ignored_ports: &[u16]) -> (u64, u64) {
+    let (mut plus, mut minus, mut changes) = (0u64, 0u64, 0u64);
     for line in lines(body) {
         let Value::Number(n) = line.value else { continue };
-        let Some(rest) = line.name.strip_prefix("listener.") else {
-            continue;
-        };
-        let listener = if let Some(l) = rest.strip_suffix(".downstream_cx_total") {
-            l
-        } else if let Some((l, _)) = rest
-            .strip_suffix(".downstream_rq_completed")
-            .and_then(|r| r.split_once(".http."))
-        {
-            l
+        let name = line.name;
+        let sum = if name.starts_with("listener_manager.listener_") {
+            Some(&mut changes)
         } else {
-            continue;
+            match counted {
+                Counted::Chosen(s) => chosen_line(name, s).map(|health_check| match health_check {
+                    true => &mut minus,
+                    false => &mut plus,
+                }),
+                Counted::Every => every_line(name, ignored_ports).then_some(&mut plus),
+            }
         };
-        // Envoy names every listener; the filter it is asked for matches a
-        // name of one character or more, and so does this.
-        if listener.is_empty() {
-            continue;
-        }
-        let counts = match counted {
-            Counted::Named(names) => names.iter().any(|n| n == listener),
-            Counted::Every => every_counts(listener, ignored_ports),
-        };
-        if counts {
-            sum = sum.saturating_add(n);
+        if let Some(sum) = sum {
+            *sum = sum.saturating_add(n);
         }
     }
-    sum
+    (plus.saturating_sub(minus), changes)
 }
 
-/// With no list: a listener counts unless it is the admin's, internal,
-/// per-thread or on an ignored port.
-fn every_counts(listener: &str, ignored_ports: &[u16]) -> bool {
+/// Whether a line counts for `s`: Some(true) for health checks (subtracted),
+/// Some(false) for arrivals.
+fn chosen_line(name: &str, s: &Selection) -> Option<bool> {
+    let of = |names: &[String], rest: &str| names.iter().any(|n| n == rest);
+    if let Some(rest) = name.strip_prefix("http.") {
+        if let Some(p) = rest.strip_suffix(".downstream_rq_total") {
+            return of(&s.http, p).then_some(false);
+        }
+        if let Some(p) = rest.strip_suffix(".tracing.health_check") {
+            return of(&s.http, p).then_some(true);
+        }
+        return None;
+    }
+    let (names, rest) = match name.split_once('.') {
+        Some(("tcp", rest)) => (&s.tcp, rest),
+        Some(("listener", rest)) => (&s.bare, rest),
+        _ => return None,
+    };
+    let rest = rest.strip_suffix(".downstream_cx_total")?;
+    of(names, rest).then_some(false)
+}
+
+/// With no selection: a listener's new connections and completed requests
+/// count unless it is the admin's, internal, per-thread or on an ignored port.
+fn every_line(name: &str, ignored_ports: &[u16]) -> bool {
+    let Some(rest) = name.strip_prefix("listener.") else {
+        return false;
+    };
+    let listener = if let Some(l) = rest.strip_suffix(".downstream_cx_total") {
+        l
+    } else if let Some((l, _)) = rest
+        .strip_suffix(".downstream_rq_completed")
+        .and_then(|r| r.split_once(".http."))
+    {
+        l
+    } else {
+        return false;
+    };
     let per_thread = listener
         .rsplit_once('.')
         .is_some_and(|(_, last)| last.starts_with("worker_") || last == "main_thread");
     let port = listener.rsplit_once('_').and_then(|(_, p)| p.parse::<u16>().ok());
-    !(per_thread
+    !(listener.is_empty()
+        || per_thread
         || listener == "admin"
         || listener.starts_with("envoy_internal_")
         || port.is_some_and(|p| ignored_ports.contains(&p)))
@@ -276,11 +529,15 @@ fn every_counts(listener: &str, ignored_ports: &[u16]) -> bool {
 mod tests {
     use super::*;
 
-    /// Captured from Envoy 1.40 (config/envoy-bootstrap.yaml, three requests
-    /// on the inbound listener).
+    /// Captured from Envoy 1.40 (config/envoy-bootstrap.yaml): three
+    /// requests on the inbound listener, one of them a load balancer's
+    /// check the `health_check` filter recognised.
     const STATS: &str = "\
+http.inbound_http.downstream_rq_total: 3
+http.inbound_http.tracing.health_check: 1
+http.status.downstream_rq_total: 41
 listener.0.0.0.0_15006.downstream_cx_total: 3
-listener.0.0.0.0_15006.http.inbound_http.downstream_rq_completed: 3
+listener.0.0.0.0_15006.http.inbound_http.downstream_rq_completed: 2
 listener.0.0.0.0_15006.worker_0.downstream_cx_total: 3
 listener.0.0.0.0_15021.downstream_cx_total: 40
 listener.0.0.0.0_15021.http.status.downstream_rq_completed: 41
@@ -288,41 +545,94 @@ listener.127.0.0.1_15001.downstream_cx_total: 9
 listener.admin.downstream_cx_total: 1
 listener.admin.http.admin.downstream_rq_completed: 1
 listener.admin.main_thread.downstream_cx_total: 1
+listener_manager.listener_added: 4
 ";
 
     /// The masked static dump of config/envoy-bootstrap.yaml, as Envoy 1.40
     /// answers it (shortened to three listeners, one of them outbound).
     const STATIC: &str = r#"{"configs":[
  {"@type":"type.googleapis.com/envoy.admin.v3.ListenersConfigDump.StaticListener",
-  "listener":{"name":"status","address":{"socket_address":{"address":"0.0.0.0","port_value":15021}}}},
+  "listener":{"name":"status","address":{"socket_address":{"address":"0.0.0.0","port_value":15021}},
+   "filter_chains":[{"filters":[{"name":"envoy.filters.network.http_connection_manager","typed_config":{
+    "@type":"type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+    "stat_prefix":"status"}}]}]}},
  {"@type":"type.googleapis.com/envoy.admin.v3.ListenersConfigDump.StaticListener",
-  "listener":{"name":"outbound","address":{"socket_address":{"address":"127.0.0.1","port_value":15001}},"traffic_direction":"OUTBOUND"}},
+  "listener":{"name":"outbound","address":{"socket_address":{"address":"127.0.0.1","port_value":15001}},"traffic_direction":"OUTBOUND",
+   "filter_chains":[{"filters":[{"name":"envoy.filters.network.tcp_proxy","typed_config":{
+    "@type":"type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy","stat_prefix":"out"}}]}]}},
  {"@type":"type.googleapis.com/envoy.admin.v3.ListenersConfigDump.StaticListener",
-  "listener":{"name":"inbound","address":{"socket_address":{"address":"0.0.0.0","port_value":15006}},"traffic_direction":"INBOUND"}}]}"#;
+  "listener":{"name":"inbound","address":{"socket_address":{"address":"0.0.0.0","port_value":15006}},"traffic_direction":"INBOUND",
+   "filter_chains":[{"filters":[{"name":"envoy.filters.network.http_connection_manager","typed_config":{
+    "@type":"type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+    "stat_prefix":"inbound_http"}}]}]}}]}"#;
+
+    fn chosen(listeners: &[Listener], scope: DrainScope) -> Selection {
+        match choose(listeners, scope, &[15021, 15090]).0 {
+            Counted::Chosen(s) => s,
+            Counted::Every => panic!("nothing chosen"),
+        }
+    }
 
     #[test]
-    fn the_inbound_listeners_of_the_dump_are_counted_once_each() {
+    fn requests_count_at_arrival_and_the_load_balancers_checks_do_not() {
         let listeners = dumped_listeners(STATIC).unwrap();
-        let (counted, skipped) = select(&listeners, DrainScope::Inbound, &[15021, 15090]);
-        assert_eq!(counted, ["0.0.0.0_15006"]);
-        assert!(skipped.is_empty());
-        assert_eq!(total(STATS, &Counted::Named(counted), &[]), 6);
+        let s = chosen(&listeners, DrainScope::Inbound);
+        assert_eq!(s.listeners, ["0.0.0.0_15006"]);
+        assert_eq!(
+            (s.http.as_slice(), s.tcp.len(), s.bare.len()),
+            (&["inbound_http".to_owned()][..], 0, 0)
+        );
+        // 3 arrived, 1 was a check: 2 requests; the listener manager's count rides along.
+        assert_eq!(total(STATS, &Counted::Chosen(s.clone()), &[]), (2, 4));
         // The gateway scope: every listener but the ignored ports.
-        let (all, _) = select(&listeners, DrainScope::All, &[15021, 15090]);
-        assert_eq!(all, ["0.0.0.0_15006", "127.0.0.1_15001"]);
+        let all = chosen(&listeners, DrainScope::All);
+        assert_eq!(all.listeners, ["0.0.0.0_15006", "127.0.0.1_15001"]);
+        assert_eq!(all.tcp, ["out"]);
+        let stats = format!("{STATS}tcp.out.downstream_cx_total: 5\n");
+        assert_eq!(total(&stats, &Counted::Chosen(all), &[]).0, 2 + 5);
     }
 
     #[test]
-    fn without_a_list_every_listener_counts_but_admin_workers_and_ignored_ports() {
-        assert_eq!(total(STATS, &Counted::Every, &[15021, 15090]), 3 + 3 + 9);
-        assert_eq!(total(STATS, &Counted::Every, &[]), 3 + 3 + 40 + 41 + 9);
+    fn without_a_selection_every_listener_counts_but_admin_workers_and_ignored_ports() {
+        assert_eq!(total(STATS, &Counted::Every, &[15021, 15090]).0, 3 + 2 + 9);
+        assert_eq!(total(STATS, &Counted::Every, &[]).0, 3 + 2 + 40 + 41 + 9);
     }
 
     #[test]
-    fn dynamic_ipv6_internal_and_prefixed_listeners_get_their_stat_names() {
+    fn dynamic_listeners_are_named_then_read_whole() {
+        let names = r#"{"configs":[{"name":"virtualInbound"},{"name":"outbound_x"}]}"#;
+        let named = dumped_listeners(names).unwrap();
+        assert_eq!(
+            named.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+            ["virtualInbound", "outbound_x"]
+        );
+        assert!(named.iter().all(|l| l.stat_name.is_none()));
+        // Istio's virtualInbound: an HTTP chain and a TCP passthrough chain.
+        let whole = r#"{"configs":[{"name":"virtualInbound","active_state":{"listener":{"name":"virtualInbound",
+          "address":{"socket_address":{"address":"::","port_value":15006}},"traffic_direction":"INBOUND",
+          "filter_chains":[
+            {"filters":[{"name":"envoy.filters.network.http_connection_manager","typed_config":{
+              "@type":"type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+              "stat_prefix":"inbound_0.0.0.0_8080"}}]},
+            {"filters":[{"name":"envoy.filters.network.tcp_proxy","typed_config":{
+              "@type":"type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+              "stat_prefix":"InboundPassthroughCluster"}}]}]}}}]}"#;
+        let s = chosen(&dumped_listeners(whole).unwrap(), DrainScope::Inbound);
+        assert_eq!(s.listeners, ["[__]_15006"]);
+        let stats = "http.inbound_0.0.0.0_8080.downstream_rq_total: 7\n\
+                     http.inbound_0.0.0.0_8080.tracing.health_check: 2\n\
+                     tcp.InboundPassthroughCluster.downstream_cx_total: 3\n\
+                     listener.[__]_15006.downstream_cx_total: 10\n";
+        assert_eq!(
+            total(stats, &Counted::Chosen(s), &[]).0,
+            5 + 3,
+            "the listener's own connections are not counted twice"
+        );
+    }
+
+    #[test]
+    fn ipv6_internal_prefixed_and_filterless_listeners() {
         let dynamic = r#"{"configs":[
-          {"name":"virtualInbound","active_state":{"listener":{"name":"virtualInbound",
-            "address":{"socket_address":{"address":"::","port_value":15006}},"traffic_direction":"INBOUND"}}},
           {"name":"v6","active_state":{"listener":{"name":"v6",
             "address":{"socket_address":{"address":"::1","port_value":8443}},"traffic_direction":"INBOUND"}}},
           {"name":"tagged","active_state":{"listener":{"name":"tagged","stat_prefix":"web",
@@ -331,11 +641,20 @@ listener.admin.main_thread.downstream_cx_total: 1
             "address":{"envoy_internal_address":{"server_listener_name":"inner"}},"traffic_direction":"INBOUND"}}},
           {"name":"warming-only","warming_state":{}}]}"#;
         let listeners = dumped_listeners(dynamic).unwrap();
-        let names: Vec<_> = listeners.iter().map(|l| l.stat_name.clone().unwrap()).collect();
-        assert_eq!(names, ["[__]_15006", "[__1]_8443", "web", "envoy_internal_inner"]);
-        let stats = "listener.[__]_15006.downstream_cx_total: 2\nlistener.web.http.web.downstream_rq_completed: 5\n";
-        let (counted, _) = select(&listeners, DrainScope::Inbound, &[]);
-        assert_eq!(total(stats, &Counted::Named(counted), &[]), 7);
+        let names: Vec<_> = listeners.iter().map(|l| l.stat_name.clone()).collect();
+        assert_eq!(
+            names,
+            [
+                Some("[__1]_8443".into()),
+                Some("web".into()),
+                Some("envoy_internal_inner".into()),
+                None
+            ]
+        );
+        let s = chosen(&listeners, DrainScope::Inbound);
+        assert_eq!(s.bare, ["[__1]_8443", "envoy_internal_inner", "web"]);
+        let stats = "listener.[__1]_8443.downstream_cx_total: 2\nlistener.web.downstream_cx_total: 5\n";
+        assert_eq!(total(stats, &Counted::Chosen(s), &[]).0, 7);
     }
 
     /// Found by fuzzing (fuzz/fuzz_targets/inbound.rs): a line of no
@@ -344,22 +663,41 @@ listener.admin.main_thread.downstream_cx_total: 1
     #[test]
     fn a_line_without_a_listener_name_is_not_counted() {
         let stats = "listener..downstream_cx_total: 40\nlistener..http.x.downstream_rq_completed: 2\n";
-        assert_eq!(total(stats, &Counted::Every, &[]), 0);
-        assert_eq!(total(stats, &Counted::Named(vec![String::new()]), &[]), 0);
-    }
-
-    #[test]
-    fn the_filter_names_each_counted_listener_literally() {
-        let named = Counted::Named(vec!["0.0.0.0_15006".into(), "[__1]_8443".into()]);
+        assert_eq!(total(stats, &Counted::Every, &[]).0, 0);
+        let s = Selection {
+            bare: vec![String::new()],
+            ..Selection::default()
+        };
         assert_eq!(
-            filter(&named),
-            r"^listener\.(0\.0\.0\.0_15006|\[__1\]_8443)\.(downstream_cx_total|http\..+\.downstream_rq_completed)$"
+            total(stats, &Counted::Chosen(s), &[]).0,
+            40,
+            "named literally: the empty name's own line"
         );
-        assert!(filter(&Counted::Every).starts_with(r"^listener\.(.+)\."));
     }
 
     #[test]
-    fn an_empty_dump_has_no_listener_and_garbage_is_an_error() {
+    fn the_filter_names_each_counted_prefix_literally() {
+        let s = Selection {
+            listeners: vec!["[__1]_8443".into()],
+            http: vec!["inbound_0.0.0.0_8080".into()],
+            tcp: vec![],
+            bare: vec!["[__1]_8443".into()],
+        };
+        assert_eq!(
+            filter(&Counted::Chosen(s)),
+            r"^(http\.(inbound_0\.0\.0\.0_8080)\.(downstream_rq_total|tracing\.health_check)|listener\.(\[__1\]_8443)\.downstream_cx_total|listener_manager\.listener_(added|modified|removed))$"
+        );
+        assert!(filter(&Counted::Every).starts_with(r"^(listener\.(.+)\."));
+    }
+
+    #[test]
+    fn no_inbound_listener_or_garbage_counts_every_listener_and_says_why() {
+        let (counted, words) = choose(&[], DrainScope::Inbound, &[]);
+        assert_eq!(counted, Counted::Every);
+        assert!(
+            words.ends_with("(cannot tell inbound ones: no listener has traffic_direction INBOUND)"),
+            "{words}"
+        );
         assert_eq!(dumped_listeners("{}").unwrap(), []);
         assert!(dumped_listeners("not json")
             .unwrap_err()
@@ -367,6 +705,9 @@ listener.admin.main_thread.downstream_cx_total: 1
             .starts_with("not JSON"));
         assert!(dumped_listeners(r#"{"configs":3}"#).is_err());
         // Values that are not numbers are left out.
-        assert_eq!(total("listener.a_1.downstream_cx_total: x\n", &Counted::Every, &[]), 0);
+        assert_eq!(
+            total("listener.a_1.downstream_cx_total: x\n", &Counted::Every, &[]).0,
+            0
+        );
     }
 }

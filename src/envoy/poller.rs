@@ -282,6 +282,10 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
         if previous.text() != current.text() || (was_stale && ready) {
             if ready {
                 tracing::info!("Envoy is ready");
+            } else if self.readiness.is_draining() {
+                // The drain made Envoy fail its health checks (its /ready
+                // then says DRAINING): news, not a fault.
+                tracing::info!(reason = current.text(), "Envoy is not ready (the drain has begun)");
             } else {
                 tracing::warn!(reason = current.text(), "Envoy is NOT ready");
             }

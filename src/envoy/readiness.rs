@@ -178,7 +178,6 @@ impl Readiness {
         self.inner.stale_after
     }
 
-    #[cfg(test)]
     /// Whether readiness answers 503 `draining`.
     pub(crate) fn is_draining(&self) -> bool {
         self.inner.drain.borrow().phase.fails_readiness()

