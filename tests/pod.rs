@@ -510,6 +510,20 @@ fn the_outcome_is_read_at_the_stop_not_when_the_drain_time_ran_out() {
     );
 }
 
+/// The proxy's preStop hook `wait-app-exit` told a wrong address for
+/// lifeguard (nothing listens on 127.0.0.1:15999): it cannot start the
+/// drain, and waits for the app on its own.
+fn hook_without_the_agent(pod: &TestPod) -> common::Proc {
+    let args = [
+        "wait-app-exit",
+        "--period",
+        "100ms",
+        "--agent-url",
+        "http://127.0.0.1:15999",
+    ];
+    pod.hook("wait-app-exit", &args)
+}
+
 /// Issue #22, 2: `wait-app-exit` that cannot reach the agent (a wrong
 /// `--agent-url`) still knows the proxy: lifeguard's processes in its own
 /// container and their descendants. Their listeners are never the app's,
@@ -518,19 +532,10 @@ fn the_outcome_is_read_at_the_stop_not_when_the_drain_time_ran_out() {
 fn wait_app_exit_knows_the_proxy_without_the_agent() {
     let mut pod = TestPod::start(&PodSpec::new(
         false,
-        &["--minimum-drain-duration", "5s", "--termination-grace-period", "20s"],
+        &["--minimum-drain-duration", "2s", "--termination-grace-period", "20s"],
     ));
     let app = pod.start_app(AppMode::Pooled, 0.0, "");
-    let mut hook = pod.hook(
-        "wait-app-exit",
-        &[
-            "wait-app-exit",
-            "--period",
-            "100ms",
-            "--agent-url",
-            "http://127.0.0.1:15999",
-        ],
-    );
+    let mut hook = hook_without_the_agent(&pod);
     let out = wait_for("the hook to name the app's listener", Duration::from_secs(10), || {
         let out = hook.output();
         if out.contains("waiting for") && out.contains(":8080 listening") {
@@ -573,13 +578,17 @@ fn wait_app_exit_knows_the_proxy_without_the_agent() {
         app_gone.elapsed()
     );
     assert!(app_gone.elapsed() < PROMPT);
-    // Issue #29, 3: the kubelet's SIGTERM comes once the hook returned (a
-    // native sidecar's). The drain begins with the app already gone: Envoy
-    // stops at once, not after the 5 s minimum.
-    pod.kubelet_sigterm();
+    // Issue #29, 3, and #35: the kubelet's SIGTERM comes once the hook
+    // returned. The app holds no socket, but without a shared process
+    // namespace lifeguard cannot tell an app that exited from one between
+    // two steps of its shutdown (its listener closed, its next call not yet
+    // made): the minimum drain time (2 s here) applies, and the log says
+    // why. (With a shared process namespace the app's processes tell, and
+    // Envoy stops at once: an_app_already_gone_is_recognised_...)
+    let sigterm = pod.kubelet_sigterm();
     let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
-    let after = envoy_gone.duration_since(app_gone);
-    eprintln!("the hook could not reach the agent: Envoy stopped {after:?} after the app exited");
+    let held = envoy_gone.duration_since(sigterm);
+    eprintln!("the hook could not reach the agent, no shared process namespace: SIGTERM -> Envoy stopped {held:?}");
     assert_eq!(
         pod.agent.exit_code(Duration::from_secs(10)),
         0,
@@ -587,8 +596,18 @@ fn wait_app_exit_knows_the_proxy_without_the_agent() {
         pod.agent.output()
     );
     let out = pod.agent.output();
-    assert!(out.contains("the app was already gone when the drain began"), "{out}");
-    assert!(after < PROMPT, "Envoy stopped {after:?} after the app exited");
+    assert!(
+        out.contains(
+            "the minimum drain time applies: the drain began with no app socket and no request in Envoy, \
+             but without a shared process namespace the app's processes cannot be seen"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("already gone"), "{out}");
+    assert!(
+        held >= Duration::from_secs(2) && held < Duration::from_secs(2) + PROMPT,
+        "Envoy stopped {held:?} after SIGTERM, not at the 2 s minimum"
+    );
 }
 
 /// Issue #22, 6: a native sidecar as the kubelet runs it now. The proxy's
@@ -781,4 +800,166 @@ fn in_the_locked_form_the_app_can_neither_drain_nor_stop_the_proxy() {
     assert_eq!(code, 0, "{}", pod.agent.output());
     let (_, failed) = calls(&pod.app_output());
     assert_eq!(failed, 0, "{}", pod.app_output());
+}
+
+/// The sockets a `waiting_on` text names: `2 app sockets (A; B)` → A, B
+/// (an `N more` left out).
+fn named_sockets(text: &str) -> Vec<String> {
+    let Some(at) = text.find(" app socket") else {
+        return Vec::new();
+    };
+    let rest = &text[at..];
+    let (Some(open), Some(close)) = (rest.find('('), rest.find(')')) else {
+        panic!("no list of sockets in {text:?}");
+    };
+    rest[open + 1..close]
+        .split("; ")
+        .filter(|s| !s.ends_with(" more"))
+        .map(String::from)
+        .collect()
+}
+
+/// Whether a socket named by the drain is the app's in this pod: its
+/// listener on 127.0.0.1:8080, a connection it accepted there, or its
+/// call to Envoy's outbound listener. Anything else is Envoy's (its
+/// listeners' connections, its connections to the app or the peer).
+fn is_the_apps(socket: &str) -> bool {
+    socket == "127.0.0.1:8080 listening"
+        || socket.starts_with("127.0.0.1:8080 -> ")
+        || socket.ends_with(&format!(" -> 127.0.0.1:{OUTBOUND}"))
+}
+
+/// Issue #35, 1: behind load balancers. Idle keep-alive connections from
+/// outside the pod, a load of new connections to Envoy's inbound listener
+/// and probes through its status listener while the app finishes and calls
+/// out. `GET /drain`, read over and over, the progress lines and the exit
+/// summary name only the app's sockets, never one of Envoy's, however they
+/// come and go while lifeguard reads. (The app's sockets are told by the
+/// table alone in any pod: only the proxy's descriptors are read. The pod
+/// shares its process namespace so that the app's process holds the drain
+/// while the app is between two steps, whatever the machine's load.)
+#[test]
+fn the_drain_names_only_the_apps_sockets_under_a_load_of_new_connections() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        true,
+        &["--minimum-drain-duration", "500ms", "--termination-grace-period", "20s"],
+    ));
+    let app = pod.start_app(AppMode::Pooled, 3.0, "");
+    let idle = pod.idle_clients(3);
+    let load = Prober::start(&pod.net, INBOUND, "/load", Duration::ZERO);
+    let probes = Prober::start(&pod.net, STATUS, "/healthz/ready", Duration::from_millis(10));
+    wait_for("the load to flow", Duration::from_secs(10), || match load.answered() {
+        n if n >= 20 => Ok(()),
+        n => Err(n),
+    });
+    let watch = DrainWatch::start(&pod.net, Duration::from_millis(5));
+    let app_exit = ExitWatch::new(app, Duration::from_secs(30));
+    let before = load.answered();
+    pod.kubelet_sigterm();
+    app_exit.wait().expect("the app exits");
+    let during = load.answered() - before;
+    load.finish();
+    let code = pod.agent.exit_code(Duration::from_secs(10));
+    let (seen, taken) = watch.finish_counted();
+    let probed = probes.finish();
+    let out = pod.agent.output();
+    let last = summary(&out);
+    let mut named: Vec<String> = seen
+        .iter()
+        .flat_map(|v| [s(v, "waiting_on"), s(v, "waited_on_last")])
+        .chain(
+            out.lines()
+                .filter(|l| l.contains("draining: waiting for"))
+                .map(String::from),
+        )
+        .chain([last.clone()])
+        .flat_map(|text| named_sockets(&text))
+        .collect();
+    named.sort();
+    named.dedup();
+    let envoys: Vec<&String> = named.iter().filter(|s| !is_the_apps(s)).collect();
+    let naming = seen
+        .iter()
+        .filter(|v| named_sockets(&s(v, "waiting_on")).iter().any(|s| !is_the_apps(s)))
+        .count();
+    eprintln!(
+        "under load: {taken} GET /drain answers ({} distinct), {naming} naming a socket not the app's; \
+         {during} new connections answered while the app worked, {probed} probes; sockets named: {named:?}; {last}",
+        seen.len()
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        envoys.is_empty(),
+        "Envoy's sockets named as the app's: {envoys:?}\n{out}"
+    );
+    // It waited on the app's own call out, and the load ran meanwhile.
+    assert!(
+        named.iter().any(|s| s.ends_with(" -> 127.0.0.1:15001")),
+        "{seen:#?}\n{out}\n----- app -----\n{}",
+        pod.app_output()
+    );
+    assert!(during >= 20, "only {during} new connections during the drain");
+    assert!(probed > 0 && taken > 0);
+    drop(idle);
+}
+
+/// Issue #35, 2: the issue's pod: a shared process namespace, idle
+/// keep-alive connections from a client outside the pod, probes through
+/// Envoy's status listener all along (a load balancer's, the kubelet's:
+/// connections Envoy accepts and closes while lifeguard reads the pod),
+/// the proxy's preStop hook `wait-app-exit` not told lifeguard's address,
+/// the minimum drain time 5 s. The kubelet's SIGTERM comes once the hook
+/// saw the app exit: the drain begins with the app gone, and Envoy stops
+/// at once, the log naming the reading that decided it.
+#[test]
+fn an_app_already_gone_is_recognised_with_idle_clients_and_probes() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        true,
+        &["--minimum-drain-duration", "5s", "--termination-grace-period", "20s"],
+    ));
+    let app = pod.start_app(AppMode::Pooled, 0.3, "");
+    let idle = pod.idle_clients(3);
+    let mut hook = hook_without_the_agent(&pod);
+    wait_for("the hook to wait on the app", Duration::from_secs(10), || {
+        let out = hook.output();
+        if out.contains("waiting for") {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    });
+    let probes = Prober::start(&pod.net, STATUS, "/healthz/ready", Duration::from_millis(10));
+    let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
+    let app_exit = ExitWatch::new(app, Duration::from_secs(30));
+    signal(app, libc::SIGTERM);
+    let app_gone = app_exit.wait().expect("the app exits");
+    let hook_code = hook.wait_exit(Duration::from_secs(10)).and_then(|s| s.code());
+    assert_eq!(hook_code, Some(0), "{}", hook.output());
+    let sigterm = pod.kubelet_sigterm();
+    let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
+    let after = envoy_gone.duration_since(app_gone);
+    let code = pod.agent.exit_code(Duration::from_secs(10));
+    let probed = probes.finish();
+    let out = pod.agent.output();
+    let last = summary(&out);
+    eprintln!(
+        "app already gone (shared process namespace, 3 idle clients, {probed} probes): \
+         Envoy stopped {after:?} after the app exited (the hook saw it and the kubelet's SIGTERM \
+         came {:?} after the exit; SIGTERM -> Envoy stopped {:?}); {last}",
+        sigterm.duration_since(app_gone),
+        envoy_gone.duration_since(sigterm)
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(probed > 0, "no probe reached Envoy");
+    assert!(
+        out.contains(
+            "the app was already gone when the drain began (no process left in the app's containers, \
+             the pod sharing its process namespace; no app socket, no request in Envoy)"
+        ),
+        "{out}"
+    );
+    // Nothing was ever waited on: no probe's connection was the app's.
+    assert!(!last.contains("waited_for_last"), "{last}");
+    assert!(after < PROMPT, "Envoy stopped {after:?} after the app exited");
+    drop(idle);
 }

@@ -327,7 +327,13 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             let app_now = self.take_app_read(app_read, now, &mut seen);
             // The count the policy counts, read now (None: unknown now).
             let count_now = match (envoy_now, &app_now) {
-                (Some(n), Some(work)) => Some(n.saturating_add(work.count())),
+                (Some(n), Some(work)) => {
+                    let why = rule.first_reading(&plan, n, work).and_then(|b| b.why_the_minimum());
+                    if let (Some(why), true) = (why, now < rule.min_end) {
+                        tracing::info!("{why}");
+                    }
+                    Some(n.saturating_add(work.count()))
+                }
                 _ => None,
             };
             let awaited = match count_now {

@@ -23,12 +23,60 @@ pub(crate) struct DoneRule {
     /// Since when every read said nothing is left (None: the last read
     /// found work, or failed).
     zero_since: Option<Instant>,
-    /// A read of this drain found something of the app or a request in
-    /// Envoy (`app-exit`): until then the app may already be gone, and the
-    /// minimum drain time, there for load balancers to see the 503 while
-    /// the app still serves, is not waited out.
-    app_seen: bool,
+    /// How an `app-exit` drain began (None until its first reading of both
+    /// Envoy and the app): with the app already gone, the minimum drain
+    /// time, there for load balancers to see the 503 while the app still
+    /// serves, is not waited out.
+    began: Option<Began>,
 }
+
+/// How an `app-exit` drain began, decided once, from its first reading of
+/// both Envoy and the app: that reading is exact (a socket counts only
+/// when held across the read of the proxy's descriptors) and comes after
+/// whatever told lifeguard to drain, so it says the same every time for
+/// the same pod. Later readings do not change it: a moment of the app's
+/// shutdown with nothing open, or a request from a load balancer, says
+/// nothing of how the drain began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Began {
+    /// The app's processes are seen (the pod shares its process namespace)
+    /// and none is left, nor any app socket or request in Envoy: a reading
+    /// that cannot race with the app's last moments, as an exited process
+    /// does not come back.
+    Gone,
+    /// What was there: the app's sockets or processes, requests in Envoy.
+    Here(String),
+    /// No app socket and no request, but the app's processes cannot be
+    /// seen (no shared process namespace): an app that closed its listener
+    /// at SIGTERM and has not yet made its next call looks the same as one
+    /// that exited, so the minimum still applies.
+    Unseen,
+}
+
+impl Began {
+    /// How the drain began, from its first reading: `envoy`, the count the
+    /// policy counts in Envoy; `work`, what the app held.
+    pub(crate) fn from_reading(plan: &Plan, envoy: u64, work: &Work) -> Began {
+        match waiting_on(plan, envoy, Some(work)) {
+            Some(what) => Began::Here(what),
+            None if work.processes_seen => Began::Gone,
+            None => Began::Unseen,
+        }
+    }
+
+    /// Why the minimum drain time applies, for the log (None: it does not).
+    pub(crate) fn why_the_minimum(&self) -> Option<String> {
+        match self {
+            Began::Gone => None,
+            Began::Here(what) => Some(format!("the minimum drain time applies: the drain began with {what}")),
+            Began::Unseen => Some(UNSEEN.to_owned()),
+        }
+    }
+}
+
+/// Why the minimum applies to a drain that began with nothing of the app
+/// in sight.
+const UNSEEN: &str = "the minimum drain time applies: the drain began with no app socket and no request in Envoy, but without a shared process namespace the app's processes cannot be seen: it may be between two steps of its shutdown";
 
 impl DoneRule {
     pub(crate) fn new(plan: &Plan, drain_began: Instant) -> Self {
@@ -41,8 +89,24 @@ impl DoneRule {
             min_end,
             period,
             zero_since: None,
-            app_seen: false,
+            began: None,
         }
+    }
+
+    /// Takes a reading of both Envoy (`envoy`, the count the policy counts
+    /// there) and the app: the first of an `app-exit` drain decides how it
+    /// began, returned that once.
+    pub(crate) fn first_reading(&mut self, plan: &Plan, envoy: u64, work: &Work) -> Option<Began> {
+        if self.policy != DrainUntil::AppExit || self.began.is_some() {
+            return None;
+        }
+        self.began = Some(Began::from_reading(plan, envoy, work));
+        self.began.clone()
+    }
+
+    /// Whether the drain began with the app already gone.
+    fn gone(&self) -> bool {
+        self.began == Some(Began::Gone)
     }
 
     /// Whether the drain is over at `now`, given the count the policy counts
@@ -55,7 +119,6 @@ impl DoneRule {
             Some(0) => self.zero_since.or(Some(read_began)),
             _ => None,
         };
-        self.app_seen |= count_now.is_some_and(|n| n > 0);
         match self.policy {
             DrainUntil::Time => now >= self.min_end,
             // The app may hold nothing for a moment between two steps of
@@ -65,16 +128,16 @@ impl DoneRule {
             // anyway, and the pod's other containers wait on Envoy.
             DrainUntil::AppExit => {
                 let quiet = self.zero_since.is_some_and(|t| now.duration_since(t) >= APP_QUIET);
-                quiet && (now >= self.min_end || !self.app_seen)
+                quiet && (now >= self.min_end || self.gone())
             }
             _ => now >= self.min_end && count_now == Some(0),
         }
     }
 
-    /// Whether the drain ended before its minimum because the app was
+    /// Whether the drain ends before its minimum because the app was
     /// already gone when it began.
     pub(crate) fn floor_waived(&self, now: Instant) -> bool {
-        self.policy == DrainUntil::AppExit && !self.app_seen && now < self.min_end
+        self.gone() && now < self.min_end
     }
 
     /// When the next read may start at the latest: the fixed policy reads
@@ -86,7 +149,7 @@ impl DoneRule {
         match (self.policy, self.zero_since) {
             (DrainUntil::Time, _) => next.min(self.min_end),
             (DrainUntil::AppExit, Some(since)) => {
-                let may_end = (since + APP_QUIET).max(if self.app_seen { self.min_end } else { since });
+                let may_end = (since + APP_QUIET).max(if self.gone() { since } else { self.min_end });
                 next.min(may_end)
             }
             _ => next,
@@ -212,5 +275,6 @@ pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: b
     }
 }
 
-/// Why an `app-exit` drain ended before its minimum time.
-pub(crate) const GONE_BEFORE: &str = "the app was already gone when the drain began (no socket, no process, no request in Envoy): Envoy stops without the minimum drain time";
+/// Why an `app-exit` drain ended before its minimum time, with the reading
+/// that said so.
+pub(crate) const GONE_BEFORE: &str = "the app was already gone when the drain began (no process left in the app's containers, the pod sharing its process namespace; no app socket, no request in Envoy): Envoy stops without the minimum drain time";

@@ -110,8 +110,6 @@ pub(crate) struct AppSocket {
     pub(crate) local: SocketAddr,
     /// None for a listening socket.
     pub(crate) remote: Option<SocketAddr>,
-    /// The owner's pid, when it can be seen.
-    pub(crate) pid: Option<u32>,
 }
 
 impl fmt::Display for AppSocket {
@@ -135,6 +133,9 @@ pub(crate) struct AppProcess {
 pub(crate) struct Work {
     pub(crate) sockets: Vec<AppSocket>,
     pub(crate) processes: Vec<AppProcess>,
+    /// Whether the app's processes were looked at (the pod shares its
+    /// process namespace); otherwise its sockets were the only signal.
+    pub(crate) processes_seen: bool,
 }
 
 impl Work {

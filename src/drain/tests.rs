@@ -488,6 +488,8 @@ async fn the_fixed_policy_reports_connections_while_it_waits() {
 struct FakeApp {
     t0: Instant,
     sockets: Arc<dyn Fn(Duration) -> usize + Send + Sync>,
+    /// The pod shares its process namespace (the app has none left here).
+    processes_seen: bool,
 }
 
 impl AppControl for FakeApp {
@@ -497,11 +499,11 @@ impl AppControl for FakeApp {
         let socket = AppSocket {
             local: "127.0.0.1:41234".parse().unwrap(),
             remote: Some("127.0.0.1:15001".parse().unwrap()),
-            pid: Some(7),
         };
         Ok(Work {
             sockets: vec![socket; n],
             processes: Vec::new(),
+            processes_seen: self.processes_seen,
         })
     }
 }
@@ -511,9 +513,19 @@ fn start_with_app(
     envoy: &FakeEnvoy,
     sockets: impl Fn(Duration) -> usize + Send + Sync + 'static,
 ) -> (tokio::task::JoinHandle<Outcome>, DrainHandle) {
+    start_with_fake_app(plan, envoy, false, sockets)
+}
+
+fn start_with_fake_app(
+    plan: Plan,
+    envoy: &FakeEnvoy,
+    processes_seen: bool,
+    sockets: impl Fn(Duration) -> usize + Send + Sync + 'static,
+) -> (tokio::task::JoinHandle<Outcome>, DrainHandle) {
     let app = FakeApp {
         t0: envoy.0.t0,
         sockets: Arc::new(sockets),
+        processes_seen,
     };
     let (drain, handle) = Drain::new(plan, envoy.clone(), app);
     (tokio::spawn(drain.run()), handle)
@@ -791,10 +803,11 @@ async fn the_progress_says_what_is_awaited_and_the_time_left() {
 #[tokio::test(start_paused = true)]
 async fn app_exit_stops_envoy_at_once_when_the_app_was_gone_before_the_drain() {
     // The app's preStop hook could not reach the agent: the drain begins at
-    // the proxy's SIGTERM, after the app has exited. Nothing is left: no
+    // the proxy's SIGTERM, after the app has exited. Nothing is left, its
+    // processes included (the pod shares its process namespace): no
     // minimum (5 s) to wait out.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
-    let (task, handle) = start_with_app(plan(DrainUntil::AppExit), &envoy, |_| 0);
+    let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
     handle.signal("SIGTERM");
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
@@ -812,6 +825,58 @@ async fn app_exit_waits_out_the_minimum_once_the_app_was_seen() {
     // the minimum applies, as load balancers must see the 503 first.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_app(plan(DrainUntil::AppExit), &envoy, |t| usize::from(t < secs(0.3)));
+    handle.signal("SIGTERM");
+    task.await.unwrap();
+    assert_between(envoy.stops()[0], 5.0, 5.05);
+    assert!(!handle.status().progress.unwrap().contains("already gone"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn app_exit_waives_the_minimum_only_when_the_apps_processes_are_seen_gone() {
+    // Without a shared process namespace, no socket at the first reading
+    // may be an app between two steps of its shutdown (its listener closed
+    // at SIGTERM, its next call not yet made): the minimum applies.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, false, |_| 0);
+    handle.signal("SIGTERM");
+    task.await.unwrap();
+    assert_between(envoy.stops()[0], 5.0, 5.05);
+    assert!(!handle.status().progress.unwrap().contains("already gone"));
+    // ... and with it, an app whose last process has exited is gone.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
+    handle.signal("SIGTERM");
+    task.await.unwrap();
+    assert_between(envoy.stops()[0], 0.1, 0.15);
+    let progress = handle.status().progress.unwrap();
+    assert!(
+        progress.starts_with(
+            "the app was already gone when the drain began (no process left in the app's containers, \
+             the pod sharing its process namespace; no app socket, no request in Envoy)"
+        ),
+        "{progress}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn app_exit_decides_how_the_drain_began_from_its_first_reading_alone() {
+    // Gone at the first reading; a request in Envoy at 0.05-0.1 s (a load
+    // balancer's, to a gone app) does not bring the minimum back: Envoy
+    // stops 100 ms after it, not at 5 s.
+    let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t >= secs(0.05) && t < secs(0.1))));
+    let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
+    handle.signal("SIGTERM");
+    task.await.unwrap();
+    assert_between(envoy.stops()[0], 0.2, 0.25);
+    assert!(handle
+        .status()
+        .progress
+        .unwrap()
+        .starts_with("the app was already gone"));
+    // Here at the first reading, gone from the next: the minimum applies,
+    // whatever the later readings say.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |t| usize::from(t < secs(0.01)));
     handle.signal("SIGTERM");
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);

@@ -7,13 +7,34 @@
 //! admin listener) and lifeguard itself. So:
 //!
 //! - **sockets**: every TCP socket of the namespace (IPv4 and IPv6,
-//!   listening or connected) counts as the app's unless a proxy process owns
-//!   it. A socket whose owner cannot be seen (another container without a
-//!   shared process namespace) is the app's. A socket no process holds any
-//!   more (TIME_WAIT and friends, inode 0) counts for no one. Connections
-//!   to or from the control ports — lifeguard's status port and Envoy's
-//!   admin port — are probes and hook commands, never the app's work; nor
-//!   are sockets on ports the operator leaves out (other sidecars).
+//!   listening or connected) counts as the app's unless the proxy holds
+//!   it. Only the proxy's descriptors are read: whoever else holds a
+//!   socket (the app, unseen without a shared process namespace, where the
+//!   socket table is the only signal) makes it the app's. So that no socket
+//!   of the proxy is ever taken for the app's, even one that comes or goes
+//!   while the pod is read:
+//!   - a socket counts only when the table read **before** the proxy's
+//!     descriptors and the table read **after** them both list it (the
+//!     same inode): its file was open across that read, so a proxy process
+//!     that held it was seen holding it. A connection Envoy accepts, opens
+//!     or closes between two reads is gone from one table, and is left to
+//!     the next scan;
+//!   - the proxy is its **pids**: a socket a proxy process holds is the
+//!     proxy's, whatever the process's name;
+//!   - a connection whose local address is one the proxy **listens on**
+//!     (a listening socket of the same table held by a proxy process, on
+//!     that address or a wildcard) was accepted by the proxy: it is the
+//!     proxy's even when its holder is not seen. The app's own call to
+//!     Envoy's listener has an ephemeral local port, and stays the app's.
+//!
+//!   A socket no process holds any more (TIME_WAIT, and FIN_WAIT, CLOSING
+//!   or LAST_ACK once closed: the kernel shows inode 0) counts for no one:
+//!   its process closed it or exited. A half-closed socket its process
+//!   still holds (CLOSE_WAIT: the peer closed first) is still its holder's.
+//!   Connections to or from the control ports — lifeguard's status port
+//!   and Envoy's admin port — are probes and hook commands, never the
+//!   app's work; nor are sockets on ports the operator leaves out (other
+//!   sidecars).
 //! - **processes**: where the pod shares one process namespace
 //!   (`shareProcessNamespace: true`, seen as PID 1 being the pod's `pause`
 //!   process — `catatonit` in a podman pod — in another cgroup than
@@ -26,12 +47,13 @@
 //! A scan reads `/proc`; it is synchronous and takes a few milliseconds in a
 //! pod, so async callers run it on the blocking pool ([`Watcher::scan`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 
-use procfs::process::Process;
+use procfs::process::{Process, StatFlags};
 
 use crate::drain::{AppControl, AppProcess, AppSocket, Work};
-use crate::pod::sockets::{self, Owner, Socket};
+use crate::pod::sockets::{self, Socket};
 
 /// Why the app cannot be watched here, or a look at it failed.
 #[derive(Debug, thiserror::Error)]
@@ -69,33 +91,48 @@ pub(crate) struct Proxy {
     pub(crate) ignored_ports: Vec<u16>,
 }
 
-/// The app's sockets among `sockets`, by the rules in the module doc.
+/// The app's sockets, by the rules in the module doc: `before` is the
+/// table read before the holders (socket inode → pid, of the proxy's
+/// processes at least) were, `after` the table read after them (what was
+/// held across the holders' read counts).
 pub(crate) fn app_sockets(
-    sockets: &[Socket],
-    owners: &std::collections::HashMap<u64, Owner>,
+    before: &[Socket],
+    holders: &HashMap<u64, u32>,
+    after: &[Socket],
     proxy: &Proxy,
 ) -> Vec<AppSocket> {
-    let mut seen = HashSet::new();
-    sockets
+    let held_after: HashSet<u64> = after.iter().map(|s| s.inode).collect();
+    let proxy_owns = |s: &Socket| holders.get(&s.inode).is_some_and(|pid| proxy.pids.contains(pid));
+    let proxy_listens: Vec<SocketAddr> = before
         .iter()
-        .filter(|s| s.inode != 0 && seen.insert(s.inode))
+        .filter(|s| s.listening && proxy_owns(s))
+        .map(|s| s.local)
+        .collect();
+    let accepted_by_proxy = |s: &Socket| !s.listening && proxy_listens.iter().any(|l| accepts(*l, s.local));
+    let control = |port: u16| proxy.control_ports.contains(&port);
+    let mut seen = HashSet::new();
+    before
+        .iter()
+        .filter(|s| s.inode != 0 && held_after.contains(&s.inode) && seen.insert(s.inode))
         .filter(|s| !proxy.ignored_ports.contains(&s.local.port()))
-        .filter(|s| {
-            let control = |port: u16| proxy.control_ports.contains(&port);
-            !(control(s.local.port()) || (!s.listening && control(s.remote.port())))
-        })
-        .filter_map(|s| {
-            let pid = owners.get(&s.inode).map(|o| o.pid);
-            if pid.is_some_and(|p| proxy.pids.contains(&p)) {
-                return None;
-            }
-            Some(AppSocket {
-                local: s.local,
-                remote: (!s.listening).then_some(s.remote),
-                pid,
-            })
+        .filter(|s| !(control(s.local.port()) || (!s.listening && control(s.remote.port()))))
+        .filter(|s| !proxy_owns(s) && !accepted_by_proxy(s))
+        .map(|s| AppSocket {
+            local: s.local,
+            remote: (!s.listening).then_some(s.remote),
         })
         .collect()
+}
+
+/// Whether a socket listening on `listener` accepts connections to
+/// `local`: the same port, and the same address or a wildcard one (an
+/// IPv4 peer of a dual-stack listener shows as `::ffff:a.b.c.d`).
+fn accepts(listener: SocketAddr, local: SocketAddr) -> bool {
+    let ip = |a: SocketAddr| match a.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    listener.port() == local.port() && (listener.ip().is_unspecified() || ip(listener) == ip(local))
 }
 
 /// Whether this process shares the pod's process namespace: PID 1 is the
@@ -116,8 +153,8 @@ fn cgroup_of(pid: i32) -> Option<Vec<String>> {
 }
 
 /// Processes of the app's containers: every process in another cgroup than
-/// ours, but PID 1 (pause) and the proxy's. Zombies have exited (only
-/// their parent's wait is missing) and do not count.
+/// ours, but PID 1 (pause) and the proxy's, and but those that have exited
+/// or begun to ([`still_running`]).
 pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
     let Some(ours) = cgroup_of(std::process::id() as i32) else {
         return Vec::new();
@@ -131,7 +168,7 @@ pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
         .filter(|p| cgroup_of(p.pid).is_some_and(|c| c != ours))
         .filter_map(|p| {
             let stat = p.stat().ok()?;
-            (!matches!(stat.state, 'Z' | 'X')).then_some(AppProcess {
+            still_running(stat.state, stat.flags).then_some(AppProcess {
                 pid: p.pid as u32,
                 name: stat.comm,
             })
@@ -139,6 +176,16 @@ pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
         .collect();
     out.sort_by_key(|p| p.pid);
     out
+}
+
+/// Whether a process, by its `/proc/<pid>/stat` state and flags, still
+/// runs. A zombie has exited (only its parent's wait is missing); a process
+/// that has begun to exit (`PF_EXITING`, never cleared) is closing its
+/// files and has left its cgroup for the root one, so it would otherwise
+/// look like a process of another container: a hook of the proxy's own
+/// container was named an app process in its last moments.
+fn still_running(state: char, flags: u32) -> bool {
+    !matches!(state, 'Z' | 'X') && flags & StatFlags::PF_EXITING.bits() == 0
 }
 
 /// The kernel's initial PID namespace, as `/proc/self/ns/pid` names it
@@ -209,30 +256,43 @@ pub(crate) fn own_proxy_processes() -> Vec<u32> {
 /// The pid that owns a listening socket on `port` in this namespace.
 pub(crate) fn listener_owner(port: u16) -> Option<u32> {
     let sockets = sockets::sockets().ok()?;
-    let owners = sockets::owners();
+    listening_on(&sockets, &sockets::holders(None), port)
+}
+
+/// The pid holding a socket of `sockets` listening on `port`.
+fn listening_on(sockets: &[Socket], holders: &HashMap<u64, u32>, port: u16) -> Option<u32> {
     sockets
         .iter()
         .filter(|s| s.listening && s.local.port() == port)
-        .find_map(|s| owners.get(&s.inode).map(|o| o.pid))
+        .find_map(|s| holders.get(&s.inode).copied())
 }
 
 /// Scans the app's work, with the process rule when `processes` is set.
-/// With `envoy_admin_port`, the process that owns that listener is the
-/// proxy's too (an Envoy lifeguard did not launch).
+/// Only the proxy's descriptors are read: who else holds a socket does not
+/// matter. With `envoy_admin_port`, the process that owns that listener is
+/// the proxy's too (an Envoy lifeguard did not launch: every process is
+/// read to find it). The socket table is read again after the holders only
+/// when the first reading found some socket of the app's: an empty one
+/// needs no second look.
 pub(crate) fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>) -> std::io::Result<Work> {
-    let sockets = sockets::sockets()?;
-    let owners = sockets::owners();
+    let before = sockets::sockets()?;
     let mut proxy = proxy.clone();
-    if let Some(port) = envoy_admin_port {
-        let envoy = sockets
-            .iter()
-            .filter(|s| s.listening && s.local.port() == port)
-            .find_map(|s| owners.get(&s.inode).map(|o| o.pid));
-        proxy.pids.extend(envoy);
+    let holders = match envoy_admin_port {
+        Some(port) => {
+            let all = sockets::holders(None);
+            proxy.pids.extend(listening_on(&before, &all, port));
+            all
+        }
+        None => sockets::holders(Some(&proxy.pids)),
+    };
+    let mut found = app_sockets(&before, &holders, &before, &proxy);
+    if !found.is_empty() {
+        found = app_sockets(&before, &holders, &sockets::sockets()?, &proxy);
     }
     Ok(Work {
-        sockets: app_sockets(&sockets, &owners, &proxy),
+        sockets: found,
         processes: if processes { app_processes(&proxy) } else { Vec::new() },
+        processes_seen: processes,
     })
 }
 
@@ -274,7 +334,7 @@ impl Watcher {
         if let (None, Some(admin_port)) = (envoy, admin_port) {
             let sockets = sockets::sockets().map_err(AppWatchError::Proc)?;
             let admin = sockets.iter().find(|s| s.listening && s.local.port() == admin_port);
-            if admin.is_some_and(|s| !sockets::owners().contains_key(&s.inode)) {
+            if admin.is_some_and(|s| !sockets::holders(None).contains_key(&s.inode)) {
                 return Err(AppWatchError::AdminOwnerUnseen(admin_port));
             }
         }
@@ -337,10 +397,6 @@ mod tests {
         }
     }
 
-    fn owner(pid: u32, name: &str) -> Owner {
-        Owner { pid, name: name.into() }
-    }
-
     fn proxy() -> Proxy {
         Proxy {
             pids: vec![100, 200],
@@ -364,32 +420,141 @@ mod tests {
             socket("0.0.0.0:15020", "0.0.0.0:0", 9),         // lifeguard (pid 200)
         ];
         let owners = HashMap::from([
-            (1, owner(100, "envoy")),
-            (2, owner(300, "envoy")),
-            (3, owner(300, "envoy")),
-            (4, owner(100, "envoy")),
-            (6, owner(400, "lifeguard")),
-            (7, owner(400, "lifeguard")),
-            (8, owner(500, "sidekick")),
-            (9, owner(200, "lifeguard")),
+            (1, 100),
+            (2, 300),
+            (3, 300),
+            (4, 100),
+            (6, 400),
+            (7, 400),
+            (8, 500),
+            (9, 200),
         ]);
-        let got = app_sockets(&sockets, &owners, &proxy());
-        let text: Vec<String> = got.iter().map(ToString::to_string).collect();
+        let got = app_sockets(&sockets, &owners, &sockets, &proxy());
         assert_eq!(
-            text,
+            texts(&got),
             [
                 "0.0.0.0:8080 listening",
                 "127.0.0.1:41234 -> 127.0.0.1:15001",
                 "10.0.0.5:8080 -> 10.0.0.9:50000"
             ]
         );
-        assert_eq!(got[2].pid, None);
     }
 
     #[test]
     fn a_socket_listed_twice_counts_once() {
         let sockets = [socket("0.0.0.0:8080", "0.0.0.0:0", 3), socket("[::]:8080", "[::]:0", 3)];
-        assert_eq!(app_sockets(&sockets, &HashMap::new(), &proxy()).len(), 1);
+        assert_eq!(app_sockets(&sockets, &HashMap::new(), &sockets, &proxy()).len(), 1);
+    }
+
+    fn texts(sockets: &[AppSocket]) -> Vec<String> {
+        sockets.iter().map(ToString::to_string).collect()
+    }
+
+    /// Envoy (pid 100) listening on 15006 and on the status port 15021,
+    /// and the app (pid 300) on 8080, as every case below starts.
+    fn listeners() -> Vec<Socket> {
+        vec![
+            socket("0.0.0.0:15006", "0.0.0.0:0", 1),
+            socket("[::]:15021", "[::]:0", 2),
+            socket("127.0.0.1:8080", "0.0.0.0:0", 3),
+        ]
+    }
+
+    fn listener_owners() -> HashMap<u64, u32> {
+        HashMap::from([(1, 100), (2, 100), (3, 300)])
+    }
+
+    #[test]
+    fn a_socket_that_vanishes_between_the_reads_is_no_ones() {
+        // Envoy closed these after the first table and before its
+        // descriptors were read: no owner, and gone from the second table.
+        let mut before = listeners();
+        before.extend([
+            socket("10.203.0.6:41000", "10.203.0.9:8080", 10), // Envoy's upstream call
+            socket("127.0.0.1:40000", "127.0.0.1:8080", 11),   // Envoy's connection to the app
+        ]);
+        let after = listeners();
+        let got = app_sockets(&before, &listener_owners(), &after, &proxy());
+        assert_eq!(texts(&got), ["127.0.0.1:8080 listening"]);
+        // Read once only, they would have been the app's.
+        assert_eq!(app_sockets(&before, &listener_owners(), &before, &proxy()).len(), 3);
+    }
+
+    #[test]
+    fn a_socket_that_appears_between_the_reads_waits_for_the_next_scan() {
+        // Opened after the first table: its owner may or may not have been
+        // seen; it is read whole at the next scan.
+        let before = listeners();
+        let mut after = listeners();
+        after.push(socket("127.0.0.1:40001", "127.0.0.1:8080", 12));
+        let got = app_sockets(&before, &listener_owners(), &after, &proxy());
+        assert_eq!(texts(&got), ["127.0.0.1:8080 listening"]);
+    }
+
+    #[test]
+    fn a_connection_envoy_accepted_is_envoys_even_when_its_owner_is_unseen() {
+        let mut sockets = listeners();
+        sockets.extend([
+            // Accepted by Envoy on its wildcard listeners (the second one
+            // dual-stack: an IPv4 peer shows as ::ffff:a.b.c.d): no owner seen.
+            socket("10.203.0.6:15006", "10.203.0.5:39076", 20),
+            socket("[::ffff:10.203.0.6]:15021", "[::ffff:10.203.0.5]:39077", 21),
+            // The app's call to Envoy (its end, owner unseen) stays the app's.
+            socket("127.0.0.1:41234", "127.0.0.1:15006", 22),
+            // The app's own listener and a connection it accepted.
+            socket("10.203.0.6:9000", "0.0.0.0:0", 23),
+            socket("10.203.0.6:9000", "10.203.0.5:39078", 24),
+        ]);
+        let got = app_sockets(&sockets, &listener_owners(), &sockets, &proxy());
+        assert_eq!(
+            texts(&got),
+            [
+                "127.0.0.1:8080 listening",
+                "127.0.0.1:41234 -> 127.0.0.1:15006",
+                "10.203.0.6:9000 listening",
+                "10.203.0.6:9000 -> 10.203.0.5:39078"
+            ]
+        );
+        // Only a proxy process's listener says so: the app's own listener
+        // on 8080 does not make its accepted connections anyone else's.
+        let app_side = [socket("127.0.0.1:8080", "127.0.0.1:40002", 25)];
+        let both: Vec<Socket> = listeners().into_iter().chain(app_side).collect();
+        let got = app_sockets(&both, &listener_owners(), &both, &proxy());
+        assert_eq!(
+            texts(&got),
+            ["127.0.0.1:8080 listening", "127.0.0.1:8080 -> 127.0.0.1:40002"]
+        );
+    }
+
+    #[test]
+    fn an_envoy_listener_on_one_address_leaves_the_same_port_elsewhere_to_the_app() {
+        let sockets = [
+            socket("127.0.0.1:15001", "0.0.0.0:0", 1),                         // Envoy
+            socket("127.0.0.1:15001", "127.0.0.1:41234", 2),                   // accepted by Envoy
+            socket("10.0.0.5:15001", "0.0.0.0:0", 3),                          // the app's
+            socket("10.0.0.5:15001", "10.0.0.9:50000", 4),                     // accepted by the app
+            socket("[::ffff:127.0.0.1]:15001", "[::ffff:127.0.0.1]:41235", 5), // Envoy's, v4-mapped
+        ];
+        let owners = HashMap::from([(1, 100)]);
+        let got = app_sockets(&sockets, &owners, &sockets, &proxy());
+        assert_eq!(
+            texts(&got),
+            ["10.0.0.5:15001 listening", "10.0.0.5:15001 -> 10.0.0.9:50000"]
+        );
+    }
+
+    #[test]
+    fn closing_states_count_by_whether_a_process_still_holds_the_socket() {
+        let sockets = [
+            // TIME_WAIT, FIN_WAIT2 and LAST_ACK once closed: inode 0.
+            socket("127.0.0.1:8080", "127.0.0.1:50001", 0),
+            socket("127.0.0.1:41234", "127.0.0.1:15001", 0),
+            // CLOSE_WAIT: Envoy closed the app's pooled connection, the app
+            // (owner unseen) has not yet: it still holds it.
+            socket("127.0.0.1:41236", "127.0.0.1:15001", 30),
+        ];
+        let got = app_sockets(&sockets, &HashMap::new(), &sockets, &proxy());
+        assert_eq!(texts(&got), ["127.0.0.1:41236 -> 127.0.0.1:15001"]);
     }
 
     #[test]
@@ -399,18 +564,17 @@ mod tests {
                 AppSocket {
                     local: "127.0.0.1:8080".parse().unwrap(),
                     remote: None,
-                    pid: Some(3),
                 },
                 AppSocket {
                     local: "127.0.0.1:41234".parse().unwrap(),
                     remote: Some("127.0.0.1:15001".parse().unwrap()),
-                    pid: None,
                 },
             ],
             processes: vec![AppProcess {
                 pid: 7,
                 name: "java".into(),
             }],
+            processes_seen: true,
         };
         assert_eq!(
             work.to_string(),
@@ -444,6 +608,20 @@ mod tests {
         assert_eq!(mine(&me), 0);
         assert_eq!(listener_owner(port), Some(std::process::id()));
         drop(client);
+    }
+
+    #[test]
+    fn a_process_that_has_begun_to_exit_is_gone() {
+        let exiting = StatFlags::PF_EXITING.bits();
+        assert!(still_running('S', 0x0040_0100));
+        assert!(still_running('R', 0));
+        assert!(
+            !still_running('R', exiting | 0x0040_0000),
+            "in its exit, out of its cgroup"
+        );
+        assert!(!still_running('D', exiting));
+        assert!(!still_running('Z', 0));
+        assert!(!still_running('X', 0));
     }
 
     #[test]

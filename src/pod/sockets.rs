@@ -1,5 +1,5 @@
 //! TCP sockets of this network namespace (`/proc/net/tcp` and `tcp6`) and
-//! the processes that own them (their `/proc/<pid>/fd` links, where
+//! the processes that hold them (their `/proc/<pid>/fd` links, where
 //! permissions allow), read through the `procfs` crate.
 //! [`crate::pod::app`] turns them into "what the app still holds".
 
@@ -8,14 +8,6 @@ use std::net::SocketAddr;
 
 use procfs::net::{TcpNetEntry, TcpState};
 use procfs::process::FDTarget;
-
-/// A process that holds a socket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Owner {
-    pub(crate) pid: u32,
-    /// The process name (`/proc/<pid>/comm`).
-    pub(crate) name: String,
-}
 
 /// One TCP socket of the namespace, in any state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,22 +47,28 @@ fn io(e: procfs::ProcError) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
-/// Socket inode → owning process, for every process whose file descriptors
-/// this process may read. Processes it may not read are left out.
-pub(crate) fn owners() -> HashMap<u64, Owner> {
-    let mut map = HashMap::new();
-    let Ok(processes) = procfs::process::all_processes() else {
-        return map;
+/// Socket inode → the pid of the process holding it, among the processes
+/// `among` (None: every process) whose file descriptors this process may
+/// read; the others are left out. Reading only the proxy's processes is
+/// enough to tell its sockets, and spares the app's (maybe many)
+/// descriptors on every read of the drain.
+pub(crate) fn holders(among: Option<&[u32]>) -> HashMap<u64, u32> {
+    let processes: Vec<procfs::process::Process> = match among {
+        Some(pids) => pids
+            .iter()
+            .filter_map(|&pid| procfs::process::Process::new(pid as i32).ok())
+            .collect(),
+        None => match procfs::process::all_processes() {
+            Ok(all) => all.flatten().collect(),
+            Err(_) => Vec::new(),
+        },
     };
-    for process in processes.flatten() {
+    let mut map = HashMap::new();
+    for process in processes {
         let Ok(fds) = process.fd() else { continue };
-        let name = process.stat().map(|s| s.comm).unwrap_or_default();
         for fd in fds.flatten() {
             if let FDTarget::Socket(inode) = fd.target {
-                map.entry(inode).or_insert_with(|| Owner {
-                    pid: process.pid as u32,
-                    name: name.clone(),
-                });
+                map.entry(inode).or_insert(process.pid as u32);
             }
         }
     }
@@ -90,7 +88,41 @@ mod tests {
             .iter()
             .find(|s| s.listening && s.local.port() == port)
             .expect("our socket is listed");
-        let owner = owners().remove(&mine.inode).expect("our own fds are readable");
-        assert_eq!(owner.pid, std::process::id());
+        let me = std::process::id();
+        assert_eq!(holders(None).get(&mine.inode), Some(&me), "our own fds are readable");
+        assert_eq!(holders(Some(&[me])).get(&mine.inode), Some(&me));
+        assert_eq!(holders(Some(&[])).get(&mine.inode), None);
+    }
+
+    /// The kernel fact the app's rules stand on: the end that closed first
+    /// (FIN_WAIT2, then TIME_WAIT) is held by no process (inode 0), while
+    /// the end whose peer closed (CLOSE_WAIT) is still held by its process.
+    #[test]
+    fn a_closed_end_is_no_ones_and_a_half_closed_one_is_still_held() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let (closer, holder) = (client.local_addr().unwrap(), server.local_addr().unwrap());
+        drop(client);
+        let state = |addr: SocketAddr, remote: SocketAddr| {
+            let table = procfs::net::tcp().unwrap();
+            let entry = table
+                .into_iter()
+                .find(|e| e.local_address == addr && e.remote_address == remote);
+            entry.map(|e| (e.state, e.inode))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while state(holder, closer).is_some_and(|(s, _)| s != TcpState::CloseWait) {
+            assert!(std::time::Instant::now() < deadline, "no FIN within 5 s");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (closed, closed_inode) = state(closer, holder).expect("the closed end is listed");
+        assert!(matches!(closed, TcpState::FinWait2 | TcpState::TimeWait), "{closed:?}");
+        assert_eq!(closed_inode, 0);
+        let (_, held) = state(holder, closer).unwrap();
+        assert_eq!(holders(None).get(&held), Some(&std::process::id()));
+        let listed = sockets().unwrap();
+        assert!(listed.iter().any(|s| s.inode == held && s.remote == closer));
+        drop(server);
     }
 }

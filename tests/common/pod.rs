@@ -31,7 +31,7 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -140,10 +140,13 @@ fn only_child(pid: i32, what: &str) -> i32 {
     )
 }
 
-/// Starts `argv` in `cgroup` (joined before the program runs, so every
-/// process it starts is in it too), entering the pod as `how` says.
-/// Returns the process handle (whose exit code is the program's) and the
-/// program's pid as this test sees it.
+/// Starts `argv` in `cgroup`, entering the pod as `how` says. The
+/// cgroup is joined first, before any namespace is entered: every process
+/// that appears in the pod is in its container from its first instruction,
+/// as when a container runtime starts it (a hook in the pod's process
+/// namespace was briefly seen in another cgroup, an app process named
+/// `lifeguard`, otherwise). Returns the process handle (whose exit code is
+/// the program's) and the program's pid as this test sees it.
 pub fn spawn_in(
     name: &'static str,
     cgroup: &Cgroup,
@@ -151,7 +154,10 @@ pub fn spawn_in(
     argv: &[String],
     env: &[(&str, &str)],
 ) -> (Proc, i32) {
-    let mut cmd = Command::new("nsenter");
+    // `$$` is read in this test's pid namespace, as cgroup.procs expects.
+    let join = format!("echo $$ > {} && exec \"$@\"", cgroup.procs());
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &join, "sh", "nsenter"]);
     match how {
         Enter::Net(ns) => {
             cmd.arg(format!("--net={}", ns.path()));
@@ -164,9 +170,7 @@ pub fn spawn_in(
             cmd.args(["-t", &pid.to_string(), "-p", "-n", "-m"]);
         }
     }
-    // `$$` is read in the writer's pid namespace, as cgroup.procs expects.
-    let join = format!("echo $$ > {} && exec \"$@\"", cgroup.procs());
-    cmd.args(["sh", "-c", &join, "sh"]).args(argv);
+    cmd.args(argv);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -421,7 +425,8 @@ pub fn peer_service(net: &Net) -> TestServer {
 pub struct DrainWatch {
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<Vec<serde_json::Value>>>,
-    thread: Option<JoinHandle<()>>,
+    /// Answers every read, how many it took.
+    thread: Option<JoinHandle<u64>>,
 }
 
 impl DrainWatch {
@@ -435,11 +440,12 @@ impl DrainWatch {
         // namespace.
         let thread = net.peer.spawn(move || {
             let client = KeepAliveClient::new();
-            let mut failed = 0;
+            let (mut failed, mut taken) = (0, 0);
             while !flag.load(Ordering::Relaxed) {
                 match client.get(addr, "/drain", Duration::from_secs(2)) {
                     Ok((200, body)) => {
                         failed = 0;
+                        taken += 1;
                         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
                         let mut list = list.lock().unwrap();
                         if list.last() != Some(&json) {
@@ -451,7 +457,7 @@ impl DrainWatch {
                     _ => {
                         failed += 1;
                         if failed == 2 {
-                            return;
+                            return taken;
                         }
                         continue;
                     }
@@ -460,6 +466,7 @@ impl DrainWatch {
                     std::thread::sleep(every);
                 }
             }
+            taken
         });
         DrainWatch {
             stop,
@@ -475,16 +482,73 @@ impl DrainWatch {
 
     /// Stops watching (or waits until the agent is gone) and returns
     /// every distinct answer.
-    pub fn finish(mut self) -> Vec<serde_json::Value> {
+    pub fn finish(self) -> Vec<serde_json::Value> {
+        self.finish_counted().0
+    }
+
+    /// `finish`, and how many answers were read (each one equal to one of
+    /// the distinct answers: consecutive repeats are kept once).
+    pub fn finish_counted(mut self) -> (Vec<serde_json::Value>, u64) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.seen()
+        let taken = self.thread.take().map_or(0, |t| t.join().unwrap_or(0));
+        (self.seen(), taken)
     }
 }
 
 impl Drop for DrainWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A client outside the pod that sends `GET path` to one of the pod's ports
+/// over and over, a new connection each time (as the kubelet and load
+/// balancers probe, and as clients that do not keep connections do),
+/// `every` apart, until finished. Stops on drop.
+pub struct Prober {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Prober {
+    pub fn start(net: &Net, port: u16, path: &str, every: Duration) -> Prober {
+        let addr = net.pod_addr(port);
+        let path = path.to_owned();
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicU64::new(0));
+        let (flag, count) = (stop.clone(), answered.clone());
+        let thread = net.peer.spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                if crate::common::http_timeout("GET", addr, &path, Duration::from_secs(1)).is_ok() {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+                std::thread::sleep(every);
+            }
+        });
+        Prober {
+            stop,
+            answered,
+            thread: Some(thread),
+        }
+    }
+
+    /// How many requests were answered so far (any status).
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Stops it: how many requests were answered.
+    pub fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.answered()
+    }
+}
+
+impl Drop for Prober {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
@@ -735,6 +799,20 @@ impl TestPod {
     pub fn kubelet_sigkill(&self) {
         self.app_cgroup.kill_all();
         self.proxy_cgroup.kill_all();
+    }
+
+    /// `n` idle keep-alive connections from a client outside the pod to
+    /// Envoy's inbound listener: each has had one answer and stays open
+    /// until dropped.
+    pub fn idle_clients(&self, n: usize) -> Vec<std::net::TcpStream> {
+        let addr = self.net.pod_addr(INBOUND);
+        (0..n)
+            .map(|_| {
+                self.net
+                    .peer
+                    .run(move || crate::common::idle_keepalive_connection(addr, "/work/0"))
+            })
+            .collect()
     }
 
     /// A request from a downstream client outside the pod, in a thread:
