@@ -99,7 +99,7 @@ fn service(ready: bool) -> StatusService {
     }
     let metrics = Metrics::new(Instant::now());
     let scraper = Scraper::new(metrics.clone(), readiness.clone(), None);
-    StatusService::new(readiness).with_metrics(&metrics, scraper)
+    StatusService::builder(readiness).metrics(&metrics, scraper).service()
 }
 
 /// Heap allocations made by the handler alone (requests built before,

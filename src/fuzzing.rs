@@ -454,14 +454,14 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
             // The machine is dropped: the handle answers at once.
             let (_machine, handle) = crate::drain::Drain::new(plan, envoy, ());
             let readiness = Readiness::new(stale, handle.watch());
-            (StatusService::new(readiness.clone()).with_drain(handle), readiness)
+            (StatusService::builder(readiness.clone()).drain(handle), readiness)
         }
         false => {
             let readiness = Readiness::standalone(stale);
-            (StatusService::new(readiness.clone()), readiness)
+            (StatusService::builder(readiness.clone()), readiness)
         }
     };
-    svc = svc.with_control(opts.loopback_control, opts.control_socket.clone());
+    svc = svc.control(opts.loopback_control, opts.control_socket.clone());
     if opts.drain_wait {
         let plan = crate::rotation::RotationPlan {
             lb_unhealthy_threshold: 3,
@@ -473,7 +473,7 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
         let (rotation, publish) = crate::rotation::Rotation::new(&plan, crate::rotation::Checkers::default());
         // No rotation task: its status stays "not started", for good.
         std::mem::forget(publish);
-        svc = svc.with_rotation(rotation);
+        svc = svc.drain_wait(rotation);
     }
     if let Some(admin) = &opts.scrape {
         let metrics = crate::metrics::Metrics::new(Instant::now());
@@ -490,15 +490,15 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
             .collect();
         let scraper = crate::metrics::scrape::Scraper::new(metrics.clone(), readiness.clone(), admin)
             .with_app_metrics(&AppMetrics(targets));
-        svc = svc.with_metrics(&metrics, scraper);
+        svc = svc.metrics(&metrics, scraper);
     }
     if let Some((json, dest)) = &opts.app_probes {
         let probes = AppProbes::parse(json).unwrap_or_default();
         if let Some(prober) = crate::status::app_probe::AppProber::new(&probes, *dest, 15020, None) {
-            svc = svc.with_app_probes(prober);
+            svc = svc.app_probes(prober);
         }
     }
-    (svc, readiness)
+    (svc.service(), readiness)
 }
 
 /// The same service, answering a TCP connection from `peer`.

@@ -242,16 +242,17 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> Resul
     let scraper = scraper(&settings, &metrics, &readiness, &admin, &handle, &heartbeat, &shutdown);
     let checkers = Checkers::new(settings.drain_wait_checker_ranges.clone(), metrics.probes_not_counted());
     let (wait, rotation_task) = drain_wait(rotation, inbound, checkers, &handle, &metrics, &shutdown);
-    let service = StatusService::new(readiness.clone())
-        .with_drain(handle.clone())
-        .with_rotation(wait)
-        .with_metrics(&metrics, scraper)
-        .with_linger(linger.clone())
-        .with_control(settings.loopback_control, settings.control_socket.0.clone());
+    let service = StatusService::builder(readiness.clone())
+        .drain(handle.clone())
+        .drain_wait(wait)
+        .metrics(&metrics, scraper)
+        .linger(linger.clone())
+        .control(settings.loopback_control, settings.control_socket.0.clone());
     let service = match app_prober(&settings, local.port(), &metrics) {
-        Some(prober) => service.with_app_probes(prober),
+        Some(prober) => service.app_probes(prober),
         None => service,
-    };
+    }
+    .service();
     let message_path = settings.termination_message_path.resolve();
     log_start(&settings, local, &handle, message_path.as_deref());
     let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));

@@ -1,12 +1,22 @@
-//! The routes of the status port, one function each. Every answer reuses
-//! the request's header map; the probe's allocates nothing.
+//! The routes of the status port: a table built once, when the service is
+//! built, from the parts the agent wired. Each route names its path, the
+//! methods it takes and what answers it, and takes its own inputs from the
+//! request; a part that was not wired has no route (its path is not
+//! found, like any other), and a known path asked with another method is
+//! answered 405 with `Allow` from the same table. Every answer reuses the
+//! request's header map; the probe's allocates nothing.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::Stream;
 use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, VARY};
-use hyper::{Method, Response, StatusCode};
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use hyper::{Method, Request, Response, StatusCode};
+use metrics::Counter;
+use tokio::time::Instant;
 
 use super::app_probe::AppProber;
 use super::response::{Body, ResponseFuture};
@@ -14,137 +24,387 @@ use crate::drain::DrainHandle;
 use crate::duration::DurationError;
 use crate::envoy::readiness::Readiness;
 use crate::exit::linger::{self, Linger};
-use crate::metrics::scrape::ScrapeRequest;
-use crate::metrics::scrape::Scraper;
+use crate::metrics::scrape::{ScrapeRequest, Scraper};
+use crate::metrics::Metrics;
 use crate::rotation::checkers::CheckerKey;
-use crate::rotation::Checkers;
-use crate::rotation::Rotation;
-use metrics::Counter;
-use std::path::PathBuf;
-use tokio::time::Instant;
+use crate::rotation::{Checkers, Rotation};
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 static GZIP: HeaderValue = HeaderValue::from_static("gzip");
 static VARY_VALUE: HeaderValue = HeaderValue::from_static("accept, accept-encoding");
 
-/// What every connection's service shares.
-#[derive(Clone)]
-pub(super) struct Shared {
-    pub(super) readiness: Readiness,
-    pub(super) drain: Option<DrainHandle>,
-    /// The merged scrape (None: no metrics route).
-    pub(super) scraper: Option<Scraper>,
-    /// Told of each scrape, so a last one can end the linger.
-    pub(super) linger: Option<Linger>,
-    pub(super) probe_ok: Counter,
-    pub(super) probe_unavailable: Counter,
-    /// The app's probes (`/app-health/...`, `/app-lifecycle/...`).
-    pub(super) app_probes: Option<AppProber>,
-    /// Whether loopback TCP callers may drain and stop (`--loopback-control`).
-    pub(super) loopback_control: bool,
-    /// The control socket, named in the answer to a TCP caller refused.
-    pub(super) control_socket: Option<PathBuf>,
-    /// Who checks the pod's readiness: each probe's answer is recorded.
-    pub(super) checkers: Checkers,
-    /// The drain wait (`GET /drain/wait`).
-    pub(super) rotation: Option<Rotation>,
+const GET_HEAD: &[Method] = &[Method::GET, Method::HEAD];
+const POST: &[Method] = &[Method::POST];
+
+/// Who is asking: the connection's peer (None: the control socket, or
+/// unknown), and whether it came through the control socket.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Caller {
+    pub(crate) peer: Option<SocketAddr>,
+    pub(crate) control_socket: bool,
+}
+
+impl Caller {
+    /// Whether the caller is on this host (127.0.0.0/8 or ::1, also as an
+    /// IPv4-mapped IPv6 address). Unknown peers are not trusted.
+    pub(crate) fn is_loopback(&self) -> bool {
+        self.peer.is_some_and(|p| crate::url::is_loopback(p.ip()))
+    }
+}
+
+/// Where a route is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Exact(&'static str),
+    Prefix(&'static str),
+}
+
+impl Path {
+    fn matches(self, path: &str) -> bool {
+        match self {
+            Path::Exact(p) => path == p,
+            Path::Prefix(p) => path.starts_with(p),
+        }
+    }
+}
+
+/// One route.
+struct Route {
+    path: Path,
+    methods: &'static [Method],
+    answer: Answer,
+}
+
+impl Route {
+    /// Whether this route serves `path` (an app probe's, only the probes
+    /// configured).
+    fn takes(&self, path: &str) -> bool {
+        self.path.matches(path)
+            && match &self.answer {
+                Answer::AppProbe(prober) => prober.knows(path),
+                _ => true,
+            }
+    }
+}
+
+/// What answers a route, with the parts it needs.
+enum Answer {
+    Probe(Probe),
+    Scrape(Scrape),
+    DrainStatus(DrainStatus),
+    DrainWait(Rotation),
+    Control(Control),
+    AppProbe(AppProber),
+}
+
+/// The routes of the status port, built once.
+pub(crate) struct Routes {
+    table: Vec<Route>,
+    /// Each path's `Allow`: every method its routes take.
+    allow: Vec<(Path, HeaderValue)>,
+}
+
+/// The parts the routes are built from; each one wired gives its routes.
+pub struct RoutesBuilder {
+    probe: Probe,
+    drain: Option<DrainHandle>,
+    scrape: Option<Scrape>,
+    linger: Option<Linger>,
+    rotation: Option<Rotation>,
+    app_probes: Option<AppProber>,
+    loopback_control: bool,
+    control_socket: Option<PathBuf>,
+}
+
+impl RoutesBuilder {
+    /// The readiness probe, answered from `readiness`; nothing else yet.
+    pub(crate) fn new(readiness: Readiness) -> RoutesBuilder {
+        RoutesBuilder {
+            probe: Probe {
+                readiness,
+                ok: Counter::noop(),
+                unavailable: Counter::noop(),
+                checkers: Checkers::default(),
+            },
+            drain: None,
+            scrape: None,
+            linger: None,
+            rotation: None,
+            app_probes: None,
+            loopback_control: true,
+            control_socket: None,
+        }
+    }
+
+    /// `GET /drain`, `POST /drain` and `POST /quitquitquit`, through `drain`.
+    pub(crate) fn drain(mut self, drain: DrainHandle) -> Self {
+        self.drain = Some(drain);
+        self
+    }
+
+    /// Who may drain and stop: loopback TCP callers when `loopback` (as
+    /// Istio), and always whoever may connect to the control `socket`.
+    pub(crate) fn control(mut self, loopback: bool, socket: Option<PathBuf>) -> Self {
+        (self.loopback_control, self.control_socket) = (loopback, socket);
+        self
+    }
+
+    /// Counts probes in `metrics`; `/stats/prometheus` (and `/metrics`)
+    /// through `scraper`.
+    pub fn metrics(mut self, metrics: &Metrics, scraper: Scraper) -> Self {
+        (self.probe.ok, self.probe.unavailable) = metrics.probe_counters();
+        self.scrape = Some(Scrape { scraper, linger: None });
+        self
+    }
+
+    /// Tells `linger` of each scrape.
+    pub(crate) fn linger(mut self, linger: Linger) -> Self {
+        self.linger = Some(linger);
+        self
+    }
+
+    /// `GET /drain/wait` through `rotation`, each probe's checker recorded
+    /// in its table.
+    pub(crate) fn drain_wait(mut self, rotation: Rotation) -> Self {
+        self.probe.checkers = rotation.checkers().clone();
+        self.rotation = Some(rotation);
+        self
+    }
+
+    /// The app's probes and hooks (`/app-health/...`, `/app-lifecycle/...`).
+    pub fn app_probes(mut self, prober: AppProber) -> Self {
+        self.app_probes = Some(prober);
+        self
+    }
+
+    /// The table: the probe first (the hot path), then every route whose
+    /// part was wired.
+    pub(crate) fn build(self) -> Routes {
+        let route = |path, methods, answer| Route { path, methods, answer };
+        let mut table = vec![route(
+            Path::Exact("/healthz/ready"),
+            GET_HEAD,
+            Answer::Probe(self.probe),
+        )];
+        if let Some(mut scrape) = self.scrape {
+            scrape.linger = self.linger;
+            for path in ["/stats/prometheus", "/metrics"] {
+                table.push(route(Path::Exact(path), GET_HEAD, Answer::Scrape(scrape.clone())));
+            }
+        }
+        if let Some(drain) = self.drain {
+            let rotation = self.rotation.clone();
+            let status = DrainStatus {
+                drain: drain.clone(),
+                rotation,
+            };
+            table.push(route(Path::Exact("/drain"), GET_HEAD, Answer::DrainStatus(status)));
+            let control = Control {
+                drain,
+                loopback: self.loopback_control,
+                socket: self.control_socket,
+            };
+            for path in ["/drain", "/quitquitquit"] {
+                table.push(route(Path::Exact(path), POST, Answer::Control(control.clone())));
+            }
+        }
+        if let Some(rotation) = self.rotation {
+            table.push(route(Path::Exact("/drain/wait"), GET_HEAD, Answer::DrainWait(rotation)));
+        }
+        if let Some(prober) = self.app_probes {
+            for prefix in ["/app-health/", "/app-lifecycle/"] {
+                table.push(route(Path::Prefix(prefix), GET_HEAD, Answer::AppProbe(prober.clone())));
+            }
+        }
+        let mut allow: Vec<(Path, Vec<&str>)> = Vec::new();
+        for r in &table {
+            let methods = r.methods.iter().map(Method::as_str);
+            match allow.iter_mut().find(|(p, _)| *p == r.path) {
+                Some((_, all)) => all.extend(methods),
+                None => allow.push((r.path, methods.collect())),
+            }
+        }
+        let allow = allow
+            .into_iter()
+            .map(|(path, methods)| {
+                let value = HeaderValue::from_str(&methods.join(", ")).expect("method names are header values");
+                (path, value)
+            })
+            .collect();
+        Routes { table, allow }
+    }
+}
+
+impl Routes {
+    /// One request: the route of its path and method answers it; a known
+    /// path with another method is 405 with its `Allow`; else 404.
+    pub(crate) fn answer<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
+        let path = req.uri().path();
+        let method = req.method();
+        if let Some(route) = self.table.iter().find(|r| r.methods.contains(method) && r.takes(path)) {
+            return route.answer.answer(caller, req);
+        }
+        let known = self.table.iter().find(|r| r.takes(path)).map(|r| r.path);
+        let allow = self
+            .allow
+            .iter()
+            .find(|(p, _)| Some(*p) == known)
+            .map(|(_, a)| a.clone());
+        let app_probe = self
+            .table
+            .iter()
+            .any(|r| matches!(r.answer, Answer::AppProbe(_)) && r.path.matches(path));
+        let not_found = match app_probe {
+            true => Bytes::from(format!("no app probe is configured for {path}\n")),
+            false => Bytes::from_static(b"not found\n"),
+        };
+        let method = method.clone();
+        let mut headers = into_headers(req);
+        match allow {
+            Some(allow) => {
+                headers.insert(ALLOW, allow);
+                let body = Bytes::from_static(b"method not allowed\n");
+                finish(headers, &method, (StatusCode::METHOD_NOT_ALLOWED, body))
+            }
+            None => finish(headers, &method, (StatusCode::NOT_FOUND, not_found)),
+        }
+    }
+}
+
+/// The request's header map, emptied, to be the response's.
+fn into_headers<B>(mut req: Request<B>) -> HeaderMap {
+    let mut headers = std::mem::take(req.headers_mut());
+    headers.clear();
+    headers
+}
+
+impl Answer {
+    fn answer<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
+        match self {
+            Answer::Probe(probe) => probe.answer(caller, req),
+            Answer::Scrape(scrape) => scrape.answer(req),
+            Answer::DrainStatus(status) => status.answer(req),
+            Answer::DrainWait(rotation) => drain_wait(rotation, req),
+            Answer::Control(control) => control.answer(caller, req),
+            Answer::AppProbe(prober) => app_probe(prober, req),
+        }
+    }
 }
 
 /// `GET|HEAD /healthz/ready`: from the readiness snapshot, never waiting
 /// on Envoy. The answer is recorded against its checker (a load balancer),
 /// for the drain wait.
-pub(super) fn probe(
-    shared: &Shared,
-    headers: HeaderMap,
-    method: &Method,
-    checker: Option<CheckerKey>,
-) -> ResponseFuture {
-    let answer = shared.readiness.answer();
-    let status = if answer.ready {
-        shared.probe_ok.increment(1);
-        StatusCode::OK
-    } else {
-        shared.probe_unavailable.increment(1);
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    if let Some(checker) = checker {
-        shared.checkers.record(checker, Instant::now(), answer.ready);
+struct Probe {
+    readiness: Readiness,
+    ok: Counter,
+    unavailable: Counter,
+    /// Who checks the pod's readiness (the drain wait's table, when it is
+    /// wired): each probe's answer is recorded.
+    checkers: Checkers,
+}
+
+impl Probe {
+    fn answer<B>(&self, caller: &Caller, mut req: Request<B>) -> ResponseFuture {
+        let mut headers = std::mem::take(req.headers_mut());
+        let checker = CheckerKey::of(caller.peer, &headers);
+        headers.clear();
+        let answer = self.readiness.answer();
+        let status = if answer.ready {
+            self.ok.increment(1);
+            StatusCode::OK
+        } else {
+            self.unavailable.increment(1);
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        if let Some(key) = checker {
+            self.checkers.record(key, Instant::now(), answer.ready);
+        }
+        finish(headers, req.method(), (status, answer.body))
     }
-    finish(headers, method, (status, answer.body))
 }
 
 /// `GET|HEAD /stats/prometheus` (and `/metrics`): the merged scrape,
 /// streamed; the linger is told once its last byte is out.
-pub(super) fn scrape(
-    shared: &Shared,
-    mut headers: HeaderMap,
-    method: &Method,
-    scrape: Option<ScrapeRequest>,
-) -> ResponseFuture {
-    let (Some(scraper), Some(scrape)) = (&shared.scraper, scrape) else {
-        return finish(headers, method, not_found());
-    };
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(scrape.format.content_type()));
-    headers.insert(VARY, VARY_VALUE.clone());
-    if scrape.gzip {
-        headers.insert(CONTENT_ENCODING, GZIP.clone());
+#[derive(Clone)]
+struct Scrape {
+    scraper: Scraper,
+    linger: Option<Linger>,
+}
+
+impl Scrape {
+    fn answer<B>(&self, mut req: Request<B>) -> ResponseFuture {
+        let mut headers = std::mem::take(req.headers_mut());
+        let scrape = ScrapeRequest::new(req.uri().query(), &headers);
+        headers.clear();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(scrape.format.content_type()));
+        headers.insert(VARY, VARY_VALUE.clone());
+        if scrape.gzip {
+            headers.insert(CONTENT_ENCODING, GZIP.clone());
+        }
+        let body = if req.method() == Method::HEAD {
+            Body::full(Bytes::new())
+        } else {
+            let ticket = self.linger.as_ref().map(Linger::scrape_begins);
+            Body::stream(Box::pin(ServedAtEnd {
+                stream: Box::pin(self.scraper.body(scrape)),
+                ticket,
+            }))
+        };
+        let mut response = Response::new(body);
+        *response.headers_mut() = headers;
+        ResponseFuture::Ready(Some(response))
     }
-    let body = if method == Method::HEAD {
-        Body::full(Bytes::new())
-    } else {
-        let ticket = shared.linger.as_ref().map(Linger::scrape_begins);
-        Body::stream(Box::pin(ServedAtEnd {
-            stream: Box::pin(scraper.body(scrape)),
-            ticket,
-        }))
-    };
-    let mut response = Response::new(body);
-    *response.headers_mut() = headers;
-    ResponseFuture::Ready(Some(response))
 }
 
 /// `GET|HEAD /drain`: the drain's status as JSON, with the drain wait's
 /// (`rotation`).
-pub(super) fn drain_status(shared: &Shared, mut headers: HeaderMap, method: &Method) -> ResponseFuture {
-    let Some(drain) = &shared.drain else {
-        return finish(headers, method, not_found());
-    };
-    #[derive(serde::Serialize)]
-    struct View {
-        #[serde(flatten)]
-        drain: crate::drain::Status,
-        rotation: Option<crate::rotation::RotationStatus>,
+struct DrainStatus {
+    drain: DrainHandle,
+    rotation: Option<Rotation>,
+}
+
+impl DrainStatus {
+    fn answer<B>(&self, req: Request<B>) -> ResponseFuture {
+        #[derive(serde::Serialize)]
+        struct View {
+            #[serde(flatten)]
+            drain: crate::drain::Status,
+            rotation: Option<crate::rotation::RotationStatus>,
+        }
+        let view = View {
+            drain: self.drain.status(),
+            rotation: self.rotation.as_ref().map(Rotation::status),
+        };
+        let mut body = serde_json::to_vec(&view).unwrap_or_default();
+        body.push(b'\n');
+        let method = req.method().clone();
+        let mut headers = into_headers(req);
+        headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
+        finish(headers, &method, (StatusCode::OK, Bytes::from(body)))
     }
-    let view = View {
-        drain: drain.status(),
-        rotation: shared.rotation.as_ref().map(Rotation::status),
-    };
-    let mut body = serde_json::to_vec(&view).unwrap_or_default();
-    body.push(b'\n');
-    headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
-    finish(headers, method, (StatusCode::OK, Bytes::from(body)))
 }
 
 /// `GET|HEAD /drain/wait[?timeout=D]`: the app container's preStop hook.
 /// Answers 200 with one line once the pod is out of rotation, or at its
-/// bound (the timeout, the drain's deadline, Envoy stopping), saying which;
-/// 400 for a timeout that is not a duration. Starts nothing; any caller.
-pub(super) fn drain_wait(shared: &Shared, headers: HeaderMap, method: &Method, query: Option<&str>) -> ResponseFuture {
-    let Some(rotation) = shared.rotation.clone() else {
-        return finish(headers, method, not_found());
-    };
-    let timeout = match wait_timeout(query) {
+/// bound (the timeout, the drain's deadline less the app's time, Envoy
+/// stopping), saying which; 400 for a timeout that is not a duration.
+/// Starts nothing; any caller.
+fn drain_wait<B>(rotation: &Rotation, req: Request<B>) -> ResponseFuture {
+    let timeout = wait_timeout(req.uri().query());
+    let method = req.method().clone();
+    let headers = into_headers(req);
+    let timeout = match timeout {
         Ok(timeout) => timeout,
         Err(why) => {
             return finish(
                 headers,
-                method,
+                &method,
                 (StatusCode::BAD_REQUEST, Bytes::from(format!("{why}\n"))),
             )
         }
     };
-    let method = method.clone();
+    let rotation = rotation.clone();
     ResponseFuture::Waiting(Box::pin(async move {
         let end = rotation.wait(timeout).await;
         respond(headers, &method, (StatusCode::OK, Bytes::from(end.line + "\n")))
@@ -177,72 +437,80 @@ fn wait_timeout(query: Option<&str>) -> Result<Option<std::time::Duration>, Time
     }
 }
 
-/// `POST /drain[?nowait]` and `POST /quitquitquit`, for the callers that
-/// `allowed` lets through (loopback, or the control socket): answered once
-/// the drain has begun (`nowait`), is drained, or Envoy has stopped.
-pub(super) fn control(
-    shared: &Shared,
-    allowed: Result<(), Bytes>,
-    mut headers: HeaderMap,
-    path: &str,
-    query: Option<&str>,
-) -> ResponseFuture {
-    let Some(drain) = shared.drain.clone() else {
-        return finish(headers, &Method::POST, not_found());
-    };
-    if let Err(forbidden) = allowed {
-        return finish(headers, &Method::POST, (StatusCode::FORBIDDEN, forbidden));
-    }
-    let quit = path == "/quitquitquit";
-    let nowait = query.is_some_and(|q| q.split('&').any(|p| p == "nowait"));
-    ResponseFuture::Waiting(Box::pin(async move {
-        let (status, drained) = match (quit, nowait) {
-            (true, _) => {
-                let answer = match drain.quit().await {
-                    true => (StatusCode::OK, Bytes::from_static(b"OK\n")),
-                    false => stopping(),
-                };
-                return respond(headers, &Method::POST, answer);
-            }
-            (false, true) => (StatusCode::ACCEPTED, drain.begin().await),
-            (false, false) => (StatusCode::OK, drain.drain().await),
-        };
-        let answer = match drained {
-            Some(drained) => {
-                headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
-                (status, status_json(&drained))
-            }
-            None => stopping(),
-        };
-        respond(headers, &Method::POST, answer)
-    }))
+/// `POST /drain[?nowait]` and `POST /quitquitquit`, for the callers this
+/// lets through (loopback when allowed, or the control socket): answered
+/// once the drain has begun (`nowait`), is drained, or Envoy has stopped.
+#[derive(Clone)]
+struct Control {
+    drain: DrainHandle,
+    /// Whether loopback TCP callers may drain and stop (`--loopback-control`).
+    loopback: bool,
+    /// The control socket, named in the answer to a TCP caller refused.
+    socket: Option<PathBuf>,
 }
 
-/// `GET|HEAD /app-health/<container>/<kind>` and `/app-lifecycle/...`:
-/// the app's own probe, run now (see [`super::app_probe`]); `request` is
-/// the kubelet's headers, passed on to the app.
-pub(super) fn app_probe(shared: &Shared, request: HeaderMap, method: &Method, path: &str) -> ResponseFuture {
-    let prober = match &shared.app_probes {
-        Some(prober) if prober.knows(path) => prober.clone(),
-        _ => {
-            let why = format!("no app probe is configured for {path}\n");
-            return finish(HeaderMap::new(), method, (StatusCode::NOT_FOUND, Bytes::from(why)));
+impl Control {
+    /// Whether `caller` may drain or stop; the 403 body when not.
+    fn may(&self, caller: &Caller) -> Result<(), Bytes> {
+        if caller.control_socket {
+            return Ok(());
         }
-    };
-    if method != Method::GET && method != Method::HEAD {
-        return wrong_method(HeaderMap::new(), method, "GET, HEAD");
+        if !self.loopback {
+            let on = self.socket.as_deref().map_or("nowhere on TCP".into(), |p| {
+                format!("on the control socket {}", p.display())
+            });
+            return Err(Bytes::from(format!("forbidden: drain and stop are served {on} only\n")));
+        }
+        match caller.is_loopback() {
+            true => Ok(()),
+            false => Err(Bytes::from_static(b"forbidden: only loopback callers may do this\n")),
+        }
     }
-    let (method, path) = (method.clone(), path.to_owned());
+
+    fn answer<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
+        let quit = req.uri().path() == "/quitquitquit";
+        let nowait = req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "nowait"));
+        let mut headers = into_headers(req);
+        if let Err(forbidden) = self.may(caller) {
+            return finish(headers, &Method::POST, (StatusCode::FORBIDDEN, forbidden));
+        }
+        let drain = self.drain.clone();
+        ResponseFuture::Waiting(Box::pin(async move {
+            let (status, drained) = match (quit, nowait) {
+                (true, _) => {
+                    let answer = match drain.quit().await {
+                        true => (StatusCode::OK, Bytes::from_static(b"OK\n")),
+                        false => stopping(),
+                    };
+                    return respond(headers, &Method::POST, answer);
+                }
+                (false, true) => (StatusCode::ACCEPTED, drain.begin().await),
+                (false, false) => (StatusCode::OK, drain.drain().await),
+            };
+            let answer = match drained {
+                Some(drained) => {
+                    headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
+                    (status, status_json(&drained))
+                }
+                None => stopping(),
+            };
+            respond(headers, &Method::POST, answer)
+        }))
+    }
+}
+
+/// `GET|HEAD /app-health/<container>/<kind>` and `/app-lifecycle/...`
+/// (the probes configured): the app's own probe, run now (see
+/// [`super::app_probe`]); the kubelet's headers are passed on to the app.
+fn app_probe<B>(prober: &AppProber, mut req: Request<B>) -> ResponseFuture {
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    let request = std::mem::take(req.headers_mut());
+    let prober = prober.clone();
     ResponseFuture::Waiting(Box::pin(async move {
         let answer = prober.answer(&path, &request).await;
         respond(HeaderMap::new(), &method, answer)
     }))
-}
-
-/// A known path asked with another method: 405 and the methods it takes.
-pub(super) fn wrong_method(mut headers: HeaderMap, method: &Method, allow: &'static str) -> ResponseFuture {
-    headers.insert(ALLOW, HeaderValue::from_static(allow));
-    finish(headers, method, method_not_allowed())
 }
 
 /// A scrape's body that tells the linger the scrape was served once its
@@ -266,7 +534,7 @@ impl Stream for ServedAtEnd {
     }
 }
 
-pub(super) fn finish(headers: HeaderMap, method: &Method, answer: (StatusCode, Bytes)) -> ResponseFuture {
+fn finish(headers: HeaderMap, method: &Method, answer: (StatusCode, Bytes)) -> ResponseFuture {
     ResponseFuture::Ready(Some(respond(headers, method, answer)))
 }
 
@@ -287,20 +555,9 @@ fn status_json(status: &crate::drain::Status) -> Bytes {
     Bytes::from(body)
 }
 
-pub(super) fn not_found() -> (StatusCode, Bytes) {
-    (StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n"))
-}
-
 fn stopping() -> (StatusCode, Bytes) {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         Bytes::from_static(b"lifeguard is stopping\n"),
-    )
-}
-
-fn method_not_allowed() -> (StatusCode, Bytes) {
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        Bytes::from_static(b"method not allowed\n"),
     )
 }

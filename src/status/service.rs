@@ -1,147 +1,51 @@
 //! The status port's service: one value per connection that knows its
-//! peer (for the loopback guard) and shares the rest; a tower `Service`
-//! that also serves hyper directly (no adapter, no allocation per request).
-//! It only routes: each route is a function in [`super::routes`].
+//! caller (its peer, or the control socket) and shares the routes; a tower
+//! `Service` that also serves hyper directly (no adapter, no allocation per
+//! request). It routes and counts the request as served on its connection;
+//! the route table is [`super::routes`]'s.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response};
-use metrics::Counter;
+use hyper::{Request, Response};
 
-use super::app_probe::AppProber;
 use super::connections::Activity;
 pub use super::response::{Body, ResponseFuture, Tracked};
-use super::routes::{self, Shared};
-use crate::drain::DrainHandle;
+pub use super::routes::RoutesBuilder;
+use super::routes::{Caller, Routes};
 use crate::envoy::readiness::Readiness;
-use crate::exit::linger::Linger;
-use crate::metrics::scrape::{ScrapeRequest, Scraper};
-use crate::metrics::Metrics;
-use crate::rotation::checkers::CheckerKey;
-use crate::rotation::{Checkers, Rotation};
 
 /// The routes of the status port, as a service. One value per connection:
-/// it knows the peer (for the loopback guard) or that it came through the
-/// control socket; the rest is shared.
+/// it knows who calls; the routes are shared.
 #[derive(Clone)]
 pub struct StatusService {
-    shared: Arc<Shared>,
-    peer: Option<SocketAddr>,
+    routes: Arc<Routes>,
+    caller: Caller,
     /// The connection's activity, when its idle time is watched (the
     /// status server's connections): each request counts as served until
     /// its response's body is dropped.
     activity: Option<Activity>,
-    /// The connection came through the control socket, whose file mode and
-    /// mount decide who may connect.
-    control_socket: bool,
 }
 
 impl StatusService {
-    pub fn new(readiness: Readiness) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                readiness,
-                drain: None,
-                scraper: None,
-                linger: None,
-                probe_ok: Counter::noop(),
-                probe_unavailable: Counter::noop(),
-                app_probes: None,
-                loopback_control: true,
-                control_socket: None,
-                checkers: Checkers::default(),
-                rotation: None,
-            }),
-            peer: None,
-            activity: None,
-            control_socket: false,
-        }
-    }
-
-    /// Who may drain and stop: loopback TCP callers when `loopback` (as
-    /// Istio), and always whoever may connect to the control `socket`.
-    pub(crate) fn with_control(mut self, loopback: bool, socket: Option<PathBuf>) -> Self {
-        let shared = Arc::make_mut(&mut self.shared);
-        (shared.loopback_control, shared.control_socket) = (loopback, socket);
-        self
-    }
-
-    /// The same service, answering a connection of the control socket.
-    pub(crate) fn for_control_socket(&self) -> Self {
-        Self {
-            peer: None,
-            activity: None,
-            control_socket: true,
-            ..self.clone()
-        }
-    }
-
-    /// Whether this connection may drain or stop; the 403 body when not.
-    fn may_control(&self) -> Result<(), Bytes> {
-        if self.control_socket {
-            return Ok(());
-        }
-        if !self.shared.loopback_control {
-            let socket = self.shared.control_socket.as_deref();
-            let on = socket.map_or("nowhere on TCP".into(), |p| {
-                format!("on the control socket {}", p.display())
-            });
-            return Err(Bytes::from(format!("forbidden: drain and stop are served {on} only\n")));
-        }
-        match self.peer_is_loopback() {
-            true => Ok(()),
-            false => Err(Bytes::from_static(b"forbidden: only loopback callers may do this\n")),
-        }
-    }
-
-    /// Counts probes in `metrics` and serves `/stats/prometheus` through
-    /// `scraper`.
-    pub fn with_metrics(mut self, metrics: &Metrics, scraper: Scraper) -> Self {
-        let shared = Arc::make_mut(&mut self.shared);
-        (shared.probe_ok, shared.probe_unavailable) = metrics.probe_counters();
-        shared.scraper = Some(scraper);
-        self
-    }
-
-    /// Serves the app's probes through `prober`.
-    pub fn with_app_probes(mut self, prober: AppProber) -> Self {
-        Arc::make_mut(&mut self.shared).app_probes = Some(prober);
-        self
-    }
-
-    /// Reports each scrape to `linger`.
-    pub(crate) fn with_linger(mut self, linger: Linger) -> Self {
-        Arc::make_mut(&mut self.shared).linger = Some(linger);
-        self
-    }
-
-    /// Records each probe's checker in `checkers` and serves the drain
-    /// wait through `rotation`.
-    pub(crate) fn with_rotation(mut self, rotation: Rotation) -> Self {
-        let shared = Arc::make_mut(&mut self.shared);
-        shared.checkers = rotation.checkers().clone();
-        shared.rotation = Some(rotation);
-        self
-    }
-
-    /// Serves the drain routes through `drain`.
-    pub(crate) fn with_drain(mut self, drain: DrainHandle) -> Self {
-        Arc::make_mut(&mut self.shared).drain = Some(drain);
-        self
+    /// The service's parts, starting with the readiness probe's; each part
+    /// wired adds its routes ([`RoutesBuilder`]).
+    pub fn builder(readiness: Readiness) -> RoutesBuilder {
+        RoutesBuilder::new(readiness)
     }
 
     /// The same service, answering a connection from `peer`.
     pub fn for_peer(&self, peer: SocketAddr) -> Self {
         Self {
-            peer: Some(peer),
-            control_socket: false,
-            ..self.clone()
+            caller: Caller {
+                peer: Some(peer),
+                control_socket: false,
+            },
+            activity: None,
+            routes: self.routes.clone(),
         }
     }
 
@@ -154,60 +58,34 @@ impl StatusService {
         }
     }
 
-    /// Whether the caller is on this host (127.0.0.0/8 or ::1, also as an
-    /// IPv4-mapped IPv6 address). Unknown peers are not trusted.
-    pub(crate) fn peer_is_loopback(&self) -> bool {
-        self.peer.is_some_and(|p| is_loopback(&p))
+    /// The same service, answering a connection of the control socket.
+    pub(crate) fn for_control_socket(&self) -> Self {
+        Self {
+            caller: Caller {
+                peer: None,
+                control_socket: true,
+            },
+            activity: None,
+            routes: self.routes.clone(),
+        }
     }
 
     /// One request, served on its connection until its answer is out.
     fn tracked<B>(&self, req: Request<B>) -> Tracked {
         let served = self.activity.as_ref().map(Activity::begin);
-        Tracked::new(self.handle(req), served)
-    }
-
-    /// Routes one request. Every route answers from memory but the two
-    /// control routes, which wait on the drain, and the merged scrape,
-    /// which streams.
-    fn handle<B>(&self, mut req: Request<B>) -> ResponseFuture {
-        let shared = &*self.shared;
-        // Reuse the request's header map for the response: no allocation.
-        let mut headers = std::mem::take(req.headers_mut());
-        let (method, uri) = (req.method(), req.uri());
-        let path = uri.path();
-        if path.starts_with("/app-health/") || path.starts_with("/app-lifecycle/") {
-            return routes::app_probe(shared, headers, method, path);
-        }
-        let scrape =
-            (path == "/stats/prometheus" || path == "/metrics").then(|| ScrapeRequest::new(uri.query(), &headers));
-        let checker = match path {
-            "/healthz/ready" => CheckerKey::of(self.peer, &headers),
-            _ => None,
-        };
-        headers.clear();
-        match (path, method) {
-            ("/healthz/ready", &Method::GET | &Method::HEAD) => routes::probe(shared, headers, method, checker),
-            ("/stats/prometheus" | "/metrics", &Method::GET | &Method::HEAD) => {
-                routes::scrape(shared, headers, method, scrape)
-            }
-            ("/drain", &Method::GET | &Method::HEAD) => routes::drain_status(shared, headers, method),
-            ("/drain/wait", &Method::GET | &Method::HEAD) => routes::drain_wait(shared, headers, method, uri.query()),
-            ("/drain" | "/quitquitquit", &Method::POST) => {
-                routes::control(shared, self.may_control(), headers, path, uri.query())
-            }
-            ("/healthz/ready", _) => routes::wrong_method(headers, method, "GET, HEAD"),
-            ("/drain", _) => routes::wrong_method(headers, method, "GET, HEAD, POST"),
-            ("/quitquitquit", _) => routes::wrong_method(headers, method, "POST"),
-            ("/drain/wait", _) => routes::wrong_method(headers, method, "GET, HEAD"),
-            ("/stats/prometheus" | "/metrics", _) => routes::wrong_method(headers, method, "GET, HEAD"),
-            _ => routes::finish(headers, method, routes::not_found()),
-        }
+        Tracked::new(self.routes.answer(&self.caller, req), served)
     }
 }
 
-/// Whether an address is on this host.
-pub(crate) fn is_loopback(addr: &SocketAddr) -> bool {
-    crate::url::is_loopback(addr.ip())
+impl RoutesBuilder {
+    /// The service of the routes wired.
+    pub fn service(self) -> StatusService {
+        StatusService {
+            routes: Arc::new(self.build()),
+            caller: Caller::default(),
+            activity: None,
+        }
+    }
 }
 
 impl<B> tower::Service<Request<B>> for StatusService {
@@ -241,6 +119,8 @@ mod tests {
     use super::*;
     use crate::envoy::admin::AdminClient;
     use crate::envoy::readiness::Verdict;
+    use crate::rotation::{Checkers, Rotation};
+    use hyper::Method;
     use hyper::StatusCode;
     use std::time::Duration;
     use tokio::time::Instant;
@@ -253,7 +133,7 @@ mod tests {
             .unwrap();
         rt.block_on(async {
             use http_body_util::BodyExt;
-            let resp = svc.handle(req).await.unwrap();
+            let resp = svc.tracked(req).await.unwrap();
             let status = resp.status();
             let bytes = resp.into_body().collect().await.unwrap().to_bytes();
             (status, String::from_utf8(bytes.to_vec()).unwrap())
@@ -270,9 +150,10 @@ mod tests {
         }
     }
 
-    /// A service with a drain behind it (not running), its readiness ready.
+    /// The parts of a service with a drain behind it (not running), its
+    /// readiness ready.
     fn with_drain() -> (
-        StatusService,
+        RoutesBuilder,
         Readiness,
         crate::drain::Drain<crate::envoy::process::Envoy>,
     ) {
@@ -282,12 +163,13 @@ mod tests {
         let (drain, handle) = Drain::new(plan, crate::envoy::process::Envoy::external(admin, vec![]), ());
         let r = Readiness::new(Duration::from_secs(4), handle.watch());
         r.store(Verdict::ready(Instant::now()));
-        (StatusService::new(r.clone()).with_drain(handle), r, drain)
+        (StatusService::builder(r.clone()).drain(handle), r, drain)
     }
 
     #[test]
     fn drain_and_quit_from_another_host_are_forbidden_and_change_nothing() {
         let (svc, r, _drain) = with_drain();
+        let svc = svc.service();
         let outsider = svc.for_peer("10.1.2.3:40000".parse().unwrap());
         for path in ["/drain", "/quitquitquit"] {
             let (status, body) = call(&outsider, Method::POST, path);
@@ -311,6 +193,7 @@ mod tests {
     #[test]
     fn drain_status_is_json_for_anyone() {
         let (svc, _r, _drain) = with_drain();
+        let svc = svc.service();
         let outsider = svc.for_peer("10.1.2.3:40000".parse().unwrap());
         let (status, body) = call(&outsider, Method::GET, "/drain");
         assert_eq!(status, StatusCode::OK);
@@ -326,14 +209,15 @@ mod tests {
 
     #[test]
     fn the_drain_wait_checks_its_timeout_and_get_drain_shows_it() {
-        let (svc, _r, _drain) = with_drain();
+        let (builder, r, _drain) = with_drain();
+        let unwired = StatusService::builder(r).service();
         assert_eq!(
-            call(&svc, Method::GET, "/drain/wait").0,
+            call(&unwired, Method::GET, "/drain/wait").0,
             StatusCode::NOT_FOUND,
-            "no rotation, no route"
+            "no drain wait wired, no route"
         );
         let (rotation, _publish) = Rotation::new(&rotation_plan(), Checkers::default());
-        let svc = svc.with_rotation(rotation);
+        let svc = builder.drain_wait(rotation).service();
         let (status, body) = call(&svc, Method::GET, "/drain/wait?timeout=soon");
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(body.starts_with("invalid timeout \"soon\""), "{body}");
@@ -362,8 +246,9 @@ mod tests {
         let r = Readiness::standalone(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
         let checkers = Checkers::default();
-        let svc = StatusService::new(r)
-            .with_rotation(Rotation::new(&rotation_plan(), checkers.clone()).0)
+        let svc = StatusService::builder(r)
+            .drain_wait(Rotation::new(&rotation_plan(), checkers.clone()).0)
+            .service()
             .for_peer("127.0.0.1:40000".parse().unwrap());
         let probe = |headers: &[(&'static str, &'static str)]| {
             let mut req = Request::builder().uri("/healthz/ready");
@@ -374,7 +259,7 @@ mod tests {
                 .enable_all()
                 .build()
                 .unwrap();
-            rt.block_on(async { svc.handle(req.body(()).unwrap()).await.unwrap().status() })
+            rt.block_on(async { svc.tracked(req.body(()).unwrap()).await.unwrap().status() })
         };
         assert_eq!(
             probe(&[("user-agent", "kube-probe/1.31"), ("x-forwarded-for", "10.0.0.1")]),
@@ -394,7 +279,7 @@ mod tests {
     #[test]
     fn routes_and_methods() {
         let r = Readiness::standalone(Duration::from_secs(4));
-        let svc = StatusService::new(r.clone());
+        let svc = StatusService::builder(r.clone()).service();
         assert_eq!(
             call(&svc, Method::GET, "/healthz/ready"),
             (
@@ -412,25 +297,35 @@ mod tests {
             (StatusCode::OK, String::new())
         );
         assert_eq!(call(&svc, Method::GET, "/healthz/ready?x=1").0, StatusCode::OK);
-        assert_eq!(
-            call(&svc, Method::POST, "/healthz/ready").0,
-            StatusCode::METHOD_NOT_ALLOWED
-        );
         assert_eq!(call(&svc, Method::GET, "/nope").0, StatusCode::NOT_FOUND);
-        // Every known path with another method: 405.
-        for path in [
-            "/healthz/ready",
-            "/drain/wait",
-            "/stats/prometheus",
-            "/metrics",
-            "/quitquitquit",
+        // A part not wired has no route.
+        for path in ["/drain", "/drain/wait", "/stats/prometheus", "/app-health/x/readyz"] {
+            assert_eq!(call(&svc, Method::GET, path).0, StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+
+    /// Every known path with another method: 405, with `Allow` from the
+    /// same table that routes it.
+    #[test]
+    fn a_known_path_with_another_method_is_405_with_its_methods() {
+        let (builder, r, _drain) = with_drain();
+        let metrics = crate::metrics::Metrics::new(Instant::now());
+        let scraper = crate::metrics::scrape::Scraper::new(metrics.clone(), r, None);
+        let (rotation, _publish) = Rotation::new(&rotation_plan(), Checkers::default());
+        let svc = builder.metrics(&metrics, scraper).drain_wait(rotation).service();
+        for (method, path, allow) in [
+            (Method::POST, "/healthz/ready", "GET, HEAD"),
+            (Method::DELETE, "/drain/wait", "GET, HEAD"),
+            (Method::DELETE, "/stats/prometheus", "GET, HEAD"),
+            (Method::PUT, "/metrics", "GET, HEAD"),
+            (Method::GET, "/quitquitquit", "POST"),
+            (Method::PUT, "/drain", "GET, HEAD, POST"),
         ] {
-            let method = if path == "/quitquitquit" {
-                Method::GET
-            } else {
-                Method::DELETE
-            };
-            assert_eq!(call(&svc, method, path).0, StatusCode::METHOD_NOT_ALLOWED, "{path}");
+            let req = Request::builder().method(method).uri(path).body(()).unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let resp = rt.block_on(svc.tracked(req)).unwrap();
+            assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
+            assert_eq!(resp.headers()["allow"], allow, "{path}");
         }
     }
 
@@ -445,7 +340,11 @@ mod tests {
             ("[::ffff:10.0.0.1]:1", false),
             ("[2001:db8::1]:1", false),
         ] {
-            assert_eq!(is_loopback(&addr.parse().unwrap()), want, "{addr}");
+            let caller = Caller {
+                peer: Some(addr.parse().unwrap()),
+                control_socket: false,
+            };
+            assert_eq!(caller.is_loopback(), want, "{addr}");
         }
     }
 }
