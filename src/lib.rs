@@ -69,5 +69,4 @@ pub mod rotation;
 pub mod status;
 #[allow(unsafe_code)]
 mod sys;
-pub use sys::tune_memory;
 pub mod url;

@@ -11,7 +11,6 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    lifeguard::tune_memory();
     let invocation = lifeguard::cli::parse(std::env::args_os().collect());
     let ended = lifeguard::agent::main(invocation);
     ExitCode::from(lifeguard::exit::code(&ended))

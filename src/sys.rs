@@ -59,12 +59,40 @@ pub(crate) fn bind_address_no_port(socket: &impl AsRawFd) -> std::io::Result<()>
 /// started (inherited), to hand Envoy the same.
 static THP_WAS_DISABLED: AtomicBool = AtomicBool::new(false);
 
+/// The process tuned for a run of the agent, once, before its runtime
+/// starts: its memory ([`tune_memory`]) and its open-files limit raised to
+/// the hard one, so the status server's connection cap, not the kernel,
+/// bounds it. Returns the open-files limit now in force (None: unknown or
+/// unlimited).
+pub(crate) fn tune_for_run() -> Option<u64> {
+    tune_memory();
+    raise_open_files_limit()
+}
+
+/// Raises the soft open-files limit to the hard one; the soft limit now in
+/// force.
+fn raise_open_files_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let soft = limit.current?;
+    if limit.current < limit.maximum || limit.maximum.is_none() {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            return limit.maximum;
+        }
+    }
+    Some(soft)
+}
+
 /// Keeps lifeguard's memory small: no transparent huge pages for its own
 /// heap. mimalloc asks for huge pages on its arenas, so each one touched
 /// costs 2 MiB of RSS (the figures: docs/benchmarks.md, the footprint).
 /// Envoy gets back what lifeguard inherited
 /// ([`kill_child_when_parent_dies`] restores it before `exec`).
-pub fn tune_memory() {
+fn tune_memory() {
     let inherited = rustix::thread::transparent_huge_pages_are_disabled().unwrap_or(false);
     THP_WAS_DISABLED.store(inherited, Ordering::Relaxed);
     if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {

@@ -37,6 +37,7 @@ use crate::metrics::Metrics;
 use crate::pod::app::{in_a_pod, Watcher};
 use crate::rotation::{Checkers, Rotation, RotationPlan};
 use crate::status::app_probe::AppProber;
+use crate::status::connections::connection_limit;
 use crate::status::control::{self, ControlServer};
 use crate::status::server::{self, StatusServer};
 use crate::status::service::StatusService;
@@ -75,11 +76,16 @@ pub fn main(invocation: Result<Invocation, BadSetting>) -> Ended {
                     "PROXY_CONFIG fields lifeguard does not use (Istio's agent and injector read them)"
                 );
             }
+            // Start-up tuning, once, before the runtime: memory and open files.
+            let open_files = crate::sys::tune_for_run();
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .on_thread_park(return_freed_memory_now_and_then)
                 .build();
-            match runtime.expect("tokio runtime").block_on(run(settings, envoy)) {
+            match runtime
+                .expect("tokio runtime")
+                .block_on(run(settings, envoy, open_files))
+            {
                 Ok(outcome) => Ended::Stopped(outcome),
                 Err(e) => {
                     log_start_error(&e);
@@ -154,9 +160,11 @@ fn helper_runtime() -> tokio::runtime::Runtime {
     runtime.expect("tokio runtime")
 }
 
-/// Every module's options, derived from the settings in one place.
+/// Every module's options, derived from the settings in one place. The
+/// drain's [`Plan`] is derived here too ([`Options::plan`]), once the one
+/// fact it needs from the running pod is known: the policy in force
+/// ([`app_watcher`]).
 pub(crate) struct Options {
-    pub(crate) plan: Plan,
     pub(crate) schedule: Schedule,
     /// How old the last successful admin read may be before readiness stops
     /// trusting it: three poll intervals plus one read timeout.
@@ -167,17 +175,6 @@ pub(crate) struct Options {
 impl Options {
     pub(crate) fn from(settings: &Settings) -> Options {
         Options {
-            plan: Plan {
-                drain_until: settings.drain_until,
-                drain_delay: settings.drain_delay,
-                readiness_fail_delay: settings.readiness_fail_delay,
-                termination_drain_duration: settings.termination_drain_duration,
-                minimum_drain_duration: settings.minimum_drain_duration,
-                drain_deadline: settings.drain_deadline(),
-                admin_timeout: settings.admin_timeout,
-                shutdown_margin: settings.shutdown_margin.max(Duration::from_millis(100)),
-                poll_interval: settings.poll_interval,
-            },
             schedule: Schedule {
                 poll_interval: settings.poll_interval,
                 startup_poll_interval: settings.startup_poll_interval,
@@ -191,6 +188,21 @@ impl Options {
                 drain_deadline: settings.drain_deadline(),
                 app_time: RotationPlan::app_time_of(settings.drain_wait_app_time, settings.drain_deadline()),
             },
+        }
+    }
+
+    /// The drain's plan, with `drain_until` the policy in force.
+    pub(crate) fn plan(settings: &Settings, drain_until: DrainUntil) -> Plan {
+        Plan {
+            drain_until,
+            drain_delay: settings.drain_delay,
+            readiness_fail_delay: settings.readiness_fail_delay,
+            termination_drain_duration: settings.termination_drain_duration,
+            minimum_drain_duration: settings.minimum_drain_duration,
+            drain_deadline: settings.drain_deadline(),
+            admin_timeout: settings.admin_timeout,
+            shutdown_margin: settings.shutdown_margin.max(Duration::from_millis(100)),
+            poll_interval: settings.poll_interval,
         }
     }
 }
@@ -215,10 +227,15 @@ fn app_prober(settings: &Settings, status_port: u16, metrics: &Metrics) -> Optio
 /// Runs the agent until Envoy has stopped; how the drain ended. Runs on
 /// the main thread (inside `block_on`), which Envoy's parent-death signal
 /// relies on.
-pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> Result<Outcome, StartError> {
+/// `open_files`: the open-files limit in force (None: unknown or
+/// unlimited), which caps the status server's connections.
+pub(crate) async fn run(
+    settings: Settings,
+    envoy_command: Vec<String>,
+    open_files: Option<u64>,
+) -> Result<Outcome, StartError> {
     let signals = Signals::install()?;
     let Options {
-        mut plan,
         schedule,
         stale_after,
         rotation,
@@ -226,7 +243,7 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> Resul
     let shutdown = CancellationToken::new();
     let metrics = Metrics::new(Instant::now());
     let admin = admin_client(&settings, &metrics);
-    let (server, control) = bind(&settings).await?;
+    let (server, control) = bind(&settings, connection_limit(open_files)).await?;
     let local = server.local_addr().expect("a bound listener has an address");
     let (envoy_drain, scope) = (settings.envoy_drain(), settings.drain_scope);
     let ignored = settings.ignore_listener_ports.clone();
@@ -234,7 +251,8 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> Resul
     let inbound = Inbound::new(admin.clone(), envoy.counts(), scope, ignored);
     // Children lifeguard waits for itself: never reaped as orphans.
     let own_children: Vec<i32> = envoy.pid().map(|p| p as i32).into_iter().collect();
-    let app = app_watcher(&mut plan, &settings, local.port(), envoy.pid());
+    let (app, drain_until) = app_watcher(&settings, local.port(), envoy.pid());
+    let plan = Options::plan(&settings, drain_until);
     let (drain, handle) = Drain::new(plan, envoy, app);
     let readiness = Readiness::new(stale_after, handle.watch());
     let heartbeat = Heartbeat::default();
@@ -254,7 +272,7 @@ pub(crate) async fn run(settings: Settings, envoy_command: Vec<String>) -> Resul
     }
     .service();
     let message_path = settings.termination_message_path.resolve();
-    log_start(&settings, local, &handle, message_path.as_deref());
+    log_start(&settings, local, drain_until, message_path.as_deref());
     let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));
     let envoy_version = version::log_once(admin.clone(), settings.startup_poll_interval, shutdown.clone());
     let tasks = [
@@ -332,8 +350,11 @@ fn drain_wait(
 
 /// The status port and the control socket, bound before anything starts:
 /// an address in use stops start-up before a process is launched.
-async fn bind(settings: &Settings) -> Result<(StatusServer, Option<ControlServer>), StartError> {
-    let server = StatusServer::bind(settings.status_addr).await?;
+async fn bind(
+    settings: &Settings,
+    max_connections: usize,
+) -> Result<(StatusServer, Option<ControlServer>), StartError> {
+    let server = StatusServer::bind(settings.status_addr, max_connections).await?;
     let control = settings
         .control_socket
         .0
@@ -350,18 +371,19 @@ fn admin_client(settings: &Settings, metrics: &Metrics) -> AdminClient {
     AdminClient::new(settings.admin_url.clone(), settings.admin_timeout).observed(observer)
 }
 
-/// What the `app-exit` policy watches. When the app's sockets cannot be
-/// attributed here, the policy falls back to `requests`, with a warning;
-/// the other policies watch nothing.
-fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Option<u32>) -> Watcher {
-    if plan.drain_until != DrainUntil::AppExit {
-        return Watcher::inert();
+/// What the drain watches of the app, and the policy in force: the one
+/// asked, except that `app-exit` falls back to `requests` (with a warning)
+/// when the app's sockets cannot be attributed here. The other policies
+/// watch nothing.
+fn app_watcher(settings: &Settings, status_port: u16, envoy: Option<u32>) -> (Watcher, DrainUntil) {
+    if settings.drain_until != DrainUntil::AppExit {
+        return (Watcher::inert(), settings.drain_until);
     }
+    let instead = (Watcher::inert(), DrainUntil::Requests);
     if let Err(why) = in_a_pod() {
         if !settings.drain_until_given {
             tracing::info!("{why}: draining until zero requests (app-exit would wait on every socket of the machine)");
-            plan.drain_until = DrainUntil::Requests;
-            return Watcher::inert();
+            return instead;
         }
         tracing::warn!("{why}: app-exit, as asked, waits on every socket of this machine that is not the proxy's");
     }
@@ -376,12 +398,11 @@ fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Op
                 ""
             };
             tracing::info!(processes, "app-exit: waiting for the app's sockets{and}");
-            app
+            (app, DrainUntil::AppExit)
         }
         Err(why) => {
             tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
-            plan.drain_until = DrainUntil::Requests;
-            Watcher::inert()
+            instead
         }
     }
 }
@@ -389,14 +410,14 @@ fn app_watcher(plan: &mut Plan, settings: &Settings, status_port: u16, envoy: Op
 fn log_start(
     settings: &Settings,
     local: std::net::SocketAddr,
-    handle: &DrainHandle,
+    drain_until: DrainUntil,
     message: Option<&std::path::Path>,
 ) {
     tracing::info!(
         status_addr = %local,
         admin_url = %settings.admin_url,
         poll_interval = %D(settings.poll_interval),
-        drain_until = %handle.status().policy,
+        drain_until = %drain_until,
         deadline = %D(settings.drain_deadline()),
         termination_message = %message.map_or("none".into(), |p| p.display().to_string()),
         control_socket = %settings.control_socket,

@@ -70,7 +70,7 @@ impl Signals {
                 }
             };
             match name {
-                "SIGTERM" | "SIGINT" | "SIGQUIT" => drain.signal(name),
+                "SIGTERM" | "SIGINT" | "SIGQUIT" => drain.signal(name).await,
                 _ => tracing::info!(signal = name, "signal received; ignored"),
             }
         }

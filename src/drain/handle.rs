@@ -26,9 +26,12 @@ pub(crate) struct DrainHandle {
 }
 
 impl DrainHandle {
-    /// Reports a signal.
-    pub(crate) fn signal(&self, name: &'static str) {
-        let _ = self.events.try_send(Event::Signal(name));
+    /// Reports a signal. It waits its turn behind the events queued before
+    /// it (the queue is bounded: a flood of `POST /drain` waits, it is not
+    /// dropped), and is never dropped itself: only a drain machine that has
+    /// ended, with nothing left to stop, does not take it.
+    pub(crate) async fn signal(&self, name: &'static str) {
+        let _ = self.events.send(Event::Signal(name)).await;
     }
 
     /// Starts a drain (or joins the one under way) and waits until it is

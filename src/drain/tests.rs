@@ -174,7 +174,7 @@ async fn fixed_policy_drains_for_the_drain_time_then_stops_envoy() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
     assert_eq!(handle.status().phase, Phase::Serving);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     // Readiness turned 503 (the phase left serving) before Envoy was
@@ -202,7 +202,7 @@ async fn exit_on_zero_waits_out_the_minimum_then_stops_at_the_first_zero() {
     // Two connections until 7 s, then none.
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(7.0) { 2 } else { 0 }));
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 7.0, 7.05);
@@ -213,7 +213,7 @@ async fn exit_on_zero_waits_out_the_minimum_then_stops_at_the_first_zero() {
 async fn a_zero_before_the_minimum_does_not_end_the_drain() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 5.0, 5.05);
@@ -224,7 +224,7 @@ async fn a_zero_older_than_the_last_non_zero_read_does_not_end_the_drain() {
     // Zero at first, one connection from 3 s to 8 s, zero after.
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t >= secs(3.0) && t < secs(8.0))));
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 8.0, 8.05);
@@ -241,7 +241,7 @@ async fn a_failed_read_at_the_minimum_does_not_reuse_the_zero_read_before_it() {
         }
     });
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 6.0, 6.05);
@@ -253,7 +253,7 @@ async fn the_deadline_cuts_a_drain_with_connections_left() {
     let mut p = plan(DrainUntil::Connections);
     p.drain_deadline = secs(10.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(3), .. }), "{outcome:?}");
     assert_between(envoy.stops()[0], 10.0, 10.0);
@@ -270,7 +270,7 @@ async fn a_deadline_inside_the_pre_drain_delay_stops_envoy_at_the_deadline() {
     p.drain_delay = secs(20.0);
     p.drain_deadline = secs(10.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 9.0).await;
     assert_eq!(handle.status().phase, Phase::Delaying);
     let outcome = task.await.unwrap();
@@ -287,7 +287,7 @@ async fn the_pre_drain_delay_keeps_envoy_serving_then_drains() {
     p.drain_delay = secs(3.0);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 2.0).await;
     assert_eq!(handle.status().phase, Phase::Delaying);
     let outcome = task.await.unwrap();
@@ -302,7 +302,7 @@ async fn the_pre_drain_delay_keeps_envoy_serving_then_drains() {
 async fn envoy_exiting_mid_drain_ends_it_with_code_4_and_no_stop() {
     let envoy = FakeEnvoy::new(true, |_| conns(1));
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 3.0).await;
     envoy.exit(1);
     let outcome = task.await.unwrap();
@@ -330,7 +330,7 @@ async fn envoy_exiting_before_any_drain_ends_the_machine() {
 async fn an_external_envoy_that_stops_answering_is_gone_after_a_second() {
     let envoy = FakeEnvoy::new(false, |t| if t < secs(2.0) { conns(1) } else { refused() });
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert_eq!(outcome, Outcome::EnvoyGone);
     assert_eq!(envoy.stops(), []);
@@ -346,7 +346,7 @@ async fn a_refusing_child_envoy_is_not_declared_gone() {
     let mut p = plan(DrainUntil::Connections);
     p.drain_deadline = secs(6.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(6.0)]);
@@ -356,11 +356,11 @@ async fn a_refusing_child_envoy_is_not_declared_gone() {
 async fn repeated_and_mixed_signals_make_one_drain() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 1.0).await;
-    handle.signal("SIGINT");
+    handle.signal("SIGINT").await;
     at(&envoy, 2.0).await;
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     assert_eq!(handle.status().trigger, Some("SIGTERM"));
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     assert_eq!(envoy.drain_calls().len(), 1);
@@ -392,7 +392,7 @@ async fn post_drain_answers_when_drained_and_envoy_runs_until_sigterm() {
     assert_eq!(handle.drain().await.unwrap().phase, Phase::Drained);
     at(&envoy, 20.0).await;
     assert_eq!(envoy.stops(), []);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(20.0)]);
@@ -406,7 +406,7 @@ async fn sigterm_during_post_drain_stops_envoy_once_drained() {
     let h = handle.clone();
     let waiter = tokio::spawn(async move { h.drain().await });
     at(&envoy, 2.0).await;
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let mut status = handle.watch();
     status.wait_for(|s| s.stop_requested).await.unwrap();
     assert_eq!(status.borrow().phase, Phase::Draining);
@@ -419,7 +419,7 @@ async fn sigterm_during_post_drain_stops_envoy_once_drained() {
 async fn quitquitquit_during_a_drain_stops_envoy_at_once() {
     let envoy = FakeEnvoy::new(true, |_| conns(4));
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 2.0).await;
     assert!(handle.quit().await);
     let outcome = task.await.unwrap();
@@ -453,7 +453,7 @@ async fn slow_and_failed_reads_never_count_as_zero() {
     let mut p = plan(DrainUntil::Connections);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 2.5).await;
     let status = handle.status();
     assert!(
@@ -476,7 +476,7 @@ async fn slow_and_failed_reads_never_count_as_zero() {
 async fn the_fixed_policy_reports_connections_while_it_waits() {
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(2.0) { 5 } else { 1 }));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 1.0 + 0.5).await;
     assert_eq!(handle.status().active_connections, Some(5));
     task.await.unwrap();
@@ -541,7 +541,7 @@ async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
     let mut p = plan(DrainUntil::AppExit);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start_with_app(p, &envoy, |t| usize::from(t < secs(4.2)));
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 3.0).await;
     let status = handle.status();
     assert_eq!(
@@ -565,7 +565,7 @@ async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
     let mut p = plan(DrainUntil::AppExit);
     p.drain_deadline = secs(8.0);
     let (task, handle) = start_with_app(p, &envoy, |_| 2);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(2), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(8.0)]);
@@ -575,7 +575,7 @@ async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
 async fn the_fixed_policy_stopping_envoy_with_requests_in_flight_exits_3() {
     let envoy = FakeEnvoy::new(true, |_| conns(1));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Unfinished { left: 1, .. }), "{outcome:?}");
     let status = handle.status();
@@ -598,7 +598,7 @@ async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
     let mut p = plan(DrainUntil::Connections);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     task.await.unwrap();
     let starts = starts.lock().unwrap().clone();
     for pair in starts.windows(2) {
@@ -627,7 +627,7 @@ async fn a_hook_starts_the_pods_clock_before_sigterm() {
     assert_eq!(status.phase, Phase::Draining, "readiness is 503 when begin() answers");
     assert_eq!(status.trigger, Some("POST /drain"));
     at(&envoy, 5.0).await;
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(10.0)]);
@@ -644,7 +644,7 @@ async fn one_slow_read_does_not_stall_the_drain() {
     let mut p = plan(DrainUntil::Connections);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 2.0, 2.1);
 }
@@ -658,7 +658,7 @@ async fn app_exit_is_not_fooled_by_a_moment_without_app_sockets() {
     p.minimum_drain_duration = secs(0.5);
     let gap = |t: Duration| t >= secs(1.0) && t < secs(1.06);
     let (task, handle) = start_with_app(p, &envoy, move |t| usize::from(t < secs(3.0) && !gap(t)));
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 3.1, 3.15);
 }
@@ -674,7 +674,7 @@ async fn a_first_read_stuck_behind_a_long_scrape_does_not_stall_the_drain() {
     let mut p = plan(DrainUntil::Connections);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 2.0, 2.1);
 }
@@ -691,7 +691,7 @@ async fn what_envoy_is_stopped_with_is_read_at_the_stop_not_when_the_time_ran_ou
     assert_eq!(handle.status().phase, Phase::Drained);
     assert_eq!(handle.status().active_requests, Some(9));
     at(&envoy, 7.9).await;
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     let status = handle.status();
@@ -706,7 +706,7 @@ async fn the_fixed_policy_still_in_flight_at_the_signal_is_unfinished() {
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
     handle.begin().await.expect("the drain began");
     at(&envoy, 7.0).await;
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Unfinished { left: 3, .. }), "{outcome:?}");
     assert_eq!(handle.status().left_at_stop, Some(3));
@@ -724,7 +724,7 @@ async fn work_that_came_after_post_drain_is_waited_for_at_the_signal() {
     let waiter = tokio::spawn(async move { h.drain().await });
     assert_eq!(waiter.await.unwrap().expect("drained").phase, Phase::Drained);
     at(&envoy, 11.0).await;
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     // Waiting for the new work is draining again, not drained.
     at(&envoy, 12.0).await;
     assert_eq!(handle.status().phase, Phase::Draining);
@@ -742,7 +742,7 @@ async fn the_readiness_fail_delay_drains_envoy_first_and_fails_readiness_after()
     p.readiness_fail_delay = secs(3.0);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 1.0).await;
     // Envoy drains from the start, while readiness answers as Envoy does.
     assert_eq!(
@@ -772,7 +772,7 @@ async fn the_readiness_fail_delay_is_bounded_by_the_deadline() {
     p.readiness_fail_delay = secs(60.0);
     p.drain_deadline = secs(8.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(8.0)]);
@@ -782,7 +782,7 @@ async fn the_readiness_fail_delay_is_bounded_by_the_deadline() {
 async fn the_progress_says_what_is_awaited_and_the_time_left() {
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(9.0) { 2 } else { 0 }));
     let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     at(&envoy, 2.0).await;
     assert_eq!(
         handle.status().progress.as_deref(),
@@ -808,7 +808,7 @@ async fn app_exit_stops_envoy_at_once_when_the_app_was_gone_before_the_drain() {
     // minimum (5 s) to wait out.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 0.1, 0.15);
@@ -825,7 +825,7 @@ async fn app_exit_waits_out_the_minimum_once_the_app_was_seen() {
     // the minimum applies, as load balancers must see the 503 first.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_app(plan(DrainUntil::AppExit), &envoy, |t| usize::from(t < secs(0.3)));
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);
     assert!(!handle.status().progress.unwrap().contains("already gone"));
@@ -838,14 +838,14 @@ async fn app_exit_waives_the_minimum_only_when_the_apps_processes_are_seen_gone(
     // at SIGTERM, its next call not yet made): the minimum applies.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, false, |_| 0);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);
     assert!(!handle.status().progress.unwrap().contains("already gone"));
     // ... and with it, an app whose last process has exited is gone.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 0.1, 0.15);
     let progress = handle.status().progress.unwrap();
@@ -865,7 +865,7 @@ async fn app_exit_decides_how_the_drain_began_from_its_first_reading_alone() {
     // stops 100 ms after it, not at 5 s.
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t >= secs(0.05) && t < secs(0.1))));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 0.2, 0.25);
     assert!(handle
@@ -877,8 +877,41 @@ async fn app_exit_decides_how_the_drain_began_from_its_first_reading_alone() {
     // whatever the later readings say.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |t| usize::from(t < secs(0.01)));
-    handle.signal("SIGTERM");
+    handle.signal("SIGTERM").await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);
     assert!(!handle.status().progress.unwrap().contains("already gone"));
+}
+
+/// A SIGTERM is never dropped: with the event queue full of `POST /drain`
+/// requests (a flood from the app, say) before the machine runs, the
+/// signal waits its turn, and Envoy is stopped once drained, not kept
+/// running as a drain asked by `POST /drain` alone would be.
+#[tokio::test(start_paused = true)]
+async fn a_signal_behind_a_full_queue_of_drain_requests_is_not_dropped() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (drain, handle) = Drain::new(plan(DrainUntil::Time), envoy.clone(), ());
+    *envoy.0.phase.lock().unwrap() = Some(handle.watch());
+    let floods: Vec<_> = (0..100)
+        .map(|_| {
+            let handle = handle.clone();
+            tokio::spawn(async move { handle.drain().await })
+        })
+        .collect();
+    // Every flood request is queued or waiting for room before the signal.
+    tokio::task::yield_now().await;
+    let signal = {
+        let handle = handle.clone();
+        tokio::spawn(async move { handle.signal("SIGTERM").await })
+    };
+    tokio::task::yield_now().await;
+    let outcome = tokio::time::timeout(Duration::from_secs(60), drain.run())
+        .await
+        .expect("the drain ends: the signal reached it");
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    assert_eq!(handle.status().stop_signal, Some("SIGTERM"));
+    signal.await.unwrap();
+    for flood in floods {
+        let _ = flood.await;
+    }
 }

@@ -27,7 +27,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
@@ -433,33 +432,16 @@ pub const MAX_CONNECTIONS: usize = 768;
 /// File descriptors kept free for everything but status connections.
 const SPARE_FDS: u64 = 64;
 
-/// Raises the soft open-files limit to the hard one (so the connection cap,
-/// not the kernel, bounds the status server) and returns the cap:
-/// [`MAX_CONNECTIONS`], or the soft limit less some spare descriptors when
-/// that is lower.
-pub(crate) fn connection_limit() -> usize {
-    let Some(soft) = raise_nofile_limit() else {
+/// The connection cap for a process that may open `open_files` files
+/// (None: unknown or unlimited): [`MAX_CONNECTIONS`], or that limit less
+/// some spare descriptors when it is lower. The agent raises the limit at
+/// start-up (`crate::sys::tune_for_run`).
+pub(crate) fn connection_limit(open_files: Option<u64>) -> usize {
+    let Some(soft) = open_files else {
         return MAX_CONNECTIONS;
     };
     let usable = soft.saturating_sub(SPARE_FDS).max(16);
     MAX_CONNECTIONS.min(usize::try_from(usable).unwrap_or(MAX_CONNECTIONS))
-}
-/// Raises the soft open-files limit to the hard one and returns the soft
-/// limit now in force (None when it cannot be read; None in a limit is
-/// "unlimited").
-fn raise_nofile_limit() -> Option<u64> {
-    let limit = getrlimit(Resource::Nofile);
-    let soft = limit.current?;
-    if limit.current < limit.maximum || limit.maximum.is_none() {
-        let raised = Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        };
-        if setrlimit(Resource::Nofile, raised).is_ok() {
-            return Some(limit.maximum.unwrap_or(u64::MAX));
-        }
-    }
-    Some(soft)
 }
 
 #[cfg(test)]

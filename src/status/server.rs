@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::connections::{connection_limit, Activity, ConnectionSlots, Refused, SlotLimits, TimedIo};
+use super::connections::{Activity, ConnectionSlots, Refused, SlotLimits, TimedIo};
 use super::service::StatusService;
 use crate::logging::Throttle;
 
@@ -58,19 +58,24 @@ pub(crate) struct StatusServer {
     /// the same port, so loopback connections (Envoy's probes) have an
     /// accept queue of their own that no remote flood can fill.
     loopback: Option<TcpListener>,
+    /// How many connections may be open at once (`connection_limit`).
+    max_connections: usize,
 }
 
 impl StatusServer {
-    pub(crate) async fn bind(addr: SocketAddr) -> Result<Self, BindError> {
-        Self::listen(addr).map_err(|source| BindError { addr, source })
+    pub(crate) async fn bind(addr: SocketAddr, max_connections: usize) -> Result<Self, BindError> {
+        let (listener, loopback) = Self::listen(addr).map_err(|source| BindError { addr, source })?;
+        Ok(Self {
+            listener,
+            loopback,
+            max_connections,
+        })
     }
 
-    fn listen(addr: SocketAddr) -> std::io::Result<Self> {
+    /// The listener of `addr`, and with a wildcard address the loopback one.
+    fn listen(addr: SocketAddr) -> std::io::Result<(TcpListener, Option<TcpListener>)> {
         if !addr.ip().is_unspecified() {
-            return Ok(Self {
-                listener: listen(addr, false)?,
-                loopback: None,
-            });
+            return Ok((listen(addr, false)?, None));
         }
         // The kernel gives a connection to the listener bound to its exact
         // destination before a wildcard one; two listeners on one port
@@ -87,7 +92,7 @@ impl StatusServer {
                 None
             }
         };
-        Ok(Self { listener, loopback })
+        Ok((listener, loopback))
     }
 
     pub(crate) fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -97,7 +102,7 @@ impl StatusServer {
     /// Serves until `shutdown` is cancelled, then gives open connections
     /// a short grace to finish and returns.
     pub(crate) async fn serve(self, service: StatusService, shutdown: CancellationToken) {
-        let slots = ConnectionSlots::new(SlotLimits::for_total(connection_limit()));
+        let slots = ConnectionSlots::new(SlotLimits::for_total(self.max_connections));
         let mut refusals = RefusalLog::default();
         let tracker = TaskTracker::new();
         let mut http = hyper::server::conn::http1::Builder::new();
