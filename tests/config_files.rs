@@ -255,8 +255,8 @@ fn alerting_rules_pass_promtool_and_their_unit_tests() {
 
     // Each rule reads only metrics lifeguard exports, and each is tested.
     let exported = exported();
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dir.join("alerts.yaml")).unwrap()).unwrap();
+    let rules: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(dir.join("alerts.yaml")).unwrap()).unwrap();
     let tests = std::fs::read_to_string(dir.join("alerts_test.yaml")).unwrap();
     for rule in rules["groups"][0]["rules"].as_sequence().unwrap() {
         let alert = rule["alert"].as_str().unwrap();

@@ -27,7 +27,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use common::{children, http_timeout, temp_dir, unique, TempDir};
 use container::{images, kube_pod, kubelet_probe, podman, podman_ok, PlayedPod, PreStop};
@@ -222,7 +222,7 @@ fn the_image_runs_as_non_root_and_its_lifeguard_is_this_crate() {
 /// The manifest's documents.
 fn manifest(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(root().join(path)).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect()
 }

@@ -233,7 +233,7 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
         ("config/k8s/native-sidecar.yaml", true),
     ] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
-        let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        let docs: Vec<serde_norway::Value> = serde_norway::Deserializer::from_str(&text)
             .map(|d| serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{file}: {e}")))
             .collect();
         let kinds: Vec<_> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
@@ -319,7 +319,7 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
             "{file}: {settings}"
         );
         assert!(setting("loopback_control").contains("false"), "{file}: {settings}");
-        let mounts = |c: &serde_yaml::Value| -> Vec<String> {
+        let mounts = |c: &serde_norway::Value| -> Vec<String> {
             let mounts = c["volumeMounts"].as_sequence().cloned().unwrap_or_default();
             mounts
                 .iter()

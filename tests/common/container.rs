@@ -348,8 +348,8 @@ fn run_ok(cmd: &mut Command) {
 /// `terminationMessagePath` (`messages`: container → host file). Other
 /// kinds (a Service) are kept: podman ignores them. Returns the YAML
 /// documents.
-pub fn kube_pod(docs: &[serde_yaml::Value], name: &str, messages: &[(&str, &Path)]) -> Vec<serde_yaml::Value> {
-    use serde_yaml::Value;
+pub fn kube_pod(docs: &[serde_norway::Value], name: &str, messages: &[(&str, &Path)]) -> Vec<serde_norway::Value> {
+    use serde_norway::Value;
     let kind = |d: &Value| d["kind"].as_str().unwrap_or_default().to_owned();
     let renamed = |n: &str| format!("{name}-{n}");
     let mut out = Vec::new();
@@ -425,18 +425,18 @@ pub fn kube_pod(docs: &[serde_yaml::Value], name: &str, messages: &[(&str, &Path
 }
 
 /// A YAML mapping of `entries`, in their order.
-fn map(entries: &[(&str, serde_yaml::Value)]) -> serde_yaml::Value {
-    let mut m = serde_yaml::Mapping::new();
+fn map(entries: &[(&str, serde_norway::Value)]) -> serde_norway::Value {
+    let mut m = serde_norway::Mapping::new();
     for (k, v) in entries {
         m.insert((*k).into(), v.clone());
     }
-    serde_yaml::Value::Mapping(m)
+    serde_norway::Value::Mapping(m)
 }
 
 /// YAML documents as one multi-document text.
-pub fn yaml_documents(docs: &[serde_yaml::Value]) -> String {
+pub fn yaml_documents(docs: &[serde_norway::Value]) -> String {
     docs.iter()
-        .map(|d| serde_yaml::to_string(d).unwrap())
+        .map(|d| serde_norway::to_string(d).unwrap())
         .collect::<Vec<_>>()
         .join("---\n")
 }
@@ -462,7 +462,7 @@ impl PlayedPod {
     /// ([`Net::addresses`]).
     pub fn play(
         name: &str,
-        docs: &[serde_yaml::Value],
+        docs: &[serde_norway::Value],
         addresses: (std::net::Ipv4Addr, std::net::Ipv4Addr),
         dir: TempDir,
     ) -> PlayedPod {
@@ -669,7 +669,7 @@ pub enum PreStop {
 
 impl PreStop {
     /// The hook of a container of a manifest (`lifecycle.preStop`).
-    pub fn of(container: &serde_yaml::Value) -> PreStop {
+    pub fn of(container: &serde_norway::Value) -> PreStop {
         let hook = &container["lifecycle"]["preStop"];
         if let Some(port) = hook["httpGet"]["port"].as_u64() {
             let path = hook["httpGet"]["path"].as_str().unwrap_or("/").to_owned();
