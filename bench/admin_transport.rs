@@ -8,9 +8,6 @@
 //! Run by `bench/admin_transport.sh [CALLS=2000]`. Loopback and sockets in
 //! a temporary directory only.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::time::{Duration, Instant};
 
 use common::*;

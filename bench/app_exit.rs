@@ -20,13 +20,9 @@
 //! namespace (the app's calls then use a new connection each); the other
 //! policies run RUNS_PER_OTHER_POLICY times.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/common/pod.rs"]
-mod pod;
-
 use std::time::{Duration, Instant};
 
+use common::pod;
 use pod::*;
 
 struct Run {

@@ -15,9 +15,6 @@
 //! the tests lease theirs. Processes, the app and the ports come from the
 //! test kit (tests/common).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::thread;
 use std::time::{Duration, Instant};
 

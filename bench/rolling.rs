@@ -20,15 +20,9 @@
 //! (lifeguard exited) and to the load balancer's taking it out, medians
 //! over the pods.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/common/lb.rs"]
-mod lb;
-#[path = "../tests/common/pod.rs"]
-mod pod;
-
 use std::time::Duration;
 
+use common::lb;
 use lb::*;
 
 fn median(mut v: Vec<f64>) -> f64 {

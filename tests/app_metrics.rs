@@ -2,8 +2,6 @@
 //! against the real Envoy and fake apps, each answer checked by promtool,
 //! and once by a real Prometheus scraping the agent.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;

@@ -4,8 +4,6 @@
 //! and HTTP/2, a real gRPC health server, a TCP port), through the drain,
 //! on the pod's own address inside a network namespace, and under a flood.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -17,19 +17,13 @@
 //! termination nothing lost, lifeguard's exit 0 and its summary in the log
 //! and in the termination message. Needs root (podman, namespaces).
 
-mod common;
-#[path = "common/container.rs"]
-mod container;
-#[path = "common/pod.rs"]
-mod pod;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 use serde_norway::Value;
 
-use common::{children, http_timeout, temp_dir, unique, TempDir};
+use common::{children, container, http_timeout, pod, temp_dir, unique, TempDir};
 use container::{images, kube_pod, kubelet_probe, podman, podman_ok, PlayedPod, PreStop};
 use pod::{ns_pid, peer_service, with_outbound};
 

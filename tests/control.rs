@@ -3,8 +3,6 @@
 //! admin on a Unix socket that is missing, not a socket, or refusing.
 //! Against the real Envoy, through the binary.
 
-mod common;
-
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::process::Command;
 use std::time::Duration;

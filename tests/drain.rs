@@ -1,8 +1,6 @@
 //! The drain against the real Envoy and a real slow app: what a client of
 //! the app sees when the pod is deleted, and when Envoy is stopped.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use common::*;

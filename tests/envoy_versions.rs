@@ -12,8 +12,6 @@
 //!   lifeguard's merged scrape stays text whatever the client asks.
 //! - lifeguard logs the version of the Envoy it runs.
 
-mod common;
-
 use std::time::Duration;
 
 use common::*;

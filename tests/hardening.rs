@@ -5,8 +5,6 @@
 //! misbehave on demand (hang, garbage, truncation, huge bodies, 500s,
 //! wrapped gauges, one slow read).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;

@@ -1,8 +1,6 @@
 //! The pod hook helpers (`wait`, `wait-app-exit`, `drain`, `check`) and the
 //! shipped manifests.
 
-mod common;
-
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;

@@ -8,8 +8,6 @@
 //! only inside the two. Both are removed at the end, also when the test
 //! fails. Needs root.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};

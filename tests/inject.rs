@@ -2,8 +2,6 @@
 //! checked in, idempotence, stdin, several documents, errors, and the
 //! result read back by the agent.
 
-mod common;
-
 use std::path::PathBuf;
 
 use common::*;

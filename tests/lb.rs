@@ -17,17 +17,11 @@
 //! prober cannot move the answer earlier, nor hold it past the bound set.
 //! Needs root, HAProxy and Envoy.
 
-mod common;
-#[path = "common/lb.rs"]
-mod lb;
-#[path = "common/pod.rs"]
-mod pod;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use common::{http_with_headers_within, wait_for};
+use common::{http_with_headers_within, lb, pod, wait_for};
 use lb::*;
 
 /// One busy rolling restart at a time: each drives 200 requests a second

@@ -11,8 +11,6 @@
 //! with the echo network filter: a connection to it stays open, idle, with
 //! nothing behind it.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

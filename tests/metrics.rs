@@ -1,7 +1,5 @@
 //! The merged Prometheus scrape against the real Envoy, checked by promtool.
 
-mod common;
-
 use std::collections::HashSet;
 use std::thread;
 use std::time::Duration;

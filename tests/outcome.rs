@@ -2,8 +2,6 @@
 //! log line, and the linger that lets a last scrape see the final state.
 //! Against the real Envoy and a real slow app.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use common::*;

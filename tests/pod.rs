@@ -9,13 +9,9 @@
 //! connections do not hold the pod, and the deadline counts from the first
 //! sign of termination. Needs root (namespaces, cgroups).
 
-mod common;
-#[path = "common/pod.rs"]
-mod pod;
-
 use std::time::{Duration, Instant};
 
-use common::{http, idle_keepalive_connection, wait_for, wait_status};
+use common::{http, idle_keepalive_connection, pod, wait_for, wait_status};
 use pod::*;
 use serde_json::Value;
 

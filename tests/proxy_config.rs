@@ -3,8 +3,6 @@
 //! PROXY_CONFIG > file); errors; and a drain of the duration it sets,
 //! against the real Envoy.
 
-mod common;
-
 use std::time::Duration;
 
 use common::*;

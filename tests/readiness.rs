@@ -1,8 +1,6 @@
 //! Readiness against the real Envoy: what a kubelet (through Envoy's 15021
 //! listener) and a load balancer (straight at the agent) are told.
 
-mod common;
-
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 

@@ -5,8 +5,6 @@
 //! will not do on demand): a hung `/stats/prometheus` with a 1 s scrape
 //! timeout, a hung admin and the staleness bound.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -51,14 +51,22 @@ pub fn envoy_minor() -> (u32, u32) {
     (parts.next().unwrap(), parts.next().unwrap())
 }
 
-/// The lifeguard binary: the one Cargo built for this test, or, outside
-/// tests (the `reaction` example), `$LIFEGUARD_BIN`, else
-/// `target/release/lifeguard`.
+/// The repository's root (where `Cargo.toml`, `config/` and `scripts/`
+/// are).
+pub fn root() -> &'static Path {
+    // This crate lives in tests/common.
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// The lifeguard binary: the one Cargo built beside the running test or
+/// benchmark (`target/PROFILE/lifeguard` for `target/PROFILE/deps/TEST-HASH`
+/// or `target/PROFILE/examples/NAME`). Cargo builds the package's binaries
+/// before its tests and benchmarks; an example's script builds it
+/// (`bench/reaction.sh`).
 pub fn lifeguard_bin() -> PathBuf {
-    match option_env!("CARGO_BIN_EXE_lifeguard") {
-        Some(path) => path.into(),
-        None => std::env::var_os("LIFEGUARD_BIN").map_or_else(|| "target/release/lifeguard".into(), PathBuf::from),
-    }
+    let exe = std::env::current_exe().expect("the running test's path");
+    let profile = exe.parent().and_then(Path::parent).expect("target/PROFILE/deps/TEST");
+    profile.join("lifeguard")
 }
 
 /// Runs `lifeguard ARGS...` to its end: the exit code and stdout then

@@ -56,15 +56,13 @@
 //! removal is registered with `atexit`, which runs after the last test,
 //! failed or not). Names carry the test process's pid. Needs root.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::common::netns::{Net, Netns};
-use crate::common::{envoy_bin, envoy_version_of, temp_dir, unique, wait_for, TempDir};
+use crate::netns::{Net, Netns};
+use crate::{envoy_bin, envoy_version_of, temp_dir, unique, wait_for, TempDir};
 
 /// The kit's containers.conf (see the module doc).
 const CONTAINERS_CONF: &str = "\
@@ -193,15 +191,12 @@ pub fn images() -> &'static Images {
         let pid = std::process::id();
         let envoy_version = envoy_version_of(&envoy_bin());
         let base = format!("localhost/lifeguard-test-envoy-{pid}:{envoy_version}");
-        let proxy = format!(
-            "localhost/lifeguard-test-envoy-lifeguard-{pid}:{}",
-            env!("CARGO_PKG_VERSION")
-        );
+        let proxy = format!("localhost/lifeguard-test-envoy-lifeguard-{pid}:test");
         let app = format!("localhost/lifeguard-test-app-{pid}:1");
         remove_at_exit(&base);
         remove_at_exit(&proxy);
         let started = Instant::now();
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = crate::root();
         let mut image = Command::new(root.join("scripts/image"));
         // Without what Cargo sets for this test's package: a build script
         // that reads one of them (ring's reads CARGO_MANIFEST_DIR) would
@@ -297,7 +292,7 @@ fn app_image(tag: &str) {
     }
     tar.push_str(&format!(" '{}' | tar -C '{}' -xf -", &stdlib[1..], root.display()));
     run_ok(Command::new("sh").args(["-c", &tar]));
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let fixtures = crate::root().join("tests/fixtures");
     for script in ["pod_app.py", "app_reach.py"] {
         std::fs::copy(fixtures.join(script), root.join("app").join(script)).unwrap();
     }
@@ -601,7 +596,7 @@ impl PlayedPod {
                     let path = path.clone();
                     self.net.peer.spawn(move || {
                         let lifecycle = [("user-agent", "kube-lifecycle/1.30")];
-                        let answer = crate::common::http_with_headers_within("GET", addr, &path, &lifecycle, grace)
+                        let answer = crate::http_with_headers_within("GET", addr, &path, &lifecycle, grace)
                             .map(|(code, _, body)| (code, String::from_utf8_lossy(&body).into_owned()));
                         (Some(answer), sigterm())
                     })
@@ -697,7 +692,7 @@ pub fn kubelet_probe(addr: std::net::SocketAddr, path: &str, timeout: Duration) 
     wait_for(
         &format!("the kubelet's probe of {addr}{path}"),
         timeout,
-        || match crate::common::http_with_headers("GET", addr, path, &[("user-agent", "kube-probe/1.30")]) {
+        || match crate::http_with_headers("GET", addr, path, &[("user-agent", "kube-probe/1.30")]) {
             Ok((200, _, _)) => Ok(()),
             Ok((code, _, body)) => Err(format!("{code} {}", String::from_utf8_lossy(&body))),
             Err(e) => Err(e.to_string()),

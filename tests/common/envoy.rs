@@ -73,7 +73,7 @@ impl Ports {
 /// config/envoy-bootstrap.yaml with its ports remapped to `ports` and its
 /// listeners on 127.0.0.1 instead of 0.0.0.0.
 pub fn bootstrap(ports: &Ports) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml");
+    let path = super::bins::root().join("config/envoy-bootstrap.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     let mut out = text.replace("0.0.0.0", "127.0.0.1");
     if let Some((socket, _)) = &ports.admin_socket {

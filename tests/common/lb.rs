@@ -30,8 +30,6 @@
 //! the LB host's namespace deleted, which deletes the veth ends in it).
 //! Needs root.
 
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -41,9 +39,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::common::netns::{ip, Netns};
-use crate::common::{envoy_bin, http_timeout, temp_dir, unique, wait_for, TempDir};
+use crate::netns::{ip, Netns};
 use crate::pod::{signal, AppMode, PodSpec, TestPod, AGENT, INBOUND, STATUS};
+use crate::{envoy_bin, http_timeout, temp_dir, unique, wait_for, TempDir};
 
 /// The bridge on the LB host, and the veth end each pod gets.
 const BRIDGE: &str = "lan";

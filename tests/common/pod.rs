@@ -3,7 +3,7 @@
 //!
 //! - the pod's **network namespace**, joined by a veth pair to a **peer
 //!   namespace** that plays the rest of the cluster (the kit's
-//!   [`Net`](crate::common::netns::Net)): downstream clients call the pod
+//!   [`Net`](crate::netns::Net)): downstream clients call the pod
 //!   from there, and a peer service there answers the app's outbound calls;
 //! - **containers** as cgroups (a pids-hierarchy cgroup each: the proxy, the
 //!   app, and pause when there is one) and **pid namespaces**: without
@@ -26,8 +26,6 @@
 //! pid and a counter (`unique`), so parallel tests never collide. Needs
 //! root.
 
-#![allow(dead_code)]
-
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,8 +34,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use crate::common::netns::{Net, Netns};
-use crate::common::{
+pub use crate::netns::{Net, Netns};
+use crate::{
     children, envoy_command, lifeguard_bin, reply, temp_dir, unique, wait_for, KeepAliveClient, Proc, TempDir,
     TestServer,
 };
@@ -251,7 +249,7 @@ impl ExitWatch {
 /// with `internal`, an internal listener `inner` (its own HTTP connection
 /// manager, to the peer) reached by the outbound route `/via-inner`.
 pub fn pod_bootstrap(peer: Ipv4Addr, internal: bool) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/envoy-bootstrap.yaml");
+    let path = crate::root().join("config/envoy-bootstrap.yaml");
     with_outbound(&std::fs::read_to_string(path).unwrap(), peer, internal)
 }
 
@@ -520,7 +518,7 @@ impl Prober {
         let (flag, count) = (stop.clone(), answered.clone());
         let thread = net.peer.spawn(move || {
             while !flag.load(Ordering::Relaxed) {
-                if crate::common::http_timeout("GET", addr, &path, Duration::from_secs(1)).is_ok() {
+                if crate::http_timeout("GET", addr, &path, Duration::from_secs(1)).is_ok() {
                     count.fetch_add(1, Ordering::Relaxed);
                 }
                 std::thread::sleep(every);
@@ -660,7 +658,7 @@ impl TestPod {
                 admin: run.join("admin.sock"),
                 control: run.join("control.sock"),
             };
-            bootstrap = crate::common::admin_on_pipe(&bootstrap, &sockets.admin);
+            bootstrap = crate::admin_on_pipe(&bootstrap, &sockets.admin);
             argv.extend([
                 "--admin-url".into(),
                 format!("unix://{}", sockets.admin.display()),
@@ -682,7 +680,7 @@ impl TestPod {
         let envoy_pid = only_child(agent_pid, "Envoy");
         let status = net.pod_addr(STATUS);
         net.peer.run(move || {
-            crate::common::wait_status(status, "/healthz/ready", 200, Duration::from_secs(30));
+            crate::wait_status(status, "/healthz/ready", 200, Duration::from_secs(30));
         });
         TestPod {
             proxy_cgroup,
@@ -810,7 +808,7 @@ impl TestPod {
             .map(|_| {
                 self.net
                     .peer
-                    .run(move || crate::common::idle_keepalive_connection(addr, "/work/0"))
+                    .run(move || crate::idle_keepalive_connection(addr, "/work/0"))
             })
             .collect()
     }
@@ -821,7 +819,7 @@ impl TestPod {
         let addr = self.net.pod_addr(INBOUND);
         let path = path.to_owned();
         self.net.peer.spawn(move || {
-            let r = crate::common::http_timeout("GET", addr, &path, Duration::from_secs(20));
+            let r = crate::http_timeout("GET", addr, &path, Duration::from_secs(20));
             (r, Instant::now())
         })
     }
@@ -830,16 +828,14 @@ impl TestPod {
     /// the locked form).
     pub fn admin_get(&self, path: &str) -> String {
         if let Some(sockets) = &self.sockets {
-            return crate::common::unix_get(&sockets.admin, path)
+            return crate::unix_get(&sockets.admin, path)
                 .map(|(_, body)| body)
                 .unwrap_or_default();
         }
         let path = path.to_owned();
         self.net.pod.run(move || {
             let addr = SocketAddr::from(([127, 0, 0, 1], ADMIN));
-            crate::common::get(addr, &path)
-                .map(|(_, body)| body)
-                .unwrap_or_default()
+            crate::get(addr, &path).map(|(_, body)| body).unwrap_or_default()
         })
     }
 }

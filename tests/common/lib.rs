@@ -1,10 +1,11 @@
-//! Test kit shared by the integration tests and the benchmarks that reuse
-//! them (`bench/reaction.rs`, `bench/admin_transport.rs`, ...), one concern
-//! a file:
+//! The test kit, one crate shared by the integration tests and the
+//! benchmarks that reuse them (`bench/reaction.rs`, `bench/rolling.rs`,
+//! ...), built once (a dev-dependency of lifeguard, named `common` in
+//! Cargo.toml). One concern a file:
 //!
 //! | file | what it owns |
 //! | --- | --- |
-//! | `bins.rs` | the Envoy and lifeguard binaries, Envoy's version, running a program to its end (`run_lifeguard`, `run_lifeguard_env`, `promtool`) |
+//! | `bins.rs` | the Envoy and lifeguard binaries, Envoy's version, running a program to its end (`run_lifeguard`, `run_lifeguard_env`, `promtool`), the repository's root |
 //! | `temp.rs` | temporary directories, names unique to a test |
 //! | `ports.rs` | loopback ports leased to a test (`port`, `Port`), binding one (`bind_leased`) |
 //! | `wait.rs` | waiting on a condition with a deadline (`wait_for`, `wait_status`) |
@@ -16,33 +17,33 @@
 //! | `fake_admin.rs` | a misbehaving Envoy admin (`FakeAdmin`) |
 //! | `local_pod.rs` | a pod on loopback: the app, lifeguard and its Envoy (`Pod`) |
 //! | `netns.rs` | network namespaces, a pod's and a peer's joined by a veth pair |
+//! | `pod.rs` | a pod of namespaces and cgroups around the real Envoy (`common::pod`) |
+//! | `lb.rs` | HAProxy in front of such pods, rolling restarts (`common::lb`) |
+//! | `container.rs` | the image under podman, a pod played from Kubernetes YAML (`common::container`) |
 //!
-//! Everything above is re-exported here (`use common::*`), but `netns`.
-//! Beside them, included with `#[path]` by the tests that need them: `pod.rs`
-//! (a pod of namespaces and cgroups), `lb.rs` (HAProxy in front of pods,
-//! rolling restarts) and `container.rs` (the image under podman).
+//! Everything above but `netns`, `pod`, `lb` and `container` is re-exported
+//! here (`use common::*`); those four are used by their path.
 //!
 //! Every process and server started here is stopped when its handle drops,
-//! also when a test panics.
-
-// Not every test uses everything.
-#![allow(dead_code)]
+//! also when a test panics. A crate of its own, the compiler reports the
+//! kit's dead code like any library's: what no test or benchmark uses goes.
 
 pub mod agent;
 pub mod bins;
 pub mod clients;
+pub mod container;
 pub mod envoy;
 pub mod fake_admin;
+pub mod lb;
 pub mod local_pod;
 pub mod netns;
+pub mod pod;
 pub mod ports;
 pub mod procs;
 pub mod servers;
 pub mod temp;
 pub mod wait;
 
-// Each test and bench uses a part of the kit.
-#[allow(unused_imports)]
 pub use {
     agent::*, bins::*, clients::*, envoy::*, fake_admin::*, local_pod::*, ports::*, procs::*, servers::*, temp::*,
     wait::*,
