@@ -2,8 +2,7 @@
 //! against the real Envoy and fake apps, each answer checked by promtool,
 //! and once by a real Prometheus scraping the agent.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -30,42 +29,12 @@ fn promtool_parses(text: &str) {
     }
 }
 
-/// One scrape with `headers`: status, response headers (lower case) and body
-/// (gunzipped when it came gzipped).
+/// One scrape with `headers`: status, `content-type` and body (gunzipped
+/// when it came gzipped).
 fn scrape_with(addr: SocketAddr, headers: &[(&str, &str)]) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut head = format!("GET /stats/prometheus HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    stream.write_all(format!("{head}\r\n").as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP answer");
-    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let mut rest = &raw[split + 4..];
-    let mut body = Vec::new();
-    if head.contains("transfer-encoding: chunked") {
-        loop {
-            let nl = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap().trim(), 16).unwrap();
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(&rest[nl + 2..nl + 2 + size]);
-            rest = &rest[nl + 4 + size..];
-        }
-    } else {
-        body = rest.to_vec();
-    }
-    if head.contains("content-encoding: gzip") {
-        let mut text = Vec::new();
-        flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut text).unwrap();
-        body = text;
-    }
-    (status, head, String::from_utf8(body).unwrap())
+    let answer = request(addr, "GET", "/stats/prometheus", headers, Duration::from_secs(30)).unwrap();
+    let content_type = answer.header("content-type").unwrap_or_default().to_owned();
+    (answer.status, content_type, answer.decoded())
 }
 
 /// A fake app serving `body` as `content_type` on `port`.
@@ -115,11 +84,12 @@ fn a_text_app_and_an_openmetrics_app_come_last_in_every_format() {
         (protobuf_first, "identity"),
         ("text/plain;version=0.0.4", "gzip"),
     ] {
-        let (status, head, body) = scrape_with(ports.agent.addr(), &[("Accept", accept), ("Accept-Encoding", gzip)]);
+        let (status, content_type, body) =
+            scrape_with(ports.agent.addr(), &[("Accept", accept), ("Accept-Encoding", gzip)]);
         assert_eq!(status, 200);
         assert!(
-            head.contains("content-type: text/plain; version=0.0.4"),
-            "{accept}: {head}"
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{accept}: {content_type}"
         );
         // Envoy's, lifeguard's, the text app's, the OpenMetrics app's.
         let order = [
@@ -146,14 +116,14 @@ fn a_text_app_and_an_openmetrics_app_come_last_in_every_format() {
     }
 
     // A client that takes only OpenMetrics: exactly one # EOF, at the end.
-    let (status, head, body) = scrape_with(
+    let (status, content_type, body) = scrape_with(
         ports.agent.addr(),
         &[("Accept", "application/openmetrics-text;version=1.0.0")],
     );
     assert_eq!(status, 200);
     assert!(
-        head.contains("content-type: application/openmetrics-text; version=1.0.0"),
-        "{head}"
+        content_type.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{content_type}"
     );
     assert_eq!(body.matches("# EOF").count(), 1);
     assert!(

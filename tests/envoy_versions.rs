@@ -20,10 +20,6 @@ use common::*;
 /// (`scrape_protocols: [PrometheusProto, ...]`).
 const PROTOBUF_FIRST: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.9,application/openmetrics-text;version=1.0.0;q=0.8,text/plain;version=0.0.4;q=0.3";
 
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-}
-
 #[test]
 fn lifeguard_logs_the_version_of_the_envoy_it_runs() {
     let pod = Pod::start(Agent::builder());
@@ -60,10 +56,11 @@ fn the_merged_scrape_is_text_whatever_the_client_asks_of_any_envoy() {
         ("/stats/prometheus?prom_protobuf=1", Some(PROTOBUF_FIRST)),
     ] {
         let headers: Vec<(&str, &str)> = accept.map(|a| ("accept", a)).into_iter().collect();
-        let (code, answer_headers, body) = http_with_headers("GET", agent, path, &headers).unwrap();
-        let body = String::from_utf8(body).unwrap_or_else(|e| panic!("{path} {accept:?}: not text: {e}"));
-        assert_eq!(code, 200, "{path} {accept:?}");
-        let content_type = header(&answer_headers, "content-type").unwrap_or_default();
+        let answer = request(agent, "GET", path, &headers, Duration::from_secs(10)).unwrap();
+        let body =
+            String::from_utf8(answer.body.clone()).unwrap_or_else(|e| panic!("{path} {accept:?}: not text: {e}"));
+        assert_eq!(answer.status, 200, "{path} {accept:?}");
+        let content_type = answer.header("content-type").unwrap_or_default();
         assert!(
             content_type.starts_with("text/plain"),
             "{path} {accept:?}: {content_type}"
@@ -112,9 +109,16 @@ fn envoy_before_1_40_refuses_skip_exit_without_graceful() {
 /// A keep-alive request through Envoy's inbound listener: whether Envoy
 /// asked to close the connection (it does once a graceful drain began).
 fn closes_connection(pod: &Pod) -> bool {
-    let (code, headers, body) = http_with_headers("GET", pod.ports.inbound.addr(), "/delay/0", &[]).unwrap();
-    assert_eq!((code, body.as_slice()), (200, b"done\n".as_slice()));
-    header(&headers, "connection") == Some("close")
+    let answer = request(
+        pod.ports.inbound.addr(),
+        "GET",
+        "/delay/0",
+        &[],
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert_eq!((answer.status, answer.text().as_str()), (200, "done\n"));
+    answer.header("connection") == Some("close")
 }
 
 #[test]

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use common::{http_with_headers_within, lb, pod, wait_for};
+use common::{lb, pod, request, wait_for};
 use lb::*;
 
 /// One busy rolling restart at a time: each drives 200 requests a second
@@ -245,7 +245,7 @@ fn hostile_prober(host: &common::netns::Netns, target: std::net::SocketAddr, cla
                 while !stop.load(Ordering::Relaxed) {
                     let agent = format!("hostile-{names}-{}", i % names);
                     let headers = [("user-agent", agent.as_str()), ("x-forwarded-for", claim.as_str())];
-                    let _ = http_with_headers_within("GET", target, "/healthz/ready", &headers, Duration::from_secs(1));
+                    let _ = request(target, "GET", "/healthz/ready", &headers, Duration::from_secs(1));
                     sent.fetch_add(1, Ordering::Relaxed);
                     i += 1;
                     std::thread::sleep(Duration::from_millis(pause_ms));
@@ -301,7 +301,7 @@ fn a_hostile_prober_can_neither_end_the_wait_early_nor_hold_it() {
         slow_peer.spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let headers = [("user-agent", "slow-checker/1.0")];
-                let _ = http_with_headers_within("GET", status, "/healthz/ready", &headers, Duration::from_secs(1));
+                let _ = request(status, "GET", "/healthz/ready", &headers, Duration::from_secs(1));
                 for _ in 0..80 {
                     if stop.load(Ordering::Relaxed) {
                         return;

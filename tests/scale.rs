@@ -5,7 +5,7 @@
 //! will not do on demand): a hung `/stats/prometheus` with a 1 s scrape
 //! timeout, a hung admin and the staleness bound.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,83 +29,9 @@ fn bootstrap_with_clusters(ports: &Ports, n: usize) -> String {
     yaml
 }
 
-/// An HTTP/1.1 answer with its headers (lower-case names) and raw body.
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8(self.body.clone()).expect("a UTF-8 body")
-    }
-}
-
-/// `GET path` with extra headers on a fresh connection; the body is
-/// de-chunked, not decoded.
+/// `GET path` with `headers` on a fresh connection, within `timeout`.
 fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)], timeout: Duration) -> std::io::Result<Answer> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    stream.write_all(req.as_bytes())?;
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let status = line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        reader.read_line(&mut line)?;
-        let l = line.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = l.split_once(':') {
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-        }
-    }
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let mut body = Vec::new();
-    if chunked {
-        loop {
-            line.clear();
-            reader.read_line(&mut line)?;
-            let size = usize::from_str_radix(line.trim(), 16)
-                .map_err(|_| std::io::Error::other(format!("bad chunk size {line:?}")))?;
-            let mut chunk = vec![0; size + 2];
-            reader.read_exact(&mut chunk)?;
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..size]);
-        }
-    } else if let Some(len) = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-    {
-        body.resize(len, 0);
-        reader.read_exact(&mut body)?;
-    } else {
-        reader.read_to_end(&mut body)?;
-    }
-    Ok(Answer { status, headers, body })
+    request(addr, "GET", path, headers, timeout)
 }
 
 /// The bytes of the lines of `text` whose name starts with `prefix`.
@@ -212,10 +138,7 @@ fn a_2000_cluster_envoy_stays_ready_while_its_merged_scrape_is_read_in_a_loop() 
     .unwrap();
     assert_eq!(gz.status, 200);
     assert_eq!(gz.header("content-encoding"), Some("gzip"));
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&gz.body[..])
-        .read_to_string(&mut text)
-        .expect("a valid gzip member");
+    let text = gz.decoded();
     eprintln!(
         "gzip scrape: {} bytes on the wire, {} decoded",
         gz.body.len(),
@@ -363,15 +286,8 @@ fn a_hung_envoy_scrape_with_a_1s_scrape_timeout_still_serves_lifeguards_part_wit
         eprintln!("hung Envoy, 1 s scrape timeout, gzip {gzip}: answered in {took:?}");
         assert_eq!(scrape.status, 200);
         assert!(took < Duration::from_secs(1), "took {took:?}, past the scrape timeout");
-        let text = if gzip {
-            let mut text = String::new();
-            flate2::read::GzDecoder::new(&scrape.body[..])
-                .read_to_string(&mut text)
-                .unwrap();
-            text
-        } else {
-            scrape.text()
-        };
+        assert_eq!(scrape.header("content-encoding"), gzip.then_some("gzip"));
+        let text = scrape.decoded();
         assert_eq!(sample(&text, "lifeguard_ready"), Some(1.0), "{text}");
         assert_eq!(part_size(&text, "envoy_"), 0, "{text}");
         assert!(

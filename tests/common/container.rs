@@ -596,8 +596,8 @@ impl PlayedPod {
                     let path = path.clone();
                     self.net.peer.spawn(move || {
                         let lifecycle = [("user-agent", "kube-lifecycle/1.30")];
-                        let answer = crate::http_with_headers_within("GET", addr, &path, &lifecycle, grace)
-                            .map(|(code, _, body)| (code, String::from_utf8_lossy(&body).into_owned()));
+                        let answer =
+                            crate::request(addr, "GET", &path, &lifecycle, grace).map(|a| (a.status, a.text()));
                         (Some(answer), sigterm())
                     })
                 }
@@ -689,15 +689,14 @@ pub type Stopping = std::thread::JoinHandle<(Option<std::io::Result<(u16, String
 /// (`User-Agent: kube-probe/…`), answers 200; from the calling thread's
 /// network namespace.
 pub fn kubelet_probe(addr: std::net::SocketAddr, path: &str, timeout: Duration) {
-    wait_for(
-        &format!("the kubelet's probe of {addr}{path}"),
-        timeout,
-        || match crate::http_with_headers("GET", addr, path, &[("user-agent", "kube-probe/1.30")]) {
-            Ok((200, _, _)) => Ok(()),
-            Ok((code, _, body)) => Err(format!("{code} {}", String::from_utf8_lossy(&body))),
+    wait_for(&format!("the kubelet's probe of {addr}{path}"), timeout, || {
+        let probe = [("user-agent", "kube-probe/1.30")];
+        match crate::request(addr, "GET", path, &probe, Duration::from_secs(10)) {
+            Ok(answer) if answer.status == 200 => Ok(()),
+            Ok(answer) => Err(format!("{} {}", answer.status, answer.text())),
             Err(e) => Err(e.to_string()),
-        },
-    )
+        }
+    })
 }
 
 impl Drop for PlayedPod {
