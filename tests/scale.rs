@@ -13,7 +13,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use hyper::Response;
 
 /// The kit's bootstrap with `n` more STATIC clusters (each to the app).
 fn bootstrap_with_clusters(ports: &Ports, n: usize) -> String {
@@ -165,105 +164,16 @@ fn a_2000_cluster_envoy_stays_ready_while_its_merged_scrape_is_read_in_a_loop() 
 }
 
 // ---------------------------------------------------------------------------
-// A fake admin (on the kit's TestServer): every path answers as a live
-// Envoy does, until told to hang.
+// Against the kit's fake admin: what a real Envoy will not do on demand.
 
 /// How long the fake takes to answer an active-count read, and how many
-/// connections it reports until the count is reported as 0 (after
-/// `ACTIVE_READS_BUSY` reads).
+/// reads report a connection before the count is 0.
 const ACTIVE_READ_TAKES: Duration = Duration::from_millis(200);
 const ACTIVE_READS_BUSY: usize = 4;
 
-#[derive(Default)]
-struct FakeState {
-    /// Every request is read and never answered.
-    hang_all: AtomicBool,
-    /// `/stats/prometheus` is read and never answered.
-    hang_prometheus: AtomicBool,
-    /// When `/ready` was last answered LIVE.
-    last_live: Mutex<Option<Instant>>,
-    /// Set once a `/stats/prometheus` request has been read.
-    got_prometheus: AtomicBool,
-    /// The drain's active-count reads: when each came in.
-    active_reads: Mutex<Vec<Instant>>,
-}
-
-struct Fake {
-    port: Port,
-    state: Arc<FakeState>,
-    _server: TestServer,
-}
-
-impl std::ops::Deref for Fake {
-    type Target = FakeState;
-    fn deref(&self) -> &FakeState {
-        &self.state
-    }
-}
-
-impl Fake {
-    fn start() -> Fake {
-        let port = port();
-        let state = Arc::new(FakeState::default());
-        let shared = state.clone();
-        let server = TestServer::start(&port, move |request| {
-            let state = shared.clone();
-            let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
-            async move {
-                let mut response = state.answer(&path).await;
-                response.headers_mut().insert("connection", "close".parse().unwrap());
-                response
-            }
-        });
-        Fake {
-            port,
-            state,
-            _server: server,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port.port)
-    }
-}
-
-impl FakeState {
-    async fn answer(&self, path: &str) -> Response<Body> {
-        let prometheus = path.starts_with("/stats/prometheus");
-        if prometheus {
-            self.got_prometheus.store(true, Ordering::Relaxed);
-        }
-        if self.hang_all.load(Ordering::Relaxed) || (prometheus && self.hang_prometheus.load(Ordering::Relaxed)) {
-            return std::future::pending().await;
-        }
-        if path == "/ready" {
-            *self.last_live.lock().unwrap() = Some(Instant::now());
-            return reply(200, "LIVE\n");
-        }
-        if path.contains("downstream_") {
-            // The drain's active-count read: slow, as at 20,000 clusters.
-            let n = {
-                let mut reads = self.active_reads.lock().unwrap();
-                reads.push(Instant::now());
-                reads.len()
-            };
-            tokio::time::sleep(ACTIVE_READ_TAKES).await;
-            let active = u8::from(n <= ACTIVE_READS_BUSY);
-            return reply(
-                200,
-                format!("listener.127.0.0.1_15006.downstream_cx_active: {active}\n"),
-            );
-        }
-        if prometheus {
-            return reply(200, "# TYPE envoy_server_live gauge\nenvoy_server_live 1\n");
-        }
-        reply(200, "listener_manager.workers_started: 1\nserver.state: 0\n")
-    }
-}
-
 #[test]
 fn a_hung_envoy_scrape_with_a_1s_scrape_timeout_still_serves_lifeguards_part_within_it() {
-    let fake = Fake::start();
+    let fake = FakeAdmin::start(AdminMode::Live);
     let agent = Agent::builder().admin_url(fake.url()).ready();
     // Envoy's part arrives while it answers.
     let scrape = get_with(agent.status, "/stats/prometheus", &[], Duration::from_secs(5)).unwrap();
@@ -299,7 +209,7 @@ fn a_hung_envoy_scrape_with_a_1s_scrape_timeout_still_serves_lifeguards_part_wit
 
 #[test]
 fn a_hung_admin_turns_readiness_503_within_the_staleness_bound_not_before() {
-    let fake = Fake::start();
+    let fake = FakeAdmin::start(AdminMode::Live);
     // Stale after 3 × 200 ms + 300 ms = 900 ms.
     let bound = Duration::from_millis(900);
     let agent = Agent::builder()
@@ -331,7 +241,7 @@ fn a_hung_admin_turns_readiness_503_within_the_staleness_bound_not_before() {
 
 #[test]
 fn while_envoy_is_busy_with_lifeguards_own_scrape_readiness_holds_until_that_read_is_cut() {
-    let fake = Fake::start();
+    let fake = FakeAdmin::start(AdminMode::Live);
     // Stale after 3 × 200 ms + 300 ms = 900 ms.
     let agent = Agent::builder()
         .admin_url(fake.url())
@@ -396,7 +306,15 @@ fn wait_status_any(addr: SocketAddr, code: u16, timeout: Duration) -> (u16, Stri
 
 #[test]
 fn slow_active_count_reads_make_the_drain_read_less_often() {
-    let fake = Fake::start();
+    let fake = FakeAdmin::start(AdminMode::Live);
+    // Slow reads, as at 20,000 clusters: busy, then the connection gone.
+    *fake.active_read_takes.lock().unwrap() = ACTIVE_READ_TAKES;
+    let busy = "listener.127.0.0.1_15006.downstream_cx_active: 1\n";
+    fake.active_script
+        .lock()
+        .unwrap()
+        .extend(vec![busy.to_owned(); ACTIVE_READS_BUSY]);
+    *fake.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 0\n".into();
     let mut agent = Agent::builder()
         .admin_url(fake.url())
         .args(&["--drain-until", "connections", "--minimum-drain-duration", "100ms"])

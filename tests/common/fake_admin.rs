@@ -1,12 +1,21 @@
-//! A misbehaving Envoy admin ([`FakeAdmin`]), for the faults a real Envoy
-//! will not make on demand: hang, answer garbage, cut an answer short,
-//! answer slowly.
+//! A fake Envoy admin ([`FakeAdmin`]), for what a real Envoy will not do
+//! on demand: hang (its readiness reads, one path, or everything), answer
+//! garbage, cut an answer short, answer slowly, report the drain's counts
+//! a test scripts; and what it was asked, and when.
+//!
+//! It answers as a live Envoy does until told otherwise: `/ready` says
+//! `LIVE`, the readiness stats say ready, `/stats/prometheus` has one
+//! family, the drain's active counts are [`AdminState::active_body`],
+//! `/drain_listeners` and `/quitquitquit` say OK. Every answer closes its
+//! connection.
 
+use std::collections::VecDeque;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -16,10 +25,12 @@ use hyper::Response;
 use super::ports::{port, Port};
 use super::servers::{reply, Body, TestServer};
 
-/// How the fake admin answers the readiness query.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How the fake admin answers the readiness reads (`/ready` and the
+/// readiness stats).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum AdminMode {
-    /// `server.state: 0` and `workers_started: 1`.
+    /// `/ready` says `LIVE`; `server.state: 0` and `workers_started: 1`.
+    #[default]
     Live,
     /// Accepts, reads the request, never answers.
     Hang,
@@ -35,61 +46,68 @@ pub enum AdminMode {
     Wrapped,
 }
 
-/// A fake Envoy admin API on a reserved loopback port. The active-counts
-/// query answers `active_body`; one read of it can be made slow.
+/// A fake Envoy admin API on a leased loopback port; its knobs and what it
+/// saw are its [`AdminState`]'s fields (`admin.hang_all.store(true, ..)`).
 pub struct FakeAdmin {
     server: TestServer,
     pub port: Port,
-    mode: Arc<Mutex<AdminMode>>,
-    pub active_body: Arc<Mutex<String>>,
-    /// When set, the next active-counts read is answered after this long.
-    pub slow_next_active: Arc<Mutex<Option<Duration>>>,
-    pub quit_called: Arc<AtomicBool>,
+    state: Arc<AdminState>,
 }
 
-#[derive(Clone)]
-struct AdminState {
-    mode: Arc<Mutex<AdminMode>>,
-    active_body: Arc<Mutex<String>>,
-    slow_next_active: Arc<Mutex<Option<Duration>>>,
-    quit_called: Arc<AtomicBool>,
+/// The fake admin's knobs, set by the test at any time, and what it saw.
+#[derive(Default)]
+pub struct AdminState {
+    mode: Mutex<AdminMode>,
+    /// Every request is read and never answered.
+    pub hang_all: AtomicBool,
+    /// `/stats/prometheus` is read and never answered.
+    pub hang_prometheus: AtomicBool,
+    /// The drain's active-count read (the `downstream_` stats) answers
+    /// this, once `active_script` is used up.
+    pub active_body: Mutex<String>,
+    /// The answers of the next active-count reads, one a read.
+    pub active_script: Mutex<VecDeque<String>>,
+    /// Every active-count read is answered after this long.
+    pub active_read_takes: Mutex<Duration>,
+    /// When set, the next active-count read is answered after this long.
+    pub slow_next_active: Mutex<Option<Duration>>,
+    /// When each active-count read came in.
+    pub active_reads: Mutex<Vec<Instant>>,
+    /// When `/ready` last answered `LIVE`.
+    pub last_live: Mutex<Option<Instant>>,
+    /// Set once a `/stats/prometheus` request was read.
+    pub got_prometheus: AtomicBool,
+    /// Set once `/quitquitquit` was asked.
+    pub quit_called: AtomicBool,
 }
 
 impl FakeAdmin {
     pub fn start(mode: AdminMode) -> FakeAdmin {
-        let state = AdminState {
-            mode: Arc::new(Mutex::new(mode)),
-            active_body: Arc::new(Mutex::new(String::new())),
-            slow_next_active: Arc::new(Mutex::new(None)),
-            quit_called: Arc::new(AtomicBool::new(false)),
-        };
+        let state = Arc::new(AdminState {
+            mode: Mutex::new(mode),
+            ..AdminState::default()
+        });
         let port = port();
         let shared = state.clone();
         let server = TestServer::start(&port, move |request| {
             let state = shared.clone();
+            let target = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
             async move {
-                let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
-                let mut response = state.answer(target).await;
+                let mut response = state.answer(&target).await;
                 response.headers_mut().insert("connection", "close".parse().unwrap());
                 response
             }
         });
-        FakeAdmin {
-            server,
-            port,
-            mode: state.mode,
-            active_body: state.active_body,
-            slow_next_active: state.slow_next_active,
-            quit_called: state.quit_called,
-        }
+        FakeAdmin { server, port, state }
     }
 
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port.port)
     }
 
+    /// How the readiness reads are answered from now on.
     pub fn set(&self, mode: AdminMode) {
-        *self.mode.lock().unwrap() = mode;
+        *self.state.mode.lock().unwrap() = mode;
     }
 
     /// Stops answering: the listener closes (connections are refused).
@@ -98,47 +116,81 @@ impl FakeAdmin {
     }
 }
 
+impl Deref for FakeAdmin {
+    type Target = AdminState;
+
+    fn deref(&self) -> &AdminState {
+        &self.state
+    }
+}
+
 impl AdminState {
-    /// The answer to a request for `path` (with its query).
-    async fn answer(&self, path: &str) -> Response<Body> {
-        if path.starts_with("/drain_listeners") {
+    /// The answer to a request for `target` (path and query).
+    async fn answer(&self, target: &str) -> Response<Body> {
+        let prometheus = target.starts_with("/stats/prometheus");
+        if prometheus {
+            self.got_prometheus.store(true, Ordering::Relaxed);
+        }
+        if self.hang_all.load(Ordering::Relaxed) || (prometheus && self.hang_prometheus.load(Ordering::Relaxed)) {
+            return std::future::pending().await;
+        }
+        if target.starts_with("/drain_listeners") {
             return reply(200, "OK\n");
         }
-        if path.starts_with("/quitquitquit") {
+        if target.starts_with("/quitquitquit") {
             self.quit_called.store(true, Ordering::Relaxed);
             return reply(200, "OK\n");
         }
-        if path.starts_with("/stats/prometheus") {
+        if prometheus {
             return reply(200, "# TYPE envoy_server_live gauge\nenvoy_server_live 1\n");
         }
-        if path.contains("downstream_") {
-            let slow = self.slow_next_active.lock().unwrap().take();
-            if let Some(d) = slow {
-                tokio::time::sleep(d).await;
-            }
-            let body = self.active_body.lock().unwrap().clone();
-            return reply(200, body);
+        if target.contains("downstream_") {
+            return self.active_counts().await;
         }
         let mode = self.mode.lock().unwrap().clone();
-        match mode {
-            AdminMode::Live => reply(200, "listener_manager.workers_started: 1\nserver.state: 0\n"),
-            AdminMode::Wrapped => reply(
-                200,
-                "listener_manager.workers_started: 1\nserver.state: 18446744073709551615\n",
-            ),
-            AdminMode::Garbage => reply(200, "<html><body>502 Bad Gateway</body></html>"),
-            AdminMode::Error500 => reply(500, "internal error\n"),
-            AdminMode::Truncated => {
-                let mut response = Response::new(CutShort(Some(Bytes::from_static(b"server.sta"))).boxed());
-                response.headers_mut().insert("content-length", "100".parse().unwrap());
-                response
-            }
-            AdminMode::Hang => std::future::pending().await,
-            AdminMode::Huge => {
-                static HUGE: OnceLock<Bytes> = OnceLock::new();
-                let body = HUGE.get_or_init(|| "server.state: 0\n".repeat((8 << 20) / 16).into());
-                reply(200, body.clone())
-            }
+        if mode == AdminMode::Live && target == "/ready" {
+            *self.last_live.lock().unwrap() = Some(Instant::now());
+            return reply(200, "LIVE\n");
+        }
+        readiness(mode).await
+    }
+
+    /// The drain's active-count read: recorded, slowed as told, the next
+    /// scripted answer or `active_body`.
+    async fn active_counts(&self) -> Response<Body> {
+        self.active_reads.lock().unwrap().push(Instant::now());
+        let slow = self.slow_next_active.lock().unwrap().take();
+        let takes = *self.active_read_takes.lock().unwrap();
+        let delay = slow.unwrap_or_default().max(takes);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let scripted = self.active_script.lock().unwrap().pop_front();
+        let body = scripted.unwrap_or_else(|| self.active_body.lock().unwrap().clone());
+        reply(200, body)
+    }
+}
+
+/// A readiness read's answer in `mode`.
+async fn readiness(mode: AdminMode) -> Response<Body> {
+    match mode {
+        AdminMode::Live => reply(200, "listener_manager.workers_started: 1\nserver.state: 0\n"),
+        AdminMode::Wrapped => reply(
+            200,
+            "listener_manager.workers_started: 1\nserver.state: 18446744073709551615\n",
+        ),
+        AdminMode::Garbage => reply(200, "<html><body>502 Bad Gateway</body></html>"),
+        AdminMode::Error500 => reply(500, "internal error\n"),
+        AdminMode::Truncated => {
+            let mut response = Response::new(CutShort(Some(Bytes::from_static(b"server.sta"))).boxed());
+            response.headers_mut().insert("content-length", "100".parse().unwrap());
+            response
+        }
+        AdminMode::Hang => std::future::pending().await,
+        AdminMode::Huge => {
+            static HUGE: OnceLock<Bytes> = OnceLock::new();
+            let body = HUGE.get_or_init(|| "server.state: 0\n".repeat((8 << 20) / 16).into());
+            reply(200, body.clone())
         }
     }
 }

@@ -14,7 +14,7 @@
 //! | `agent.rs` | starting `lifeguard run`: `Agent::builder()`, `Agent` |
 //! | `clients.rs` | the one HTTP client of the tests (`request`: TCP or a Unix socket, any method and headers, the whole `Answer`) and its short forms; a keep-alive client, an idle connection; a sample of a scrape |
 //! | `servers.rs` | fake HTTP servers (`TestServer`, `reply`), the slow test `App` |
-//! | `fake_admin.rs` | a misbehaving Envoy admin (`FakeAdmin`) |
+//! | `fake_admin.rs` | a fake Envoy admin that misbehaves on demand (`FakeAdmin`) |
 //! | `local_pod.rs` | a pod on loopback: the app, lifeguard and its Envoy (`Pod`) |
 //! | `netns.rs` | network namespaces, a pod's and a peer's joined by a veth pair |
 //! | `pod.rs` | a pod of namespaces and cgroups around the real Envoy (`common::pod`) |
