@@ -34,6 +34,11 @@
 
 #![deny(unsafe_code)]
 
+// The fuzz targets name the agent `lifeguard::`; the unit tests run them
+// (src/fuzzing.rs, the seeds' replay), so the crate answers to its name.
+#[cfg(test)]
+extern crate self as lifeguard;
+
 /// `Display` for a clap `ValueEnum`: the value as the user types it
 /// (`app-exit`, `inbound`, `json`).
 macro_rules! display_as_value {
@@ -55,7 +60,7 @@ pub mod drain;
 pub mod duration;
 pub mod envoy;
 pub mod exit;
-#[cfg(fuzzing)]
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hooks;

@@ -7,15 +7,14 @@
 //! the right form, one handler, a port 1-65535, a request path, headers
 //! hyper takes, a timeout of at least 1 s), and reads back the same from
 //! the JSON the agent shows (and `lifeguard inject` writes).
-#![no_main]
 
 use std::collections::BTreeMap;
 
-use libfuzzer_sys::fuzz_target;
 use lifeguard::fuzzing::{app_probers, Action, Refused};
 use serde::de::IgnoredAny;
 
-fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzz target runs it: panics when a promise above is broken.
+pub fn run(data: &[u8]) {
     let Ok(json) = std::str::from_utf8(data) else { return };
     match app_probers(json) {
         Ok(probes) => {
@@ -52,4 +51,4 @@ fuzz_target!(|data: &[u8]| {
             assert!(named || why.starts_with("not the JSON of app probes: "), "{why}");
         }
     }
-});
+}

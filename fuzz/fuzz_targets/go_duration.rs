@@ -9,15 +9,13 @@
 //! accepted duration is at most a year, not negative, and its display
 //! parses back to it; any duration up to a year displays as text that
 //! parses back to it; each setting takes exactly what its rule allows.
-#![no_main]
 
 use std::time::Duration;
 
-use libfuzzer_sys::fuzz_target;
+use super::{fields, flags, settings_file};
 use lifeguard::fuzzing::{
     cli_wait_durations, go_duration, go_duration_display, load_settings, Refused, SettingsError, GO_DURATION_MAX,
 };
-use lifeguard_fuzz::{fields, flags, settings_file};
 
 /// Settings of each duration parser, and the shortest each takes.
 const SETTINGS: [(&str, Duration); 4] = [
@@ -63,7 +61,8 @@ fn setting(key: &str, min: Duration, text: &str) {
     }
 }
 
-fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzz target runs it: panics when a promise above is broken.
+pub fn run(data: &[u8]) {
     let (flags, rest) = flags(data);
     let f = fields(rest, 2);
     let Ok(text) = std::str::from_utf8(f[0]) else { return };
@@ -98,4 +97,4 @@ fuzz_target!(|data: &[u8]| {
             assert!(parsed.is_none_or(|d| d.is_zero()), "{text:?}: {why}");
         }
     }
-});
+}

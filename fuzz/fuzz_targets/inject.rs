@@ -6,13 +6,12 @@
 //! `--drain-wait`), then the YAML.
 //! Holds: never a panic; a refusal names the document; what comes out is
 //! YAML, and running inject on it again changes nothing.
-#![no_main]
 
-use libfuzzer_sys::fuzz_target;
+use super::flags;
 use lifeguard::fuzzing::{inject, Refused};
-use lifeguard_fuzz::flags;
 
-fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzz target runs it: panics when a promise above is broken.
+pub fn run(data: &[u8]) {
     let (flags, rest) = flags(data);
     let Ok(yaml) = std::str::from_utf8(rest) else { return };
     let proxy = (flags & 1 == 1).then_some("proxy");
@@ -28,4 +27,4 @@ fuzz_target!(|data: &[u8]| {
             assert!(n.is_some_and(|n| n.parse::<usize>().is_ok()), "{why}");
         }
     }
-});
+}

@@ -16,7 +16,6 @@
 //! part follows in order; an app part declares no family already in the
 //! answer, has no blank line and no `# EOF`; OpenMetrics ends with the one
 //! `# EOF`, text has none (outside Envoy's own body, passed as it is).
-#![no_main]
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -27,15 +26,14 @@ use std::sync::{Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::{fields, runtime};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Frame;
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use libfuzzer_sys::fuzz_target;
 use lifeguard::fuzzing::{exposition_for_accept, note_families, status_service, Exposition, StatusOptions};
-use lifeguard_fuzz::{fields, runtime};
 use tokio::net::{TcpListener, UnixListener};
 
 /// What one fake server answers: its status, `Content-Type`, body chunks.
@@ -94,7 +92,7 @@ fn servers() -> &'static Servers {
     static SERVERS: OnceLock<Servers> = OnceLock::new();
     SERVERS.get_or_init(|| {
         runtime().block_on(async {
-            let dir = std::env::temp_dir().join(format!("lifeguard-fuzz-scrape-{}", std::process::id()));
+            let dir = super::scratch_dir().join("scrape");
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).expect("a temp dir");
             let admin = dir.join("admin.sock");
@@ -191,7 +189,8 @@ impl<'a> Run<'a> {
     }
 }
 
-fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzz target runs it: panics when a promise above is broken.
+pub fn run(data: &[u8]) {
     // A fuzzed body that names a sentinel's family would hide the parts.
     if data.windows(13).any(|w| w[0] == b'f' && w == b"fuzz_sentinel") {
         return;
@@ -306,7 +305,7 @@ fuzz_target!(|data: &[u8]| {
         .filter(|l| String::from_utf8_lossy(l).trim_matches([' ', '\t']) == "# EOF")
         .count();
     assert_eq!(eofs, usize::from(om));
-});
+}
 
 /// Where `needle` (whole lines) starts in `haystack`, at a line's start.
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

@@ -14,13 +14,11 @@
 //! input; pushing the text in pieces
 //! (whole lines) gives what pushing it whole gives; what is reported
 //! dropped did clash; the families the app kept join the answer's.
-#![no_main]
 
 use std::collections::HashSet;
 
-use libfuzzer_sys::fuzz_target;
+use super::{fields, flags};
 use lifeguard::fuzzing::{exposition_for_accept, exposition_of_content_type, note_families, AppLines, Exposition};
-use lifeguard_fuzz::{fields, flags};
 
 const FORMATS: [Exposition; 3] = [Exposition::Text, Exposition::OpenMetrics1, Exposition::OpenMetrics0];
 const SUFFIXES: [&str; 9] = [
@@ -83,7 +81,8 @@ fn labels_end(line: &str, at: usize) -> Option<usize> {
     None
 }
 
-fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzz target runs it: panics when a promise above is broken.
+pub fn run(data: &[u8]) {
     let (flags, rest) = flags(data);
     let (from, to) = (FORMATS[usize::from(flags % 3)], FORMATS[usize::from(flags / 3 % 3)]);
     let piece = usize::from(flags >> 4);
@@ -199,4 +198,4 @@ fuzz_target!(|data: &[u8]| {
         }
         at += 1;
     }
-});
+}

@@ -7,13 +7,12 @@
 //! (`PROXY_CONFIG statusPort`, `PROXY_CONFIG proxyMetadata.VAR`); every
 //! accepted value comes from PROXY_CONFIG or the default; what is loaded,
 //! written as a settings file, loads back the same.
-#![no_main]
 
-use libfuzzer_sys::fuzz_target;
+use super::settings_read_back;
 use lifeguard::fuzzing::{load_settings, SettingsError};
-use lifeguard_fuzz::settings_read_back;
 
-fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzz target runs it: panics when a promise above is broken.
+pub fn run(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     match load_settings(None, Some(text)) {
         Ok((table, effective)) => {
@@ -33,4 +32,4 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(SettingsError::File(e)) => panic!("no file was given: {e}"),
     }
-});
+}

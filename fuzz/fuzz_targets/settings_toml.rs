@@ -7,13 +7,12 @@
 //! the PROXY_CONFIG field); every accepted value comes from the file,
 //! PROXY_CONFIG or the default; what is loaded, written as a settings file,
 //! loads back the same.
-#![no_main]
 
-use libfuzzer_sys::fuzz_target;
+use super::{fields, settings_file, settings_read_back};
 use lifeguard::fuzzing::{load_settings, SettingsError};
-use lifeguard_fuzz::{fields, settings_file, settings_read_back};
 
-fuzz_target!(|data: &[u8]| {
+/// One input, as the fuzz target runs it: panics when a promise above is broken.
+pub fn run(data: &[u8]) {
     let f = fields(data, 2);
     let (Ok(file), Ok(proxy)) = (std::str::from_utf8(f[0]), std::str::from_utf8(f[1])) else {
         return;
@@ -53,4 +52,4 @@ fuzz_target!(|data: &[u8]| {
             _ => panic!("no flag or env variable was given: {message}"),
         },
     }
-});
+}

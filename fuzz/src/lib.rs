@@ -1,7 +1,44 @@
-//! What the fuzz targets share: one input cut into fields, a runtime for
-//! the async code, header maps written as text.
+//! The fuzz targets, one module each (`fuzz_targets/NAME.rs`: what it
+//! exercises, what it holds, and `run`, one input), and what they share:
+//! one input cut into fields, a runtime for the async code, header maps
+//! written as text.
+//!
+//! Two builds run the targets: `cargo fuzz` (`entry/NAME.rs`, libFuzzer's
+//! entry, explores from the seeds; `scripts/fuzz`), and lifeguard's unit
+//! tests, which include this file (src/fuzzing.rs) and run every committed
+//! seed through `run` once: the regression test, in every `cargo test`. So
+//! this file and the targets name the agent `lifeguard::` and each other
+//! `super::`, never `crate::` (which differs between the two).
+
+#[path = "../fuzz_targets/app_probe_answer.rs"]
+pub mod app_probe_answer;
+#[path = "../fuzz_targets/app_probers.rs"]
+pub mod app_probers;
+#[path = "../fuzz_targets/envoy_stats.rs"]
+pub mod envoy_stats;
+#[path = "../fuzz_targets/go_duration.rs"]
+pub mod go_duration;
+#[path = "../fuzz_targets/grpc_health.rs"]
+pub mod grpc_health;
+#[path = "../fuzz_targets/inbound.rs"]
+pub mod inbound;
+#[path = "../fuzz_targets/inject.rs"]
+pub mod inject;
+#[path = "../fuzz_targets/merged_scrape.rs"]
+pub mod merged_scrape;
+#[path = "../fuzz_targets/metrics_lines.rs"]
+pub mod metrics_lines;
+#[path = "../fuzz_targets/prometheus_annotations.rs"]
+pub mod prometheus_annotations;
+#[path = "../fuzz_targets/proxy_config.rs"]
+pub mod proxy_config;
+#[path = "../fuzz_targets/settings_toml.rs"]
+pub mod settings_toml;
+#[path = "../fuzz_targets/status_routes.rs"]
+pub mod status_routes;
 
 use std::borrow::Cow;
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
@@ -56,9 +93,17 @@ pub fn header_map(text: &[u8]) -> HeaderMap {
     headers
 }
 
+/// A directory of this process's own for the targets' files (a settings
+/// file, the fake admin's socket), made on first use.
+pub fn scratch_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lifeguard-fuzz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("the scratch directory is made");
+    dir
+}
+
 /// A settings file of this process's own, holding `text`.
-pub fn settings_file(text: &str) -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("lifeguard-fuzz-{}.toml", std::process::id()));
+pub fn settings_file(text: &str) -> PathBuf {
+    let path = scratch_dir().join("settings.toml");
     std::fs::write(&path, text).expect("the settings file is written");
     path
 }
