@@ -17,11 +17,8 @@ use lifeguard::envoy::state::READINESS_STATS;
 
 fn main() {
     let calls: usize = std::env::args().nth(1).map_or(2000, |n| n.parse().expect("CALLS"));
-    let tcp_ports = Ports::new();
-    // The kit's switch for an admin on a Unix socket (as scripts/test uses).
-    std::env::set_var("LIFEGUARD_TEST_ADMIN", "unix");
-    let unix_ports = Ports::new();
-    std::env::remove_var("LIFEGUARD_TEST_ADMIN");
+    let tcp_ports = Ports::with_admin_socket(false);
+    let unix_ports = Ports::with_admin_socket(true);
     let _tcp_envoy = start_envoy(&bootstrap(&tcp_ports));
     let _unix_envoy = start_envoy(&bootstrap(&unix_ports));
     let timeout = Duration::from_secs(2);

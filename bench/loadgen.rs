@@ -13,11 +13,11 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-fn main() {
+fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
         eprintln!("usage: loadgen http://127.0.0.1:PORT/PATH RATE SECONDS [CONNECTIONS]");
-        std::process::exit(2);
+        return std::process::ExitCode::from(2);
     }
     let url = args[1].strip_prefix("http://").expect("http:// URL");
     let (authority, path) = url.split_at(url.find('/').unwrap_or(url.len()));
@@ -47,6 +47,7 @@ fn main() {
         pct(0.999),
         lat.last().copied().unwrap_or(0)
     );
+    std::process::ExitCode::SUCCESS
 }
 
 /// One connection's state in the event loop.

@@ -33,6 +33,10 @@
 //!   allocator's collect) and the process's memory settings.
 
 #![deny(unsafe_code)]
+// No function over clippy.toml's too-many-lines-threshold (80 lines of
+// code): a function reads in one screen. The agent's code only: a test's
+// scenario may run longer.
+#![warn(clippy::too_many_lines)]
 
 // The fuzz targets name the agent `lifeguard::`; the unit tests run them
 // (src/fuzzing.rs, the seeds' replay), so the crate answers to its name.

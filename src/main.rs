@@ -2,6 +2,9 @@
 //! library's composition root, and exits with the code `exit` gives how
 //! it ended.
 
+// As in the library (src/lib.rs): no function over 80 lines of code.
+#![warn(clippy::too_many_lines)]
+
 use std::process::ExitCode;
 
 /// mimalloc gives memory back to the system once freed (glibc's allocator

@@ -1,12 +1,21 @@
-//! The layout's rules, read from the source: the module graph (which
-//! top-level module of `src/` names which, outside its tests) has no cycle,
-//! and neither has the graph of files (each file's module and the files
-//! its code names, at any depth); the drain and the leaves import nothing
-//! of the rest; `main.rs` only parses, calls the library and maps how it
-//! ended to the exit code through `exit`; no function in `src/` is over 80
-//! lines, and no file over 600 outside its tests; errors are typed (no
+//! The layout's rules that no lint can check, read from the source: the
+//! module graph (which top-level module of `src/` names which, outside its
+//! tests) has no cycle, and neither has the graph of files (each file's
+//! module and the files its code names, at any depth); the drain and the
+//! leaves import nothing of the rest; `main.rs` only parses, calls the
+//! library and maps how it ended to the exit code through `exit`; no file
+//! is over 600 lines outside its tests; errors are typed (no
 //! `Result<_, String>` outside tests), and no function outside `agent`,
 //! `exit` and `main.rs` returns a `u8` exit code.
+//!
+//! Why not clippy: its lints see one item at a time, never which file
+//! names which (the graphs, the leaves), a file's length, or a type
+//! argument in a position (`disallowed-types` forbids `String` everywhere
+//! or nowhere; a `u8` is no type of its own). What clippy can check is in
+//! clippy.toml and Cargo.toml's `[workspace.lints]`: no function over 80
+//! lines of code (`too_many_lines`, src/lib.rs and src/main.rs turn it on),
+//! `pub` only where it is reachable (`unreachable_pub`), the disallowed
+//! methods and macros.
 //!
 //! `cargo test --test layout -- --nocapture` prints the graph.
 
@@ -178,48 +187,6 @@ fn main_only_parses_and_calls_the_library() {
         main.contains("lifeguard::exit::code"),
         "the exit code is exit's to decide"
     );
-}
-
-/// Function bodies outside tests, by brace depth: `path:line name length`.
-fn long_functions(limit: usize) -> Vec<String> {
-    let mut found = Vec::new();
-    for (rel, text) in sources() {
-        let lines: Vec<&str> = without_tests(&rel, &text).lines().collect();
-        for (i, line) in lines.iter().enumerate() {
-            let code = line.trim_start();
-            let code = code
-                .strip_prefix("pub(crate) ")
-                .or(code.strip_prefix("pub(super) "))
-                .unwrap_or(code);
-            let code = code.strip_prefix("pub ").unwrap_or(code);
-            let code = code.strip_prefix("async ").unwrap_or(code);
-            let Some(rest) = code.strip_prefix("fn ") else { continue };
-            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            let (mut depth, mut opened) = (0i64, false);
-            for (j, body) in lines[i..].iter().enumerate() {
-                depth += body.matches('{').count() as i64 - body.matches('}').count() as i64;
-                opened |= body.contains('{');
-                if !opened && body.trim_end().ends_with(';') {
-                    break;
-                }
-                if opened && depth <= 0 {
-                    if j + 1 > limit {
-                        found.push(format!("src/{rel}:{} {name} {} lines", i + 1, j + 1));
-                    }
-                    break;
-                }
-            }
-        }
-    }
-    found
-}
-
-#[test]
-fn no_function_is_over_80_lines() {
-    let long = long_functions(80);
-    assert!(long.is_empty(), "{long:#?}");
-    // The check sees long functions when there are some.
-    assert!(!long_functions(20).is_empty());
 }
 
 // ---------------------------------------------------------------------------

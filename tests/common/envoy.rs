@@ -36,8 +36,16 @@ fn admin_over_unix() -> bool {
 }
 
 impl Ports {
+    /// The ports, Envoy's admin on a Unix socket when the run asks for it
+    /// (`LIFEGUARD_TEST_ADMIN=unix`).
     pub fn new() -> Ports {
-        let admin_socket = admin_over_unix().then(|| {
+        Ports::with_admin_socket(admin_over_unix())
+    }
+
+    /// The ports, Envoy's admin on a Unix socket or not, whatever the run
+    /// asks for (a benchmark compares the two).
+    pub fn with_admin_socket(unix: bool) -> Ports {
+        let admin_socket = unix.then(|| {
             let dir = temp_dir("admin");
             (dir.path().join("admin.sock"), dir)
         });
