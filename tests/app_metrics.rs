@@ -199,10 +199,12 @@ fn failing_apps_leave_the_rest_of_the_scrape() {
     );
     let took = started.elapsed();
     assert_eq!(status, 200);
-    // Every read stops at the budget (2.7 s); fitting the 10 MiB that came
-    // into the answer comes after it (a debug build: slow).
+    // Every read stops at the budget (2.7 s), the hung app's too (it would
+    // hold the scrape until the client's 30 s timeout); fitting the 10 MiB
+    // that came into the answer comes after it: in a debug build on a busy
+    // 2-core machine, up to 2 s seen. The figure is printed.
     println!("scrape with a hung, a failing and a 10 MiB app: {took:?}");
-    assert!(took < Duration::from_secs(4), "the scrape took {took:?}");
+    assert!(took < Duration::from_secs(8), "the scrape took {took:?}");
     assert_eq!(sample(&body, "app_requests_total{code=\"200\"}"), Some(7.0));
     assert!(sample(&body, "lifeguard_ready").is_some() && sample(&body, "envoy_server_state{}").is_some());
     assert!(!body.contains("late_metric") && !body.contains("oops"));

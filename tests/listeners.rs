@@ -185,7 +185,7 @@ fn exit_on_zero_fires_with_10000_listeners() {
     let sent = Instant::now();
     let drain = wait_for(
         "the drain to count the held connection",
-        Duration::from_secs(15),
+        Duration::from_secs(25),
         || {
             let (status, body) = get(ports.agent.addr(), "/drain").map_err(|e| e.to_string())?;
             let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| format!("{status} {body}: {e}"))?;
@@ -224,12 +224,18 @@ fn exit_on_zero_fires_with_10000_listeners() {
         "connection closed -> lifeguard exited {exit}: {after_close:?} (SIGTERM -> exit {after_sigterm:?}; deadline 58 s)"
     );
     assert_eq!(exit.code(), Some(0), "{}", agent.output());
+    // The drain spaces its reads by ten times the last one's duration, and
+    // a read of this size takes 0.5 to 1 s on a busy 2-core machine (longer
+    // reads time out at 1 s and are tried again): the count and the close
+    // are each seen within seconds. The bounds leave room for a busy
+    // machine and stay short of the 58 s deadline a drain that cannot read
+    // would wait for.
     assert!(
-        after_close < Duration::from_secs(10),
+        after_close < Duration::from_secs(20),
         "exit-on-zero was slow: {after_close:?}"
     );
     assert!(
-        after_sigterm < Duration::from_secs(20),
+        after_sigterm < Duration::from_secs(50),
         "held towards the deadline: {after_sigterm:?}"
     );
     let out = agent.output();
