@@ -6,7 +6,7 @@
 //! | file | what it owns |
 //! | --- | --- |
 //! | `bins.rs` | the Envoy and lifeguard binaries, Envoy's version, running a program to its end (`run_lifeguard`, `run_lifeguard_env`, `promtool`), the repository's root |
-//! | `temp.rs` | temporary directories, names unique to a test |
+//! | `temp.rs` | temporary directories, names unique to a test, a lock every test process shares (`exclusive`) |
 //! | `ports.rs` | loopback ports leased to a test (`port`, `Port`), binding one (`bind_leased`) |
 //! | `wait.rs` | waiting on a condition with a deadline (`wait_for`, `wait_status`) |
 //! | `procs.rs` | child processes (`Proc`), what /proc says about a process |

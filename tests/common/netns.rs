@@ -10,10 +10,9 @@ use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::process::Command;
-use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-use super::temp::unique;
+use super::temp::{exclusive, unique};
 
 /// Runs `ip ARGS...`; panics with its stderr when it fails.
 pub fn ip(args: &[&str]) {
@@ -35,12 +34,13 @@ pub struct Netns {
     pub name: String,
 }
 
-/// `ip netns add` mounts /run/netns the first time: one at a time.
-static NETNS_LOCK: Mutex<()> = Mutex::new(());
+/// `ip netns add` mounts /run/netns the first time: one at a time, across
+/// every test process.
+const NETNS_LOCK: &str = "netns";
 
 impl Netns {
     pub fn new(name: String) -> Netns {
-        let _one = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = exclusive(NETNS_LOCK);
         ip(&["netns", "add", &name]);
         let ns = Netns { name };
         ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
@@ -51,7 +51,7 @@ impl Netns {
     /// (`ip netns attach`): a container engine's, say. Deleting the name
     /// (on drop) leaves the namespace to the processes in it.
     pub fn attach(name: String, pid: i32) -> Netns {
-        let _one = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = exclusive(NETNS_LOCK);
         ip(&["netns", "attach", &name, &pid.to_string()]);
         Netns { name }
     }
