@@ -160,18 +160,18 @@ pub(crate) struct Settings {
     /// (a load balancer) has taken the pod out once it has had this many
     /// failed probes in a row (HAProxy and the kubelet default to 3, AWS
     /// and GCP to 2).
-    #[arg(long, env = "LIFEGUARD_LB_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
     #[serde(deserialize_with = "threshold::deserialize")]
-    pub(crate) lb_unhealthy_threshold: u32,
+    pub(crate) drain_wait_unhealthy_threshold: u32,
 
     /// The drain wait: the shortest quiet period. Once every checker has
     /// taken the pod out, no new request on Envoy's inbound listeners for
     /// the quiet period means the traffic has stopped; the quiet period is
     /// derived from the traffic before the drain (a gap that comes by
     /// chance at most once in a thousand), never shorter than this.
-    #[arg(long, env = "LIFEGUARD_LB_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_MIN_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
     #[serde(with = "positive")]
-    pub(crate) lb_quiet_period: Duration,
+    pub(crate) drain_wait_min_quiet_period: Duration,
 
     /// The drain wait: only readiness probes from these address ranges
     /// (CIDR, comma-separated; cloud health checkers publish theirs, e.g.
@@ -494,7 +494,7 @@ pub(crate) mod tests {
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
         assert_eq!(eff.len(), 34);
         assert_eq!(
-            (s.lb_unhealthy_threshold, s.lb_quiet_period),
+            (s.drain_wait_unhealthy_threshold, s.drain_wait_min_quiet_period),
             (3, Duration::from_millis(500))
         );
         assert_eq!(

@@ -1,6 +1,6 @@
 //! New requests arriving at Envoy's inbound listeners: what tells that load
 //! balancers and the mesh have stopped sending to the pod (the
-//! [`Traffic`] port of [`crate::rotation`]).
+//! [`Traffic`] port of [`crate::drain_wait`]).
 //!
 //! **Which listeners.** Read from `/config_dump`: static listeners masked
 //! to their name, address, stat prefix, direction and filter chains;
@@ -39,10 +39,10 @@ use std::net::IpAddr;
 use serde_json::Value as Json;
 
 use crate::drain::{DrainScope, PACE};
+use crate::drain_wait::{Arrivals, Traffic, TrafficError, READ_EVERY};
 use crate::envoy::admin::{AdminClient, AdminError, Endpoint};
 use crate::envoy::counts::{control_error, CountsReader};
 use crate::envoy::stats::{lines, Value};
-use crate::rotation::{Arrivals, Traffic, TrafficError, READ_EVERY};
 use crate::url::query_encode;
 
 /// The largest listener dump read (one call).

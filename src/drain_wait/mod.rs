@@ -26,16 +26,17 @@
 //! - [`watch`]: the task that samples the traffic before the drain, fails
 //!   the load balancers' checks of Envoy's `health_check` filter when
 //!   readiness turns 503, applies the rule from the start of the drain and
-//!   publishes a [`RotationStatus`] (`GET /drain` shows it), and the
-//!   [`Rotation`] handle whose `wait` answers the hook.
+//!   publishes a [`DrainWaitStatus`] (`GET /drain` shows it), and the
+//!   [`DrainWait`] handle whose `wait` answers the hook.
 //!
 //! Nothing here starts a drain: the hook may come before the proxy's own
 //! SIGTERM (or `POST /drain`), and waits for it.
 
 pub mod checkers;
+pub mod handle;
 pub mod quiet;
 pub mod rule;
-pub mod watch;
+pub mod task;
 
 use std::future::Future;
 use std::time::Duration;
@@ -43,7 +44,8 @@ use std::time::Duration;
 use crate::drain::ControlError;
 
 pub use checkers::Checkers;
-pub use watch::{Rotation, RotationState, RotationStatus, WaitEnd};
+pub use handle::{DrainWait, DrainWaitStatus, WaitEnd, WaitState, WaitWhy};
+pub(crate) use task::run;
 
 /// How often the rule looks at Envoy's inbound traffic while the wait goes
 /// on: the drain's own count reads serve when fresh, and a read made for
@@ -81,13 +83,13 @@ pub(crate) struct TrafficError(#[from] pub(crate) ControlError);
 
 /// The rule's settings.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RotationPlan {
+pub(crate) struct DrainWaitPlan {
     /// Failed probes in a row after which a checker has taken the pod out,
     /// for checkers whose software does not fix it (Envoy's: 1).
-    pub(crate) lb_unhealthy_threshold: u32,
+    pub(crate) unhealthy_threshold: u32,
     /// The shortest quiet period: no new request for this long at the
     /// least, however busy the pod was.
-    pub(crate) lb_quiet_period: Duration,
+    pub(crate) min_quiet_period: Duration,
     /// No checker holds the wait longer than this after the drain began.
     pub(crate) checker_timeout: Duration,
     /// The drain's deadline (grace period less the shutdown margin).
@@ -98,7 +100,7 @@ pub(crate) struct RotationPlan {
     pub(crate) app_time: Duration,
 }
 
-impl RotationPlan {
+impl DrainWaitPlan {
     /// How long the wait may last: the deadline less the app's time.
     pub(crate) fn bound(&self) -> Duration {
         self.drain_deadline.saturating_sub(self.app_time)

@@ -339,7 +339,7 @@ pub(crate) fn ms(d: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::drain::ControlError;
-    use crate::rotation::checkers::Checkers;
+    use crate::drain_wait::checkers::Checkers;
     use hyper::header::HeaderMap;
 
     const SEC: Duration = Duration::from_secs(1);

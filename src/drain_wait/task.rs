@@ -1,272 +1,23 @@
-//! The task that samples the pod's traffic before the drain, fails the
-//! load balancers' checks when readiness turns 503, and applies the
-//! [rule](super::rule) from the start of the drain until the pod is out of
-//! rotation (or Envoy stops), publishing what it sees; and [`Rotation`],
-//! the handle whose `wait` answers the app's preStop hook.
+//! The drain wait's task: samples the pod's traffic before the drain,
+//! fails the load balancers' checks when readiness turns 503, applies the
+//! [rule](super::rule) from then until the pod is out of rotation (or
+//! Envoy stops, or the wait's bound comes), and publishes what it sees for
+//! the [`DrainWait`](super::DrainWait) handle.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::checkers::{Checkers, NotCountedReport};
+use super::checkers::Checkers;
+use super::handle::{DrainWaitStatus, WaitState};
 use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
-use super::rule::{ms, CheckerReport, Rule, Settings, Step};
-use super::{RotationPlan, Traffic, READ_EVERY};
+use super::rule::{ms, Rule, Settings, Step};
+use super::{DrainWaitPlan, Traffic, READ_EVERY};
 use crate::drain::{Phase, Status};
 use crate::duration::Display as D;
 use crate::logging::Throttle;
-
-/// Where the wait stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RotationState {
-    /// No drain yet: nothing is waited for.
-    NotStarted,
-    /// The drain began; the pod is still in rotation.
-    Waiting,
-    /// Every checker is done and no new request came for the quiet period.
-    Out,
-    /// Envoy is stopping (or the wait's bound came) before the pod was out.
-    Ended,
-}
-
-/// What `GET /drain` shows of the wait (its `rotation` field).
-#[derive(Debug, Clone, Serialize)]
-pub struct RotationStatus {
-    pub state: RotationState,
-    pub lb_unhealthy_threshold: u32,
-    /// The shortest quiet period (`--lb-quiet-period`).
-    pub lb_quiet_period_seconds: f64,
-    /// No checker holds the wait longer than this after the drain began.
-    pub checker_timeout_seconds: f64,
-    /// The wait never lasts longer: the drain's deadline less the app's time.
-    pub bound_seconds: f64,
-    /// New requests a second on the inbound listeners before the drain.
-    pub requests_per_second_before_drain: Option<f64>,
-    /// The quiet period this drain waits for, derived from that rate.
-    pub quiet_period_seconds: Option<f64>,
-    /// The listeners whose new requests count, in words.
-    pub inbound_listeners: Option<String>,
-    /// Whether Envoy fails the checks its `health_check` filter recognises
-    /// (`failing` from the moment readiness turns 503), or why it could not.
-    pub envoy_health_checks: String,
-    /// Every checker heard from, as of the last read.
-    pub checkers: Vec<CheckerReport>,
-    /// Readiness probes not counted as a load balancer's, by reason.
-    pub probes_not_counted: NotCountedReport,
-    /// What the wait still waits for, in words.
-    pub waiting_for: Option<String>,
-    /// Seconds from the last new inbound request (or the drain's start) to
-    /// the last read.
-    pub quiet_for_seconds: Option<f64>,
-    /// Why the pod is out of rotation, once it is.
-    pub conclusion: Option<String>,
-    /// Seconds from the drain's start to out of rotation.
-    pub took_seconds: Option<f64>,
-    /// When the drain began (the rule's clock).
-    #[serde(skip)]
-    pub(crate) began: Option<Instant>,
-}
-
-impl RotationStatus {
-    fn initial(plan: &RotationPlan) -> RotationStatus {
-        RotationStatus {
-            state: RotationState::NotStarted,
-            lb_unhealthy_threshold: plan.lb_unhealthy_threshold,
-            lb_quiet_period_seconds: plan.lb_quiet_period.as_secs_f64(),
-            checker_timeout_seconds: plan.checker_timeout.as_secs_f64(),
-            bound_seconds: plan.bound().as_secs_f64(),
-            requests_per_second_before_drain: None,
-            quiet_period_seconds: None,
-            inbound_listeners: None,
-            envoy_health_checks: "passing".into(),
-            checkers: Vec::new(),
-            probes_not_counted: NotCountedReport::default(),
-            waiting_for: Some("the drain to begin (the proxy's SIGTERM or POST /drain)".into()),
-            quiet_for_seconds: None,
-            conclusion: None,
-            took_seconds: None,
-            began: None,
-        }
-    }
-}
-
-/// Told of every answered wait: why it ended (a [`WaitEnd::label`]) and
-/// how long it took. The agent wires it to the metrics.
-pub(crate) type WaitObserver = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
-
-/// The handle the status port uses: the published status, and the wait.
-#[derive(Clone)]
-pub struct Rotation {
-    status: watch::Receiver<RotationStatus>,
-    /// The wait's bound: the drain's deadline less the app's time.
-    bound: Duration,
-    checkers: Checkers,
-    observer: Option<WaitObserver>,
-}
-
-/// Why a wait ended, and its one-line answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitEnd {
-    pub why: WaitWhy,
-    /// The answer's body (one line).
-    pub line: String,
-}
-
-/// Why a wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitWhy {
-    /// Out of rotation.
-    Out,
-    /// The caller's `?timeout=` came first.
-    Timeout,
-    /// The wait's bound (the drain's deadline less the app's time) came first.
-    Deadline,
-    /// Envoy is stopping, or lifeguard is.
-    Stopped,
-}
-
-impl WaitWhy {
-    /// Every reason, for the metric's series.
-    pub const ALL: [WaitWhy; 4] = [WaitWhy::Out, WaitWhy::Timeout, WaitWhy::Deadline, WaitWhy::Stopped];
-
-    /// The `reason` label of `lifeguard_drain_wait_seconds`.
-    pub fn label(self) -> &'static str {
-        match self {
-            WaitWhy::Out => "out_of_rotation",
-            WaitWhy::Timeout => "timeout",
-            WaitWhy::Deadline => "deadline",
-            WaitWhy::Stopped => "stopped",
-        }
-    }
-}
-
-impl WaitEnd {
-    /// The `reason` label of `lifeguard_drain_wait_seconds`.
-    pub fn label(&self) -> &'static str {
-        self.why.label()
-    }
-}
-
-impl Rotation {
-    /// The handle and the task's sender, before the task runs; `checkers`
-    /// is the table the probes record into.
-    pub(crate) fn new(plan: &RotationPlan, checkers: Checkers) -> (Rotation, watch::Sender<RotationStatus>) {
-        let (tx, rx) = watch::channel(RotationStatus::initial(plan));
-        let handle = Rotation {
-            status: rx,
-            bound: plan.bound(),
-            checkers,
-            observer: None,
-        };
-        (handle, tx)
-    }
-
-    /// The same handle, telling `observer` of every answered wait.
-    pub(crate) fn observed(self, observer: WaitObserver) -> Rotation {
-        Rotation {
-            observer: Some(observer),
-            ..self
-        }
-    }
-
-    /// The table the probes record into.
-    pub(crate) fn checkers(&self) -> &Checkers {
-        &self.checkers
-    }
-
-    /// The latest published status, with the probes not counted as of now
-    /// (and before the drain, the checkers as of now).
-    pub fn status(&self) -> RotationStatus {
-        let mut status = self.status.borrow().clone();
-        status.probes_not_counted = self.checkers.not_counted();
-        if status.state == RotationState::NotStarted {
-            let threshold = status.lb_unhealthy_threshold;
-            status.checkers = super::rule::before_drain(&self.checkers.snapshot(), threshold, Instant::now());
-        }
-        status
-    }
-
-    /// Waits until the pod is out of rotation, or a bound: `timeout` from
-    /// now, the wait's bound from the drain's start or from now, whichever
-    /// is first, or Envoy stopping. Never fails: the answer says which.
-    pub async fn wait(&self, timeout: Option<Duration>) -> WaitEnd {
-        let arrived = Instant::now();
-        let end = self.wait_from(arrived, timeout).await;
-        let took = arrived.elapsed();
-        let shown = D(ms(took));
-        match end.why {
-            WaitWhy::Out | WaitWhy::Stopped => tracing::info!(took = %shown, "drain wait answered: {}", end.line),
-            _ => tracing::warn!(took = %shown, "drain wait answered: {}", end.line),
-        }
-        if let Some(observer) = &self.observer {
-            observer(end.label(), took);
-        }
-        end
-    }
-
-    async fn wait_from(&self, arrived: Instant, timeout: Option<Duration>) -> WaitEnd {
-        let mut rx = self.status.clone();
-        loop {
-            let status = rx.borrow_and_update().clone();
-            let from_drain = status.began.map_or(arrived, |b| b.min(arrived));
-            let (mut bound, mut why) = (from_drain + self.bound, WaitWhy::Deadline);
-            if let Some(t) = timeout.filter(|t| arrived + *t < bound) {
-                (bound, why) = (arrived + t, WaitWhy::Timeout);
-            }
-            let at_bound = Instant::now() >= bound;
-            match status.state {
-                RotationState::Out => {
-                    let line = format!(
-                        "out of rotation: {} ({} after the drain began)",
-                        status.conclusion.unwrap_or_default(),
-                        D(ms(Duration::from_secs_f64(status.took_seconds.unwrap_or(0.0))))
-                    );
-                    return WaitEnd {
-                        why: WaitWhy::Out,
-                        line,
-                    };
-                }
-                RotationState::Ended if !at_bound => {
-                    let line = format!(
-                        "Envoy is stopping; the pod was not yet out of rotation (was waiting for {})",
-                        status.waiting_for.unwrap_or_default()
-                    );
-                    return WaitEnd {
-                        why: WaitWhy::Stopped,
-                        line,
-                    };
-                }
-                _ => {}
-            }
-            if at_bound {
-                let by = match why {
-                    WaitWhy::Timeout => format!("the {} timeout", D(timeout.unwrap_or_default())),
-                    _ => format!(
-                        "its bound ({}: the drain's deadline less the app's time)",
-                        D(self.bound)
-                    ),
-                };
-                let line = format!(
-                    "NOT out of rotation, stopped waiting at {by}: was waiting for {}; new requests may still arrive",
-                    status.waiting_for.unwrap_or_default()
-                );
-                return WaitEnd { why, line };
-            }
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() {
-                    let line = "lifeguard is stopping; the pod was not yet out of rotation".to_owned();
-                    return WaitEnd { why: WaitWhy::Stopped, line };
-                },
-                _ = sleep_until(bound) => {}
-            }
-        }
-    }
-}
 
 /// The task: samples the traffic until the drain, then applies the rule
 /// until the pod is out of rotation, Envoy stops, the wait's bound comes,
@@ -275,8 +26,8 @@ pub(crate) async fn run<T: Traffic>(
     mut traffic: T,
     checkers: Checkers,
     mut drain: watch::Receiver<Status>,
-    plan: RotationPlan,
-    publish: watch::Sender<RotationStatus>,
+    plan: DrainWaitPlan,
+    publish: watch::Sender<DrainWaitStatus>,
     shutdown: CancellationToken,
 ) {
     let mut history = History::default();
@@ -285,7 +36,7 @@ pub(crate) async fn run<T: Traffic>(
         return;
     };
     publish.send_modify(|s| {
-        s.state = RotationState::Waiting;
+        s.state = WaitState::Waiting;
         s.began = Some(began);
     });
     // With a readiness-fail delay, the load balancers are told only when
@@ -358,8 +109,8 @@ struct Watch<T> {
     traffic: T,
     checkers: Checkers,
     drain: watch::Receiver<Status>,
-    plan: RotationPlan,
-    publish: watch::Sender<RotationStatus>,
+    plan: DrainWaitPlan,
+    publish: watch::Sender<DrainWaitStatus>,
     shutdown: CancellationToken,
     read_warning: Throttle,
 }
@@ -390,7 +141,7 @@ impl<T: Traffic> Watch<T> {
         let mut rule: Option<Rule> = None;
         loop {
             if self.drain.borrow().phase >= Phase::Stopping || Instant::now() >= bound {
-                self.publish.send_modify(|s| s.state = RotationState::Ended);
+                self.publish.send_modify(|s| s.state = WaitState::Ended);
                 return;
             }
             let read_started = Instant::now();
@@ -419,7 +170,7 @@ impl<T: Traffic> Watch<T> {
                 s.waiting_for = eval.waiting_for;
                 s.quiet_for_seconds = Some(now.saturating_duration_since(eval.quiet_since).as_secs_f64());
                 if eval.out {
-                    s.state = RotationState::Out;
+                    s.state = WaitState::Out;
                     s.conclusion = Some(rule.conclusion());
                     s.took_seconds = Some(now.duration_since(began).as_secs_f64());
                 }
@@ -442,28 +193,28 @@ impl<T: Traffic> Watch<T> {
     /// before it; says so.
     fn first_rule(&self, began: Instant, rate: Option<Rate>, listeners: &str) -> Rule {
         let plan = self.plan;
-        let quiet = quiet_period(rate, plan.lb_quiet_period, plan.bound());
+        let quiet = quiet_period(rate, plan.min_quiet_period, plan.bound());
         let why = match rate {
-            Some(r) if quiet > plan.lb_quiet_period => format!(
+            Some(r) if quiet > plan.min_quiet_period => format!(
                 "{:.2} new requests a second in the {} before the drain: a gap that long comes by chance once in a thousand",
                 r.per_second,
                 D(ms(r.over.min(WINDOW)))
             ),
             Some(r) => format!(
-                "the floor, --lb-quiet-period; {:.2} new requests a second in the {} before the drain",
+                "the floor, --drain-wait-min-quiet-period; {:.2} new requests a second in the {} before the drain",
                 r.per_second,
                 D(ms(r.over.min(WINDOW)))
             ),
-            None => "the floor, --lb-quiet-period; the traffic before the drain was not measured".to_owned(),
+            None => "the floor, --drain-wait-min-quiet-period; the traffic before the drain was not measured".to_owned(),
         };
         tracing::info!(
-            lb_unhealthy_threshold = plan.lb_unhealthy_threshold,
+            unhealthy_threshold = plan.unhealthy_threshold,
             quiet_period = %D(ms(quiet)),
             checker_timeout = %D(plan.checker_timeout),
             bound = %D(plan.bound()),
             "drain wait: out of rotation once every checker has failed {} probes in a row (Envoy's checker: 1), \
              stopped probing or held the wait for {}, and no new request has reached {listeners} for {} ({why})",
-            plan.lb_unhealthy_threshold,
+            plan.unhealthy_threshold,
             D(plan.checker_timeout),
             D(ms(quiet)),
         );
@@ -472,7 +223,7 @@ impl<T: Traffic> Watch<T> {
             s.quiet_period_seconds = Some(quiet.as_secs_f64());
         });
         let settings = Settings {
-            threshold: plan.lb_unhealthy_threshold,
+            threshold: plan.unhealthy_threshold,
             checker_timeout: plan.checker_timeout,
             quiet,
         };
@@ -526,10 +277,13 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
 mod tests {
     use super::*;
     use crate::drain::DrainUntil;
-    use crate::rotation::checkers::CheckerKey;
-    use crate::rotation::{Arrivals, TrafficError};
+    use crate::drain_wait::checkers::CheckerKey;
+    use crate::drain_wait::handle::WaitWhy;
+    use crate::drain_wait::DrainWait;
+    use crate::drain_wait::{Arrivals, TrafficError};
     use hyper::header::HeaderMap;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
 
     const SEC: Duration = Duration::from_secs(1);
 
@@ -556,7 +310,7 @@ mod tests {
 
     struct Harness {
         drain: watch::Sender<Status>,
-        rotation: Rotation,
+        rotation: DrainWait,
         checkers: Checkers,
         traffic: Scripted,
         shutdown: CancellationToken,
@@ -568,16 +322,16 @@ mod tests {
 
     /// The wait of a drain with this deadline, keeping `app_time` for the app.
     fn start_with(deadline: Duration, app_time: Duration) -> Harness {
-        let plan = RotationPlan {
-            lb_unhealthy_threshold: 2,
-            lb_quiet_period: SEC,
+        let plan = DrainWaitPlan {
+            unhealthy_threshold: 2,
+            min_quiet_period: SEC,
             checker_timeout: Duration::from_secs(20),
             drain_deadline: deadline,
             app_time,
         };
         let (drain, drain_rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
         let checkers = Checkers::default();
-        let (rotation, publish) = Rotation::new(&plan, checkers.clone());
+        let (rotation, publish) = DrainWait::new(&plan, checkers.clone());
         let (traffic, shutdown) = (Scripted::default(), CancellationToken::new());
         tokio::spawn(run(
             traffic.clone(),
@@ -627,7 +381,7 @@ mod tests {
         };
         // The proxy's SIGTERM comes 2 s after the hook.
         tokio::time::sleep(2 * SEC).await;
-        assert_eq!(h.rotation.status().state, RotationState::NotStarted);
+        assert_eq!(h.rotation.status().state, WaitState::NotStarted);
         h.phase(Phase::Draining);
         tokio::time::sleep(Duration::from_millis(1)).await;
         // Traffic goes on until the balancer's 2nd failure (about 2 s).
@@ -652,7 +406,7 @@ mod tests {
             "{waited:?}"
         );
         let status = h.rotation.status();
-        assert_eq!(status.state, RotationState::Out);
+        assert_eq!(status.state, WaitState::Out);
         assert_eq!(status.checkers.len(), 1);
         // A later hook answers at once.
         assert_eq!(h.rotation.wait(Some(SEC)).await.why, WaitWhy::Out);
@@ -711,7 +465,7 @@ mod tests {
         h.phase(Phase::Stopping);
         let end = waiting.await.unwrap();
         assert_eq!(end.why, WaitWhy::Stopped, "{end:?}");
-        assert_eq!(h.rotation.status().state, RotationState::Ended);
+        assert_eq!(h.rotation.status().state, WaitState::Ended);
         lb.abort();
         h.shutdown.cancel();
     }
