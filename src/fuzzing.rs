@@ -319,7 +319,7 @@ pub fn go_duration(text: &str) -> Result<Duration, Refused> {
 
 /// A duration written the Go way.
 pub fn go_duration_display(d: Duration) -> String {
-    crate::duration::Display(d).to_string()
+    crate::duration::GoDuration(d).to_string()
 }
 
 /// The longest duration accepted.

@@ -24,7 +24,7 @@ use crate::cli::{BadSetting, Invocation, Task};
 use crate::config::Settings;
 use crate::drain::{Drain, DrainHandle, DrainUntil, Outcome, Plan};
 use crate::drain_wait::{Checkers, DrainWait, DrainWaitPlan};
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
 use crate::envoy::inbound::Inbound;
 use crate::envoy::poller::{self, Heartbeat, Schedule};
@@ -416,9 +416,9 @@ fn log_start(
     tracing::info!(
         status_addr = %local,
         admin_url = %settings.admin_url,
-        poll_interval = %D(settings.poll_interval),
+        poll_interval = %GoDuration(settings.poll_interval),
         drain_until = %drain_until,
-        deadline = %D(settings.drain_deadline()),
+        deadline = %GoDuration(settings.drain_deadline()),
         termination_message = %message.map_or("none".into(), |p| p.display().to_string()),
         control_socket = %settings.control_socket,
         loopback_control = settings.loopback_control,

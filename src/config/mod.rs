@@ -17,7 +17,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 use serde::{Deserialize, Serialize};
 
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 use ipnet::IpNet;
 use parsers::{
     addr, app_metrics, app_probes, control_socket, filter, grace, message_path, pod_ip, poll, ports, positive, range,
@@ -318,19 +318,19 @@ impl Settings {
         if self.readiness_fail_delay > budget {
             out.push(format!(
                 "readiness_fail_delay ({}) does not fit the {} left by termination_grace_period - shutdown_margin: readiness fails only at the deadline",
-                D(self.readiness_fail_delay),
-                D(budget)
+                GoDuration(self.readiness_fail_delay),
+                GoDuration(budget)
             ));
         }
         if self.drain_delay + wait > budget {
             out.push(format!(
                 "drain_delay ({}) + {what} ({}) = {} does not fit the {} left by termination_grace_period ({}) - shutdown_margin ({}): the drain will be cut at the deadline",
-                D(self.drain_delay),
-                D(wait),
-                D(self.drain_delay + wait),
-                D(budget),
-                D(self.termination_grace_period),
-                D(self.shutdown_margin),
+                GoDuration(self.drain_delay),
+                GoDuration(wait),
+                GoDuration(self.drain_delay + wait),
+                GoDuration(budget),
+                GoDuration(self.termination_grace_period),
+                GoDuration(self.shutdown_margin),
             ));
         }
         out
@@ -351,9 +351,9 @@ impl Settings {
         if self.shutdown_margin >= self.termination_grace_period {
             let why = format!(
                 "must be shorter than termination_grace_period ({})",
-                D(self.termination_grace_period)
+                GoDuration(self.termination_grace_period)
             );
-            return invalid("shutdown_margin", D(self.shutdown_margin).to_string(), why);
+            return invalid("shutdown_margin", GoDuration(self.shutdown_margin).to_string(), why);
         }
         if !self.loopback_control && self.control_socket.0.is_none() {
             let why = "with no control_socket nothing could drain or stop Envoy: set control_socket too";
@@ -369,7 +369,7 @@ impl Settings {
             let why = "cannot be used with drain_delay: readiness fails first with drain_delay, last with readiness_fail_delay";
             return invalid(
                 "readiness_fail_delay",
-                D(self.readiness_fail_delay).to_string(),
+                GoDuration(self.readiness_fail_delay).to_string(),
                 why.into(),
             );
         }

@@ -12,7 +12,7 @@ use tokio::time::{sleep_until, Instant};
 use super::checkers::{Checkers, NotCountedReport};
 use super::rule::{ms, CheckerReport};
 use super::DrainWaitPlan;
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 
 /// Where the wait stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -192,7 +192,7 @@ impl DrainWait {
         let arrived = Instant::now();
         let end = self.wait_from(arrived, timeout).await;
         let took = arrived.elapsed();
-        let shown = D(ms(took));
+        let shown = GoDuration(ms(took));
         match end.why {
             WaitWhy::Out | WaitWhy::Stopped => tracing::info!(took = %shown, "drain wait answered: {}", end.line),
             _ => tracing::warn!(took = %shown, "drain wait answered: {}", end.line),
@@ -218,7 +218,7 @@ impl DrainWait {
                     let line = format!(
                         "out of rotation: {} ({} after the drain began)",
                         status.conclusion.unwrap_or_default(),
-                        D(ms(Duration::from_secs_f64(status.took_seconds.unwrap_or(0.0))))
+                        GoDuration(ms(Duration::from_secs_f64(status.took_seconds.unwrap_or(0.0))))
                     );
                     return WaitEnd {
                         why: WaitWhy::Out,
@@ -239,10 +239,10 @@ impl DrainWait {
             }
             if at_bound {
                 let by = match why {
-                    WaitWhy::Timeout => format!("the {} timeout", D(timeout.unwrap_or_default())),
+                    WaitWhy::Timeout => format!("the {} timeout", GoDuration(timeout.unwrap_or_default())),
                     _ => format!(
                         "its bound ({}: the drain's deadline less the app's time)",
-                        D(self.bound)
+                        GoDuration(self.bound)
                     ),
                 };
                 let line = format!(

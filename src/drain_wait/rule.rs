@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use super::checkers::{Checker, CheckerKey};
 use super::{Arrivals, TrafficError};
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 
 /// What a checker is, as the rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -191,8 +191,8 @@ impl Rule {
             false => self.words(&pending),
             true => format!(
                 "no new request for {} (the last {} ago)",
-                D(ms(self.settings.quiet)),
-                D(ms(now.saturating_duration_since(self.quiet_since)))
+                GoDuration(ms(self.settings.quiet)),
+                GoDuration(ms(now.saturating_duration_since(self.quiet_since)))
             ),
         });
         Evaluation {
@@ -223,7 +223,10 @@ impl Rule {
             0 => "no load balancer was seen checking the pod".to_owned(),
             _ => parts.join(", "),
         };
-        format!("{checkers}, and no new request came for {}", D(ms(self.settings.quiet)))
+        format!(
+            "{checkers}, and no new request came for {}",
+            GoDuration(ms(self.settings.quiet))
+        )
     }
 
     fn threshold_of(&self, key: &CheckerKey) -> u32 {
@@ -277,7 +280,7 @@ impl Rule {
                     c.key,
                     c.failures_in_row,
                     self.threshold_of(&c.key),
-                    D(ms(c.interval.unwrap_or_default()))
+                    GoDuration(ms(c.interval.unwrap_or_default()))
                 )
             })
             .collect();
@@ -327,7 +330,7 @@ pub(crate) fn before_drain(checkers: &[Checker], threshold: u32, now: Instant) -
 
 /// A checker for the log: `10.0.0.5 (every 1s)`.
 fn describe(c: &Checker) -> String {
-    format!("{} (every {})", c.key, D(ms(c.interval.unwrap_or_default())))
+    format!("{} (every {})", c.key, GoDuration(ms(c.interval.unwrap_or_default())))
 }
 
 /// A duration to the millisecond: words are for people.

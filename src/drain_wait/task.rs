@@ -16,7 +16,7 @@ use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
 use super::rule::{ms, Rule, Settings, Step};
 use super::{DrainWaitPlan, Traffic, READ_EVERY};
 use crate::drain::{Phase, Status};
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 use crate::logging::Throttle;
 
 /// The task: samples the traffic until the drain, then applies the rule
@@ -198,25 +198,25 @@ impl<T: Traffic> Watch<T> {
             Some(r) if quiet > plan.min_quiet_period => format!(
                 "{:.2} new requests a second in the {} before the drain: a gap that long comes by chance once in a thousand",
                 r.per_second,
-                D(ms(r.over.min(WINDOW)))
+                GoDuration(ms(r.over.min(WINDOW)))
             ),
             Some(r) => format!(
                 "the floor, --drain-wait-min-quiet-period; {:.2} new requests a second in the {} before the drain",
                 r.per_second,
-                D(ms(r.over.min(WINDOW)))
+                GoDuration(ms(r.over.min(WINDOW)))
             ),
             None => "the floor, --drain-wait-min-quiet-period; the traffic before the drain was not measured".to_owned(),
         };
         tracing::info!(
             unhealthy_threshold = plan.unhealthy_threshold,
-            quiet_period = %D(ms(quiet)),
-            checker_timeout = %D(plan.checker_timeout),
-            bound = %D(plan.bound()),
+            quiet_period = %GoDuration(ms(quiet)),
+            checker_timeout = %GoDuration(plan.checker_timeout),
+            bound = %GoDuration(plan.bound()),
             "drain wait: out of rotation once every checker has failed {} probes in a row (Envoy's checker: 1), \
              stopped probing or held the wait for {}, and no new request has reached {listeners} for {} ({why})",
             plan.unhealthy_threshold,
-            D(plan.checker_timeout),
-            D(ms(quiet)),
+            GoDuration(plan.checker_timeout),
+            GoDuration(ms(quiet)),
         );
         self.publish.send_modify(|s| {
             s.requests_per_second_before_drain = rate.map(|r| r.per_second);
@@ -242,7 +242,7 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
             }
             Step::Vanished { checker, silent } => tracing::info!(
                 "drain wait: checker {checker} has not probed for {}: it stopped checking, counted as done",
-                D(ms(*silent))
+                GoDuration(ms(*silent))
             ),
             Step::TimedOut {
                 checker,
@@ -251,7 +251,7 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
             } => tracing::warn!(
                 "drain wait: checker {checker} has failed {failures} of {threshold} probes in a row and still probes, \
                  {} after the drain began: no longer waited for (--drain-wait-checker-timeout)",
-                D(ms(since_drain))
+                GoDuration(ms(since_drain))
             ),
             Step::CheckersDone { count } => {
                 tracing::info!(
@@ -265,7 +265,7 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
                 }
             }
             Step::Out => tracing::info!(
-                took = %D(ms(since_drain)),
+                took = %GoDuration(ms(since_drain)),
                 "drain wait: out of rotation: {}",
                 rule.conclusion()
             ),
