@@ -122,6 +122,7 @@ pub fn inbound_choose(listeners: &[DumpedListener], all: bool, ignored_ports: &[
             port: *port,
             http: http.clone(),
             tcp: tcp.clone(),
+            ..Listener::default()
         })
         .collect();
     let scope = if all { DrainScope::All } else { DrainScope::Inbound };
@@ -141,6 +142,7 @@ fn counted(chosen: &Chosen) -> crate::envoy::inbound::Counted {
             http: http.clone(),
             tcp: tcp.clone(),
             bare: bare.clone(),
+            health_checks: false,
         }),
         None => Counted::Every,
     }

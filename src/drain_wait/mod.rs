@@ -41,6 +41,8 @@ pub mod task;
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::drain::ControlError;
 
 pub use checkers::Checkers;
@@ -61,18 +63,39 @@ pub(crate) trait Traffic: Send + 'static {
     fn learn(&mut self) -> impl Future<Output = String> + Send;
     /// The requests that have arrived so far on those listeners.
     fn arrivals(&mut self) -> impl Future<Output = Result<Arrivals, TrafficError>> + Send;
+    /// Whether Envoy's status listener appends each prober's own address to
+    /// `x-forwarded-for` (its last entry is then the prober, whatever the
+    /// prober wrote there), as learned.
+    fn peer_forwarded(&self) -> bool;
     /// Makes Envoy answer 503 to the load balancers' checks its
-    /// `health_check` filter recognises (`POST /healthcheck/fail`).
-    fn fail_health_checks(&mut self) -> impl Future<Output = Result<(), TrafficError>> + Send;
+    /// `health_check` filter recognises (`POST /healthcheck/fail`), when a
+    /// counted listener has that filter: Ok(true) once done, Ok(false)
+    /// when none has it (not called: Envoy would drain-close every
+    /// listener, outbound ones too, for nothing).
+    fn fail_health_checks(&mut self) -> impl Future<Output = Result<bool, TrafficError>> + Send;
 }
 
-/// Requests arrived on the counted listeners: a total that only grows while
-/// the same listeners are counted (`generation`); only whether it moved
-/// matters, and totals of two generations are not compared.
+/// Requests arrived on the counted listeners, as one read of Envoy's
+/// counts found them: only whether the total moved matters (it may dip a
+/// moment: a check is counted when it arrives and taken off when it ends),
+/// totals of two generations (other listeners counted) are not compared,
+/// and a read is evidence of the time it was made, not of the time it was
+/// looked at (a read is shared and kept while fresh).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Arrivals {
     pub(crate) total: u64,
     pub(crate) generation: u64,
+    /// When the read began, and how long Envoy took to answer it: the
+    /// counts were taken somewhere in between.
+    pub(crate) read: Instant,
+    pub(crate) took: Duration,
+}
+
+impl Arrivals {
+    /// The latest the counts can have been taken.
+    pub(crate) fn read_end(&self) -> Instant {
+        self.read + self.took
+    }
 }
 
 /// Why Envoy's inbound total could not be read: the read of its counts,

@@ -32,7 +32,8 @@ pub(crate) async fn run<T: Traffic>(
 ) {
     let mut history = History::default();
     let drain_begun = |s: &Status| s.phase != Phase::Serving;
-    let Some(began) = sample_until(&mut traffic, &mut drain, drain_begun, &mut history, &shutdown).await else {
+    let sampled = sample_until(&mut traffic, &checkers, &mut drain, drain_begun, &mut history, &shutdown);
+    let Some(began) = sampled.await else {
         return;
     };
     publish.send_modify(|s| {
@@ -44,13 +45,12 @@ pub(crate) async fn run<T: Traffic>(
     if !drain.borrow().phase.fails_readiness() {
         publish.send_modify(|s| s.waiting_for = Some("readiness to turn 503 (--readiness-fail-delay)".into()));
         let told = |s: &Status| s.phase.fails_readiness() || s.phase >= Phase::Stopping;
-        if sample_until(&mut traffic, &mut drain, told, &mut history, &shutdown)
-            .await
-            .is_none()
-        {
+        let sampled = sample_until(&mut traffic, &checkers, &mut drain, told, &mut history, &shutdown);
+        if sampled.await.is_none() {
             return;
         }
     }
+    let bound = began + plan.bound();
     let mut watch = Watch {
         traffic,
         checkers,
@@ -59,24 +59,52 @@ pub(crate) async fn run<T: Traffic>(
         publish,
         shutdown,
         read_warning: Throttle::new(Duration::from_secs(10)),
+        checks: Checks::Due(Instant::now()),
     };
-    watch.fail_checks().await;
+    // The listeners are known from the samples, unless the drain came
+    // first: then learned now, within the wait's bound.
     let listeners = tokio::select! {
         listeners = watch.traffic.learn() => listeners,
+        _ = sleep_until(bound) => return watch.publish.send_modify(|s| s.state = WaitState::Ended),
+        _ = watch.drain.wait_for(|s| s.phase >= Phase::Stopping) => {
+            return watch.publish.send_modify(|s| s.state = WaitState::Ended);
+        }
         _ = watch.shutdown.cancelled() => return,
     };
+    sync_trust(&watch.traffic, &watch.checkers);
+    watch.fail_checks_when_due().await;
     watch
         .publish
         .send_modify(|s| s.inbound_listeners = Some(listeners.clone()));
-    watch
-        .apply(Instant::now(), began + plan.bound(), history, &listeners)
-        .await;
+    watch.apply(Instant::now(), bound, history, &listeners).await;
+}
+
+/// Tells the checker table whether Envoy's status listener appends the
+/// prober's address to `x-forwarded-for`, as the listeners were learned;
+/// says so when it is news.
+fn sync_trust(traffic: &impl Traffic, checkers: &Checkers) {
+    let appends = traffic.peer_forwarded();
+    if !checkers.trust_forwarded(appends) {
+        return;
+    }
+    match appends {
+        true => tracing::info!(
+            "drain wait: Envoy's status listener appends each prober's own address to x-forwarded-for: \
+             load balancers are told apart by address and User-Agent"
+        ),
+        false => tracing::warn!(
+            "drain wait: Envoy's status listener does not append each prober's own address to x-forwarded-for \
+             (no use_remote_address, or trusted hops: a prober could write any address there), or its config \
+             cannot be read: probes through Envoy count as one address, 127.0.0.1, told apart by User-Agent alone"
+        ),
+    }
 }
 
 /// Samples the arrivals every [`SAMPLE_EVERY`] until the drain's status
 /// satisfies `until`; when it did (None: shutdown, or no drain can come).
 async fn sample_until<T: Traffic>(
     traffic: &mut T,
+    checkers: &Checkers,
     drain: &mut watch::Receiver<Status>,
     until: impl FnMut(&Status) -> bool,
     history: &mut History,
@@ -98,6 +126,7 @@ async fn sample_until<T: Traffic>(
                     Ok(arrivals) => history.push(now, arrivals),
                     Err(e) => tracing::debug!(error = %e, "drain wait: no sample of Envoy's inbound traffic"),
                 }
+                sync_trust(traffic, checkers);
             }
             _ = shutdown.cancelled() => return None,
         }
@@ -113,23 +142,51 @@ struct Watch<T> {
     publish: watch::Sender<DrainWaitStatus>,
     shutdown: CancellationToken,
     read_warning: Throttle,
+    /// Envoy asked to fail the load balancers' checks: when to try again,
+    /// or done.
+    checks: Checks,
 }
+
+/// Where failing the load balancers' checks stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checks {
+    /// To ask Envoy (again) at this time.
+    Due(Instant),
+    /// Asked, or nothing to ask (no `health_check` filter).
+    Done,
+}
+
+/// A failed `/healthcheck/fail` is asked again after this.
+const CHECKS_RETRY: Duration = Duration::from_secs(1);
 
 impl<T: Traffic> Watch<T> {
     /// Readiness is 503: Envoy's `health_check` filter fails the load
-    /// balancers' checks too, wherever they are sent.
-    async fn fail_checks(&mut self) {
+    /// balancers' checks too, wherever they are sent; asked again every
+    /// second until Envoy has done it.
+    async fn fail_checks_when_due(&mut self) {
+        let Checks::Due(at) = self.checks else { return };
+        if Instant::now() < at {
+            return;
+        }
         let said = match self.traffic.fail_health_checks().await {
-            Ok(()) => {
+            Ok(true) => {
                 tracing::info!(
                     "drain wait: Envoy fails the load balancers' checks its health_check filter recognises \
                      (POST /healthcheck/fail), wherever they are sent"
                 );
+                self.checks = Checks::Done;
                 "failing".to_owned()
             }
+            Ok(false) => {
+                self.checks = Checks::Done;
+                "passing: no inbound listener has Envoy's health_check filter".to_owned()
+            }
             Err(why) => {
-                tracing::warn!(error = %why, "drain wait: could not make Envoy fail the load balancers' checks (POST /healthcheck/fail)");
-                format!("could not fail them: {why}")
+                if matches!(self.checks, Checks::Due(_)) && self.read_warning.due(Instant::now()) {
+                    tracing::warn!(error = %why, "drain wait: could not make Envoy fail the load balancers' checks (POST /healthcheck/fail); trying again");
+                }
+                self.checks = Checks::Due(Instant::now() + CHECKS_RETRY);
+                format!("could not fail them yet: {why}")
             }
         };
         self.publish.send_modify(|s| s.envoy_health_checks = said);
@@ -144,6 +201,7 @@ impl<T: Traffic> Watch<T> {
                 self.publish.send_modify(|s| s.state = WaitState::Ended);
                 return;
             }
+            self.fail_checks_when_due().await;
             let read_started = Instant::now();
             // A read may wait for its pace (a slow Envoy's reads are spaced):
             // the bound and Envoy's stop end the wait meanwhile too.
@@ -156,6 +214,7 @@ impl<T: Traffic> Watch<T> {
                 },
                 _ = self.shutdown.cancelled() => return,
             };
+            sync_trust(&self.traffic, &self.checkers);
             let now = Instant::now();
             let rule = rule.get_or_insert_with(|| {
                 if let Ok(arrivals) = &inbound {
@@ -168,7 +227,7 @@ impl<T: Traffic> Watch<T> {
             self.publish.send_modify(|s| {
                 s.checkers = eval.checkers;
                 s.waiting_for = eval.waiting_for;
-                s.quiet_for_seconds = Some(now.saturating_duration_since(eval.quiet_since).as_secs_f64());
+                s.quiet_for_seconds = Some(eval.quiet_for.as_secs_f64());
                 if eval.out {
                     s.state = WaitState::Out;
                     s.conclusion = Some(rule.conclusion());
@@ -300,11 +359,16 @@ mod tests {
             Ok(Arrivals {
                 total: self.0.load(Ordering::Relaxed),
                 generation: 1,
+                read: Instant::now(),
+                took: Duration::ZERO,
             })
         }
-        async fn fail_health_checks(&mut self) -> Result<(), TrafficError> {
+        fn peer_forwarded(&self) -> bool {
+            true
+        }
+        async fn fail_health_checks(&mut self) -> Result<bool, TrafficError> {
             self.1.store(true, Ordering::Relaxed);
-            Ok(())
+            Ok(true)
         }
     }
 
@@ -358,7 +422,7 @@ mod tests {
         /// answered as readiness would be (503 once the drain began).
         fn checker(&self) -> tokio::task::JoinHandle<()> {
             let (checkers, drain) = (self.checkers.clone(), self.drain.subscribe());
-            let key = CheckerKey::of(Some(([10, 0, 0, 5], 1).into()), &HeaderMap::new()).unwrap();
+            let key = CheckerKey::of(Some(([10, 0, 0, 5], 1).into()), &HeaderMap::new(), true).unwrap();
             tokio::spawn(async move {
                 loop {
                     let ok = drain.borrow().phase == Phase::Serving;

@@ -85,6 +85,9 @@ pub(crate) struct Selection {
     pub(crate) tcp: Vec<String>,
     /// Listeners with neither: their own new connections.
     pub(crate) bare: Vec<String>,
+    /// A counted HTTP manager has Envoy's `health_check` filter: the load
+    /// balancers' checks it recognises fail with `/healthcheck/fail`.
+    pub(crate) health_checks: bool,
 }
 
 /// Envoy's inbound traffic, through its admin API.
@@ -102,6 +105,9 @@ pub(crate) struct Inbound {
     changes: Option<u64>,
     /// The dumps could not be read: when to try again.
     retry_at: Option<tokio::time::Instant>,
+    /// Envoy's status listener appends the prober's address to
+    /// `x-forwarded-for` (false until the dumps say so).
+    peer_forwarded: bool,
     /// What was learned, in words.
     words: String,
 }
@@ -117,6 +123,7 @@ impl Inbound {
             generation: 0,
             changes: None,
             retry_at: None,
+            peer_forwarded: false,
             words: String::new(),
         }
     }
@@ -126,6 +133,7 @@ impl Inbound {
         let (counted, words) = match self.listeners().await {
             Ok(listeners) => {
                 self.retry_at = None;
+                self.peer_forwarded = status_appends_peer(&listeners);
                 choose(&listeners, self.scope, &self.ignored_ports)
             }
             Err(why) => {
@@ -148,14 +156,19 @@ impl Inbound {
     async fn listeners(&self) -> Result<Vec<Listener>, LearnError> {
         let mut pace = Pace::default();
         let mut listeners = self.dump(&mut pace, STATIC_DUMP).await?;
+        // The chains of the listeners that may count, and of the status
+        // listener (does it append the prober's address?).
         let wanted = |l: &Listener| {
-            (self.scope == DrainScope::All || l.inbound) && !l.port.is_some_and(|p| self.ignored_ports.contains(&p))
+            let counts = (self.scope == DrainScope::All || l.inbound)
+                && !l.port.is_some_and(|p| self.ignored_ports.contains(&p));
+            counts || l.port == Some(STATUS_LISTENER_PORT)
         };
         let names: Vec<String> = listeners.iter().filter(|l| wanted(l)).map(|l| l.name.clone()).collect();
         let chains = self.by_name(&mut pace, &names, STATIC_CHAINS).await?;
         for l in &mut listeners {
             if let Some(c) = chains.iter().find(|c| c.name == l.name) {
                 (l.http, l.tcp) = (c.http.clone(), c.tcp.clone());
+                (l.health_check_filter, l.appends_peer) = (c.health_check_filter, c.appends_peer);
             }
         }
         let dynamic: Vec<String> = self
@@ -237,6 +250,8 @@ impl Traffic for Inbound {
         let arrivals = Arrivals {
             total,
             generation: self.generation,
+            read: reading.began,
+            took: reading.took,
         };
         match self.changes {
             None => self.changes = Some(changes),
@@ -254,10 +269,24 @@ impl Traffic for Inbound {
         Ok(arrivals)
     }
 
-    async fn fail_health_checks(&mut self) -> Result<(), TrafficError> {
-        let call = self.admin.post(Endpoint::HealthcheckFail, "/healthcheck/fail").await;
-        call.map(drop).map_err(|e| TrafficError(control_error(e)))
+    fn peer_forwarded(&self) -> bool {
+        self.peer_forwarded
     }
+
+    async fn fail_health_checks(&mut self) -> Result<bool, TrafficError> {
+        if !matches!(&self.counted, Counted::Chosen(s) if s.health_checks) {
+            return Ok(false);
+        }
+        let call = self.admin.post(Endpoint::HealthcheckFail, "/healthcheck/fail").await;
+        call.map(|_| true).map_err(|e| TrafficError(control_error(e)))
+    }
+}
+
+/// Whether every listener on the status port appends the prober's address
+/// to `x-forwarded-for` (false when none is known).
+fn status_appends_peer(listeners: &[Listener]) -> bool {
+    let mut status = listeners.iter().filter(|l| l.port == Some(STATUS_LISTENER_PORT)).peekable();
+    status.peek().is_some() && status.all(|l| l.appends_peer == Some(true))
 }
 
 /// What is counted, and in words.
@@ -331,7 +360,18 @@ pub(crate) struct Listener {
     /// Its HTTP connection managers' and TCP proxies' stat prefixes.
     pub(crate) http: Vec<String>,
     pub(crate) tcp: Vec<String>,
+    /// One of its HTTP managers has Envoy's `health_check` filter.
+    pub(crate) health_check_filter: bool,
+    /// Whether every HTTP manager of it appends the peer's own address to
+    /// `x-forwarded-for`, so its last entry is the peer and nothing a
+    /// client wrote (`use_remote_address`, no trusted hops, no other way of
+    /// finding the client); None: no HTTP manager, or its chains not read.
+    pub(crate) appends_peer: Option<bool>,
 }
+
+/// Envoy's status listener's port (Istio's, and the shipped bootstraps'):
+/// the probes of the pod's readiness come through it.
+pub(crate) const STATUS_LISTENER_PORT: u16 = 15021;
 
 /// Why the listeners could not be learned.
 #[derive(Debug, thiserror::Error)]
@@ -400,25 +440,47 @@ fn listener_of(l: &Json) -> Listener {
         stat_name,
         inbound: l.get("traffic_direction").and_then(Json::as_str) == Some("INBOUND"),
         port,
-        http: Vec::new(),
-        tcp: Vec::new(),
+        ..Listener::default()
     };
     let chains = l.get("filter_chains").and_then(Json::as_array).into_iter().flatten();
     for chain in chains.chain(l.get("default_filter_chain")) {
         for filter in chain.get("filters").and_then(Json::as_array).into_iter().flatten() {
             let config = filter.get("typed_config");
             let kind = text(config.and_then(|c| c.get("@type"))).unwrap_or_default();
-            let Some(prefix) = text(config.and_then(|c| c.get("stat_prefix"))) else {
-                continue;
-            };
+            let Some(config) = config else { continue };
             if kind.ends_with(".HttpConnectionManager") {
-                listener.http.push(prefix);
+                listener.http.extend(text(config.get("stat_prefix")));
+                listener.health_check_filter |= has_health_check_filter(config);
+                let appends = appends_peer(config);
+                listener.appends_peer = Some(listener.appends_peer.unwrap_or(true) && appends);
             } else if kind.ends_with(".TcpProxy") {
-                listener.tcp.push(prefix);
+                listener.tcp.extend(text(config.get("stat_prefix")));
             }
         }
     }
     listener
+}
+
+/// Whether an HTTP manager's filters include Envoy's `health_check`.
+fn has_health_check_filter(manager: &Json) -> bool {
+    let filters = manager.get("http_filters").and_then(Json::as_array).into_iter().flatten();
+    filters.into_iter().any(|f| {
+        let kind = f.get("typed_config").and_then(|c| c.get("@type")).and_then(Json::as_str);
+        f.get("name").and_then(Json::as_str) == Some("envoy.filters.http.health_check")
+            || kind.is_some_and(|k| k.ends_with(".health_check.v3.HealthCheck"))
+    })
+}
+
+/// Whether an HTTP manager appends its peer's address to
+/// `x-forwarded-for` and trusts nothing a client wrote there.
+fn appends_peer(manager: &Json) -> bool {
+    let flag = |key: &str| manager.get(key).and_then(Json::as_bool).unwrap_or(false);
+    let hops = manager.get("xff_num_trusted_hops").and_then(Json::as_u64).unwrap_or(0);
+    let detection = manager
+        .get("original_ip_detection_extensions")
+        .and_then(Json::as_array)
+        .is_some_and(|e| !e.is_empty());
+    flag("use_remote_address") && !flag("skip_xff_append") && hops == 0 && !detection
 }
 
 /// The listeners whose traffic counts under `scope`, and those left out
@@ -437,6 +499,7 @@ pub(crate) fn select(listeners: &[Listener], scope: DrainScope, ignored_ports: &
             continue;
         };
         s.listeners.push(stat_name.clone());
+        s.health_checks |= l.health_check_filter;
         s.http.extend(l.http.iter().cloned());
         s.tcp.extend(l.tcp.iter().cloned());
         if l.http.is_empty() && l.tcp.is_empty() {
@@ -682,6 +745,7 @@ listener_manager.listener_added: 4
             http: vec!["inbound_0.0.0.0_8080".into()],
             tcp: vec![],
             bare: vec!["[__1]_8443".into()],
+            health_checks: false,
         };
         assert_eq!(
             filter(&Counted::Chosen(s)),

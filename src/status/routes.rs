@@ -21,7 +21,6 @@ use tokio::time::Instant;
 use super::app_probe::AppProber;
 use super::response::{Body, ResponseFuture};
 use crate::drain::DrainHandle;
-use crate::drain_wait::checkers::CheckerKey;
 use crate::drain_wait::{Checkers, DrainWait};
 use crate::duration::DurationError;
 use crate::envoy::readiness::Readiness;
@@ -311,7 +310,7 @@ struct Probe {
 impl Probe {
     fn answer<B>(&self, caller: &Caller, mut req: Request<B>) -> ResponseFuture {
         let mut headers = std::mem::take(req.headers_mut());
-        let checker = CheckerKey::of(caller.peer, &headers);
+        let checker = self.checkers.key_of(caller.peer, &headers);
         headers.clear();
         let answer = self.readiness.answer();
         let status = if answer.ready {

@@ -246,6 +246,9 @@ mod tests {
         let r = Readiness::standalone(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
         let checkers = Checkers::default();
+        // As the drain wait learned: Envoy's status listener appends the
+        // prober's address.
+        checkers.trust_forwarded(true);
         let svc = StatusService::builder(r)
             .drain_wait(DrainWait::new(&wait_plan(), checkers.clone()).0)
             .service()
