@@ -101,6 +101,42 @@ pub struct DrainWait {
     bound: Duration,
     checkers: Checkers,
     observer: Option<WaitObserver>,
+    /// Waits held open by callers from outside the pod.
+    remote: Arc<std::sync::Mutex<RemoteWaits>>,
+}
+
+/// Waits from callers outside the pod, by address: the app's own hook
+/// comes from loopback and is never refused; anyone else who can reach
+/// the port may hold only a few waits open.
+#[derive(Debug, Default)]
+struct RemoteWaits {
+    by_address: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+/// Waits one address outside the pod may hold open at once: a wait is
+/// not an idle connection (no idle timeout closes it), and the connection
+/// cap is shared with the kubelet's probes. No cap of all addresses: the
+/// kubelet's own hook comes from the node's address, and a peer must not
+/// be able to crowd it out.
+pub const MAX_REMOTE_WAITS_PER_ADDRESS: usize = 8;
+
+/// A wait from outside the pod, counted while it is held.
+#[derive(Debug)]
+pub struct RemoteWait {
+    address: std::net::IpAddr,
+    waits: Arc<std::sync::Mutex<RemoteWaits>>,
+}
+
+impl Drop for RemoteWait {
+    fn drop(&mut self) {
+        let mut waits = self.waits.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = waits.by_address.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                waits.by_address.remove(&self.address);
+            }
+        }
+    }
 }
 
 /// Why a wait ended, and its one-line answer.
@@ -156,6 +192,7 @@ impl DrainWait {
             bound: plan.bound(),
             checkers,
             observer: None,
+            remote: Arc::default(),
         };
         (handle, tx)
     }
@@ -166,6 +203,22 @@ impl DrainWait {
             observer: Some(observer),
             ..self
         }
+    }
+
+    /// Counts a wait from `address`, outside the pod; None when that
+    /// address holds [`MAX_REMOTE_WAITS_PER_ADDRESS`] already: a peer
+    /// cannot fill the connection cap with waits that last the drain.
+    pub fn admit_remote(&self, address: std::net::IpAddr) -> Option<RemoteWait> {
+        let mut waits = self.remote.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = waits.by_address.get(&address).copied().unwrap_or(0);
+        if held >= MAX_REMOTE_WAITS_PER_ADDRESS {
+            return None;
+        }
+        *waits.by_address.entry(address).or_default() += 1;
+        Some(RemoteWait {
+            address,
+            waits: self.remote.clone(),
+        })
     }
 
     /// The table the probes record into.
@@ -259,5 +312,32 @@ impl DrainWait {
                 _ = sleep_until(bound) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_outside_the_pod_holds_a_few_waits_and_no_more() {
+        let plan = DrainWaitPlan {
+            unhealthy_threshold: 3,
+            min_quiet_period: Duration::from_millis(500),
+            checker_timeout: Duration::from_secs(20),
+            drain_deadline: Duration::from_secs(28),
+            app_time: Duration::from_secs(5),
+        };
+        let (wait, _publish) = DrainWait::new(&plan, Checkers::default());
+        let peer = |i: u8| std::net::IpAddr::from([10, 0, 0, i]);
+        let held: Vec<RemoteWait> = (0..MAX_REMOTE_WAITS_PER_ADDRESS)
+            .map(|_| wait.admit_remote(peer(1)).expect("under the address's cap"))
+            .collect();
+        assert!(wait.admit_remote(peer(1)).is_none(), "one address past its cap");
+        // Others still get theirs (the kubelet's hook among them).
+        let others: Vec<RemoteWait> = (2..=255).filter_map(|i| wait.admit_remote(peer(i))).collect();
+        assert_eq!(others.len(), 254);
+        drop(held);
+        assert!(wait.admit_remote(peer(1)).is_some(), "a wait ended frees its place");
     }
 }

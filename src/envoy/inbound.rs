@@ -58,7 +58,8 @@ const DYNAMIC_NAMES: &str = "/config_dump?resource=dynamic_listeners&mask=name";
 const DYNAMIC_WHOLE: &str = "/config_dump?resource=dynamic_listeners";
 /// Dynamic listeners read whole, this many a call.
 const DYNAMIC_BATCH: usize = 32;
-/// After a dump that could not be read, the next try comes no sooner.
+/// After a dump that could not be read, the next try comes no sooner
+/// (then twice as long after each failure in a row, up to 80 s).
 const RETRY_LEARNING: std::time::Duration = std::time::Duration::from_secs(10);
 /// The listener manager's counters of listener changes.
 const CHANGES: &str = r"listener_manager\.listener_(added|modified|removed)";
@@ -97,7 +98,8 @@ pub(crate) struct Inbound {
     scope: DrainScope,
     ignored_ports: Vec<u16>,
     counted: Counted,
-    /// How many times the listeners were learned (0: not yet).
+    /// Which selection of listeners the totals are of: bumped when a
+    /// learn chose other listeners (0: not learned yet).
     generation: u64,
     /// The listener manager's change count the first read after learning
     /// saw (None: no read since). A change between the dump and that read
@@ -105,6 +107,8 @@ pub(crate) struct Inbound {
     changes: Option<u64>,
     /// The dumps could not be read: when to try again.
     retry_at: Option<tokio::time::Instant>,
+    /// How many learns in a row failed (each retry waits twice the last).
+    failures: u32,
     /// Envoy's status listener appends the prober's address to
     /// `x-forwarded-for` (false until the dumps say so).
     peer_forwarded: bool,
@@ -123,6 +127,7 @@ impl Inbound {
             generation: 0,
             changes: None,
             retry_at: None,
+            failures: 0,
             peer_forwarded: false,
             words: String::new(),
         }
@@ -132,20 +137,26 @@ impl Inbound {
     async fn relearn(&mut self) {
         let (counted, words) = match self.listeners().await {
             Ok(listeners) => {
-                self.retry_at = None;
+                (self.retry_at, self.failures) = (None, 0);
                 self.peer_forwarded = status_appends_peer(&listeners);
                 choose(&listeners, self.scope, &self.ignored_ports)
             }
             Err(why) => {
-                self.retry_at = Some(tokio::time::Instant::now() + RETRY_LEARNING);
+                let wait = RETRY_LEARNING * 2u32.pow(self.failures.min(3));
+                self.failures += 1;
+                self.retry_at = Some(tokio::time::Instant::now() + wait);
                 (Counted::Every, every_words(&why.to_string()))
             }
         };
         self.counts.want_inbound(Some(&filter(&counted)));
+        // The same selection sums the same counters: its totals stay
+        // comparable, and the quiet seen so far holds.
+        if self.generation == 0 || counted != self.counted {
+            self.generation += 1;
+        }
         self.counted = counted;
         self.words = words;
         self.changes = None;
-        self.generation += 1;
     }
 
     /// Every listener of the dumps, with the filter chains of those that
@@ -257,7 +268,7 @@ impl Traffic for Inbound {
             None => self.changes = Some(changes),
             Some(seen) if seen != changes => {
                 // Envoy's listeners changed: learn them again. This read's
-                // total is of the old ones; the next has a new generation.
+                // total is of the old ones; the next is of the new selection.
                 let words = std::mem::take(&mut self.words);
                 self.relearn().await;
                 if self.words != words {

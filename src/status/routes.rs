@@ -288,7 +288,7 @@ impl Answer {
             Answer::Probe(probe) => probe.answer(caller, req),
             Answer::Scrape(scrape) => scrape.answer(req),
             Answer::DrainStatus(status) => status.answer(req),
-            Answer::DrainWait(wait) => drain_wait(wait, req),
+            Answer::DrainWait(wait) => drain_wait(wait, caller, req),
             Answer::Control(control) => control.answer(caller, req),
             Answer::AppProbe(prober) => app_probe(prober, req),
         }
@@ -389,14 +389,25 @@ impl DrainStatus {
 }
 
 /// `GET|HEAD /drain/wait[?timeout=D]`: the app container's preStop hook.
-/// Answers 200 with one line once the pod is out of drain_wait, or at its
+/// Answers 200 with one line once the pod is out of rotation, or at its
 /// bound (the timeout, the drain's deadline less the app's time, Envoy
 /// stopping), saying which; 400 for a timeout that is not a duration.
-/// Starts nothing; any caller.
-fn drain_wait<B>(wait: &DrainWait, req: Request<B>) -> ResponseFuture {
+/// Starts nothing; any caller, those outside the pod a few waits at a
+/// time (429 past them).
+fn drain_wait<B>(wait: &DrainWait, caller: &Caller, req: Request<B>) -> ResponseFuture {
     let timeout = wait_timeout(req.uri().query());
     let method = req.method().clone();
     let headers = into_headers(req);
+    let held = match caller.peer {
+        Some(peer) if !caller.is_loopback() => match wait.admit_remote(peer.ip()) {
+            Some(held) => Some(held),
+            None => {
+                let body = Bytes::from_static(b"too many drain waits held open from outside the pod\n");
+                return finish(headers, &method, (StatusCode::TOO_MANY_REQUESTS, body));
+            }
+        },
+        _ => None,
+    };
     let timeout = match timeout {
         Ok(timeout) => timeout,
         Err(why) => {
@@ -410,6 +421,7 @@ fn drain_wait<B>(wait: &DrainWait, req: Request<B>) -> ResponseFuture {
     let wait = wait.clone();
     ResponseFuture::Waiting(Box::pin(async move {
         let end = wait.wait(timeout).await;
+        drop(held);
         respond(headers, &method, (StatusCode::OK, Bytes::from(end.line + "\n")))
     }))
 }
