@@ -17,7 +17,10 @@
 # lifeguard's peak rate from bench/loadgen.rs (open-loop, corrected for
 # coordinated omission).
 #
-# Usage: [BASELINE=path/to/lifeguard] bench/load.sh [SECONDS_PER_RUN=10] [ROUNDS=3] [CONNECTIONS=32]
+# Usage: [LIFEGUARD=path/to/lifeguard] [BASELINE=path/to/lifeguard] bench/load.sh [SECONDS_PER_RUN=10] [ROUNDS=3] [CONNECTIONS=32]
+#   LIFEGUARD: the binary under test (default target/release/lifeguard,
+#   built here); give dist/lifeguard (scripts/release) to compare it with a
+#   baseline built the same way
 set -euo pipefail
 cd "$(dirname "$0")/.."
 D=${1:-10}
@@ -36,7 +39,12 @@ need taskset util-linux
 ENVOY=$(scripts/envoy-bin)
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
-cargo build --release --quiet --bin lifeguard --example bare-hyper --example loadgen
+if [ -n "${LIFEGUARD:-}" ]; then
+  cargo build --release --quiet --example bare-hyper --example loadgen
+else
+  cargo build --release --quiet --bin lifeguard --example bare-hyper --example loadgen
+  LIFEGUARD=target/release/lifeguard
+fi
 
 # Ports 31000-31099, below the ephemeral range; refuse to run if taken.
 ADMIN=31000; STATUS=31021; AGENT=31020; INBOUND=31006; APP=31080; PROM=31090; BARE=31081; NGX=31082; BASE=31022; GO=31083
@@ -60,7 +68,7 @@ remap_bootstrap "$work/envoy.yaml" $ADMIN $STATUS $AGENT $INBOUND $APP $PROM
 sed -e "s#PREFIX#$work#g" -e "s/PORT/$NGX/" bench/nginx.conf > "$work/nginx.conf"
 
 taskset -c 1 "$ENVOY" -c "$work/envoy.yaml" --disable-hot-restart -l error --concurrency 1 >"$work/envoy.log" 2>&1 & pids+=($!)
-LIFEGUARD_LOG=warn taskset -c 0 target/release/lifeguard run --status-addr 127.0.0.1:$AGENT --admin-url http://127.0.0.1:$ADMIN >"$work/lifeguard.log" 2>&1 & pids+=($!)
+LIFEGUARD_LOG=warn taskset -c 0 "$LIFEGUARD" run --status-addr 127.0.0.1:$AGENT --admin-url http://127.0.0.1:$ADMIN >"$work/lifeguard.log" 2>&1 & pids+=($!)
 taskset -c 0 target/release/examples/bare-hyper 127.0.0.1:$BARE >"$work/bare.log" 2>&1 & pids+=($!)
 if [ -n "${BASELINE:-}" ]; then
   LIFEGUARD_LOG=warn taskset -c 0 "$BASELINE" run --status-addr 127.0.0.1:$BASE --admin-url http://127.0.0.1:$ADMIN >"$work/baseline.log" 2>&1 & pids+=($!)

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
 use crate::inject::InjectOptions;
 
@@ -84,7 +84,11 @@ pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> usiz
     for e in effective {
         println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
     }
-    println!("{:width$} = {}", "drain deadline", D(settings.drain_deadline()));
+    println!(
+        "{:width$} = {}",
+        "drain deadline",
+        GoDuration(settings.drain_deadline())
+    );
     if !settings.proxy_config_unused.is_empty() {
         println!(
             "PROXY_CONFIG fields not used: {}",

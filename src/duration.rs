@@ -28,7 +28,7 @@ pub(crate) enum DurationError {
     /// Zero, where a duration must be positive.
     #[error("must be greater than zero")]
     Zero,
-    #[error("must be at least {}", Display(*min))]
+    #[error("must be at least {}", GoDuration(*min))]
     Short { min: Duration },
 }
 
@@ -142,9 +142,9 @@ pub(crate) fn positive(text: &str) -> Result<Duration, DurationError> {
 
 /// Displays a duration the Go way, so `check` and the logs print what a user
 /// would have typed: `1m30s`, `500ms`, `0s`.
-pub(crate) struct Display(pub Duration);
+pub(crate) struct GoDuration(pub Duration);
 
-impl fmt::Display for Display {
+impl fmt::Display for GoDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = self.0;
         if d.is_zero() {
@@ -289,7 +289,7 @@ mod tests {
             "7ns",
         ] {
             let d = parse(text).unwrap();
-            assert_eq!(Display(d).to_string(), text);
+            assert_eq!(GoDuration(d).to_string(), text);
         }
     }
 }

@@ -124,6 +124,7 @@ pub fn inbound_choose(listeners: &[DumpedListener], all: bool, ignored_ports: &[
             port: *port,
             http: http.clone(),
             tcp: tcp.clone(),
+            ..Listener::default()
         })
         .collect();
     let scope = if all { DrainScope::All } else { DrainScope::Inbound };
@@ -143,6 +144,7 @@ fn counted(chosen: &Chosen) -> crate::envoy::inbound::Counted {
             http: http.clone(),
             tcp: tcp.clone(),
             bare: bare.clone(),
+            health_checks: false,
         }),
         None => Counted::Every,
     }
@@ -321,7 +323,7 @@ pub fn go_duration(text: &str) -> Result<Duration, Refused> {
 
 /// A duration written the Go way.
 pub fn go_duration_display(d: Duration) -> String {
-    crate::duration::Display(d).to_string()
+    crate::duration::GoDuration(d).to_string()
 }
 
 /// The longest duration accepted.
@@ -468,15 +470,15 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
     };
     svc = svc.control(opts.loopback_control, opts.control_socket.clone());
     if opts.drain_wait {
-        let plan = crate::rotation::RotationPlan {
-            lb_unhealthy_threshold: 3,
-            lb_quiet_period: Duration::from_secs(1),
+        let plan = crate::drain_wait::DrainWaitPlan {
+            unhealthy_threshold: 3,
+            min_quiet_period: Duration::from_secs(1),
             checker_timeout: Duration::from_secs(20),
             drain_deadline: Duration::from_millis(1),
             app_time: Duration::ZERO,
         };
-        let (rotation, publish) = crate::rotation::Rotation::new(&plan, crate::rotation::Checkers::default());
-        // No rotation task: its status stays "not started", for good.
+        let (rotation, publish) = crate::drain_wait::DrainWait::new(&plan, crate::drain_wait::Checkers::default());
+        // No drain wait task: its status stays "not started", for good.
         std::mem::forget(publish);
         svc = svc.drain_wait(rotation);
     }

@@ -20,7 +20,7 @@ use hyper::{Method, StatusCode};
 
 use std::str::FromStr;
 
-use crate::duration::{self, Display as D};
+use crate::duration::{self, GoDuration};
 use crate::local_http::{fetch, FetchError};
 use crate::pod::app;
 use crate::url::ControlSocket;
@@ -72,7 +72,7 @@ pub(crate) async fn wait(opts: &WaitOptions) -> HookEnd {
                     "lifeguard wait: {}{} is ready after {}",
                     url,
                     path,
-                    D(round_ms(started.elapsed()))
+                    GoDuration(round_ms(started.elapsed()))
                 );
                 return HookEnd::Done;
             }
@@ -81,7 +81,7 @@ pub(crate) async fn wait(opts: &WaitOptions) -> HookEnd {
                 format!("{} {}", status.as_u16(), body.trim())
             }
             Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {}", D(opts.request_timeout)),
+            Err(_) => format!("no answer within {}", GoDuration(opts.request_timeout)),
         };
         let waited = started.elapsed();
         if !opts.timeout.is_zero() && waited >= opts.timeout {
@@ -89,12 +89,15 @@ pub(crate) async fn wait(opts: &WaitOptions) -> HookEnd {
                 "lifeguard wait: {}{} not ready after {}; last answer: {last}",
                 url,
                 path,
-                D(opts.timeout)
+                GoDuration(opts.timeout)
             );
             return HookEnd::GaveUp;
         }
         if last_report.elapsed() >= REPORT_EVERY {
-            eprintln!("lifeguard wait: still waiting after {}: {last}", D(round_ms(waited)));
+            eprintln!(
+                "lifeguard wait: still waiting after {}: {last}",
+                GoDuration(round_ms(waited))
+            );
             last_report = Instant::now();
         }
         let mut next = attempt + opts.period;
@@ -147,7 +150,7 @@ pub(crate) async fn drain(opts: &DrainOptions) -> HookEnd {
             eprintln!(
                 "lifeguard drain: {}/drain did not answer within {}",
                 url,
-                D(opts.timeout)
+                GoDuration(opts.timeout)
             );
             HookEnd::GaveUp
         }
@@ -236,7 +239,7 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> HookEnd {
             eprintln!(
                 "lifeguard wait-app-exit: the app holds no socket{} (after {})",
                 if processes { " and no process" } else { "" },
-                D(round_ms(started.elapsed()))
+                GoDuration(round_ms(started.elapsed()))
             );
             return HookEnd::Done;
         }
@@ -244,7 +247,7 @@ pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> HookEnd {
             let all = work.listed_in_full();
             eprintln!(
                 "lifeguard wait-app-exit: gave up after {}; still: {all}",
-                D(opts.timeout)
+                GoDuration(opts.timeout)
             );
             return HookEnd::GaveUp;
         }

@@ -15,8 +15,8 @@
 //! - [`envoy`]: the admin client, the stats, readiness and its poller, the
 //!   Envoy process.
 //! - [`pod`]: what the app holds in the pod, from `/proc`; the reaper.
-//! - [`rotation`]: whether the load balancers have taken the pod out of
-//!   rotation (who checks the pod, the rule, the drain wait).
+//! - [`drain_wait`]: the drain wait, whether the load balancers have taken
+//!   the pod out of rotation (who checks the pod, the traffic, the rule).
 //! - [`status`]: the status port's server, routes and connection slots.
 //! - [`metrics`]: our families, their exposition, the merged scrape.
 //! - [`exit`]: how the process ends: its exit code, decided in one place
@@ -61,6 +61,7 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod drain;
+pub mod drain_wait;
 pub mod duration;
 pub mod envoy;
 pub mod exit;
@@ -74,7 +75,6 @@ pub mod local_http;
 pub mod logging;
 pub mod metrics;
 pub mod pod;
-pub mod rotation;
 pub mod status;
 #[allow(unsafe_code)]
 mod sys;

@@ -118,7 +118,10 @@ fn completions_and_the_man_page_cover_every_command() {
         for command in commands {
             assert!(script.contains(command), "{shell} completions lack {command}");
         }
-        assert!(script.contains("lb-unhealthy-threshold"), "{shell}: no run option");
+        assert!(
+            script.contains("drain-wait-unhealthy-threshold"),
+            "{shell}: no run option"
+        );
     }
     let man = run(&["man"]);
     assert!(

@@ -281,7 +281,7 @@ fn a_second_signal_changes_nothing() {
 /// would not move until the request ended. `h2`: the connection speaks
 /// HTTP/2 (prior knowledge), else HTTP/1.1.
 fn a_request_arriving_on_a_kept_alive_connection_holds_the_drain_wait(h2: bool) {
-    let pod = Pod::start(Agent::builder().args(&["--lb-quiet-period", "2s"]));
+    let pod = Pod::start(Agent::builder().args(&["--drain-wait-min-quiet-period", "2s"]));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -300,7 +300,7 @@ fn a_request_arriving_on_a_kept_alive_connection_holds_the_drain_wait(h2: bool) 
     wait_for("a second of quiet in the drain wait", Duration::from_secs(10), || {
         let (_, body) = get(agent, "/drain").map_err(|e| e.to_string())?;
         let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        match v["rotation"]["quiet_for_seconds"].as_f64() {
+        match v["drain_wait"]["quiet_for_seconds"].as_f64() {
             Some(q) if q >= 1.0 => Ok(()),
             _ => Err(body),
         }

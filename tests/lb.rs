@@ -318,7 +318,7 @@ fn a_hostile_prober_can_neither_end_the_wait_early_nor_hold_it() {
         let drain = drain.map_err(|e| e.to_string())?.1;
         let seen = serde_json::from_str::<serde_json::Value>(&drain).map_err(|e| e.to_string())?;
         let probes = |ua: &str| {
-            seen["rotation"]["checkers"]
+            seen["drain_wait"]["checkers"]
                 .as_array()
                 .into_iter()
                 .flatten()

@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{BadSetting, Invocation, Task};
 use crate::config::Settings;
 use crate::drain::{Drain, DrainHandle, DrainUntil, Outcome, Plan};
-use crate::duration::Display as D;
+use crate::drain_wait::{Checkers, DrainWait, DrainWaitPlan};
+use crate::duration::GoDuration;
 use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
 use crate::envoy::inbound::Inbound;
 use crate::envoy::poller::{self, Heartbeat, Schedule};
@@ -35,7 +36,6 @@ use crate::exit::Ended;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
 use crate::pod::app::{in_a_pod, Watcher};
-use crate::rotation::{Checkers, Rotation, RotationPlan};
 use crate::status::app_probe::AppProber;
 use crate::status::connections::connection_limit;
 use crate::status::control::{self, ControlServer};
@@ -169,7 +169,7 @@ pub(crate) struct Options {
     /// How old the last successful admin read may be before readiness stops
     /// trusting it: three poll intervals plus one read timeout.
     pub(crate) stale_after: Duration,
-    pub(crate) rotation: RotationPlan,
+    pub(crate) drain_wait: DrainWaitPlan,
 }
 
 impl Options {
@@ -181,12 +181,12 @@ impl Options {
                 xds_check: settings.xds_check,
             },
             stale_after: settings.poll_interval * 3 + settings.admin_timeout,
-            rotation: RotationPlan {
-                lb_unhealthy_threshold: settings.lb_unhealthy_threshold,
-                lb_quiet_period: settings.lb_quiet_period,
+            drain_wait: DrainWaitPlan {
+                unhealthy_threshold: settings.drain_wait_unhealthy_threshold,
+                min_quiet_period: settings.drain_wait_min_quiet_period,
                 checker_timeout: settings.drain_wait_checker_timeout,
                 drain_deadline: settings.drain_deadline(),
-                app_time: RotationPlan::app_time_of(settings.drain_wait_app_time, settings.drain_deadline()),
+                app_time: DrainWaitPlan::app_time_of(settings.drain_wait_app_time, settings.drain_deadline()),
             },
         }
     }
@@ -238,7 +238,7 @@ pub(crate) async fn run(
     let Options {
         schedule,
         stale_after,
-        rotation,
+        drain_wait: wait_plan,
     } = Options::from(&settings);
     let shutdown = CancellationToken::new();
     let metrics = Metrics::new(Instant::now());
@@ -259,7 +259,7 @@ pub(crate) async fn run(
     let linger = Linger::new(handle.watch());
     let scraper = scraper(&settings, &metrics, &readiness, &admin, &handle, &heartbeat, &shutdown);
     let checkers = Checkers::new(settings.drain_wait_checker_ranges.clone(), metrics.probes_not_counted());
-    let (wait, rotation_task) = drain_wait(rotation, inbound, checkers, &handle, &metrics, &shutdown);
+    let (wait, drain_wait_task) = drain_wait(wait_plan, inbound, checkers, &handle, &metrics, &shutdown);
     let service = StatusService::builder(readiness.clone())
         .drain(handle.clone())
         .drain_wait(wait)
@@ -287,7 +287,7 @@ pub(crate) async fn run(
             shutdown.clone(),
         )),
         tokio::spawn(signals.forward(handle.clone(), own_children, shutdown.clone())),
-        rotation_task,
+        drain_wait_task,
     ];
     let outcome = drain.run().await;
     crate::exit::conclude(
@@ -327,17 +327,17 @@ fn scraper(
 /// The drain wait: its handle (telling the metrics of each answered wait)
 /// and the task that applies the rule from the start of the drain.
 fn drain_wait(
-    plan: RotationPlan,
+    plan: DrainWaitPlan,
     inbound: Inbound,
     checkers: Checkers,
     drain: &DrainHandle,
     metrics: &Metrics,
     shutdown: &CancellationToken,
-) -> (Rotation, tokio::task::JoinHandle<()>) {
-    let (wait, publish) = Rotation::new(&plan, checkers.clone());
+) -> (DrainWait, tokio::task::JoinHandle<()>) {
+    let (wait, publish) = DrainWait::new(&plan, checkers.clone());
     let metrics = metrics.clone();
     let wait = wait.observed(Arc::new(move |reason, took| metrics.drain_wait(reason, took)));
-    let task = tokio::spawn(crate::rotation::watch::run(
+    let task = tokio::spawn(crate::drain_wait::run(
         inbound,
         checkers,
         drain.watch(),
@@ -416,9 +416,9 @@ fn log_start(
     tracing::info!(
         status_addr = %local,
         admin_url = %settings.admin_url,
-        poll_interval = %D(settings.poll_interval),
+        poll_interval = %GoDuration(settings.poll_interval),
         drain_until = %drain_until,
-        deadline = %D(settings.drain_deadline()),
+        deadline = %GoDuration(settings.drain_deadline()),
         termination_message = %message.map_or("none".into(), |p| p.display().to_string()),
         control_socket = %settings.control_socket,
         loopback_control = settings.loopback_control,

@@ -70,7 +70,11 @@ impl Signals {
                 }
             };
             match name {
-                "SIGTERM" | "SIGINT" | "SIGQUIT" => drain.signal(name).await,
+                "SIGTERM" | "SIGINT" | "SIGQUIT" => tokio::select! {
+                    // A full queue waits its turn; shutdown does not wait for it.
+                    () = drain.signal(name) => {}
+                    () = shutdown.cancelled() => return,
+                },
                 _ => tracing::info!(signal = name, "signal received; ignored"),
             }
         }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 use serde::{Deserialize, Serialize};
 
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 use ipnet::IpNet;
 use parsers::{
     addr, app_metrics, app_probes, control_socket, filter, grace, message_path, pod_ip, poll, ports, positive, range,
@@ -160,18 +160,18 @@ pub(crate) struct Settings {
     /// (a load balancer) has taken the pod out once it has had this many
     /// failed probes in a row (HAProxy and the kubelet default to 3, AWS
     /// and GCP to 2).
-    #[arg(long, env = "LIFEGUARD_LB_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
     #[serde(deserialize_with = "threshold::deserialize")]
-    pub(crate) lb_unhealthy_threshold: u32,
+    pub(crate) drain_wait_unhealthy_threshold: u32,
 
     /// The drain wait: the shortest quiet period. Once every checker has
     /// taken the pod out, no new request on Envoy's inbound listeners for
     /// the quiet period means the traffic has stopped; the quiet period is
     /// derived from the traffic before the drain (a gap that comes by
     /// chance at most once in a thousand), never shorter than this.
-    #[arg(long, env = "LIFEGUARD_LB_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_MIN_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
     #[serde(with = "positive")]
-    pub(crate) lb_quiet_period: Duration,
+    pub(crate) drain_wait_min_quiet_period: Duration,
 
     /// The drain wait: only readiness probes from these address ranges
     /// (CIDR, comma-separated; cloud health checkers publish theirs, e.g.
@@ -182,7 +182,8 @@ pub(crate) struct Settings {
     pub(crate) drain_wait_checker_ranges: Vec<IpNet>,
 
     /// The drain wait: no checker of the pod's readiness holds the wait
-    /// longer than this after the drain began (a prober that checks rarely,
+    /// longer than this after readiness turned 503 (the drain's start, or
+    /// the end of --readiness-fail-delay) (a prober that checks rarely,
     /// or keeps probing without failing enough, cannot hold every rollout
     /// to the grace period).
     #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT", value_name = "DURATION", default_value = "20s", value_parser = positive::parse)]
@@ -318,19 +319,19 @@ impl Settings {
         if self.readiness_fail_delay > budget {
             out.push(format!(
                 "readiness_fail_delay ({}) does not fit the {} left by termination_grace_period - shutdown_margin: readiness fails only at the deadline",
-                D(self.readiness_fail_delay),
-                D(budget)
+                GoDuration(self.readiness_fail_delay),
+                GoDuration(budget)
             ));
         }
         if self.drain_delay + wait > budget {
             out.push(format!(
                 "drain_delay ({}) + {what} ({}) = {} does not fit the {} left by termination_grace_period ({}) - shutdown_margin ({}): the drain will be cut at the deadline",
-                D(self.drain_delay),
-                D(wait),
-                D(self.drain_delay + wait),
-                D(budget),
-                D(self.termination_grace_period),
-                D(self.shutdown_margin),
+                GoDuration(self.drain_delay),
+                GoDuration(wait),
+                GoDuration(self.drain_delay + wait),
+                GoDuration(budget),
+                GoDuration(self.termination_grace_period),
+                GoDuration(self.shutdown_margin),
             ));
         }
         out
@@ -351,9 +352,9 @@ impl Settings {
         if self.shutdown_margin >= self.termination_grace_period {
             let why = format!(
                 "must be shorter than termination_grace_period ({})",
-                D(self.termination_grace_period)
+                GoDuration(self.termination_grace_period)
             );
-            return invalid("shutdown_margin", D(self.shutdown_margin).to_string(), why);
+            return invalid("shutdown_margin", GoDuration(self.shutdown_margin).to_string(), why);
         }
         if !self.loopback_control && self.control_socket.0.is_none() {
             let why = "with no control_socket nothing could drain or stop Envoy: set control_socket too";
@@ -369,7 +370,7 @@ impl Settings {
             let why = "cannot be used with drain_delay: readiness fails first with drain_delay, last with readiness_fail_delay";
             return invalid(
                 "readiness_fail_delay",
-                D(self.readiness_fail_delay).to_string(),
+                GoDuration(self.readiness_fail_delay).to_string(),
                 why.into(),
             );
         }
@@ -494,7 +495,7 @@ pub(crate) mod tests {
         assert_eq!(crate::agent::Options::from(&s).stale_after, Duration::from_secs(4));
         assert_eq!(eff.len(), 34);
         assert_eq!(
-            (s.lb_unhealthy_threshold, s.lb_quiet_period),
+            (s.drain_wait_unhealthy_threshold, s.drain_wait_min_quiet_period),
             (3, Duration::from_millis(500))
         );
         assert_eq!(

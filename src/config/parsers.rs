@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{de, Deserialize, Deserializer};
 
-use crate::duration::{self, Display as D, DurationError};
+use crate::duration::{self, DurationError, GoDuration};
 use crate::exit::MessagePath;
 use crate::istio::annotations::AppMetrics;
 use crate::istio::probers::{AppProbes, PodIp};
@@ -40,10 +40,10 @@ macro_rules! shared_parser {
 shared_parser!(addr: SocketAddr = status_addr, shown as |a: &SocketAddr| *a);
 shared_parser!(url: LoopbackUrl = LoopbackUrl::from_str, shown as |u: &LoopbackUrl| u.clone());
 shared_parser!(filter: String = log_filter, shown as |f: &String| f.clone());
-shared_parser!(poll: Duration = |s| duration::at_least(s, Duration::from_millis(10)), shown as |d: &Duration| D(*d));
-shared_parser!(positive: Duration = duration::positive, shown as |d: &Duration| D(*d));
-shared_parser!(span: Duration = duration::parse, shown as |d: &Duration| D(*d));
-shared_parser!(grace: Duration = grace_period, shown as |d: &Duration| D(*d));
+shared_parser!(poll: Duration = |s| duration::at_least(s, Duration::from_millis(10)), shown as |d: &Duration| GoDuration(*d));
+shared_parser!(positive: Duration = duration::positive, shown as |d: &Duration| GoDuration(*d));
+shared_parser!(span: Duration = duration::parse, shown as |d: &Duration| GoDuration(*d));
+shared_parser!(grace: Duration = grace_period, shown as |d: &Duration| GoDuration(*d));
 shared_parser!(message_path: MessagePath = MessagePath::from_str, shown as |p: &MessagePath| p.clone());
 shared_parser!(app_probes: AppProbes = AppProbes::parse, shown as |p: &AppProbes| p.to_json());
 shared_parser!(app_metrics: AppMetrics = AppMetrics::parse, shown as |m: &AppMetrics| m.to_json());

@@ -14,7 +14,7 @@ use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progre
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Work};
 use super::status::{Outcome, Phase, Status};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, LAST_READ_TIMEOUT, WARN_EVERY};
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 use crate::logging::Throttle;
 
 /// A read under a timeout: Err(()) when it did not finish in time.
@@ -162,14 +162,14 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             s.stop_requested = stop_requested;
         });
         let readiness = match first {
-            Phase::DrainingReady => format!("readiness fails in {}", D(fail_delay)),
+            Phase::DrainingReady => format!("readiness fails in {}", GoDuration(fail_delay)),
             _ => "readiness is 503".to_owned(),
         };
         tracing::info!(
             trigger,
             policy = %self.plan.drain_until,
             waiting_for = %self.plan.waiting_for(),
-            deadline_in = %D(self.plan.drain_deadline),
+            deadline_in = %GoDuration(self.plan.drain_deadline),
             "drain started: {readiness}"
         );
 
@@ -262,7 +262,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             }
             Outcome::Cut { left, exit }
         } else {
-            tracing::info!(took = %D(started.elapsed()), "drain complete, Envoy stopped ({exit})");
+            tracing::info!(took = %GoDuration(started.elapsed()), "drain complete, Envoy stopped ({exit})");
             Outcome::Drained(exit)
         }
     }
@@ -429,7 +429,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
                 }
                 e.to_string()
             }
-            Err(()) => format!("the read did not finish within {}", D(timeout)),
+            Err(()) => format!("the read did not finish within {}", GoDuration(timeout)),
         };
         if seen.read_warning.due(now) {
             tracing::warn!(error = %error, "cannot read active counts; the drain goes on");

@@ -8,7 +8,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::ports::Active;
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 
 /// The drain's settings (`Settings::drain_plan` in [`crate::config`]).
 #[derive(Debug, Clone)]
@@ -54,12 +54,15 @@ impl Plan {
     /// What the drain waits for, in words.
     pub(crate) fn waiting_for(&self) -> String {
         match self.drain_until {
-            DrainUntil::Time => format!("{} of drain time", D(self.termination_drain_duration)),
+            DrainUntil::Time => format!("{} of drain time", GoDuration(self.termination_drain_duration)),
             DrainUntil::AppExit => format!(
                 "no request in Envoy and no socket or process of the app, after at least {}",
-                D(self.minimum_drain_duration)
+                GoDuration(self.minimum_drain_duration)
             ),
-            until => format!("zero active {until}, after at least {}", D(self.minimum_drain_duration)),
+            until => format!(
+                "zero active {until}, after at least {}",
+                GoDuration(self.minimum_drain_duration)
+            ),
         }
     }
 

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::plan::{DrainUntil, Plan};
 use super::ports::Work;
 use super::{APP_QUIET, PACE, PROGRESS_EVERY, PROGRESS_HEARTBEAT, ZERO_POLL_INTERVAL};
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 
 /// When the policy is satisfied. Only counts read *now* can satisfy it: an
 /// older zero may be stale (a graceful drain still accepts connections).
@@ -228,16 +228,16 @@ impl Progress {
 /// The progress line: what the policy still awaits (`awaited`, in words),
 /// the time its own rule still asks for, and the time left to the deadline.
 pub(crate) fn progress_line(plan: &Plan, rule: &DoneRule, awaited: &str, now: Instant, deadline: Instant) -> String {
-    let to_deadline = D(round(deadline.saturating_duration_since(now)));
+    let to_deadline = GoDuration(round(deadline.saturating_duration_since(now)));
     let min_left = round(rule.min_end.saturating_duration_since(now));
     match plan.drain_until {
         DrainUntil::Time => format!(
             "{} of drain time left, {awaited}; {to_deadline} to the deadline",
-            D(min_left)
+            GoDuration(min_left)
         ),
         _ if !min_left.is_zero() => format!(
             "{awaited}; the minimum drain time ends in {}; {to_deadline} to the deadline",
-            D(min_left)
+            GoDuration(min_left)
         ),
         _ => format!("{awaited}; {to_deadline} to the deadline"),
     }
@@ -267,11 +267,11 @@ pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: b
         DrainUntil::Time => tracing::info!(
             in_flight = left,
             "drain time ({}) is over",
-            D(plan.termination_drain_duration)
+            GoDuration(plan.termination_drain_duration)
         ),
-        DrainUntil::AppExit if waived => tracing::info!(took = %D(took), "{GONE_BEFORE}"),
-        DrainUntil::AppExit => tracing::info!(took = %D(took), "the app is done and Envoy is idle"),
-        until => tracing::info!(took = %D(took), "zero active {until}"),
+        DrainUntil::AppExit if waived => tracing::info!(took = %GoDuration(took), "{GONE_BEFORE}"),
+        DrainUntil::AppExit => tracing::info!(took = %GoDuration(took), "the app is done and Envoy is idle"),
+        until => tracing::info!(took = %GoDuration(took), "zero active {until}"),
     }
 }
 

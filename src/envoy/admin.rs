@@ -31,7 +31,7 @@ use crate::url::{LocalStream, LoopbackUrl};
 pub enum AdminError {
     #[error("cannot connect to Envoy admin at {url}: {source}")]
     Connect { url: String, source: std::io::Error },
-    #[error("Envoy admin at {url} did not answer within {}", crate::duration::Display(*.timeout))]
+    #[error("Envoy admin at {url} did not answer within {}", crate::duration::GoDuration(*.timeout))]
     Timeout { url: String, timeout: Duration },
     #[error("Envoy admin HTTP error: {0}")]
     Http(#[from] hyper::Error),

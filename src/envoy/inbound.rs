@@ -1,6 +1,6 @@
 //! New requests arriving at Envoy's inbound listeners: what tells that load
 //! balancers and the mesh have stopped sending to the pod (the
-//! [`Traffic`] port of [`crate::rotation`]).
+//! [`Traffic`] port of [`crate::drain_wait`]).
 //!
 //! **Which listeners.** Read from `/config_dump`: static listeners masked
 //! to their name, address, stat prefix, direction and filter chains;
@@ -39,10 +39,10 @@ use std::net::IpAddr;
 use serde_json::Value as Json;
 
 use crate::drain::{DrainScope, PACE};
+use crate::drain_wait::{Arrivals, Traffic, TrafficError, READ_EVERY};
 use crate::envoy::admin::{AdminClient, AdminError, Endpoint};
 use crate::envoy::counts::{control_error, CountsReader};
 use crate::envoy::stats::{lines, Value};
-use crate::rotation::{Arrivals, Traffic, TrafficError, READ_EVERY};
 use crate::url::query_encode;
 
 /// The largest listener dump read (one call).
@@ -58,7 +58,8 @@ const DYNAMIC_NAMES: &str = "/config_dump?resource=dynamic_listeners&mask=name";
 const DYNAMIC_WHOLE: &str = "/config_dump?resource=dynamic_listeners";
 /// Dynamic listeners read whole, this many a call.
 const DYNAMIC_BATCH: usize = 32;
-/// After a dump that could not be read, the next try comes no sooner.
+/// After a dump that could not be read, the next try comes no sooner
+/// (then twice as long after each failure in a row, up to 80 s).
 const RETRY_LEARNING: std::time::Duration = std::time::Duration::from_secs(10);
 /// The listener manager's counters of listener changes.
 const CHANGES: &str = r"listener_manager\.listener_(added|modified|removed)";
@@ -85,6 +86,9 @@ pub(crate) struct Selection {
     pub(crate) tcp: Vec<String>,
     /// Listeners with neither: their own new connections.
     pub(crate) bare: Vec<String>,
+    /// A counted HTTP manager has Envoy's `health_check` filter: the load
+    /// balancers' checks it recognises fail with `/healthcheck/fail`.
+    pub(crate) health_checks: bool,
 }
 
 /// Envoy's inbound traffic, through its admin API.
@@ -94,7 +98,8 @@ pub(crate) struct Inbound {
     scope: DrainScope,
     ignored_ports: Vec<u16>,
     counted: Counted,
-    /// How many times the listeners were learned (0: not yet).
+    /// Which selection of listeners the totals are of: bumped when a
+    /// learn chose other listeners (0: not learned yet).
     generation: u64,
     /// The listener manager's change count the first read after learning
     /// saw (None: no read since). A change between the dump and that read
@@ -102,6 +107,11 @@ pub(crate) struct Inbound {
     changes: Option<u64>,
     /// The dumps could not be read: when to try again.
     retry_at: Option<tokio::time::Instant>,
+    /// How many learns in a row failed (each retry waits twice the last).
+    failures: u32,
+    /// Envoy's status listener appends the prober's address to
+    /// `x-forwarded-for` (false until the dumps say so).
+    peer_forwarded: bool,
     /// What was learned, in words.
     words: String,
 }
@@ -117,6 +127,8 @@ impl Inbound {
             generation: 0,
             changes: None,
             retry_at: None,
+            failures: 0,
+            peer_forwarded: false,
             words: String::new(),
         }
     }
@@ -125,19 +137,26 @@ impl Inbound {
     async fn relearn(&mut self) {
         let (counted, words) = match self.listeners().await {
             Ok(listeners) => {
-                self.retry_at = None;
+                (self.retry_at, self.failures) = (None, 0);
+                self.peer_forwarded = status_appends_peer(&listeners);
                 choose(&listeners, self.scope, &self.ignored_ports)
             }
             Err(why) => {
-                self.retry_at = Some(tokio::time::Instant::now() + RETRY_LEARNING);
+                let wait = RETRY_LEARNING * 2u32.pow(self.failures.min(3));
+                self.failures += 1;
+                self.retry_at = Some(tokio::time::Instant::now() + wait);
                 (Counted::Every, every_words(&why.to_string()))
             }
         };
         self.counts.want_inbound(Some(&filter(&counted)));
+        // The same selection sums the same counters: its totals stay
+        // comparable, and the quiet seen so far holds.
+        if self.generation == 0 || counted != self.counted {
+            self.generation += 1;
+        }
         self.counted = counted;
         self.words = words;
         self.changes = None;
-        self.generation += 1;
     }
 
     /// Every listener of the dumps, with the filter chains of those that
@@ -148,14 +167,19 @@ impl Inbound {
     async fn listeners(&self) -> Result<Vec<Listener>, LearnError> {
         let mut pace = Pace::default();
         let mut listeners = self.dump(&mut pace, STATIC_DUMP).await?;
+        // The chains of the listeners that may count, and of the status
+        // listener (does it append the prober's address?).
         let wanted = |l: &Listener| {
-            (self.scope == DrainScope::All || l.inbound) && !l.port.is_some_and(|p| self.ignored_ports.contains(&p))
+            let counts = (self.scope == DrainScope::All || l.inbound)
+                && !l.port.is_some_and(|p| self.ignored_ports.contains(&p));
+            counts || l.port == Some(STATUS_LISTENER_PORT)
         };
         let names: Vec<String> = listeners.iter().filter(|l| wanted(l)).map(|l| l.name.clone()).collect();
         let chains = self.by_name(&mut pace, &names, STATIC_CHAINS).await?;
         for l in &mut listeners {
             if let Some(c) = chains.iter().find(|c| c.name == l.name) {
                 (l.http, l.tcp) = (c.http.clone(), c.tcp.clone());
+                (l.health_check_filter, l.appends_peer) = (c.health_check_filter, c.appends_peer);
             }
         }
         let dynamic: Vec<String> = self
@@ -237,12 +261,14 @@ impl Traffic for Inbound {
         let arrivals = Arrivals {
             total,
             generation: self.generation,
+            read: reading.began,
+            took: reading.took,
         };
         match self.changes {
             None => self.changes = Some(changes),
             Some(seen) if seen != changes => {
                 // Envoy's listeners changed: learn them again. This read's
-                // total is of the old ones; the next has a new generation.
+                // total is of the old ones; the next is of the new selection.
                 let words = std::mem::take(&mut self.words);
                 self.relearn().await;
                 if self.words != words {
@@ -254,10 +280,24 @@ impl Traffic for Inbound {
         Ok(arrivals)
     }
 
-    async fn fail_health_checks(&mut self) -> Result<(), TrafficError> {
-        let call = self.admin.post(Endpoint::HealthcheckFail, "/healthcheck/fail").await;
-        call.map(drop).map_err(|e| TrafficError(control_error(e)))
+    fn peer_forwarded(&self) -> bool {
+        self.peer_forwarded
     }
+
+    async fn fail_health_checks(&mut self) -> Result<bool, TrafficError> {
+        if !matches!(&self.counted, Counted::Chosen(s) if s.health_checks) {
+            return Ok(false);
+        }
+        let call = self.admin.post(Endpoint::HealthcheckFail, "/healthcheck/fail").await;
+        call.map(|_| true).map_err(|e| TrafficError(control_error(e)))
+    }
+}
+
+/// Whether every listener on the status port appends the prober's address
+/// to `x-forwarded-for` (false when none is known).
+fn status_appends_peer(listeners: &[Listener]) -> bool {
+    let mut status = listeners.iter().filter(|l| l.port == Some(STATUS_LISTENER_PORT)).peekable();
+    status.peek().is_some() && status.all(|l| l.appends_peer == Some(true))
 }
 
 /// What is counted, and in words.
@@ -331,7 +371,18 @@ pub(crate) struct Listener {
     /// Its HTTP connection managers' and TCP proxies' stat prefixes.
     pub(crate) http: Vec<String>,
     pub(crate) tcp: Vec<String>,
+    /// One of its HTTP managers has Envoy's `health_check` filter.
+    pub(crate) health_check_filter: bool,
+    /// Whether every HTTP manager of it appends the peer's own address to
+    /// `x-forwarded-for`, so its last entry is the peer and nothing a
+    /// client wrote (`use_remote_address`, no trusted hops, no other way of
+    /// finding the client); None: no HTTP manager, or its chains not read.
+    pub(crate) appends_peer: Option<bool>,
 }
+
+/// Envoy's status listener's port (Istio's, and the shipped bootstraps'):
+/// the probes of the pod's readiness come through it.
+pub(crate) const STATUS_LISTENER_PORT: u16 = 15021;
 
 /// Why the listeners could not be learned.
 #[derive(Debug, thiserror::Error)]
@@ -400,25 +451,47 @@ fn listener_of(l: &Json) -> Listener {
         stat_name,
         inbound: l.get("traffic_direction").and_then(Json::as_str) == Some("INBOUND"),
         port,
-        http: Vec::new(),
-        tcp: Vec::new(),
+        ..Listener::default()
     };
     let chains = l.get("filter_chains").and_then(Json::as_array).into_iter().flatten();
     for chain in chains.chain(l.get("default_filter_chain")) {
         for filter in chain.get("filters").and_then(Json::as_array).into_iter().flatten() {
             let config = filter.get("typed_config");
             let kind = text(config.and_then(|c| c.get("@type"))).unwrap_or_default();
-            let Some(prefix) = text(config.and_then(|c| c.get("stat_prefix"))) else {
-                continue;
-            };
+            let Some(config) = config else { continue };
             if kind.ends_with(".HttpConnectionManager") {
-                listener.http.push(prefix);
+                listener.http.extend(text(config.get("stat_prefix")));
+                listener.health_check_filter |= has_health_check_filter(config);
+                let appends = appends_peer(config);
+                listener.appends_peer = Some(listener.appends_peer.unwrap_or(true) && appends);
             } else if kind.ends_with(".TcpProxy") {
-                listener.tcp.push(prefix);
+                listener.tcp.extend(text(config.get("stat_prefix")));
             }
         }
     }
     listener
+}
+
+/// Whether an HTTP manager's filters include Envoy's `health_check`.
+fn has_health_check_filter(manager: &Json) -> bool {
+    let filters = manager.get("http_filters").and_then(Json::as_array).into_iter().flatten();
+    filters.into_iter().any(|f| {
+        let kind = f.get("typed_config").and_then(|c| c.get("@type")).and_then(Json::as_str);
+        f.get("name").and_then(Json::as_str) == Some("envoy.filters.http.health_check")
+            || kind.is_some_and(|k| k.ends_with(".health_check.v3.HealthCheck"))
+    })
+}
+
+/// Whether an HTTP manager appends its peer's address to
+/// `x-forwarded-for` and trusts nothing a client wrote there.
+fn appends_peer(manager: &Json) -> bool {
+    let flag = |key: &str| manager.get(key).and_then(Json::as_bool).unwrap_or(false);
+    let hops = manager.get("xff_num_trusted_hops").and_then(Json::as_u64).unwrap_or(0);
+    let detection = manager
+        .get("original_ip_detection_extensions")
+        .and_then(Json::as_array)
+        .is_some_and(|e| !e.is_empty());
+    flag("use_remote_address") && !flag("skip_xff_append") && hops == 0 && !detection
 }
 
 /// The listeners whose traffic counts under `scope`, and those left out
@@ -437,6 +510,7 @@ pub(crate) fn select(listeners: &[Listener], scope: DrainScope, ignored_ports: &
             continue;
         };
         s.listeners.push(stat_name.clone());
+        s.health_checks |= l.health_check_filter;
         s.http.extend(l.http.iter().cloned());
         s.tcp.extend(l.tcp.iter().cloned());
         if l.http.is_empty() && l.tcp.is_empty() {
@@ -682,6 +756,7 @@ listener_manager.listener_added: 4
             http: vec!["inbound_0.0.0.0_8080".into()],
             tcp: vec![],
             bare: vec!["[__1]_8443".into()],
+            health_checks: false,
         };
         assert_eq!(
             filter(&Counted::Chosen(s)),

@@ -14,12 +14,12 @@
 //! - [`process`]: the Envoy process (lifeguard's child, or external): the
 //!   drain's real [`crate::drain::EnvoyControl`].
 //! - [`inbound`]: new requests on the inbound listeners: the real
-//!   [`crate::rotation::Traffic`], for the drain wait.
+//!   [`crate::drain_wait::Traffic`], for the drain wait.
 //! - [`version`]: Envoy's version, read once and logged, and why nothing
 //!   lifeguard sends depends on it.
 //!
 //! Arrows run one way: this module implements the drain's and the
-//! rotation's ports and never
+//! drain wait's ports and never
 //! reaches the status server or the metrics (the poller reports through
 //! [`poller::ReadinessEvents`]).
 

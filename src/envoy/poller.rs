@@ -206,7 +206,7 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
                     tracing::warn!(
                         error = %error,
                         "Envoy's admin did not answer; keeping the last answer until it is older than {}",
-                        crate::duration::Display(stale_after)
+                        crate::duration::GoDuration(stale_after)
                     );
                 }
                 if stale && !self.stale_logged {
@@ -215,7 +215,7 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
                     tracing::warn!(
                         reason = %error,
                         "Envoy is NOT ready: no successful admin read in the last {}",
-                        crate::duration::Display(stale_after)
+                        crate::duration::GoDuration(stale_after)
                     );
                 }
                 self.readiness

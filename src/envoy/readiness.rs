@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::drain::Status;
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 
 /// What the probe answers: ready or not, and the body to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl Verdict {
             at,
             stale_body: Some(Bytes::from(format!(
                 "not ready: no successful Envoy admin read in the last {}: {error}\n",
-                D(stale_after)
+                GoDuration(stale_after)
             ))),
         }
     }
@@ -127,7 +127,7 @@ impl Readiness {
                 draining_body: Bytes::from_static(b"not ready: draining\n"),
                 stale_body: Bytes::from(format!(
                     "not ready: no successful Envoy admin read in the last {}\n",
-                    D(stale_after)
+                    GoDuration(stale_after)
                 )),
             }),
         }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::drain::{DrainUntil, Exit, Outcome, Status};
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 use linger::Linger;
 
 pub mod code;
@@ -164,7 +164,7 @@ pub(crate) async fn conclude(
     }
     let bound = linger::bound(linger_for, status, grace);
     if !bound.is_zero() {
-        tracing::info!(up_to = %D(bound), "Envoy stopped; lingering for a last scrape of /stats/prometheus");
+        tracing::info!(up_to = %GoDuration(bound), "Envoy stopped; lingering for a last scrape of /stats/prometheus");
         match linger.wait(bound).await {
             linger::Lingered::Scraped => tracing::info!("a scrape saw the final state"),
             linger::Lingered::TimeUp => tracing::info!("no scrape came while lingering"),

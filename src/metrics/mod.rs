@@ -35,11 +35,11 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, 
 use tokio::time::Instant;
 
 use crate::drain::Status;
+use crate::drain_wait::checkers::NotCounted;
+use crate::drain_wait::WaitWhy;
 use crate::duration::unix_now;
 use crate::envoy::poller::ReadinessEvents;
 use crate::envoy::readiness::Readiness;
-use crate::rotation::checkers::NotCounted;
-use crate::rotation::watch::WaitWhy;
 use exposition::{drain_families, process_families, Exposition};
 
 pub mod app;
@@ -72,7 +72,7 @@ struct Inner {
     /// `lifeguard_scrape_envoy_incomplete_total{reason}`, by [`Incomplete`].
     scrape_incomplete: [Counter; 5],
     /// `lifeguard_drain_wait_probes_not_counted_total{reason}`, by
-    /// `crate::rotation::checkers::NotCounted`.
+    /// `crate::drain_wait::checkers::NotCounted`.
     probes_not_counted: [Counter; 3],
     /// Seconds from start to the first ready read, once there was one.
     first_ready: OnceLock<f64>,
@@ -180,7 +180,7 @@ impl Metrics {
     }
 
     /// The counters of probes the drain wait did not count, by
-    /// `crate::rotation::checkers::NotCounted`.
+    /// `crate::drain_wait::checkers::NotCounted`.
     pub(crate) fn probes_not_counted(&self) -> [Counter; 3] {
         self.inner.probes_not_counted.clone()
     }

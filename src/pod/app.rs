@@ -154,14 +154,13 @@ fn cgroup_of(pid: i32) -> Option<Vec<String>> {
 
 /// Processes of the app's containers: every process in another cgroup than
 /// ours, but PID 1 (pause) and the proxy's, and but those that have exited
-/// or begun to ([`still_running`]).
-pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
-    let Some(ours) = cgroup_of(std::process::id() as i32) else {
-        return Vec::new();
-    };
-    let Ok(all) = procfs::process::all_processes() else {
-        return Vec::new();
-    };
+/// or begun to ([`still_running`]). Err when the processes cannot be read
+/// (our own cgroup, or the process list): an app not seen is not gone.
+pub(crate) fn app_processes(proxy: &Proxy) -> std::io::Result<Vec<AppProcess>> {
+    let ours = cgroup_of(std::process::id() as i32)
+        .ok_or_else(|| std::io::Error::other("lifeguard's own cgroup cannot be read"))?;
+    let all = procfs::process::all_processes()
+        .map_err(|e| std::io::Error::other(format!("the process list cannot be read: {e}")))?;
     let mut out: Vec<AppProcess> = all
         .flatten()
         .filter(|p| p.pid != 1 && !proxy.pids.contains(&(p.pid as u32)))
@@ -175,7 +174,7 @@ pub(crate) fn app_processes(proxy: &Proxy) -> Vec<AppProcess> {
         })
         .collect();
     out.sort_by_key(|p| p.pid);
-    out
+    Ok(out)
 }
 
 /// Whether a process, by its `/proc/<pid>/stat` state and flags, still
@@ -291,7 +290,7 @@ pub(crate) fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>
     }
     Ok(Work {
         sockets: found,
-        processes: if processes { app_processes(&proxy) } else { Vec::new() },
+        processes: if processes { app_processes(&proxy)? } else { Vec::new() },
         processes_seen: processes,
     })
 }
@@ -629,7 +628,7 @@ mod tests {
         // This test process and its threads share one cgroup: no app process
         // is ever found in it, whatever else runs on the machine.
         let me = std::process::id();
-        assert!(app_processes(&Proxy::default()).iter().all(|p| p.pid != me));
+        assert!(app_processes(&Proxy::default()).unwrap().iter().all(|p| p.pid != me));
     }
 
     #[test]

@@ -111,9 +111,14 @@ mod tests {
                 .find(|e| e.local_address == addr && e.remote_address == remote);
             entry.map(|e| (e.state, e.inode))
         };
+        // The close done: the FIN taken (the holder in CLOSE_WAIT) and its
+        // ACK taken too (the closer past FIN_WAIT1).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while state(holder, closer).is_some_and(|(s, _)| s != TcpState::CloseWait) {
-            assert!(std::time::Instant::now() < deadline, "no FIN within 5 s");
+        let closed_end = |s: TcpState| matches!(s, TcpState::FinWait2 | TcpState::TimeWait);
+        while !(state(holder, closer).is_some_and(|(s, _)| s == TcpState::CloseWait)
+            && state(closer, holder).is_some_and(|(s, _)| closed_end(s)))
+        {
+            assert!(std::time::Instant::now() < deadline, "the close not done within 5 s");
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let (closed, closed_inode) = state(closer, holder).expect("the closed end is listed");

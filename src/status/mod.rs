@@ -8,7 +8,7 @@
 //!   (any caller).
 //! - `GET|HEAD /drain/wait[?timeout=D]` — the app container's preStop hook:
 //!   answers 200 with one line once the pod is out of its load balancers'
-//!   rotation, or at its bound, saying which ([`crate::rotation`]); starts
+//!   rotation, or at its bound, saying which ([`crate::drain_wait`]); starts
 //!   nothing; any caller.
 //! - `POST /drain` — loopback only: start the drain (readiness 503 at once)
 //!   or join the one under way; answers with the status once drained. Envoy

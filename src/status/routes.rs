@@ -21,13 +21,12 @@ use tokio::time::Instant;
 use super::app_probe::AppProber;
 use super::response::{Body, ResponseFuture};
 use crate::drain::DrainHandle;
+use crate::drain_wait::{Checkers, DrainWait};
 use crate::duration::DurationError;
 use crate::envoy::readiness::Readiness;
 use crate::exit::linger::{self, Linger};
 use crate::metrics::scrape::{ScrapeRequest, Scraper};
 use crate::metrics::Metrics;
-use crate::rotation::checkers::CheckerKey;
-use crate::rotation::{Checkers, Rotation};
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
@@ -93,7 +92,7 @@ enum Answer {
     Probe(Probe),
     Scrape(Scrape),
     DrainStatus(DrainStatus),
-    DrainWait(Rotation),
+    DrainWait(DrainWait),
     Control(Control),
     AppProbe(AppProber),
 }
@@ -111,7 +110,7 @@ pub struct RoutesBuilder {
     drain: Option<DrainHandle>,
     scrape: Option<Scrape>,
     linger: Option<Linger>,
-    rotation: Option<Rotation>,
+    drain_wait: Option<DrainWait>,
     app_probes: Option<AppProber>,
     loopback_control: bool,
     control_socket: Option<PathBuf>,
@@ -130,7 +129,7 @@ impl RoutesBuilder {
             drain: None,
             scrape: None,
             linger: None,
-            rotation: None,
+            drain_wait: None,
             app_probes: None,
             loopback_control: true,
             control_socket: None,
@@ -164,11 +163,11 @@ impl RoutesBuilder {
         self
     }
 
-    /// `GET /drain/wait` through `rotation`, each probe's checker recorded
+    /// `GET /drain/wait` through `drain_wait`, each probe's checker recorded
     /// in its table.
-    pub(crate) fn drain_wait(mut self, rotation: Rotation) -> Self {
-        self.probe.checkers = rotation.checkers().clone();
-        self.rotation = Some(rotation);
+    pub(crate) fn drain_wait(mut self, drain_wait: DrainWait) -> Self {
+        self.probe.checkers = drain_wait.checkers().clone();
+        self.drain_wait = Some(drain_wait);
         self
     }
 
@@ -194,10 +193,10 @@ impl RoutesBuilder {
             }
         }
         if let Some(drain) = self.drain {
-            let rotation = self.rotation.clone();
+            let drain_wait = self.drain_wait.clone();
             let status = DrainStatus {
                 drain: drain.clone(),
-                rotation,
+                drain_wait,
             };
             table.push(route(Path::Exact("/drain"), GET_HEAD, Answer::DrainStatus(status)));
             let control = Control {
@@ -209,8 +208,12 @@ impl RoutesBuilder {
                 table.push(route(Path::Exact(path), POST, Answer::Control(control.clone())));
             }
         }
-        if let Some(rotation) = self.rotation {
-            table.push(route(Path::Exact("/drain/wait"), GET_HEAD, Answer::DrainWait(rotation)));
+        if let Some(drain_wait) = self.drain_wait {
+            table.push(route(
+                Path::Exact("/drain/wait"),
+                GET_HEAD,
+                Answer::DrainWait(drain_wait),
+            ));
         }
         if let Some(prober) = self.app_probes {
             for prefix in ["/app-health/", "/app-lifecycle/"] {
@@ -285,7 +288,7 @@ impl Answer {
             Answer::Probe(probe) => probe.answer(caller, req),
             Answer::Scrape(scrape) => scrape.answer(req),
             Answer::DrainStatus(status) => status.answer(req),
-            Answer::DrainWait(rotation) => drain_wait(rotation, req),
+            Answer::DrainWait(wait) => drain_wait(wait, caller, req),
             Answer::Control(control) => control.answer(caller, req),
             Answer::AppProbe(prober) => app_probe(prober, req),
         }
@@ -307,7 +310,7 @@ struct Probe {
 impl Probe {
     fn answer<B>(&self, caller: &Caller, mut req: Request<B>) -> ResponseFuture {
         let mut headers = std::mem::take(req.headers_mut());
-        let checker = CheckerKey::of(caller.peer, &headers);
+        let checker = self.checkers.key_of(caller.peer, &headers);
         headers.clear();
         let answer = self.readiness.answer();
         let status = if answer.ready {
@@ -358,10 +361,10 @@ impl Scrape {
 }
 
 /// `GET|HEAD /drain`: the drain's status as JSON, with the drain wait's
-/// (`rotation`).
+/// (`drain_wait`).
 struct DrainStatus {
     drain: DrainHandle,
-    rotation: Option<Rotation>,
+    drain_wait: Option<DrainWait>,
 }
 
 impl DrainStatus {
@@ -370,11 +373,11 @@ impl DrainStatus {
         struct View {
             #[serde(flatten)]
             drain: crate::drain::Status,
-            rotation: Option<crate::rotation::RotationStatus>,
+            drain_wait: Option<crate::drain_wait::DrainWaitStatus>,
         }
         let view = View {
             drain: self.drain.status(),
-            rotation: self.rotation.as_ref().map(Rotation::status),
+            drain_wait: self.drain_wait.as_ref().map(DrainWait::status),
         };
         let mut body = serde_json::to_vec(&view).unwrap_or_default();
         body.push(b'\n');
@@ -389,11 +392,22 @@ impl DrainStatus {
 /// Answers 200 with one line once the pod is out of rotation, or at its
 /// bound (the timeout, the drain's deadline less the app's time, Envoy
 /// stopping), saying which; 400 for a timeout that is not a duration.
-/// Starts nothing; any caller.
-fn drain_wait<B>(rotation: &Rotation, req: Request<B>) -> ResponseFuture {
+/// Starts nothing; any caller, those outside the pod a few waits at a
+/// time (429 past them).
+fn drain_wait<B>(wait: &DrainWait, caller: &Caller, req: Request<B>) -> ResponseFuture {
     let timeout = wait_timeout(req.uri().query());
     let method = req.method().clone();
     let headers = into_headers(req);
+    let held = match caller.peer {
+        Some(peer) if !caller.is_loopback() => match wait.admit_remote(peer.ip()) {
+            Some(held) => Some(held),
+            None => {
+                let body = Bytes::from_static(b"too many drain waits held open from outside the pod\n");
+                return finish(headers, &method, (StatusCode::TOO_MANY_REQUESTS, body));
+            }
+        },
+        _ => None,
+    };
     let timeout = match timeout {
         Ok(timeout) => timeout,
         Err(why) => {
@@ -404,9 +418,10 @@ fn drain_wait<B>(rotation: &Rotation, req: Request<B>) -> ResponseFuture {
             )
         }
     };
-    let rotation = rotation.clone();
+    let wait = wait.clone();
     ResponseFuture::Waiting(Box::pin(async move {
-        let end = rotation.wait(timeout).await;
+        let end = wait.wait(timeout).await;
+        drop(held);
         respond(headers, &method, (StatusCode::OK, Bytes::from(end.line + "\n")))
     }))
 }

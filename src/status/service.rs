@@ -117,9 +117,9 @@ impl hyper::service::Service<Request<Incoming>> for StatusService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain_wait::{Checkers, DrainWait};
     use crate::envoy::admin::AdminClient;
     use crate::envoy::readiness::Verdict;
-    use crate::rotation::{Checkers, Rotation};
     use hyper::Method;
     use hyper::StatusCode;
     use std::time::Duration;
@@ -140,10 +140,10 @@ mod tests {
         })
     }
 
-    fn rotation_plan() -> crate::rotation::RotationPlan {
-        crate::rotation::RotationPlan {
-            lb_unhealthy_threshold: 3,
-            lb_quiet_period: Duration::from_secs(1),
+    fn wait_plan() -> crate::drain_wait::DrainWaitPlan {
+        crate::drain_wait::DrainWaitPlan {
+            unhealthy_threshold: 3,
+            min_quiet_period: Duration::from_secs(1),
             checker_timeout: Duration::from_secs(20),
             drain_deadline: Duration::from_secs(28),
             app_time: Duration::from_secs(5),
@@ -216,8 +216,8 @@ mod tests {
             StatusCode::NOT_FOUND,
             "no drain wait wired, no route"
         );
-        let (rotation, _publish) = Rotation::new(&rotation_plan(), Checkers::default());
-        let svc = builder.drain_wait(rotation).service();
+        let (wait, _publish) = DrainWait::new(&wait_plan(), Checkers::default());
+        let svc = builder.drain_wait(wait).service();
         let (status, body) = call(&svc, Method::GET, "/drain/wait?timeout=soon");
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(body.starts_with("invalid timeout \"soon\""), "{body}");
@@ -237,8 +237,8 @@ mod tests {
         let (_, body) = call(&svc, Method::GET, "/drain");
         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(json["phase"], "serving");
-        assert_eq!(json["rotation"]["state"], "not_started");
-        assert_eq!(json["rotation"]["lb_unhealthy_threshold"], 3);
+        assert_eq!(json["drain_wait"]["state"], "not_started");
+        assert_eq!(json["drain_wait"]["unhealthy_threshold"], 3);
     }
 
     #[test]
@@ -246,8 +246,11 @@ mod tests {
         let r = Readiness::standalone(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
         let checkers = Checkers::default();
+        // As the drain wait learned: Envoy's status listener appends the
+        // prober's address.
+        checkers.trust_forwarded(true);
         let svc = StatusService::builder(r)
-            .drain_wait(Rotation::new(&rotation_plan(), checkers.clone()).0)
+            .drain_wait(DrainWait::new(&wait_plan(), checkers.clone()).0)
             .service()
             .for_peer("127.0.0.1:40000".parse().unwrap());
         let probe = |headers: &[(&'static str, &'static str)]| {
@@ -311,8 +314,8 @@ mod tests {
         let (builder, r, _drain) = with_drain();
         let metrics = crate::metrics::Metrics::new(Instant::now());
         let scraper = crate::metrics::scrape::Scraper::new(metrics.clone(), r, None);
-        let (rotation, _publish) = Rotation::new(&rotation_plan(), Checkers::default());
-        let svc = builder.metrics(&metrics, scraper).drain_wait(rotation).service();
+        let (wait, _publish) = DrainWait::new(&wait_plan(), Checkers::default());
+        let svc = builder.metrics(&metrics, scraper).drain_wait(wait).service();
         for (method, path, allow) in [
             (Method::POST, "/healthz/ready", "GET, HEAD"),
             (Method::DELETE, "/drain/wait", "GET, HEAD"),

@@ -26,24 +26,28 @@
 //! - [`watch`]: the task that samples the traffic before the drain, fails
 //!   the load balancers' checks of Envoy's `health_check` filter when
 //!   readiness turns 503, applies the rule from the start of the drain and
-//!   publishes a [`RotationStatus`] (`GET /drain` shows it), and the
-//!   [`Rotation`] handle whose `wait` answers the hook.
+//!   publishes a [`DrainWaitStatus`] (`GET /drain` shows it), and the
+//!   [`DrainWait`] handle whose `wait` answers the hook.
 //!
 //! Nothing here starts a drain: the hook may come before the proxy's own
 //! SIGTERM (or `POST /drain`), and waits for it.
 
 pub mod checkers;
+pub mod handle;
 pub mod quiet;
 pub mod rule;
-pub mod watch;
+pub mod task;
 
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::drain::ControlError;
 
 pub use checkers::Checkers;
-pub use watch::{Rotation, RotationState, RotationStatus, WaitEnd};
+pub use handle::{DrainWait, DrainWaitStatus, WaitEnd, WaitState, WaitWhy};
+pub(crate) use task::run;
 
 /// How often the rule looks at Envoy's inbound traffic while the wait goes
 /// on: the drain's own count reads serve when fresh, and a read made for
@@ -59,18 +63,39 @@ pub(crate) trait Traffic: Send + 'static {
     fn learn(&mut self) -> impl Future<Output = String> + Send;
     /// The requests that have arrived so far on those listeners.
     fn arrivals(&mut self) -> impl Future<Output = Result<Arrivals, TrafficError>> + Send;
+    /// Whether Envoy's status listener appends each prober's own address to
+    /// `x-forwarded-for` (its last entry is then the prober, whatever the
+    /// prober wrote there), as learned.
+    fn peer_forwarded(&self) -> bool;
     /// Makes Envoy answer 503 to the load balancers' checks its
-    /// `health_check` filter recognises (`POST /healthcheck/fail`).
-    fn fail_health_checks(&mut self) -> impl Future<Output = Result<(), TrafficError>> + Send;
+    /// `health_check` filter recognises (`POST /healthcheck/fail`), when a
+    /// counted listener has that filter: Ok(true) once done, Ok(false)
+    /// when none has it (not called: Envoy would drain-close every
+    /// listener, outbound ones too, for nothing).
+    fn fail_health_checks(&mut self) -> impl Future<Output = Result<bool, TrafficError>> + Send;
 }
 
-/// Requests arrived on the counted listeners: a total that only grows while
-/// the same listeners are counted (`generation`); only whether it moved
-/// matters, and totals of two generations are not compared.
+/// Requests arrived on the counted listeners, as one read of Envoy's
+/// counts found them: only whether the total moved matters (it may dip a
+/// moment: a check is counted when it arrives and taken off when it ends),
+/// totals of two generations (other listeners counted) are not compared,
+/// and a read is evidence of the time it was made, not of the time it was
+/// looked at (a read is shared and kept while fresh).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Arrivals {
     pub(crate) total: u64,
     pub(crate) generation: u64,
+    /// When the read began, and how long Envoy took to answer it: the
+    /// counts were taken somewhere in between.
+    pub(crate) read: Instant,
+    pub(crate) took: Duration,
+}
+
+impl Arrivals {
+    /// The latest the counts can have been taken.
+    pub(crate) fn read_end(&self) -> Instant {
+        self.read + self.took
+    }
 }
 
 /// Why Envoy's inbound total could not be read: the read of its counts,
@@ -81,13 +106,13 @@ pub(crate) struct TrafficError(#[from] pub(crate) ControlError);
 
 /// The rule's settings.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RotationPlan {
+pub(crate) struct DrainWaitPlan {
     /// Failed probes in a row after which a checker has taken the pod out,
     /// for checkers whose software does not fix it (Envoy's: 1).
-    pub(crate) lb_unhealthy_threshold: u32,
+    pub(crate) unhealthy_threshold: u32,
     /// The shortest quiet period: no new request for this long at the
     /// least, however busy the pod was.
-    pub(crate) lb_quiet_period: Duration,
+    pub(crate) min_quiet_period: Duration,
     /// No checker holds the wait longer than this after the drain began.
     pub(crate) checker_timeout: Duration,
     /// The drain's deadline (grace period less the shutdown margin).
@@ -98,7 +123,7 @@ pub(crate) struct RotationPlan {
     pub(crate) app_time: Duration,
 }
 
-impl RotationPlan {
+impl DrainWaitPlan {
     /// How long the wait may last: the deadline less the app's time.
     pub(crate) fn bound(&self) -> Duration {
         self.drain_deadline.saturating_sub(self.app_time)

@@ -38,7 +38,7 @@
 //! copies, the table is allocated once).
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,13 +78,16 @@ pub(crate) struct CheckerKey {
 impl CheckerKey {
     /// The checker of a readiness probe from `peer` with `headers`; None for
     /// the kubelet and for callers without an address (the control socket).
-    pub(crate) fn of(peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<CheckerKey> {
-        let peer = peer?.ip();
+    /// A loopback peer's `x-forwarded-for` names the prober only when
+    /// `forwarded` says Envoy's status listener appends the prober's own
+    /// address there (else a prober could write any address).
+    pub(crate) fn of(peer: Option<SocketAddr>, headers: &HeaderMap, forwarded: bool) -> Option<CheckerKey> {
+        let peer = peer?.ip().to_canonical();
         let agent = headers.get(USER_AGENT).map_or(&b""[..], |v| v.as_bytes());
         if agent.starts_with(b"kube-probe/") {
             return None;
         }
-        let forwarded = is_loopback(peer).then(|| forwarded_peer(headers)).flatten();
+        let forwarded = (forwarded && is_loopback(peer)).then(|| forwarded_peer(headers)).flatten();
         let mut key = CheckerKey {
             ip: forwarded.unwrap_or(peer),
             forwarded: forwarded.is_some(),
@@ -133,7 +136,19 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 fn forwarded_peer(headers: &HeaderMap) -> Option<IpAddr> {
     let last = headers.get_all(&X_FORWARDED_FOR).iter().next_back()?;
     let text = std::str::from_utf8(last.as_bytes()).ok()?;
-    text.rsplit(',').next()?.trim().parse().ok()
+    text.rsplit(',').next()?.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+}
+
+/// Which address a checker counts against for [`MAX_PER_ADDRESS`]: an
+/// IPv4 address, or an IPv6 /64, which one host usually holds whole.
+fn address_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(a) => {
+            let s = a.segments();
+            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+    }
 }
 
 /// One checker as the rule sees it.
@@ -256,6 +271,10 @@ struct Inner {
     not_counted: [AtomicU64; 3],
     counters: [Counter; 3],
     logged: [AtomicBool; 3],
+    /// Whether Envoy's status listener appends the prober's address to
+    /// `x-forwarded-for`, learned from its config: 0 not known yet, 1 no,
+    /// 2 yes (only then is the header read).
+    forwarded: AtomicU8,
 }
 
 impl Default for Checkers {
@@ -275,8 +294,22 @@ impl Checkers {
                 not_counted: Default::default(),
                 counters,
                 logged: Default::default(),
+                forwarded: AtomicU8::new(0),
             }),
         }
+    }
+
+    /// The checker of a readiness probe from `peer` with `headers`, its
+    /// `x-forwarded-for` trusted as the drain wait learned it may be.
+    pub(crate) fn key_of(&self, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<CheckerKey> {
+        CheckerKey::of(peer, headers, self.inner.forwarded.load(Ordering::Relaxed) == 2)
+    }
+
+    /// Whether Envoy's status listener appends the prober's address to
+    /// `x-forwarded-for`, as learned; true when that is news.
+    pub(crate) fn trust_forwarded(&self, trusted: bool) -> bool {
+        let state = if trusted { 2 } else { 1 };
+        self.inner.forwarded.swap(state, Ordering::Relaxed) != state
     }
 
     /// A probe from `key` was answered at `now`, 200 or not (`ok`).
@@ -288,7 +321,7 @@ impl Checkers {
 
     fn try_record(&self, key: CheckerKey, now: Instant, ok: bool) -> Result<(), NotCounted> {
         let inner = &*self.inner;
-        if !inner.ranges.is_empty() && !inner.ranges.iter().any(|r| r.contains(&key.ip)) {
+        if !inner.ranges.is_empty() && !inner.ranges.iter().any(|r| r.contains(&key.ip.to_canonical())) {
             return Err(NotCounted::OutsideRanges);
         }
         let mut table = inner.table.lock().unwrap_or_else(|e| e.into_inner());
@@ -347,16 +380,22 @@ impl Checkers {
 
 /// An entry for a checker not in the table: a free one, else one of its
 /// address's own that may be replaced (when the address is at its limit),
-/// else the least recently heard that may be replaced.
+/// else the least recently heard that may be replaced. Probes through an
+/// Envoy that does not tell their peers apart all come from loopback:
+/// there the agents alone tell checkers apart, and the address's limit is
+/// the table's.
 fn admit(table: &mut Vec<Entry>, key: CheckerKey, now: Instant) -> Result<usize, NotCounted> {
+    let address = address_of(key.ip);
+    let own = |e: &Entry| address_of(e.key.ip) == address;
     let oldest_replaceable = |table: &[Entry], same_address: bool| {
         (0..table.len())
-            .filter(|&i| !same_address || table[i].key.ip == key.ip)
+            .filter(|&i| !same_address || own(&table[i]))
             .filter(|&i| table[i].replaceable(now))
             .min_by_key(|&i| table[i].last_seen)
     };
-    let of_address = table.iter().filter(|e| e.key.ip == key.ip).count();
-    let i = if of_address >= MAX_PER_ADDRESS {
+    let limit = if is_loopback(key.ip) { MAX_CHECKERS } else { MAX_PER_ADDRESS };
+    let of_address = table.iter().filter(|e| own(e)).count();
+    let i = if of_address >= limit {
         oldest_replaceable(table, true).ok_or(NotCounted::TooManyAgents)?
     } else if table.len() < MAX_CHECKERS {
         table.push(Entry::fresh(key, now));
@@ -388,24 +427,25 @@ mod tests {
     fn key_of(ip: [u8; 4], agent: &str) -> CheckerKey {
         let mut h = HeaderMap::new();
         h.insert(USER_AGENT, HeaderValue::from_str(agent).unwrap());
-        CheckerKey::of(Some((ip, 1).into()), &h).unwrap()
+        CheckerKey::of(Some((ip, 1).into()), &h, true).unwrap()
     }
 
     #[test]
     fn a_checker_is_its_address_and_agent_and_the_kubelet_is_none() {
-        let lb = CheckerKey::of(peer("10.0.0.5:4000"), &headers(&[])).unwrap();
+        let lb = CheckerKey::of(peer("10.0.0.5:4000"), &headers(&[]), true).unwrap();
         assert_eq!(lb.to_string(), "10.0.0.5");
         assert!(!lb.forwarded);
         let elb = CheckerKey::of(
             peer("10.0.0.5:4001"),
             &headers(&[("user-agent", "ELB-HealthChecker/2.0")]),
+            true,
         )
         .unwrap();
         assert_ne!(lb, elb, "another agent at the same address is another checker");
         assert_eq!(elb.to_string(), "10.0.0.5 (ELB-HealthChecker/2.0)");
         let kubelet = headers(&[("user-agent", "kube-probe/1.31")]);
-        assert_eq!(CheckerKey::of(peer("10.0.0.1:5000"), &kubelet), None);
-        assert_eq!(CheckerKey::of(None, &headers(&[])), None);
+        assert_eq!(CheckerKey::of(peer("10.0.0.1:5000"), &kubelet, true), None);
+        assert_eq!(CheckerKey::of(None, &headers(&[]), true), None);
     }
 
     #[test]
@@ -418,35 +458,42 @@ mod tests {
     #[test]
     fn the_forwarded_peer_is_trusted_from_loopback_only() {
         let via_envoy = headers(&[("x-forwarded-for", "203.0.113.9, 10.1.2.3")]);
-        let key = CheckerKey::of(peer("127.0.0.1:5555"), &via_envoy).unwrap();
+        let key = CheckerKey::of(peer("127.0.0.1:5555"), &via_envoy, true).unwrap();
         assert_eq!(key.ip, "10.1.2.3".parse::<IpAddr>().unwrap());
         assert!(key.forwarded);
         // A remote caller's own header says nothing.
-        let key = CheckerKey::of(peer("10.9.9.9:5555"), &via_envoy).unwrap();
+        let key = CheckerKey::of(peer("10.9.9.9:5555"), &via_envoy, true).unwrap();
         assert_eq!(key.ip, "10.9.9.9".parse::<IpAddr>().unwrap());
         // Loopback without the header (Istio's bootstrap): loopback.
-        let key = CheckerKey::of(peer("127.0.0.1:5555"), &headers(&[])).unwrap();
+        let key = CheckerKey::of(peer("127.0.0.1:5555"), &headers(&[]), true).unwrap();
         assert_eq!(key.ip, "127.0.0.1".parse::<IpAddr>().unwrap());
+        // An Envoy that does not append the prober's address (Istio's
+        // bootstrap): whatever the prober wrote there says nothing.
+        let key = CheckerKey::of(peer("127.0.0.1:5555"), &via_envoy, false).unwrap();
+        assert_eq!((key.ip, key.forwarded), ("127.0.0.1".parse::<IpAddr>().unwrap(), false));
+        // An IPv4 address mapped into IPv6 is the IPv4 address.
+        let key = CheckerKey::of(peer("[::ffff:10.1.2.3]:5555"), &headers(&[]), true).unwrap();
+        assert_eq!(key.ip, "10.1.2.3".parse::<IpAddr>().unwrap());
         // Garbage in the header: loopback too.
         let junk = headers(&[("x-forwarded-for", "not an address")]);
-        assert!(!CheckerKey::of(peer("[::1]:5555"), &junk).unwrap().forwarded);
+        assert!(!CheckerKey::of(peer("[::1]:5555"), &junk, true).unwrap().forwarded);
         // Two header lines: the last one's last entry.
         let two = headers(&[("x-forwarded-for", "10.0.0.1"), ("x-forwarded-for", "10.0.0.2")]);
-        let key = CheckerKey::of(peer("127.0.0.1:1"), &two).unwrap();
+        let key = CheckerKey::of(peer("127.0.0.1:1"), &two, true).unwrap();
         assert_eq!(key.ip, "10.0.0.2".parse::<IpAddr>().unwrap());
     }
 
     #[test]
     fn a_long_agent_is_cut_and_never_allocates_in_the_key() {
         let long = headers(&[("user-agent", "a-very-long-user-agent-string-that-goes-on-and-on/1.0")]);
-        let key = CheckerKey::of(peer("10.0.0.5:1"), &long).unwrap();
+        let key = CheckerKey::of(peer("10.0.0.5:1"), &long, true).unwrap();
         assert_eq!(key.agent().unwrap().len(), AGENT_BYTES);
     }
 
     #[tokio::test(start_paused = true)]
     async fn intervals_and_failures_in_a_row_are_learned() {
         let checkers = Checkers::default();
-        let key = CheckerKey::of(peer("10.0.0.5:1"), &headers(&[])).unwrap();
+        let key = CheckerKey::of(peer("10.0.0.5:1"), &headers(&[]), true).unwrap();
         let t0 = Instant::now();
         checkers.record(key, t0, true);
         assert_eq!(checkers.snapshot()[0].interval, None);
@@ -539,5 +586,29 @@ mod tests {
         checkers.record(key_of([10, 0, 0, 5], "GoogleHC/1.0"), t0, true);
         assert_eq!(checkers.snapshot().len(), 1);
         assert_eq!(checkers.not_counted().outside_ranges, 1);
+    }
+
+    /// One host holds a whole IPv6 /64: its addresses share the 4 checkers
+    /// an address may have.
+    #[tokio::test(start_paused = true)]
+    async fn an_ipv6_64_is_one_address() {
+        let checkers = Checkers::default();
+        let t0 = Instant::now();
+        let key = |i: u16| {
+            let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, i);
+            CheckerKey::of(Some((ip, 1).into()), &HeaderMap::new(), true).unwrap()
+        };
+        // Four addresses of the /64 establish a checker each...
+        for round in 0..2 {
+            for i in 0..4 {
+                checkers.record(key(i), t0 + Duration::from_secs(round), true);
+            }
+        }
+        // ...and the others of the same /64 are its fifth and more.
+        for i in 4..8 {
+            checkers.record(key(i), t0 + Duration::from_secs(2), true);
+        }
+        assert_eq!(checkers.snapshot().len(), MAX_PER_ADDRESS);
+        assert_eq!(checkers.not_counted().too_many_agents, 4);
     }
 }

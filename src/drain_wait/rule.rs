@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use super::checkers::{Checker, CheckerKey};
 use super::{Arrivals, TrafficError};
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 
 /// What a checker is, as the rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -100,8 +100,8 @@ pub(crate) struct Evaluation {
     pub(crate) checkers: Vec<CheckerReport>,
     /// What the wait still waits for, in words (None when out).
     pub(crate) waiting_for: Option<String>,
-    /// Since when no new inbound request was seen.
-    pub(crate) quiet_since: Instant,
+    /// How long the reads have shown no new request.
+    pub(crate) quiet_for: Duration,
     pub(crate) steps: Vec<Step>,
 }
 
@@ -157,13 +157,25 @@ impl Rule {
         let mut steps = Vec::new();
         match inbound {
             Ok(arrivals) => {
-                if self.last.is_some_and(|last| last != arrivals) {
-                    self.quiet_since = now;
+                match self.last {
+                    // The same read again: nothing new is known.
+                    Some(last) if last.read == arrivals.read => {}
+                    // The same total in a newer read: quiet up to when it began.
+                    Some(last) if (last.total, last.generation) == (arrivals.total, arrivals.generation) => {
+                        self.last = Some(arrivals);
+                    }
+                    // A first read, or the total moved: quiet counts from its
+                    // end (nothing is known of the time before it).
+                    _ => {
+                        self.quiet_since = arrivals.read_end();
+                        self.last = Some(arrivals);
+                    }
                 }
-                self.last = Some(arrivals);
             }
             Err(why) => {
+                // Not knowing is not quiet: the next read starts over.
                 self.quiet_since = now;
+                self.last = None;
                 steps.push(Step::ReadFailed(why));
             }
         }
@@ -179,8 +191,11 @@ impl Rule {
         let counted = self.done.len();
         let newly_done = pending.is_empty() && !self.all_done;
         self.all_done = pending.is_empty();
+        // Quiet is shown by a read that began a quiet period after the last
+        // move and found the same total, not by the clock.
         let quiet_until = self.quiet_since + self.settings.quiet;
-        let out = self.out || (self.all_done && now >= quiet_until);
+        let shown = self.last.is_some_and(|last| last.read >= quiet_until);
+        let out = self.out || (self.all_done && shown);
         match (out && !self.out, newly_done) {
             (true, _) => steps.push(Step::Out),
             (false, true) => steps.push(Step::CheckersDone { count: counted }),
@@ -190,18 +205,25 @@ impl Rule {
         let waiting_for = (!out).then(|| match pending.is_empty() {
             false => self.words(&pending),
             true => format!(
-                "no new request for {} (the last {} ago)",
-                D(ms(self.settings.quiet)),
-                D(ms(now.saturating_duration_since(self.quiet_since)))
+                "no new request for {} (none for {} so far)",
+                GoDuration(ms(self.settings.quiet)),
+                GoDuration(ms(self.quiet_for()))
             ),
         });
         Evaluation {
             out,
             checkers: reports,
             waiting_for,
-            quiet_since: self.quiet_since,
+            quiet_for: self.quiet_for(),
             steps,
         }
+    }
+
+    /// How long the reads have shown no new request: from the last move to
+    /// the newest read that found none.
+    pub(crate) fn quiet_for(&self) -> Duration {
+        self.last
+            .map_or(Duration::ZERO, |last| last.read.saturating_duration_since(self.quiet_since))
     }
 
     /// Out of rotation, in words, once it is: how each checker ended.
@@ -223,7 +245,10 @@ impl Rule {
             0 => "no load balancer was seen checking the pod".to_owned(),
             _ => parts.join(", "),
         };
-        format!("{checkers}, and no new request came for {}", D(ms(self.settings.quiet)))
+        format!(
+            "{checkers}, and no new request came for {}",
+            GoDuration(ms(self.settings.quiet))
+        )
     }
 
     fn threshold_of(&self, key: &CheckerKey) -> u32 {
@@ -277,7 +302,7 @@ impl Rule {
                     c.key,
                     c.failures_in_row,
                     self.threshold_of(&c.key),
-                    D(ms(c.interval.unwrap_or_default()))
+                    GoDuration(ms(c.interval.unwrap_or_default()))
                 )
             })
             .collect();
@@ -327,7 +352,7 @@ pub(crate) fn before_drain(checkers: &[Checker], threshold: u32, now: Instant) -
 
 /// A checker for the log: `10.0.0.5 (every 1s)`.
 fn describe(c: &Checker) -> String {
-    format!("{} (every {})", c.key, D(ms(c.interval.unwrap_or_default())))
+    format!("{} (every {})", c.key, GoDuration(ms(c.interval.unwrap_or_default())))
 }
 
 /// A duration to the millisecond: words are for people.
@@ -339,7 +364,7 @@ pub(crate) fn ms(d: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::drain::ControlError;
-    use crate::rotation::checkers::Checkers;
+    use crate::drain_wait::checkers::Checkers;
     use hyper::header::HeaderMap;
 
     const SEC: Duration = Duration::from_secs(1);
@@ -354,12 +379,17 @@ mod tests {
         }
     }
 
-    fn arrived(total: u64) -> Result<Arrivals, TrafficError> {
-        Ok(Arrivals { total, generation: 1 })
+    fn arrived(total: u64, read: Instant) -> Result<Arrivals, TrafficError> {
+        Ok(Arrivals {
+            total,
+            generation: 1,
+            read,
+            took: Duration::ZERO,
+        })
     }
 
     fn key(last: u8) -> CheckerKey {
-        CheckerKey::of(Some(([10, 0, 0, last], 4000).into()), &HeaderMap::new()).unwrap()
+        CheckerKey::of(Some(([10, 0, 0, last], 4000).into()), &HeaderMap::new(), true).unwrap()
     }
 
     /// A load balancer's probes: every `every` from `from` to `until`,
@@ -399,7 +429,12 @@ mod tests {
             while let Some((at, k, ok)) = events.next_if(|e| e.0 <= t) {
                 checkers.record(k, at, ok);
             }
-            let arrivals = total(t).map(|total| Arrivals { total, generation: 1 });
+            let arrivals = total(t).map(|total| Arrivals {
+                total,
+                generation: 1,
+                read: t,
+                took: Duration::ZERO,
+            });
             let eval = rule.observe(t, &checkers.snapshot(), arrivals);
             steps.extend(eval.steps);
             if eval.out {
@@ -527,7 +562,7 @@ mod tests {
         let mut rule = Rule::new(settings(3, SEC), began);
         let (out, _) = run(&mut rule, seen, began, t0 + 30 * SEC, |_| Ok(0));
         assert_eq!(out, Some(began + SEC));
-        let eval = rule.observe(began + SEC, &checkers.snapshot(), arrived(0));
+        let eval = rule.observe(began + SEC, &checkers.snapshot(), arrived(0, began + SEC));
         let states: Vec<CheckerState> = eval.checkers.iter().map(|c| c.state).collect();
         assert_eq!(states, [CheckerState::SeenOnce, CheckerState::GoneBeforeDrain]);
         assert_eq!(
@@ -551,7 +586,8 @@ mod tests {
             }
         };
         let (out, steps) = run(&mut rule, Vec::new(), t0, t0 + 10 * SEC, total);
-        assert_eq!(out, Some(fails_until - Duration::from_millis(100) + SEC));
+        // Quiet counts again from the first read that answered.
+        assert_eq!(out, Some(fails_until + SEC));
         assert_eq!(steps[0], Step::ReadFailed(timeout));
     }
 
@@ -562,7 +598,7 @@ mod tests {
         let mut rule = Rule::new(settings(2, SEC), t0);
         checkers.record(key(5), t0 + SEC, false);
         checkers.record(key(5), t0 + 2 * SEC, true);
-        let eval = rule.observe(t0 + 2 * SEC, &checkers.snapshot(), arrived(0));
+        let eval = rule.observe(t0 + 2 * SEC, &checkers.snapshot(), arrived(0, t0 + 2 * SEC));
         assert!(!eval.out);
         assert_eq!(
             eval.waiting_for.as_deref(),
@@ -570,7 +606,7 @@ mod tests {
         );
         checkers.record(key(5), t0 + 3 * SEC, false);
         checkers.record(key(5), t0 + 4 * SEC, false);
-        let eval = rule.observe(t0 + 4 * SEC, &checkers.snapshot(), arrived(0));
+        let eval = rule.observe(t0 + 4 * SEC, &checkers.snapshot(), arrived(0, t0 + 4 * SEC));
         assert!(eval.out, "{eval:?}");
         assert_eq!(
             eval.steps[0],
@@ -587,7 +623,7 @@ mod tests {
             hyper::header::USER_AGENT,
             hyper::header::HeaderValue::from_static(agent),
         );
-        CheckerKey::of(Some(([10, 0, 0, last], 4000).into()), &h).unwrap()
+        CheckerKey::of(Some(([10, 0, 0, last], 4000).into()), &h, true).unwrap()
     }
 
     #[tokio::test(start_paused = true)]
@@ -648,7 +684,15 @@ mod tests {
     async fn a_read_of_other_listeners_is_not_quiet() {
         let t0 = Instant::now();
         let mut rule = Rule::new(settings(3, SEC), t0);
-        let mut at = |t: Instant, total, generation| rule.observe(t, &[], Ok(Arrivals { total, generation })).out;
+        let mut at = |t: Instant, total, generation| {
+            let read = Arrivals {
+                total,
+                generation,
+                read: t,
+                took: Duration::ZERO,
+            };
+            rule.observe(t, &[], Ok(read)).out
+        };
         assert!(!at(t0, 5, 1));
         assert!(!at(t0 + Duration::from_millis(900), 5, 1));
         // The listeners changed: the same total of other listeners moved.
@@ -671,5 +715,38 @@ mod tests {
             rule.conclusion(),
             "2 checkers failed their threshold of probes in a row, 1 checker stopped probing, and no new request came for 1s"
         );
+    }
+
+    /// A read is shared and kept while fresh: the same read looked at
+    /// again says nothing of the time since it was made. With reads every
+    /// 2 s (a slow Envoy), looked at every 100 ms, and traffic flowing, the
+    /// wait never ends on the copies; once the traffic stops, it ends at
+    /// the first read that began a quiet period after the last move.
+    #[tokio::test(start_paused = true)]
+    async fn a_read_looked_at_again_is_no_evidence_of_quiet() {
+        let t0 = Instant::now();
+        let mut rule = Rule::new(settings(3, SEC), t0);
+        let stop = t0 + Duration::from_secs(10);
+        let mut t = t0;
+        let mut out_at = None;
+        while t < t0 + Duration::from_secs(20) {
+            // The read in force: made every 2 s, taking 200 ms.
+            let made = t0 + Duration::from_secs(2) * ((t - t0).as_secs() as u32 / 2);
+            let total = (made.min(stop) - t0).as_millis() as u64 / 5;
+            let read = Arrivals {
+                total,
+                generation: 1,
+                read: made,
+                took: Duration::from_millis(200),
+            };
+            if rule.observe(t, &[], Ok(read)).out {
+                out_at = Some(t);
+                break;
+            }
+            t += Duration::from_millis(100);
+        }
+        // The last move was seen in the read made at 10 s (ended 10.2 s);
+        // the read made at 12 s is the first to show a second of quiet.
+        assert_eq!(out_at, Some(t0 + Duration::from_secs(12)));
     }
 }

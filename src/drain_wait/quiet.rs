@@ -7,7 +7,7 @@
 //! `r` a second leave a gap of `t` seconds with probability `e^(-r·t)`, so
 //! a gap of `ln(1/CHANCE) / r` (6.9 / r) comes by chance at most once in
 //! [`CHANCE`]'s thousand. At 2 requests a second that is 3.5 s; at 200 a
-//! second 35 ms, so the floor (`--lb-quiet-period`, 0.5 s) decides; a pod
+//! second 35 ms, so the floor (`--drain-wait-min-quiet-period`, 0.5 s) decides; a pod
 //! with no request in the window has nothing to wait for, and gets the
 //! floor. The wait's own bound is the ceiling. A pod that had no request
 //! before some point (new, not yet in rotation) is measured from then.
@@ -37,10 +37,19 @@ pub(crate) struct History {
 /// The pod's traffic before the drain.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Rate {
+    /// New requests a second in the quietest stretch between samples (a
+    /// burst, or a flood from a peer that saw the drain coming, does not
+    /// shorten the quiet period; a stretch with none lengthens it to the
+    /// ceiling).
     pub(crate) per_second: f64,
-    /// Over how long it was measured.
+    /// Requests in all, and over how long.
+    pub(crate) arrived: u64,
     pub(crate) over: Duration,
 }
+
+/// Stretches between samples shorter than this are joined to the one
+/// before (the drain's first read may come a moment after a sample).
+const STRETCH: Duration = Duration::from_secs(5);
 
 impl History {
     /// One sample, at `at`.
@@ -52,45 +61,70 @@ impl History {
         }
     }
 
-    /// The rate from the oldest sample of the newest one's generation to
-    /// the newest (None: fewer than two such samples, or less than a
-    /// second apart). Samples before the last that saw no new request
-    /// since the one before are left out: a pod not yet in rotation (new,
-    /// its load balancers still adding it) is not a pod of sparse traffic.
+    /// The rate over the samples of the newest one's generation (None:
+    /// fewer than two, or less than a second apart). Samples before the
+    /// last that saw no new request since the one before are left out: a
+    /// pod not yet in rotation (new, its load balancers still adding it)
+    /// is not a pod of sparse traffic.
     pub(crate) fn rate(&self) -> Option<Rate> {
-        let (newest_at, newest) = *self.samples.back()?;
-        let same: Vec<&(Instant, Arrivals)> = self
+        let newest = self.samples.back()?.1;
+        let same: Vec<(Instant, u64)> = self
             .samples
             .iter()
             .filter(|(_, a)| a.generation == newest.generation)
+            .map(|(at, a)| (*at, a.total))
             .collect();
         // The last sample of the leading run with one total (the first,
-        // when no sample saw a request: an idle pod, idle all along).
-        let idle = same.iter().take_while(|(_, a)| a.total == same[0].1.total).count();
-        let start = if idle == same.len() { 0 } else { idle - 1 };
-        let (oldest_at, oldest) = *same[start];
-        let over = newest_at.saturating_duration_since(oldest_at);
+        // when no sample saw a request: a pod idle all along).
+        let idle = same.iter().take_while(|(_, total)| *total == same[0].1).count();
+        let same = &same[if idle == same.len() { 0 } else { idle - 1 }..];
+        let (first, last) = (same[0], same[same.len() - 1]);
+        let over = last.0.saturating_duration_since(first.0);
         if over < Duration::from_secs(1) {
             return None;
         }
-        let arrived = newest.total.saturating_sub(oldest.total) as f64;
+        let per_second = stretches(same)
+            .map(|((t0, n0), (t1, n1))| n1.saturating_sub(n0) as f64 / t1.saturating_duration_since(t0).as_secs_f64())
+            .fold(f64::INFINITY, f64::min);
         Some(Rate {
-            per_second: arrived / over.as_secs_f64(),
+            per_second,
+            arrived: last.1.saturating_sub(first.1),
             over,
         })
     }
 }
 
+/// The stretches between samples, each at least [`STRETCH`] long (a
+/// shorter one at the end joins the one before), as (start, end) samples.
+fn stretches(samples: &[(Instant, u64)]) -> impl Iterator<Item = ((Instant, u64), (Instant, u64))> + '_ {
+    let mut bounds = vec![samples[0]];
+    for &sample in &samples[1..] {
+        let start = bounds[bounds.len() - 1];
+        if sample.0.saturating_duration_since(start.0) >= STRETCH {
+            bounds.push(sample);
+        }
+    }
+    let last = samples[samples.len() - 1];
+    match bounds.len() {
+        1 => bounds.push(last),
+        n => bounds[n - 1] = last,
+    }
+    (1..bounds.len()).map(move |i| (bounds[i - 1], bounds[i]))
+}
+
 /// The quiet period for a pod that had `rate` before the drain, between
-/// `floor` and `ceiling`.
+/// `floor` and `ceiling`: the floor when nothing was sending (or nothing
+/// is known), the ceiling when some stretch had no request at all.
 pub(crate) fn quiet_period(rate: Option<Rate>, floor: Duration, ceiling: Duration) -> Duration {
     let ceiling = ceiling.max(floor);
     match rate {
-        Some(r) if r.per_second > 0.0 => {
+        None => floor,
+        Some(r) if r.arrived == 0 => floor,
+        Some(r) if r.per_second <= 0.0 => ceiling,
+        Some(r) => {
             let secs = (1.0 / CHANCE).ln() / r.per_second;
             Duration::try_from_secs_f64(secs).map_or(ceiling, |d| d.clamp(floor, ceiling))
         }
-        _ => floor,
     }
 }
 
@@ -100,12 +134,29 @@ mod tests {
 
     const SEC: Duration = Duration::from_secs(1);
 
+    fn of(total: u64, generation: u64) -> Arrivals {
+        Arrivals {
+            total,
+            generation,
+            read: Instant::now(),
+            took: Duration::ZERO,
+        }
+    }
+
     fn at(total: u64) -> Arrivals {
-        Arrivals { total, generation: 1 }
+        of(total, 1)
+    }
+
+    fn rate(per_second: f64) -> Option<Rate> {
+        Some(Rate {
+            per_second,
+            arrived: 100,
+            over: WINDOW,
+        })
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_rate_spans_the_last_minute_of_one_generation() {
+    async fn the_rate_is_the_quietest_stretch_of_the_last_minute_of_one_generation() {
         let t0 = Instant::now();
         let mut h = History::default();
         assert_eq!(h.rate(), None);
@@ -118,26 +169,18 @@ mod tests {
         let r = h.rate().unwrap();
         assert_eq!(r.over, Duration::from_secs(60), "the window, not since start");
         assert!((r.per_second - 2.0).abs() < 1e-9, "{r:?}");
-        // A burst in the last 10 s shows in the rate.
+        // A burst in the last 10 s (a peer's flood) does not raise it.
         h.push(t0 + SEC * 130, at(240 + 600));
         let r = h.rate().unwrap();
-        assert!((r.per_second - (840.0 - 140.0) / 60.0).abs() < 1e-9, "{r:?}");
+        assert!((r.per_second - 2.0).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.arrived, 840 - 140);
+        // The drain's first read 2 s after a sample joins the last stretch.
+        h.push(t0 + SEC * 132, at(844));
+        assert!((h.rate().unwrap().per_second - 2.0).abs() < 1e-9);
         // The listeners changed: only the new generation's samples count.
-        h.push(
-            t0 + SEC * 140,
-            Arrivals {
-                total: 5,
-                generation: 2,
-            },
-        );
+        h.push(t0 + SEC * 140, of(5, 2));
         assert_eq!(h.rate(), None);
-        h.push(
-            t0 + SEC * 150,
-            Arrivals {
-                total: 25,
-                generation: 2,
-            },
-        );
+        h.push(t0 + SEC * 150, of(25, 2));
         assert_eq!(h.rate().unwrap().per_second, 2.0);
     }
 
@@ -152,25 +195,24 @@ mod tests {
         }
         let r = h.rate().unwrap();
         assert_eq!(r.over, 20 * SEC, "from the last sample that saw nothing");
-        assert_eq!(
-            r.per_second, 1.5,
-            "a low estimate: the first requests came 5 s after it"
-        );
-        // Nothing at all: no requests, a rate of 0.
+        assert_eq!(r.per_second, 1.0, "a low estimate: the first requests came 5 s into it");
+        // Nothing at all: no requests, the floor.
         let mut idle = History::default();
         idle.push(t0, at(7));
         idle.push(t0 + 10 * SEC, at(7));
-        assert_eq!(idle.rate().unwrap().per_second, 0.0);
+        assert_eq!(idle.rate().unwrap().arrived, 0);
+        // Traffic with a stretch of none: sparse, the ceiling.
+        let mut sparse = History::default();
+        for (secs, total) in [(0, 0), (10, 3), (20, 3), (30, 5)] {
+            sparse.push(t0 + SEC * secs, at(total));
+        }
+        let r = sparse.rate();
+        assert_eq!(r.unwrap().per_second, 0.0);
+        assert_eq!(quiet_period(r, SEC, 23 * SEC), 23 * SEC);
     }
 
     #[test]
     fn the_quiet_period_is_a_gap_that_comes_by_chance_once_in_a_thousand() {
-        let rate = |per_second| {
-            Some(Rate {
-                per_second,
-                over: WINDOW,
-            })
-        };
         let (floor, ceiling) = (SEC, Duration::from_secs(23));
         // 2 a second: ln(1000) / 2 = 3.45 s.
         let q = quiet_period(rate(2.0), floor, ceiling);
@@ -181,7 +223,12 @@ mod tests {
         assert_eq!(quiet_period(rate(200.0), floor, ceiling), floor);
         assert_eq!(quiet_period(rate(0.05), floor, ceiling), ceiling);
         // No traffic at all, or no measure of it: the floor.
-        assert_eq!(quiet_period(rate(0.0), floor, ceiling), floor);
+        let none = Some(Rate {
+            per_second: 0.0,
+            arrived: 0,
+            over: WINDOW,
+        });
+        assert_eq!(quiet_period(none, floor, ceiling), floor);
         assert_eq!(quiet_period(None, floor, ceiling), floor);
         // A ceiling under the floor: the floor.
         assert_eq!(quiet_period(rate(0.01), floor, Duration::ZERO), floor);

@@ -1,272 +1,23 @@
-//! The task that samples the pod's traffic before the drain, fails the
-//! load balancers' checks when readiness turns 503, and applies the
-//! [rule](super::rule) from the start of the drain until the pod is out of
-//! rotation (or Envoy stops), publishing what it sees; and [`Rotation`],
-//! the handle whose `wait` answers the app's preStop hook.
+//! The drain wait's task: samples the pod's traffic before the drain,
+//! fails the load balancers' checks when readiness turns 503, applies the
+//! [rule](super::rule) from then until the pod is out of rotation (or
+//! Envoy stops, or the wait's bound comes), and publishes what it sees for
+//! the [`DrainWait`](super::DrainWait) handle.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::checkers::{Checkers, NotCountedReport};
+use super::checkers::Checkers;
+use super::handle::{DrainWaitStatus, WaitState};
 use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
-use super::rule::{ms, CheckerReport, Rule, Settings, Step};
-use super::{RotationPlan, Traffic, READ_EVERY};
+use super::rule::{ms, Rule, Settings, Step};
+use super::{DrainWaitPlan, Traffic, READ_EVERY};
 use crate::drain::{Phase, Status};
-use crate::duration::Display as D;
+use crate::duration::GoDuration;
 use crate::logging::Throttle;
-
-/// Where the wait stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RotationState {
-    /// No drain yet: nothing is waited for.
-    NotStarted,
-    /// The drain began; the pod is still in rotation.
-    Waiting,
-    /// Every checker is done and no new request came for the quiet period.
-    Out,
-    /// Envoy is stopping (or the wait's bound came) before the pod was out.
-    Ended,
-}
-
-/// What `GET /drain` shows of the wait (its `rotation` field).
-#[derive(Debug, Clone, Serialize)]
-pub struct RotationStatus {
-    pub state: RotationState,
-    pub lb_unhealthy_threshold: u32,
-    /// The shortest quiet period (`--lb-quiet-period`).
-    pub lb_quiet_period_seconds: f64,
-    /// No checker holds the wait longer than this after the drain began.
-    pub checker_timeout_seconds: f64,
-    /// The wait never lasts longer: the drain's deadline less the app's time.
-    pub bound_seconds: f64,
-    /// New requests a second on the inbound listeners before the drain.
-    pub requests_per_second_before_drain: Option<f64>,
-    /// The quiet period this drain waits for, derived from that rate.
-    pub quiet_period_seconds: Option<f64>,
-    /// The listeners whose new requests count, in words.
-    pub inbound_listeners: Option<String>,
-    /// Whether Envoy fails the checks its `health_check` filter recognises
-    /// (`failing` from the moment readiness turns 503), or why it could not.
-    pub envoy_health_checks: String,
-    /// Every checker heard from, as of the last read.
-    pub checkers: Vec<CheckerReport>,
-    /// Readiness probes not counted as a load balancer's, by reason.
-    pub probes_not_counted: NotCountedReport,
-    /// What the wait still waits for, in words.
-    pub waiting_for: Option<String>,
-    /// Seconds from the last new inbound request (or the drain's start) to
-    /// the last read.
-    pub quiet_for_seconds: Option<f64>,
-    /// Why the pod is out of rotation, once it is.
-    pub conclusion: Option<String>,
-    /// Seconds from the drain's start to out of rotation.
-    pub took_seconds: Option<f64>,
-    /// When the drain began (the rule's clock).
-    #[serde(skip)]
-    pub(crate) began: Option<Instant>,
-}
-
-impl RotationStatus {
-    fn initial(plan: &RotationPlan) -> RotationStatus {
-        RotationStatus {
-            state: RotationState::NotStarted,
-            lb_unhealthy_threshold: plan.lb_unhealthy_threshold,
-            lb_quiet_period_seconds: plan.lb_quiet_period.as_secs_f64(),
-            checker_timeout_seconds: plan.checker_timeout.as_secs_f64(),
-            bound_seconds: plan.bound().as_secs_f64(),
-            requests_per_second_before_drain: None,
-            quiet_period_seconds: None,
-            inbound_listeners: None,
-            envoy_health_checks: "passing".into(),
-            checkers: Vec::new(),
-            probes_not_counted: NotCountedReport::default(),
-            waiting_for: Some("the drain to begin (the proxy's SIGTERM or POST /drain)".into()),
-            quiet_for_seconds: None,
-            conclusion: None,
-            took_seconds: None,
-            began: None,
-        }
-    }
-}
-
-/// Told of every answered wait: why it ended (a [`WaitEnd::label`]) and
-/// how long it took. The agent wires it to the metrics.
-pub(crate) type WaitObserver = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
-
-/// The handle the status port uses: the published status, and the wait.
-#[derive(Clone)]
-pub struct Rotation {
-    status: watch::Receiver<RotationStatus>,
-    /// The wait's bound: the drain's deadline less the app's time.
-    bound: Duration,
-    checkers: Checkers,
-    observer: Option<WaitObserver>,
-}
-
-/// Why a wait ended, and its one-line answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitEnd {
-    pub why: WaitWhy,
-    /// The answer's body (one line).
-    pub line: String,
-}
-
-/// Why a wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitWhy {
-    /// Out of rotation.
-    Out,
-    /// The caller's `?timeout=` came first.
-    Timeout,
-    /// The wait's bound (the drain's deadline less the app's time) came first.
-    Deadline,
-    /// Envoy is stopping, or lifeguard is.
-    Stopped,
-}
-
-impl WaitWhy {
-    /// Every reason, for the metric's series.
-    pub const ALL: [WaitWhy; 4] = [WaitWhy::Out, WaitWhy::Timeout, WaitWhy::Deadline, WaitWhy::Stopped];
-
-    /// The `reason` label of `lifeguard_drain_wait_seconds`.
-    pub fn label(self) -> &'static str {
-        match self {
-            WaitWhy::Out => "out_of_rotation",
-            WaitWhy::Timeout => "timeout",
-            WaitWhy::Deadline => "deadline",
-            WaitWhy::Stopped => "stopped",
-        }
-    }
-}
-
-impl WaitEnd {
-    /// The `reason` label of `lifeguard_drain_wait_seconds`.
-    pub fn label(&self) -> &'static str {
-        self.why.label()
-    }
-}
-
-impl Rotation {
-    /// The handle and the task's sender, before the task runs; `checkers`
-    /// is the table the probes record into.
-    pub(crate) fn new(plan: &RotationPlan, checkers: Checkers) -> (Rotation, watch::Sender<RotationStatus>) {
-        let (tx, rx) = watch::channel(RotationStatus::initial(plan));
-        let handle = Rotation {
-            status: rx,
-            bound: plan.bound(),
-            checkers,
-            observer: None,
-        };
-        (handle, tx)
-    }
-
-    /// The same handle, telling `observer` of every answered wait.
-    pub(crate) fn observed(self, observer: WaitObserver) -> Rotation {
-        Rotation {
-            observer: Some(observer),
-            ..self
-        }
-    }
-
-    /// The table the probes record into.
-    pub(crate) fn checkers(&self) -> &Checkers {
-        &self.checkers
-    }
-
-    /// The latest published status, with the probes not counted as of now
-    /// (and before the drain, the checkers as of now).
-    pub fn status(&self) -> RotationStatus {
-        let mut status = self.status.borrow().clone();
-        status.probes_not_counted = self.checkers.not_counted();
-        if status.state == RotationState::NotStarted {
-            let threshold = status.lb_unhealthy_threshold;
-            status.checkers = super::rule::before_drain(&self.checkers.snapshot(), threshold, Instant::now());
-        }
-        status
-    }
-
-    /// Waits until the pod is out of rotation, or a bound: `timeout` from
-    /// now, the wait's bound from the drain's start or from now, whichever
-    /// is first, or Envoy stopping. Never fails: the answer says which.
-    pub async fn wait(&self, timeout: Option<Duration>) -> WaitEnd {
-        let arrived = Instant::now();
-        let end = self.wait_from(arrived, timeout).await;
-        let took = arrived.elapsed();
-        let shown = D(ms(took));
-        match end.why {
-            WaitWhy::Out | WaitWhy::Stopped => tracing::info!(took = %shown, "drain wait answered: {}", end.line),
-            _ => tracing::warn!(took = %shown, "drain wait answered: {}", end.line),
-        }
-        if let Some(observer) = &self.observer {
-            observer(end.label(), took);
-        }
-        end
-    }
-
-    async fn wait_from(&self, arrived: Instant, timeout: Option<Duration>) -> WaitEnd {
-        let mut rx = self.status.clone();
-        loop {
-            let status = rx.borrow_and_update().clone();
-            let from_drain = status.began.map_or(arrived, |b| b.min(arrived));
-            let (mut bound, mut why) = (from_drain + self.bound, WaitWhy::Deadline);
-            if let Some(t) = timeout.filter(|t| arrived + *t < bound) {
-                (bound, why) = (arrived + t, WaitWhy::Timeout);
-            }
-            let at_bound = Instant::now() >= bound;
-            match status.state {
-                RotationState::Out => {
-                    let line = format!(
-                        "out of rotation: {} ({} after the drain began)",
-                        status.conclusion.unwrap_or_default(),
-                        D(ms(Duration::from_secs_f64(status.took_seconds.unwrap_or(0.0))))
-                    );
-                    return WaitEnd {
-                        why: WaitWhy::Out,
-                        line,
-                    };
-                }
-                RotationState::Ended if !at_bound => {
-                    let line = format!(
-                        "Envoy is stopping; the pod was not yet out of rotation (was waiting for {})",
-                        status.waiting_for.unwrap_or_default()
-                    );
-                    return WaitEnd {
-                        why: WaitWhy::Stopped,
-                        line,
-                    };
-                }
-                _ => {}
-            }
-            if at_bound {
-                let by = match why {
-                    WaitWhy::Timeout => format!("the {} timeout", D(timeout.unwrap_or_default())),
-                    _ => format!(
-                        "its bound ({}: the drain's deadline less the app's time)",
-                        D(self.bound)
-                    ),
-                };
-                let line = format!(
-                    "NOT out of rotation, stopped waiting at {by}: was waiting for {}; new requests may still arrive",
-                    status.waiting_for.unwrap_or_default()
-                );
-                return WaitEnd { why, line };
-            }
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() {
-                    let line = "lifeguard is stopping; the pod was not yet out of rotation".to_owned();
-                    return WaitEnd { why: WaitWhy::Stopped, line };
-                },
-                _ = sleep_until(bound) => {}
-            }
-        }
-    }
-}
 
 /// The task: samples the traffic until the drain, then applies the rule
 /// until the pod is out of rotation, Envoy stops, the wait's bound comes,
@@ -275,17 +26,18 @@ pub(crate) async fn run<T: Traffic>(
     mut traffic: T,
     checkers: Checkers,
     mut drain: watch::Receiver<Status>,
-    plan: RotationPlan,
-    publish: watch::Sender<RotationStatus>,
+    plan: DrainWaitPlan,
+    publish: watch::Sender<DrainWaitStatus>,
     shutdown: CancellationToken,
 ) {
     let mut history = History::default();
     let drain_begun = |s: &Status| s.phase != Phase::Serving;
-    let Some(began) = sample_until(&mut traffic, &mut drain, drain_begun, &mut history, &shutdown).await else {
+    let sampled = sample_until(&mut traffic, &checkers, &mut drain, drain_begun, &mut history, &shutdown);
+    let Some(began) = sampled.await else {
         return;
     };
     publish.send_modify(|s| {
-        s.state = RotationState::Waiting;
+        s.state = WaitState::Waiting;
         s.began = Some(began);
     });
     // With a readiness-fail delay, the load balancers are told only when
@@ -293,13 +45,12 @@ pub(crate) async fn run<T: Traffic>(
     if !drain.borrow().phase.fails_readiness() {
         publish.send_modify(|s| s.waiting_for = Some("readiness to turn 503 (--readiness-fail-delay)".into()));
         let told = |s: &Status| s.phase.fails_readiness() || s.phase >= Phase::Stopping;
-        if sample_until(&mut traffic, &mut drain, told, &mut history, &shutdown)
-            .await
-            .is_none()
-        {
+        let sampled = sample_until(&mut traffic, &checkers, &mut drain, told, &mut history, &shutdown);
+        if sampled.await.is_none() {
             return;
         }
     }
+    let bound = began + plan.bound();
     let mut watch = Watch {
         traffic,
         checkers,
@@ -308,24 +59,52 @@ pub(crate) async fn run<T: Traffic>(
         publish,
         shutdown,
         read_warning: Throttle::new(Duration::from_secs(10)),
+        checks: Checks::Due(Instant::now()),
     };
-    watch.fail_checks().await;
+    // The listeners are known from the samples, unless the drain came
+    // first: then learned now, within the wait's bound.
     let listeners = tokio::select! {
         listeners = watch.traffic.learn() => listeners,
+        _ = sleep_until(bound) => return watch.publish.send_modify(|s| s.state = WaitState::Ended),
+        _ = watch.drain.wait_for(|s| s.phase >= Phase::Stopping) => {
+            return watch.publish.send_modify(|s| s.state = WaitState::Ended);
+        }
         _ = watch.shutdown.cancelled() => return,
     };
+    sync_trust(&watch.traffic, &watch.checkers);
+    watch.fail_checks_when_due().await;
     watch
         .publish
         .send_modify(|s| s.inbound_listeners = Some(listeners.clone()));
-    watch
-        .apply(Instant::now(), began + plan.bound(), history, &listeners)
-        .await;
+    watch.apply(Instant::now(), bound, history, &listeners).await;
+}
+
+/// Tells the checker table whether Envoy's status listener appends the
+/// prober's address to `x-forwarded-for`, as the listeners were learned;
+/// says so when it is news.
+fn sync_trust(traffic: &impl Traffic, checkers: &Checkers) {
+    let appends = traffic.peer_forwarded();
+    if !checkers.trust_forwarded(appends) {
+        return;
+    }
+    match appends {
+        true => tracing::info!(
+            "drain wait: Envoy's status listener appends each prober's own address to x-forwarded-for: \
+             load balancers are told apart by address and User-Agent"
+        ),
+        false => tracing::warn!(
+            "drain wait: Envoy's status listener does not append each prober's own address to x-forwarded-for \
+             (no use_remote_address, or trusted hops: a prober could write any address there), or its config \
+             cannot be read: probes through Envoy count as one address, 127.0.0.1, told apart by User-Agent alone"
+        ),
+    }
 }
 
 /// Samples the arrivals every [`SAMPLE_EVERY`] until the drain's status
 /// satisfies `until`; when it did (None: shutdown, or no drain can come).
 async fn sample_until<T: Traffic>(
     traffic: &mut T,
+    checkers: &Checkers,
     drain: &mut watch::Receiver<Status>,
     until: impl FnMut(&Status) -> bool,
     history: &mut History,
@@ -347,6 +126,7 @@ async fn sample_until<T: Traffic>(
                     Ok(arrivals) => history.push(now, arrivals),
                     Err(e) => tracing::debug!(error = %e, "drain wait: no sample of Envoy's inbound traffic"),
                 }
+                sync_trust(traffic, checkers);
             }
             _ = shutdown.cancelled() => return None,
         }
@@ -358,27 +138,55 @@ struct Watch<T> {
     traffic: T,
     checkers: Checkers,
     drain: watch::Receiver<Status>,
-    plan: RotationPlan,
-    publish: watch::Sender<RotationStatus>,
+    plan: DrainWaitPlan,
+    publish: watch::Sender<DrainWaitStatus>,
     shutdown: CancellationToken,
     read_warning: Throttle,
+    /// Envoy asked to fail the load balancers' checks: when to try again,
+    /// or done.
+    checks: Checks,
 }
+
+/// Where failing the load balancers' checks stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checks {
+    /// To ask Envoy (again) at this time.
+    Due(Instant),
+    /// Asked, or nothing to ask (no `health_check` filter).
+    Done,
+}
+
+/// A failed `/healthcheck/fail` is asked again after this.
+const CHECKS_RETRY: Duration = Duration::from_secs(1);
 
 impl<T: Traffic> Watch<T> {
     /// Readiness is 503: Envoy's `health_check` filter fails the load
-    /// balancers' checks too, wherever they are sent.
-    async fn fail_checks(&mut self) {
+    /// balancers' checks too, wherever they are sent; asked again every
+    /// second until Envoy has done it.
+    async fn fail_checks_when_due(&mut self) {
+        let Checks::Due(at) = self.checks else { return };
+        if Instant::now() < at {
+            return;
+        }
         let said = match self.traffic.fail_health_checks().await {
-            Ok(()) => {
+            Ok(true) => {
                 tracing::info!(
                     "drain wait: Envoy fails the load balancers' checks its health_check filter recognises \
                      (POST /healthcheck/fail), wherever they are sent"
                 );
+                self.checks = Checks::Done;
                 "failing".to_owned()
             }
+            Ok(false) => {
+                self.checks = Checks::Done;
+                "passing: no inbound listener has Envoy's health_check filter".to_owned()
+            }
             Err(why) => {
-                tracing::warn!(error = %why, "drain wait: could not make Envoy fail the load balancers' checks (POST /healthcheck/fail)");
-                format!("could not fail them: {why}")
+                if matches!(self.checks, Checks::Due(_)) && self.read_warning.due(Instant::now()) {
+                    tracing::warn!(error = %why, "drain wait: could not make Envoy fail the load balancers' checks (POST /healthcheck/fail); trying again");
+                }
+                self.checks = Checks::Due(Instant::now() + CHECKS_RETRY);
+                format!("could not fail them yet: {why}")
             }
         };
         self.publish.send_modify(|s| s.envoy_health_checks = said);
@@ -390,9 +198,10 @@ impl<T: Traffic> Watch<T> {
         let mut rule: Option<Rule> = None;
         loop {
             if self.drain.borrow().phase >= Phase::Stopping || Instant::now() >= bound {
-                self.publish.send_modify(|s| s.state = RotationState::Ended);
+                self.publish.send_modify(|s| s.state = WaitState::Ended);
                 return;
             }
+            self.fail_checks_when_due().await;
             let read_started = Instant::now();
             // A read may wait for its pace (a slow Envoy's reads are spaced):
             // the bound and Envoy's stop end the wait meanwhile too.
@@ -405,6 +214,7 @@ impl<T: Traffic> Watch<T> {
                 },
                 _ = self.shutdown.cancelled() => return,
             };
+            sync_trust(&self.traffic, &self.checkers);
             let now = Instant::now();
             let rule = rule.get_or_insert_with(|| {
                 if let Ok(arrivals) = &inbound {
@@ -417,9 +227,9 @@ impl<T: Traffic> Watch<T> {
             self.publish.send_modify(|s| {
                 s.checkers = eval.checkers;
                 s.waiting_for = eval.waiting_for;
-                s.quiet_for_seconds = Some(now.saturating_duration_since(eval.quiet_since).as_secs_f64());
+                s.quiet_for_seconds = Some(eval.quiet_for.as_secs_f64());
                 if eval.out {
-                    s.state = RotationState::Out;
+                    s.state = WaitState::Out;
                     s.conclusion = Some(rule.conclusion());
                     s.took_seconds = Some(now.duration_since(began).as_secs_f64());
                 }
@@ -442,37 +252,37 @@ impl<T: Traffic> Watch<T> {
     /// before it; says so.
     fn first_rule(&self, began: Instant, rate: Option<Rate>, listeners: &str) -> Rule {
         let plan = self.plan;
-        let quiet = quiet_period(rate, plan.lb_quiet_period, plan.bound());
+        let quiet = quiet_period(rate, plan.min_quiet_period, plan.bound());
         let why = match rate {
-            Some(r) if quiet > plan.lb_quiet_period => format!(
+            Some(r) if quiet > plan.min_quiet_period => format!(
                 "{:.2} new requests a second in the {} before the drain: a gap that long comes by chance once in a thousand",
                 r.per_second,
-                D(ms(r.over.min(WINDOW)))
+                GoDuration(ms(r.over.min(WINDOW)))
             ),
             Some(r) => format!(
-                "the floor, --lb-quiet-period; {:.2} new requests a second in the {} before the drain",
+                "the floor, --drain-wait-min-quiet-period; {:.2} new requests a second in the {} before the drain",
                 r.per_second,
-                D(ms(r.over.min(WINDOW)))
+                GoDuration(ms(r.over.min(WINDOW)))
             ),
-            None => "the floor, --lb-quiet-period; the traffic before the drain was not measured".to_owned(),
+            None => "the floor, --drain-wait-min-quiet-period; the traffic before the drain was not measured".to_owned(),
         };
         tracing::info!(
-            lb_unhealthy_threshold = plan.lb_unhealthy_threshold,
-            quiet_period = %D(ms(quiet)),
-            checker_timeout = %D(plan.checker_timeout),
-            bound = %D(plan.bound()),
+            unhealthy_threshold = plan.unhealthy_threshold,
+            quiet_period = %GoDuration(ms(quiet)),
+            checker_timeout = %GoDuration(plan.checker_timeout),
+            bound = %GoDuration(plan.bound()),
             "drain wait: out of rotation once every checker has failed {} probes in a row (Envoy's checker: 1), \
              stopped probing or held the wait for {}, and no new request has reached {listeners} for {} ({why})",
-            plan.lb_unhealthy_threshold,
-            D(plan.checker_timeout),
-            D(ms(quiet)),
+            plan.unhealthy_threshold,
+            GoDuration(plan.checker_timeout),
+            GoDuration(ms(quiet)),
         );
         self.publish.send_modify(|s| {
             s.requests_per_second_before_drain = rate.map(|r| r.per_second);
             s.quiet_period_seconds = Some(quiet.as_secs_f64());
         });
         let settings = Settings {
-            threshold: plan.lb_unhealthy_threshold,
+            threshold: plan.unhealthy_threshold,
             checker_timeout: plan.checker_timeout,
             quiet,
         };
@@ -491,7 +301,7 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
             }
             Step::Vanished { checker, silent } => tracing::info!(
                 "drain wait: checker {checker} has not probed for {}: it stopped checking, counted as done",
-                D(ms(*silent))
+                GoDuration(ms(*silent))
             ),
             Step::TimedOut {
                 checker,
@@ -500,7 +310,7 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
             } => tracing::warn!(
                 "drain wait: checker {checker} has failed {failures} of {threshold} probes in a row and still probes, \
                  {} after the drain began: no longer waited for (--drain-wait-checker-timeout)",
-                D(ms(since_drain))
+                GoDuration(ms(since_drain))
             ),
             Step::CheckersDone { count } => {
                 tracing::info!(
@@ -514,7 +324,7 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
                 }
             }
             Step::Out => tracing::info!(
-                took = %D(ms(since_drain)),
+                took = %GoDuration(ms(since_drain)),
                 "drain wait: out of rotation: {}",
                 rule.conclusion()
             ),
@@ -526,10 +336,13 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
 mod tests {
     use super::*;
     use crate::drain::DrainUntil;
-    use crate::rotation::checkers::CheckerKey;
-    use crate::rotation::{Arrivals, TrafficError};
+    use crate::drain_wait::checkers::CheckerKey;
+    use crate::drain_wait::handle::WaitWhy;
+    use crate::drain_wait::DrainWait;
+    use crate::drain_wait::{Arrivals, TrafficError};
     use hyper::header::HeaderMap;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
 
     const SEC: Duration = Duration::from_secs(1);
 
@@ -546,17 +359,22 @@ mod tests {
             Ok(Arrivals {
                 total: self.0.load(Ordering::Relaxed),
                 generation: 1,
+                read: Instant::now(),
+                took: Duration::ZERO,
             })
         }
-        async fn fail_health_checks(&mut self) -> Result<(), TrafficError> {
+        fn peer_forwarded(&self) -> bool {
+            true
+        }
+        async fn fail_health_checks(&mut self) -> Result<bool, TrafficError> {
             self.1.store(true, Ordering::Relaxed);
-            Ok(())
+            Ok(true)
         }
     }
 
     struct Harness {
         drain: watch::Sender<Status>,
-        rotation: Rotation,
+        rotation: DrainWait,
         checkers: Checkers,
         traffic: Scripted,
         shutdown: CancellationToken,
@@ -568,16 +386,16 @@ mod tests {
 
     /// The wait of a drain with this deadline, keeping `app_time` for the app.
     fn start_with(deadline: Duration, app_time: Duration) -> Harness {
-        let plan = RotationPlan {
-            lb_unhealthy_threshold: 2,
-            lb_quiet_period: SEC,
+        let plan = DrainWaitPlan {
+            unhealthy_threshold: 2,
+            min_quiet_period: SEC,
             checker_timeout: Duration::from_secs(20),
             drain_deadline: deadline,
             app_time,
         };
         let (drain, drain_rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
         let checkers = Checkers::default();
-        let (rotation, publish) = Rotation::new(&plan, checkers.clone());
+        let (rotation, publish) = DrainWait::new(&plan, checkers.clone());
         let (traffic, shutdown) = (Scripted::default(), CancellationToken::new());
         tokio::spawn(run(
             traffic.clone(),
@@ -604,7 +422,7 @@ mod tests {
         /// answered as readiness would be (503 once the drain began).
         fn checker(&self) -> tokio::task::JoinHandle<()> {
             let (checkers, drain) = (self.checkers.clone(), self.drain.subscribe());
-            let key = CheckerKey::of(Some(([10, 0, 0, 5], 1).into()), &HeaderMap::new()).unwrap();
+            let key = CheckerKey::of(Some(([10, 0, 0, 5], 1).into()), &HeaderMap::new(), true).unwrap();
             tokio::spawn(async move {
                 loop {
                     let ok = drain.borrow().phase == Phase::Serving;
@@ -627,7 +445,7 @@ mod tests {
         };
         // The proxy's SIGTERM comes 2 s after the hook.
         tokio::time::sleep(2 * SEC).await;
-        assert_eq!(h.rotation.status().state, RotationState::NotStarted);
+        assert_eq!(h.rotation.status().state, WaitState::NotStarted);
         h.phase(Phase::Draining);
         tokio::time::sleep(Duration::from_millis(1)).await;
         // Traffic goes on until the balancer's 2nd failure (about 2 s).
@@ -652,7 +470,7 @@ mod tests {
             "{waited:?}"
         );
         let status = h.rotation.status();
-        assert_eq!(status.state, RotationState::Out);
+        assert_eq!(status.state, WaitState::Out);
         assert_eq!(status.checkers.len(), 1);
         // A later hook answers at once.
         assert_eq!(h.rotation.wait(Some(SEC)).await.why, WaitWhy::Out);
@@ -711,7 +529,7 @@ mod tests {
         h.phase(Phase::Stopping);
         let end = waiting.await.unwrap();
         assert_eq!(end.why, WaitWhy::Stopped, "{end:?}");
-        assert_eq!(h.rotation.status().state, RotationState::Ended);
+        assert_eq!(h.rotation.status().state, WaitState::Ended);
         lb.abort();
         h.shutdown.cancel();
     }

@@ -1,0 +1,343 @@
+//! The drain wait as the status port sees it: [`DrainWait`], the handle
+//! whose `wait` answers the app's preStop hook, and what the
+//! [task](super::task) publishes ([`DrainWaitStatus`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+
+use super::checkers::{Checkers, NotCountedReport};
+use super::rule::{ms, CheckerReport};
+use super::DrainWaitPlan;
+use crate::duration::GoDuration;
+
+/// Where the wait stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitState {
+    /// No drain yet: nothing is waited for.
+    NotStarted,
+    /// The drain began; the pod is still in rotation.
+    Waiting,
+    /// Every checker is done and no new request came for the quiet period.
+    Out,
+    /// Envoy is stopping (or the wait's bound came) before the pod was out.
+    Ended,
+}
+
+/// What `GET /drain` shows of the wait (its `drain_wait` field).
+#[derive(Debug, Clone, Serialize)]
+pub struct DrainWaitStatus {
+    pub state: WaitState,
+    pub unhealthy_threshold: u32,
+    /// The shortest quiet period (`--drain-wait-min-quiet-period`).
+    pub min_quiet_period_seconds: f64,
+    /// No checker holds the wait longer than this after the drain began.
+    pub checker_timeout_seconds: f64,
+    /// The wait never lasts longer: the drain's deadline less the app's time.
+    pub bound_seconds: f64,
+    /// New requests a second on the inbound listeners before the drain.
+    pub requests_per_second_before_drain: Option<f64>,
+    /// The quiet period this drain waits for, derived from that rate.
+    pub quiet_period_seconds: Option<f64>,
+    /// The listeners whose new requests count, in words.
+    pub inbound_listeners: Option<String>,
+    /// Whether Envoy fails the checks its `health_check` filter recognises
+    /// (`failing` from the moment readiness turns 503), or why it could not.
+    pub envoy_health_checks: String,
+    /// Every checker heard from, as of the last read.
+    pub checkers: Vec<CheckerReport>,
+    /// Readiness probes not counted as a load balancer's, by reason.
+    pub probes_not_counted: NotCountedReport,
+    /// What the wait still waits for, in words.
+    pub waiting_for: Option<String>,
+    /// Seconds from the last new inbound request (or the drain's start) to
+    /// the last read.
+    pub quiet_for_seconds: Option<f64>,
+    /// Why the pod is out of rotation, once it is.
+    pub conclusion: Option<String>,
+    /// Seconds from the drain's start to out of rotation.
+    pub took_seconds: Option<f64>,
+    /// When the drain began (the rule's clock).
+    #[serde(skip)]
+    pub(crate) began: Option<Instant>,
+}
+
+impl DrainWaitStatus {
+    fn initial(plan: &DrainWaitPlan) -> DrainWaitStatus {
+        DrainWaitStatus {
+            state: WaitState::NotStarted,
+            unhealthy_threshold: plan.unhealthy_threshold,
+            min_quiet_period_seconds: plan.min_quiet_period.as_secs_f64(),
+            checker_timeout_seconds: plan.checker_timeout.as_secs_f64(),
+            bound_seconds: plan.bound().as_secs_f64(),
+            requests_per_second_before_drain: None,
+            quiet_period_seconds: None,
+            inbound_listeners: None,
+            envoy_health_checks: "passing".into(),
+            checkers: Vec::new(),
+            probes_not_counted: NotCountedReport::default(),
+            waiting_for: Some("the drain to begin (the proxy's SIGTERM or POST /drain)".into()),
+            quiet_for_seconds: None,
+            conclusion: None,
+            took_seconds: None,
+            began: None,
+        }
+    }
+}
+
+/// Told of every answered wait: why it ended (a [`WaitEnd::label`]) and
+/// how long it took. The agent wires it to the metrics.
+pub(crate) type WaitObserver = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
+
+/// The handle the status port uses: the published status, and the wait.
+#[derive(Clone)]
+pub struct DrainWait {
+    status: watch::Receiver<DrainWaitStatus>,
+    /// The wait's bound: the drain's deadline less the app's time.
+    bound: Duration,
+    checkers: Checkers,
+    observer: Option<WaitObserver>,
+    /// Waits held open by callers from outside the pod.
+    remote: Arc<std::sync::Mutex<RemoteWaits>>,
+}
+
+/// Waits from callers outside the pod, by address: the app's own hook
+/// comes from loopback and is never refused; anyone else who can reach
+/// the port may hold only a few waits open.
+#[derive(Debug, Default)]
+struct RemoteWaits {
+    by_address: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+/// Waits one address outside the pod may hold open at once: a wait is
+/// not an idle connection (no idle timeout closes it), and the connection
+/// cap is shared with the kubelet's probes. No cap of all addresses: the
+/// kubelet's own hook comes from the node's address, and a peer must not
+/// be able to crowd it out.
+pub const MAX_REMOTE_WAITS_PER_ADDRESS: usize = 8;
+
+/// A wait from outside the pod, counted while it is held.
+#[derive(Debug)]
+pub struct RemoteWait {
+    address: std::net::IpAddr,
+    waits: Arc<std::sync::Mutex<RemoteWaits>>,
+}
+
+impl Drop for RemoteWait {
+    fn drop(&mut self) {
+        let mut waits = self.waits.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = waits.by_address.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                waits.by_address.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// Why a wait ended, and its one-line answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitEnd {
+    pub why: WaitWhy,
+    /// The answer's body (one line).
+    pub line: String,
+}
+
+/// Why a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitWhy {
+    /// Out of rotation.
+    Out,
+    /// The caller's `?timeout=` came first.
+    Timeout,
+    /// The wait's bound (the drain's deadline less the app's time) came first.
+    Deadline,
+    /// Envoy is stopping, or lifeguard is.
+    Stopped,
+}
+
+impl WaitWhy {
+    /// Every reason, for the metric's series.
+    pub const ALL: [WaitWhy; 4] = [WaitWhy::Out, WaitWhy::Timeout, WaitWhy::Deadline, WaitWhy::Stopped];
+
+    /// The `reason` label of `lifeguard_drain_wait_seconds`.
+    pub fn label(self) -> &'static str {
+        match self {
+            WaitWhy::Out => "out_of_rotation",
+            WaitWhy::Timeout => "timeout",
+            WaitWhy::Deadline => "deadline",
+            WaitWhy::Stopped => "stopped",
+        }
+    }
+}
+
+impl WaitEnd {
+    /// The `reason` label of `lifeguard_drain_wait_seconds`.
+    pub fn label(&self) -> &'static str {
+        self.why.label()
+    }
+}
+
+impl DrainWait {
+    /// The handle and the task's sender, before the task runs; `checkers`
+    /// is the table the probes record into.
+    pub(crate) fn new(plan: &DrainWaitPlan, checkers: Checkers) -> (DrainWait, watch::Sender<DrainWaitStatus>) {
+        let (tx, rx) = watch::channel(DrainWaitStatus::initial(plan));
+        let handle = DrainWait {
+            status: rx,
+            bound: plan.bound(),
+            checkers,
+            observer: None,
+            remote: Arc::default(),
+        };
+        (handle, tx)
+    }
+
+    /// The same handle, telling `observer` of every answered wait.
+    pub(crate) fn observed(self, observer: WaitObserver) -> DrainWait {
+        DrainWait {
+            observer: Some(observer),
+            ..self
+        }
+    }
+
+    /// Counts a wait from `address`, outside the pod; None when that
+    /// address holds [`MAX_REMOTE_WAITS_PER_ADDRESS`] already: a peer
+    /// cannot fill the connection cap with waits that last the drain.
+    pub fn admit_remote(&self, address: std::net::IpAddr) -> Option<RemoteWait> {
+        let mut waits = self.remote.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = waits.by_address.get(&address).copied().unwrap_or(0);
+        if held >= MAX_REMOTE_WAITS_PER_ADDRESS {
+            return None;
+        }
+        *waits.by_address.entry(address).or_default() += 1;
+        Some(RemoteWait {
+            address,
+            waits: self.remote.clone(),
+        })
+    }
+
+    /// The table the probes record into.
+    pub(crate) fn checkers(&self) -> &Checkers {
+        &self.checkers
+    }
+
+    /// The latest published status, with the probes not counted as of now
+    /// (and before the drain, the checkers as of now).
+    pub fn status(&self) -> DrainWaitStatus {
+        let mut status = self.status.borrow().clone();
+        status.probes_not_counted = self.checkers.not_counted();
+        if status.state == WaitState::NotStarted {
+            let threshold = status.unhealthy_threshold;
+            status.checkers = super::rule::before_drain(&self.checkers.snapshot(), threshold, Instant::now());
+        }
+        status
+    }
+
+    /// Waits until the pod is out of rotation, or a bound: `timeout` from
+    /// now, the wait's bound from the drain's start or from now, whichever
+    /// is first, or Envoy stopping. Never fails: the answer says which.
+    pub async fn wait(&self, timeout: Option<Duration>) -> WaitEnd {
+        let arrived = Instant::now();
+        let end = self.wait_from(arrived, timeout).await;
+        let took = arrived.elapsed();
+        let shown = GoDuration(ms(took));
+        match end.why {
+            WaitWhy::Out | WaitWhy::Stopped => tracing::info!(took = %shown, "drain wait answered: {}", end.line),
+            _ => tracing::warn!(took = %shown, "drain wait answered: {}", end.line),
+        }
+        if let Some(observer) = &self.observer {
+            observer(end.label(), took);
+        }
+        end
+    }
+
+    async fn wait_from(&self, arrived: Instant, timeout: Option<Duration>) -> WaitEnd {
+        let mut rx = self.status.clone();
+        loop {
+            let status = rx.borrow_and_update().clone();
+            let from_drain = status.began.map_or(arrived, |b| b.min(arrived));
+            let (mut bound, mut why) = (from_drain + self.bound, WaitWhy::Deadline);
+            if let Some(t) = timeout.filter(|t| arrived + *t < bound) {
+                (bound, why) = (arrived + t, WaitWhy::Timeout);
+            }
+            let at_bound = Instant::now() >= bound;
+            match status.state {
+                WaitState::Out => {
+                    let line = format!(
+                        "out of rotation: {} ({} after the drain began)",
+                        status.conclusion.unwrap_or_default(),
+                        GoDuration(ms(Duration::from_secs_f64(status.took_seconds.unwrap_or(0.0))))
+                    );
+                    return WaitEnd {
+                        why: WaitWhy::Out,
+                        line,
+                    };
+                }
+                WaitState::Ended if !at_bound => {
+                    let line = format!(
+                        "Envoy is stopping; the pod was not yet out of rotation (was waiting for {})",
+                        status.waiting_for.unwrap_or_default()
+                    );
+                    return WaitEnd {
+                        why: WaitWhy::Stopped,
+                        line,
+                    };
+                }
+                _ => {}
+            }
+            if at_bound {
+                let by = match why {
+                    WaitWhy::Timeout => format!("the {} timeout", GoDuration(timeout.unwrap_or_default())),
+                    _ => format!(
+                        "its bound ({}: the drain's deadline less the app's time)",
+                        GoDuration(self.bound)
+                    ),
+                };
+                let line = format!(
+                    "NOT out of rotation, stopped waiting at {by}: was waiting for {}; new requests may still arrive",
+                    status.waiting_for.unwrap_or_default()
+                );
+                return WaitEnd { why, line };
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() {
+                    let line = "lifeguard is stopping; the pod was not yet out of rotation".to_owned();
+                    return WaitEnd { why: WaitWhy::Stopped, line };
+                },
+                _ = sleep_until(bound) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_outside_the_pod_holds_a_few_waits_and_no_more() {
+        let plan = DrainWaitPlan {
+            unhealthy_threshold: 3,
+            min_quiet_period: Duration::from_millis(500),
+            checker_timeout: Duration::from_secs(20),
+            drain_deadline: Duration::from_secs(28),
+            app_time: Duration::from_secs(5),
+        };
+        let (wait, _publish) = DrainWait::new(&plan, Checkers::default());
+        let peer = |i: u8| std::net::IpAddr::from([10, 0, 0, i]);
+        let held: Vec<RemoteWait> = (0..MAX_REMOTE_WAITS_PER_ADDRESS)
+            .map(|_| wait.admit_remote(peer(1)).expect("under the address's cap"))
+            .collect();
+        assert!(wait.admit_remote(peer(1)).is_none(), "one address past its cap");
+        // Others still get theirs (the kubelet's hook among them).
+        let others: Vec<RemoteWait> = (2..=255).filter_map(|i| wait.admit_remote(peer(i))).collect();
+        assert_eq!(others.len(), 254);
+        drop(held);
+        assert!(wait.admit_remote(peer(1)).is_some(), "a wait ended frees its place");
+    }
+}
