@@ -374,7 +374,7 @@ mod tests {
 
     struct Harness {
         drain: watch::Sender<Status>,
-        rotation: DrainWait,
+        wait: DrainWait,
         checkers: Checkers,
         traffic: Scripted,
         shutdown: CancellationToken,
@@ -395,7 +395,7 @@ mod tests {
         };
         let (drain, drain_rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
         let checkers = Checkers::default();
-        let (rotation, publish) = DrainWait::new(&plan, checkers.clone());
+        let (wait, publish) = DrainWait::new(&plan, checkers.clone());
         let (traffic, shutdown) = (Scripted::default(), CancellationToken::new());
         tokio::spawn(run(
             traffic.clone(),
@@ -407,7 +407,7 @@ mod tests {
         ));
         Harness {
             drain,
-            rotation,
+            wait,
             checkers,
             traffic,
             shutdown,
@@ -440,12 +440,12 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(3500)).await;
         let t0 = Instant::now();
         let waiting = {
-            let rotation = h.rotation.clone();
-            tokio::spawn(async move { (rotation.wait(None).await, Instant::now()) })
+            let wait = h.wait.clone();
+            tokio::spawn(async move { (wait.wait(None).await, Instant::now()) })
         };
         // The proxy's SIGTERM comes 2 s after the hook.
         tokio::time::sleep(2 * SEC).await;
-        assert_eq!(h.rotation.status().state, WaitState::NotStarted);
+        assert_eq!(h.wait.status().state, WaitState::NotStarted);
         h.phase(Phase::Draining);
         tokio::time::sleep(Duration::from_millis(1)).await;
         // Traffic goes on until the balancer's 2nd failure (about 2 s).
@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(end.why, WaitWhy::Out, "{end:?}");
         assert!(
             end.line
-                .starts_with("out of rotation: 1 checker failed its threshold of probes in a row"),
+                .starts_with("out of wait: 1 checker failed its threshold of probes in a row"),
             "{}",
             end.line
         );
@@ -469,11 +469,11 @@ mod tests {
             waited >= Duration::from_millis(4850) && waited <= Duration::from_millis(5050),
             "{waited:?}"
         );
-        let status = h.rotation.status();
+        let status = h.wait.status();
         assert_eq!(status.state, WaitState::Out);
         assert_eq!(status.checkers.len(), 1);
         // A later hook answers at once.
-        assert_eq!(h.rotation.wait(Some(SEC)).await.why, WaitWhy::Out);
+        assert_eq!(h.wait.wait(Some(SEC)).await.why, WaitWhy::Out);
         lb.abort();
         h.shutdown.cancel();
     }
@@ -491,18 +491,18 @@ mod tests {
             }
         });
         let t0 = Instant::now();
-        let end = h.rotation.wait(Some(3 * SEC)).await;
+        let end = h.wait.wait(Some(3 * SEC)).await;
         assert_eq!((end.why, end.label()), (WaitWhy::Timeout, "timeout"));
         assert_eq!(Instant::now() - t0, 3 * SEC);
         assert!(
             end.line.starts_with(
-                "NOT out of rotation, stopped waiting at the 3s timeout: was waiting for no new request for 1s"
+                "NOT out of wait, stopped waiting at the 3s timeout: was waiting for no new request for 1s"
             ),
             "{}",
             end.line
         );
         // Without a timeout: the drain's deadline, counted from its start.
-        let end = h.rotation.wait(None).await;
+        let end = h.wait.wait(None).await;
         assert_eq!(end.why, WaitWhy::Deadline);
         assert_eq!(Instant::now() - t0, 8 * SEC);
         flow.abort();
@@ -514,22 +514,22 @@ mod tests {
         let h = start(Duration::from_secs(5));
         let t0 = Instant::now();
         // No drain ever: the hook's own bound (the deadline from its arrival).
-        assert_eq!(h.rotation.wait(None).await.why, WaitWhy::Deadline);
+        assert_eq!(h.wait.wait(None).await.why, WaitWhy::Deadline);
         assert_eq!(Instant::now() - t0, 5 * SEC);
         let waiting = {
-            let rotation = h.rotation.clone();
-            tokio::spawn(async move { rotation.wait(None).await })
+            let wait = h.wait.clone();
+            tokio::spawn(async move { wait.wait(None).await })
         };
         h.phase(Phase::Draining);
         h.traffic.0.store(1, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        // A checker that never fails keeps the pod in rotation...
+        // A checker that never fails keeps the pod in wait...
         let lb = h.checker();
         tokio::time::sleep(Duration::from_millis(300)).await;
         h.phase(Phase::Stopping);
         let end = waiting.await.unwrap();
         assert_eq!(end.why, WaitWhy::Stopped, "{end:?}");
-        assert_eq!(h.rotation.status().state, WaitState::Ended);
+        assert_eq!(h.wait.status().state, WaitState::Ended);
         lb.abort();
         h.shutdown.cancel();
     }
@@ -553,14 +553,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(3010)).await;
         flow.abort();
         let stopped = Instant::now();
-        let end = h.rotation.wait(None).await;
+        let end = h.wait.wait(None).await;
         assert_eq!(end.why, WaitWhy::Out, "{end:?}");
         let quiet = Instant::now() - stopped;
         assert!(
             quiet >= Duration::from_millis(3400) && quiet <= Duration::from_millis(3600),
             "{quiet:?} of quiet after the traffic stopped"
         );
-        let status = h.rotation.status();
+        let status = h.wait.status();
         let rate = status.requests_per_second_before_drain.unwrap();
         assert!((rate - 2.0).abs() < 0.1, "{rate}");
         let quiet_period = status.quiet_period_seconds.unwrap();
@@ -586,12 +586,12 @@ mod tests {
                 traffic.0.fetch_add(1, Ordering::Relaxed);
             }
         });
-        let end = h.rotation.wait(None).await;
+        let end = h.wait.wait(None).await;
         assert_eq!(end.why, WaitWhy::Deadline, "{end:?}");
         assert_eq!(Instant::now() - t0, 7 * SEC, "the app keeps 3 s of the 10 s");
         assert!(
             end.line.starts_with(
-                "NOT out of rotation, stopped waiting at its bound (7s: the drain's deadline less the app's time)"
+                "NOT out of wait, stopped waiting at its bound (7s: the drain's deadline less the app's time)"
             ),
             "{}",
             end.line
@@ -609,11 +609,11 @@ mod tests {
             !h.traffic.1.load(Ordering::Relaxed),
             "readiness still answers as Envoy does"
         );
-        assert_eq!(h.rotation.status().envoy_health_checks, "passing");
+        assert_eq!(h.wait.status().envoy_health_checks, "passing");
         h.phase(Phase::Draining);
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(h.traffic.1.load(Ordering::Relaxed));
-        assert_eq!(h.rotation.status().envoy_health_checks, "failing");
+        assert_eq!(h.wait.status().envoy_health_checks, "failing");
         h.shutdown.cancel();
     }
 }
