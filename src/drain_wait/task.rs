@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(end.why, WaitWhy::Out, "{end:?}");
         assert!(
             end.line
-                .starts_with("out of wait: 1 checker failed its threshold of probes in a row"),
+                .starts_with("out of rotation: 1 checker failed its threshold of probes in a row"),
             "{}",
             end.line
         );
@@ -496,7 +496,7 @@ mod tests {
         assert_eq!(Instant::now() - t0, 3 * SEC);
         assert!(
             end.line.starts_with(
-                "NOT out of wait, stopped waiting at the 3s timeout: was waiting for no new request for 1s"
+                "NOT out of rotation, stopped waiting at the 3s timeout: was waiting for no new request for 1s"
             ),
             "{}",
             end.line
@@ -591,7 +591,7 @@ mod tests {
         assert_eq!(Instant::now() - t0, 7 * SEC, "the app keeps 3 s of the 10 s");
         assert!(
             end.line.starts_with(
-                "NOT out of wait, stopped waiting at its bound (7s: the drain's deadline less the app's time)"
+                "NOT out of rotation, stopped waiting at its bound (7s: the drain's deadline less the app's time)"
             ),
             "{}",
             end.line

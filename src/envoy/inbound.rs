@@ -98,8 +98,7 @@ pub(crate) struct Inbound {
     scope: DrainScope,
     ignored_ports: Vec<u16>,
     counted: Counted,
-    /// Which selection of listeners the totals are of: bumped when a
-    /// learn chose other listeners (0: not learned yet).
+    /// The selection the totals are of: bumped when a learn chose others (0: none yet).
     generation: u64,
     /// The listener manager's change count the first read after learning
     /// saw (None: no read since). A change between the dump and that read
