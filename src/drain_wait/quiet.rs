@@ -37,10 +37,12 @@ pub(crate) struct History {
 /// The pod's traffic before the drain.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Rate {
-    /// New requests a second in the quietest stretch between samples (a
-    /// burst, or a flood from a peer that saw the drain coming, does not
-    /// shorten the quiet period; a stretch with none lengthens it to the
-    /// ceiling).
+    /// New requests a second over the stretches between samples but the
+    /// busiest (a burst, or a flood from a peer that saw the drain coming,
+    /// does not shorten the quiet period; with one stretch, its rate). Not
+    /// the quietest stretch: at a request a second or two per pod, a 10 s
+    /// stretch of half the rate comes by chance, and made the wait last
+    /// its bound in one rolling restart of four.
     pub(crate) per_second: f64,
     /// Requests in all, and over how long.
     pub(crate) arrived: u64,
@@ -83,15 +85,30 @@ impl History {
         if over < Duration::from_secs(1) {
             return None;
         }
-        let per_second = stretches(same)
-            .map(|((t0, n0), (t1, n1))| n1.saturating_sub(n0) as f64 / t1.saturating_duration_since(t0).as_secs_f64())
-            .fold(f64::INFINITY, f64::min);
+        let per_second = but_the_busiest(stretches(same).map(|((t0, n0), (t1, n1))| {
+            (n1.saturating_sub(n0) as f64, t1.saturating_duration_since(t0).as_secs_f64())
+        }));
         Some(Rate {
             per_second,
             arrived: last.1.saturating_sub(first.1),
             over,
         })
     }
+}
+
+/// The rate of (requests, seconds) stretches, the busiest left out when
+/// there are several.
+fn but_the_busiest(stretches: impl Iterator<Item = (f64, f64)>) -> f64 {
+    let all: Vec<(f64, f64)> = stretches.collect();
+    let busiest = (all.len() > 1)
+        .then(|| (0..all.len()).max_by(|&a, &b| (all[a].0 / all[a].1).total_cmp(&(all[b].0 / all[b].1))))
+        .flatten();
+    let (n, secs) = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != busiest)
+        .fold((0.0, 0.0), |(n, t), (_, (dn, dt))| (n + dn, t + dt));
+    n / secs
 }
 
 /// The stretches between samples, each at least [`STRETCH`] long (a
@@ -114,7 +131,8 @@ fn stretches(samples: &[(Instant, u64)]) -> impl Iterator<Item = ((Instant, u64)
 
 /// The quiet period for a pod that had `rate` before the drain, between
 /// `floor` and `ceiling`: the floor when nothing was sending (or nothing
-/// is known), the ceiling when some stretch had no request at all.
+/// is known), the ceiling when only the busiest stretch had requests (a
+/// burst is no traffic to measure).
 pub(crate) fn quiet_period(rate: Option<Rate>, floor: Duration, ceiling: Duration) -> Duration {
     let ceiling = ceiling.max(floor);
     match rate {
@@ -156,7 +174,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_rate_is_the_quietest_stretch_of_the_last_minute_of_one_generation() {
+    async fn the_rate_is_of_the_last_minute_but_its_busiest_stretch_of_one_generation() {
         let t0 = Instant::now();
         let mut h = History::default();
         assert_eq!(h.rate(), None);
@@ -201,14 +219,33 @@ mod tests {
         idle.push(t0, at(7));
         idle.push(t0 + 10 * SEC, at(7));
         assert_eq!(idle.rate().unwrap().arrived, 0);
-        // Traffic with a stretch of none: sparse, the ceiling.
+        // Sparse traffic with a stretch of none: the busiest left out
+        // (3 in 10 s), 2 in 20 s.
         let mut sparse = History::default();
         for (secs, total) in [(0, 0), (10, 3), (20, 3), (30, 5)] {
             sparse.push(t0 + SEC * secs, at(total));
         }
         let r = sparse.rate();
+        assert!((r.unwrap().per_second - 0.1).abs() < 1e-9, "{r:?}");
+        assert_eq!(quiet_period(r, SEC, 23 * SEC), 23 * SEC);
+        // One burst, then nothing: no traffic to measure, the ceiling.
+        let mut burst = History::default();
+        for (secs, total) in [(0, 0), (10, 50), (20, 50), (30, 50)] {
+            burst.push(t0 + SEC * secs, at(total));
+        }
+        let r = burst.rate();
         assert_eq!(r.unwrap().per_second, 0.0);
         assert_eq!(quiet_period(r, SEC, 23 * SEC), 23 * SEC);
+        // A chance quiet stretch in sparse traffic does not make it the
+        // ceiling: 7, 2, 8 in three 10 s stretches (0.67 a second, the
+        // pods of a 2-a-second rollout): 9 in 20 s, 15.4 s.
+        let mut chance = History::default();
+        for (secs, total) in [(0, 0), (10, 7), (20, 9), (30, 17)] {
+            chance.push(t0 + SEC * secs, at(total));
+        }
+        let r = chance.rate();
+        assert!((r.unwrap().per_second - 0.45).abs() < 1e-9, "{r:?}");
+        assert!(quiet_period(r, SEC, 23 * SEC) < 16 * SEC);
     }
 
     #[test]
