@@ -30,16 +30,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-const FAST: Check = Check {
-    inter: Duration::from_secs(1),
-    fall: 2,
-    rise: 2,
-};
-const SLOW: Check = Check {
-    inter: Duration::from_secs(2),
-    fall: 3,
-    rise: 2,
-};
+const FAST: Check = Check::FAST;
+const SLOW: Check = Check::SLOW;
 
 /// One row of the table: a load balancer, the client's rate, the hooks.
 type Row = (Balancer, u32, Vec<(&'static str, Hook)>);

@@ -139,18 +139,8 @@ fn sparse(balancer: Balancer) {
     assert_left_in_time(&run, None);
 }
 
-/// The two HAProxy settings: checks every 1 s, down after 2; every
-/// 2 s, down after 3.
-const FAST: Check = Check {
-    inter: Duration::from_secs(1),
-    fall: 2,
-    rise: 2,
-};
-const SLOW: Check = Check {
-    inter: Duration::from_secs(2),
-    fall: 3,
-    rise: 2,
-};
+const FAST: Check = Check::FAST;
+const SLOW: Check = Check::SLOW;
 /// Envoy as the front proxy, checking every second.
 const FRONT_ENVOY: Balancer = Balancer::Envoy {
     inter: Duration::from_secs(1),

@@ -90,28 +90,20 @@ impl Lan {
     /// Joins `pod` to the LAN at `slot`: a veth pair, one end in the pod's
     /// network namespace with the slot's address, the other on the bridge.
     pub fn attach(&self, pod: &TestPod, slot: u8) -> Ipv4Addr {
-        let host_dev = format!("slot{slot}");
-        let pod_ns = &pod.net.pod.name;
-        ip(&[
-            "-n",
-            pod_ns,
-            "link",
-            "add",
-            POD_DEV,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &host_dev,
-            "netns",
-            &self.host.name,
-        ]);
         let addr = self.slot_ip(slot);
-        ip(&["-n", pod_ns, "addr", "add", &format!("{addr}/24"), "dev", POD_DEV]);
-        ip(&["-n", pod_ns, "link", "set", POD_DEV, "up"]);
-        ip(&["-n", &self.host.name, "link", "set", &host_dev, "master", BRIDGE]);
-        ip(&["-n", &self.host.name, "link", "set", &host_dev, "up"]);
+        self.plug(&pod.net.pod.name, &format!("slot{slot}"), addr);
         addr
+    }
+
+    /// A veth pair from namespace `ns` (its end `POD_DEV`, at `addr`, up)
+    /// to the LAN's bridge (its end `bridge_dev`).
+    fn plug(&self, ns: &str, bridge_dev: &str, addr: Ipv4Addr) {
+        let lan = &self.host.name;
+        ip(&["-n", ns, "link", "add", POD_DEV, "type", "veth", "peer", "name", bridge_dev, "netns", lan]);
+        ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", POD_DEV]);
+        ip(&["-n", ns, "link", "set", POD_DEV, "up"]);
+        ip(&["-n", lan, "link", "set", bridge_dev, "master", BRIDGE]);
+        ip(&["-n", lan, "link", "set", bridge_dev, "up"]);
     }
 }
 
@@ -121,28 +113,10 @@ impl Lan {
     pub fn peer_host(&self, i: u8) -> (Netns, Ipv4Addr) {
         let (pid, n) = unique();
         let host = Netns::new(format!("lifeguard-{pid}-{n}-peer"));
-        let dev = format!("peer{i}");
-        ip(&[
-            "-n",
-            &host.name,
-            "link",
-            "add",
-            POD_DEV,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &dev,
-            "netns",
-            &self.host.name,
-        ]);
         let [a, b, c] = self.prefix;
         let addr = Ipv4Addr::new(a, b, c, 200 + i);
-        ip(&["-n", &host.name, "addr", "add", &format!("{addr}/24"), "dev", POD_DEV]);
-        ip(&["-n", &host.name, "link", "set", POD_DEV, "up"]);
+        self.plug(&host.name, &format!("peer{i}"), addr);
         ip(&["-n", &host.name, "link", "set", "lo", "up"]);
-        ip(&["-n", &self.host.name, "link", "set", &dev, "master", BRIDGE]);
-        ip(&["-n", &self.host.name, "link", "set", &dev, "up"]);
         (host, addr)
     }
 }
@@ -159,6 +133,21 @@ pub struct Check {
     /// Failed checks in a row that mark a server down.
     pub fall: u32,
     pub rise: u32,
+}
+
+impl Check {
+    /// The two HAProxy settings: checks every 1 s, down after 2;
+    /// every 2 s, down after 3.
+    pub const FAST: Check = Check {
+        inter: Duration::from_secs(1),
+        fall: 2,
+        rise: 2,
+    };
+    pub const SLOW: Check = Check {
+        inter: Duration::from_secs(2),
+        fall: 3,
+        rise: 2,
+    };
 }
 
 /// A load balancer in front of the pods, of each kind the drain wait must
