@@ -87,7 +87,9 @@ impl CheckerKey {
         if agent.starts_with(b"kube-probe/") {
             return None;
         }
-        let forwarded = (forwarded && is_loopback(peer)).then(|| forwarded_peer(headers)).flatten();
+        let forwarded = (forwarded && is_loopback(peer))
+            .then(|| forwarded_peer(headers))
+            .flatten();
         let mut key = CheckerKey {
             ip: forwarded.unwrap_or(peer),
             forwarded: forwarded.is_some(),
@@ -136,7 +138,12 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 fn forwarded_peer(headers: &HeaderMap) -> Option<IpAddr> {
     let last = headers.get_all(&X_FORWARDED_FOR).iter().next_back()?;
     let text = std::str::from_utf8(last.as_bytes()).ok()?;
-    text.rsplit(',').next()?.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+    text.rsplit(',')
+        .next()?
+        .trim()
+        .parse::<IpAddr>()
+        .ok()
+        .map(|ip| ip.to_canonical())
 }
 
 /// Which address a checker counts against for [`MAX_PER_ADDRESS`]: an
@@ -393,7 +400,11 @@ fn admit(table: &mut Vec<Entry>, key: CheckerKey, now: Instant) -> Result<usize,
             .filter(|&i| table[i].replaceable(now))
             .min_by_key(|&i| table[i].last_seen)
     };
-    let limit = if is_loopback(key.ip) { MAX_CHECKERS } else { MAX_PER_ADDRESS };
+    let limit = if is_loopback(key.ip) {
+        MAX_CHECKERS
+    } else {
+        MAX_PER_ADDRESS
+    };
     let of_address = table.iter().filter(|e| own(e)).count();
     let i = if of_address >= limit {
         oldest_replaceable(table, true).ok_or(NotCounted::TooManyAgents)?

@@ -86,7 +86,10 @@ impl History {
             return None;
         }
         let per_second = but_the_busiest(stretches(same).map(|((t0, n0), (t1, n1))| {
-            (n1.saturating_sub(n0) as f64, t1.saturating_duration_since(t0).as_secs_f64())
+            (
+                n1.saturating_sub(n0) as f64,
+                t1.saturating_duration_since(t0).as_secs_f64(),
+            )
         }));
         Some(Rate {
             per_second,

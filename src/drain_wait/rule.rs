@@ -222,8 +222,9 @@ impl Rule {
     /// How long the reads have shown no new request: from the last move to
     /// the newest read that found none.
     pub(crate) fn quiet_for(&self) -> Duration {
-        self.last
-            .map_or(Duration::ZERO, |last| last.read.saturating_duration_since(self.quiet_since))
+        self.last.map_or(Duration::ZERO, |last| {
+            last.read.saturating_duration_since(self.quiet_since)
+        })
     }
 
     /// Out of rotation, in words, once it is: how each checker ended.

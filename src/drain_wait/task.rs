@@ -32,7 +32,14 @@ pub(crate) async fn run<T: Traffic>(
 ) {
     let mut history = History::default();
     let drain_begun = |s: &Status| s.phase != Phase::Serving;
-    let sampled = sample_until(&mut traffic, &checkers, &mut drain, drain_begun, &mut history, &shutdown);
+    let sampled = sample_until(
+        &mut traffic,
+        &checkers,
+        &mut drain,
+        drain_begun,
+        &mut history,
+        &shutdown,
+    );
     let Some(began) = sampled.await else {
         return;
     };

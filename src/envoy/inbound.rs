@@ -295,7 +295,10 @@ impl Traffic for Inbound {
 /// Whether every listener on the status port appends the prober's address
 /// to `x-forwarded-for` (false when none is known).
 fn status_appends_peer(listeners: &[Listener]) -> bool {
-    let mut status = listeners.iter().filter(|l| l.port == Some(STATUS_LISTENER_PORT)).peekable();
+    let mut status = listeners
+        .iter()
+        .filter(|l| l.port == Some(STATUS_LISTENER_PORT))
+        .peekable();
     status.peek().is_some() && status.all(|l| l.appends_peer == Some(true))
 }
 
@@ -473,9 +476,16 @@ fn listener_of(l: &Json) -> Listener {
 
 /// Whether an HTTP manager's filters include Envoy's `health_check`.
 fn has_health_check_filter(manager: &Json) -> bool {
-    let filters = manager.get("http_filters").and_then(Json::as_array).into_iter().flatten();
+    let filters = manager
+        .get("http_filters")
+        .and_then(Json::as_array)
+        .into_iter()
+        .flatten();
     filters.into_iter().any(|f| {
-        let kind = f.get("typed_config").and_then(|c| c.get("@type")).and_then(Json::as_str);
+        let kind = f
+            .get("typed_config")
+            .and_then(|c| c.get("@type"))
+            .and_then(Json::as_str);
         f.get("name").and_then(Json::as_str) == Some("envoy.filters.http.health_check")
             || kind.is_some_and(|k| k.ends_with(".health_check.v3.HealthCheck"))
     })

@@ -99,7 +99,9 @@ impl Lan {
     /// to the LAN's bridge (its end `bridge_dev`).
     fn plug(&self, ns: &str, bridge_dev: &str, addr: Ipv4Addr) {
         let lan = &self.host.name;
-        ip(&["-n", ns, "link", "add", POD_DEV, "type", "veth", "peer", "name", bridge_dev, "netns", lan]);
+        ip(&[
+            "-n", ns, "link", "add", POD_DEV, "type", "veth", "peer", "name", bridge_dev, "netns", lan,
+        ]);
         ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", POD_DEV]);
         ip(&["-n", ns, "link", "set", POD_DEV, "up"]);
         ip(&["-n", lan, "link", "set", bridge_dev, "master", BRIDGE]);
