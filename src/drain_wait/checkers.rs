@@ -328,7 +328,7 @@ impl Checkers {
 
     fn try_record(&self, key: CheckerKey, now: Instant, ok: bool) -> Result<(), NotCounted> {
         let inner = &*self.inner;
-        if !inner.ranges.is_empty() && !inner.ranges.iter().any(|r| r.contains(&key.ip.to_canonical())) {
+        if !inner.ranges.is_empty() && !inner.ranges.iter().any(|r| r.contains(&key.ip)) {
             return Err(NotCounted::OutsideRanges);
         }
         let mut table = inner.table.lock().unwrap_or_else(|e| e.into_inner());
