@@ -15,6 +15,8 @@
 //!   drain's real [`crate::drain::EnvoyControl`].
 //! - [`inbound`]: new requests on the inbound listeners: the real
 //!   [`crate::drain_wait::Traffic`], for the drain wait.
+//! - [`listeners`]: Envoy's listeners read from its config dump (parsing
+//!   only).
 //! - [`version`]: Envoy's version, read once and logged, and why nothing
 //!   lifeguard sends depends on it.
 //!
@@ -26,6 +28,7 @@
 pub mod admin;
 pub mod counts;
 pub mod inbound;
+pub mod listeners;
 pub mod poller;
 pub mod process;
 pub mod readiness;
