@@ -24,13 +24,8 @@ cargo build --release --quiet --bin lifeguard --example bare-hyper
 
 # Ports 31500-31599, below the ephemeral range; refuse to run if taken.
 APP=31580; AGENT=31520; NOADMIN=31500
-for p in $APP $AGENT; do
-  if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "port $p is in use" >&2; exit 1; fi
-done
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
+. bench/lib.sh
+bench_start $APP $AGENT
 
 PROBES="{\"/app-health/app/readyz\":{\"httpGet\":{\"path\":\"/healthz/ready\",\"port\":$APP},\"timeoutSeconds\":1}}"
 taskset -c 0 target/release/examples/bare-hyper 127.0.0.1:$APP >"$work/app.log" 2>&1 & pids+=($!)

@@ -43,15 +43,9 @@ fi
 
 # Ports 31100-31199 (bench/load.sh has 31000-31099); refuse to run if taken.
 ADMIN=31100; STATUS=31121; AGENT=31120; INBOUND=31106; APP=31180; PROM=31190; BARE=31181; BASE=31122
-for p in $ADMIN $STATUS $AGENT $INBOUND $APP $PROM $BARE $BASE; do
-  if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "port $p is in use" >&2; exit 1; fi
-done
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
 . bench/lib.sh
+bench_start $ADMIN $STATUS $AGENT $INBOUND $APP $PROM $BARE $BASE
+
 remap_bootstrap "$work/envoy.yaml" $ADMIN $STATUS $AGENT $INBOUND $APP $PROM
 taskset -c 1 "$ENVOY" -c "$work/envoy.yaml" --disable-hot-restart -l error --concurrency 1 >"$work/envoy.log" 2>&1 & pids+=($!)
 declare -A PID URL
