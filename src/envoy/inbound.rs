@@ -58,6 +58,19 @@ const DYNAMIC_BATCH: usize = 32;
 /// After a dump that could not be read, the next try comes no sooner
 /// (then twice as long after each failure in a row, up to 80 s).
 const RETRY_LEARNING: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long after a failed learn to try again, after `failures` in a row:
+/// at the next read when Envoy's admin refused the connection (it is not
+/// listening yet: lifeguard starts before Envoy, and a drain may begin
+/// seconds later; a refused connection costs nothing), else
+/// [`RETRY_LEARNING`] doubled for each failure before, up to 80 s (Envoy
+/// answered, and will likely answer the same).
+fn retry_after(why: &LearnError, failures: u32) -> std::time::Duration {
+    match why {
+        LearnError::Admin(AdminError::Connect { .. }) => std::time::Duration::ZERO,
+        _ => RETRY_LEARNING * 2u32.pow(failures.min(3)),
+    }
+}
+
 /// The listener manager's counters of listener changes.
 const CHANGES: &str = r"listener_manager\.listener_(added|modified|removed)";
 
@@ -138,8 +151,10 @@ impl Inbound {
                 choose(&listeners, self.scope, &self.ignored_ports)
             }
             Err(why) => {
-                let wait = RETRY_LEARNING * 2u32.pow(self.failures.min(3));
-                self.failures += 1;
+                let wait = retry_after(&why, self.failures);
+                if !wait.is_zero() {
+                    self.failures += 1;
+                }
                 self.retry_at = Some(tokio::time::Instant::now() + wait);
                 (Counted::Every, every_words(&why.to_string()))
             }
@@ -641,6 +656,19 @@ listener_manager.listener_added: 4
             r"^(http\.(inbound_0\.0\.0\.0_8080)\.(downstream_rq_total|tracing\.health_check)|listener\.(\[__1\]_8443)\.downstream_cx_total|listener_manager\.listener_(added|modified|removed))$"
         );
         assert!(filter(&Counted::Every).starts_with(r"^(listener\.(.+)\."));
+    }
+
+    #[test]
+    fn a_refused_admin_is_tried_again_at_once_and_a_bad_dump_backs_off() {
+        use std::time::Duration;
+        let refused = LearnError::Admin(AdminError::Connect {
+            url: "http://127.0.0.1:1".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        });
+        let garbage = LearnError::Dump(dumped_listeners("not json").unwrap_err());
+        assert_eq!(retry_after(&refused, 5), Duration::ZERO);
+        let waits: Vec<u64> = (0..5).map(|n| retry_after(&garbage, n).as_secs()).collect();
+        assert_eq!(waits, [10, 20, 40, 80, 80]);
     }
 
     #[test]
