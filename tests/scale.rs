@@ -377,6 +377,12 @@ impl RssSampler {
 /// the figures are printed) while 1 and then 4 clients scrape at once, and
 /// while a client that stopped reading mid-body sits beside one that reads:
 /// the stalled one is let go, the other gets all of Envoy's series.
+/// A scrape budget as long as the client's own wait: the memory test
+/// bounds memory, not time (on a busy machine four 40 MB reads at once
+/// outlasted the default budget, and the answers came without Envoy's
+/// part).
+const BUDGET: (&str, &str) = ("X-Prometheus-Scrape-Timeout-Seconds", "55");
+
 #[test]
 fn memory_stays_bounded_whatever_envoys_size_and_a_stalled_scraper_stalls_no_one() {
     const CLUSTERS: usize = 3000;
@@ -400,15 +406,10 @@ fn memory_stays_bounded_whatever_envoys_size_and_a_stalled_scraper_stalls_no_one
         let scrapes: Vec<_> = (0..clients)
             .map(|i| {
                 thread::spawn(move || {
-                    // A budget as long as the client's own wait: this test
-                    // bounds memory, not time (on a busy machine four
-                    // 40 MB reads at once outlasted the default budget,
-                    // and the answers came without Envoy's part).
-                    let budget = ("X-Prometheus-Scrape-Timeout-Seconds", "55");
                     let headers: &[(&str, &str)] = if i % 2 == 1 {
-                        &[budget, ("Accept-Encoding", "gzip")]
+                        &[BUDGET, ("Accept-Encoding", "gzip")]
                     } else {
-                        &[budget]
+                        &[BUDGET]
                     };
                     get_with(agent, "/stats/prometheus", headers, Duration::from_secs(60)).unwrap()
                 })
@@ -440,14 +441,15 @@ fn memory_stays_bounded_whatever_envoys_size_and_a_stalled_scraper_stalls_no_one
     // A client that reads a little and then stops, beside one that reads.
     let sampler = RssSampler::start(pid);
     let mut stalled = TcpStream::connect(agent).unwrap();
-    stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // Generous: on a busy machine Envoy's 40 MB took seconds to start.
+    stalled.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     stalled
         .write_all(format!("GET /stats/prometheus HTTP/1.1\r\nHost: {agent}\r\n\r\n").as_bytes())
         .unwrap();
     let mut first = vec![0u8; 64 * 1024];
     stalled.read_exact(&mut first).unwrap();
     let started = Instant::now();
-    let other = get_with(agent, "/stats/prometheus", &[], Duration::from_secs(60)).unwrap();
+    let other = get_with(agent, "/stats/prometheus", &[BUDGET], Duration::from_secs(60)).unwrap();
     let took = started.elapsed();
     let peak = sampler.peak_kib();
     eprintln!(
@@ -460,7 +462,7 @@ fn memory_stays_bounded_whatever_envoys_size_and_a_stalled_scraper_stalls_no_one
         "peak {peak} KiB, idle {idle} KiB"
     );
     drop(stalled);
-    let scrape = get_with(agent, "/stats/prometheus", &[], Duration::from_secs(60)).unwrap();
+    let scrape = get_with(agent, "/stats/prometheus", &[BUDGET], Duration::from_secs(60)).unwrap();
     let slow = sample(
         &scrape.text(),
         r#"lifeguard_scrape_envoy_incomplete_total{reason="slow"}"#,
