@@ -98,7 +98,7 @@ pub type DumpedListener = (Option<String>, bool, Option<u16>, Vec<String>, Vec<S
 
 /// The listeners of a `/config_dump` answer, or why it is refused.
 pub fn inbound_dumped_listeners(body: &str) -> Result<Vec<DumpedListener>, Refused> {
-    let listeners = crate::envoy::inbound::dumped_listeners(body).map_err(Refused::of)?;
+    let listeners = crate::envoy::listeners::dumped_listeners(body).map_err(Refused::of)?;
     Ok(listeners
         .into_iter()
         .map(|l| (l.stat_name, l.inbound, l.port, l.http, l.tcp))
@@ -114,7 +114,8 @@ pub type Chosen = Option<[Vec<String>; 4]>;
 /// What is counted, and the words that say so.
 pub fn inbound_choose(listeners: &[DumpedListener], all: bool, ignored_ports: &[u16]) -> (Chosen, String) {
     use crate::drain::DrainScope;
-    use crate::envoy::inbound::{choose, Counted, Listener};
+    use crate::envoy::inbound::{choose, Counted};
+    use crate::envoy::listeners::Listener;
     let listeners: Vec<_> = listeners
         .iter()
         .map(|(stat_name, inbound, port, http, tcp)| Listener {

@@ -38,7 +38,7 @@ use crate::drain::{DrainScope, PACE};
 use crate::drain_wait::{Arrivals, Traffic, TrafficError, READ_EVERY};
 use crate::envoy::admin::{AdminClient, AdminError, Endpoint};
 use crate::envoy::counts::{control_error, CountsReader};
-pub(crate) use crate::envoy::listeners::{dumped_listeners, DumpError, Listener};
+use crate::envoy::listeners::{dumped_listeners, DumpError, Listener};
 use crate::envoy::stats::{lines, Value};
 use crate::url::query_encode;
 
