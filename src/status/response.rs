@@ -71,11 +71,32 @@ impl hyper::body::Body for Body {
     }
 }
 
-/// The future of one response: ready at once for every route but the two
-/// that wait on the drain.
+/// The future of one response: ready at once for every route but the
+/// few that wait (on the drain, the drain wait or an app probe). The
+/// request counts as served on its connection until the response's body
+/// is dropped: a ready answer carries its mark in its body from the start
+/// (no second future around it, nothing moved again on the probe's path);
+/// a waiting one, beside its future until the answer is out.
 pub enum ResponseFuture {
     Ready(Option<Response<Body>>),
-    Waiting(Pin<Box<dyn Future<Output = Response<Body>> + Send>>),
+    Waiting(Pin<Box<dyn Future<Output = Response<Body>> + Send>>, Option<Served>),
+}
+
+impl ResponseFuture {
+    /// A waiting answer (not yet counted as served on a connection).
+    pub(crate) fn waiting(fut: impl Future<Output = Response<Body>> + Send + 'static) -> Self {
+        ResponseFuture::Waiting(Box::pin(fut), None)
+    }
+
+    /// Counts the request as served on its connection (`served`) until
+    /// the response's body is dropped.
+    pub(crate) fn track(&mut self, served: Served) {
+        match self {
+            ResponseFuture::Ready(Some(response)) => response.body_mut().served = Some(served),
+            ResponseFuture::Ready(None) => {}
+            ResponseFuture::Waiting(_, slot) => *slot = Some(served),
+        }
+    }
 }
 
 impl Future for ResponseFuture {
@@ -84,34 +105,10 @@ impl Future for ResponseFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             ResponseFuture::Ready(response) => Poll::Ready(Ok(response.take().expect("polled after completion"))),
-            ResponseFuture::Waiting(fut) => fut.as_mut().poll(cx).map(Ok),
+            ResponseFuture::Waiting(fut, served) => fut.as_mut().poll(cx).map(|mut response| {
+                response.body_mut().served = served.take();
+                Ok(response)
+            }),
         }
-    }
-}
-
-/// A response future whose request counts as served on its connection
-/// until the response's body is dropped.
-pub struct Tracked {
-    response: ResponseFuture,
-    served: Option<Served>,
-}
-
-impl Tracked {
-    pub(crate) fn new(response: ResponseFuture, served: Option<Served>) -> Tracked {
-        Tracked { response, served }
-    }
-}
-
-impl Future for Tracked {
-    type Output = Result<Response<Body>, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        Pin::new(&mut this.response).poll(cx).map(|answer| {
-            answer.map(|mut response| {
-                response.body_mut().served = this.served.take();
-                response
-            })
-        })
     }
 }

@@ -422,11 +422,11 @@ fn drain_wait<B>(wait: &DrainWait, caller: &Caller, req: Request<B>) -> Response
         }
     };
     let wait = wait.clone();
-    ResponseFuture::Waiting(Box::pin(async move {
+    ResponseFuture::waiting(async move {
         let end = wait.wait(timeout).await;
         drop(held);
         respond(headers, &method, (StatusCode::OK, Bytes::from(end.line + "\n")))
-    }))
+    })
 }
 
 /// A drain wait's `timeout` that is no Go duration.
@@ -493,7 +493,7 @@ impl Control {
             return finish(headers, &Method::POST, (StatusCode::FORBIDDEN, forbidden));
         }
         let drain = self.drain.clone();
-        ResponseFuture::Waiting(Box::pin(async move {
+        ResponseFuture::waiting(async move {
             let (status, drained) = match (quit, nowait) {
                 (true, _) => {
                     let answer = match drain.quit().await {
@@ -513,7 +513,7 @@ impl Control {
                 None => stopping(),
             };
             respond(headers, &Method::POST, answer)
-        }))
+        })
     }
 }
 
@@ -525,10 +525,10 @@ fn app_probe<B>(prober: &AppProber, mut req: Request<B>) -> ResponseFuture {
     let method = req.method().clone();
     let request = std::mem::take(req.headers_mut());
     let prober = prober.clone();
-    ResponseFuture::Waiting(Box::pin(async move {
+    ResponseFuture::waiting(async move {
         let answer = prober.answer(&path, &request).await;
         respond(HeaderMap::new(), &method, answer)
-    }))
+    })
 }
 
 /// A scrape's body that tells the linger the scrape was served once its
@@ -563,7 +563,12 @@ fn respond(mut headers: HeaderMap, method: &Method, (status, body): (StatusCode,
     let body = if method == Method::HEAD { Bytes::new() } else { body };
     let mut response = Response::new(Body::full(body));
     *response.status_mut() = status;
-    *response.headers_mut() = headers;
+    let fresh = std::mem::replace(response.headers_mut(), headers);
+    // `Response::new`'s map holds no memory: forgetting it frees nothing,
+    // and spares the probe's path a drop that calls out four times.
+    if fresh.capacity() == 0 {
+        std::mem::forget(fresh);
+    }
     response
 }
 

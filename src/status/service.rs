@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 
 use super::connections::Activity;
-pub use super::response::{Body, ResponseFuture, Tracked};
+pub use super::response::{Body, ResponseFuture};
 pub use super::routes::RoutesBuilder;
 use super::routes::{Caller, Routes};
 use crate::envoy::readiness::Readiness;
@@ -71,9 +71,12 @@ impl StatusService {
     }
 
     /// One request, served on its connection until its answer is out.
-    fn tracked<B>(&self, req: Request<B>) -> Tracked {
-        let served = self.activity.as_ref().map(Activity::begin);
-        Tracked::new(self.routes.answer(&self.caller, req), served)
+    fn tracked<B>(&self, req: Request<B>) -> ResponseFuture {
+        let mut answer = self.routes.answer(&self.caller, req);
+        if let Some(activity) = &self.activity {
+            answer.track(activity.begin());
+        }
+        answer
     }
 }
 
@@ -91,7 +94,7 @@ impl RoutesBuilder {
 impl<B> tower::Service<Request<B>> for StatusService {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Tracked;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
@@ -107,7 +110,7 @@ impl<B> tower::Service<Request<B>> for StatusService {
 impl hyper::service::Service<Request<Incoming>> for StatusService {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Tracked;
+    type Future = ResponseFuture;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         self.tracked(req)
