@@ -13,7 +13,7 @@ use super::plan::{DrainUntil, Plan};
 use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Work};
 use super::status::{Outcome, Phase, Status};
-use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, LAST_READ_TIMEOUT, WARN_EVERY};
+use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use crate::duration::GoDuration;
 use crate::logging::Throttle;
 
@@ -316,7 +316,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             let read_timeout = plan
                 .admin_timeout
                 .min(deadline.saturating_duration_since(Instant::now()))
-                .max(LAST_READ_TIMEOUT.min(plan.admin_timeout));
+                .max(plan.last_read_timeout());
             let read_started = Instant::now();
             let (envoy_read, took, app_read) = self.read_once(read_timeout).await?;
             if envoy_read.is_ok() {

@@ -8,6 +8,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::ports::Active;
+use super::LAST_READ_TIMEOUT;
 use crate::duration::GoDuration;
 
 /// The drain's settings (`Settings::drain_plan` in [`crate::config`]).
@@ -49,6 +50,18 @@ impl Plan {
             shutdown_margin: Duration::from_secs(2),
             poll_interval: Duration::from_secs(1),
         }
+    }
+
+    /// The timeout of a drain read at (or past) the deadline, the read that
+    /// says what Envoy is stopped with: a quarter of the shutdown margin
+    /// (the rest is Envoy's to exit in), at least [`LAST_READ_TIMEOUT`], at
+    /// most one admin call's timeout. 100 ms alone was too short on a busy
+    /// machine: the read came back unknown, and so did what Envoy was
+    /// stopped with.
+    pub(crate) fn last_read_timeout(&self) -> Duration {
+        (self.shutdown_margin / 4)
+            .max(LAST_READ_TIMEOUT)
+            .min(self.admin_timeout)
     }
 
     /// What the drain waits for, in words.

@@ -915,3 +915,38 @@ async fn a_signal_behind_a_full_queue_of_drain_requests_is_not_dropped() {
         let _ = flood.await;
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_read_at_a_stop_past_the_deadline_gets_a_quarter_of_the_shutdown_margin() {
+    // `POST /drain` at 0 s; one connection stays; the 3 s deadline cuts
+    // the drain and Envoy keeps running; SIGTERM comes at 4 s, when
+    // Envoy's admin takes 200 ms a read (a busy machine). The read gets a
+    // quarter of the 1 s margin, so what Envoy is stopped with is known.
+    let envoy = FakeEnvoy::new(true, |t| {
+        let delay = if t >= secs(4.0) { 200 } else { 2 };
+        (Duration::from_millis(delay), conns(1).1)
+    });
+    let mut p = plan(DrainUntil::Connections);
+    (p.minimum_drain_duration, p.drain_deadline, p.shutdown_margin) = (secs(0.5), secs(3.0), secs(1.0));
+    assert_eq!(p.last_read_timeout(), secs(0.25));
+    let (task, handle) = start(p, &envoy);
+    handle.begin().await.expect("the drain began");
+    at(&envoy, 4.0).await;
+    assert_eq!(handle.status().phase, Phase::Drained);
+    handle.signal("SIGTERM").await;
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
+    assert_eq!(handle.status().left_at_stop, Some(1));
+    assert_between(envoy.stops()[0], 4.2, 4.21);
+}
+
+#[test]
+fn the_last_read_gets_a_quarter_of_the_margin_within_its_floor_and_an_admin_call() {
+    let mut p = plan(DrainUntil::Connections);
+    p.shutdown_margin = secs(2.0);
+    assert_eq!(p.last_read_timeout(), secs(0.5));
+    p.shutdown_margin = secs(0.2);
+    assert_eq!(p.last_read_timeout(), Duration::from_millis(100), "the floor");
+    (p.shutdown_margin, p.admin_timeout) = (secs(30.0), secs(1.0));
+    assert_eq!(p.last_read_timeout(), secs(1.0), "one admin call at most");
+}
