@@ -312,6 +312,12 @@ impl Activity {
         Served(self.clone())
     }
 
+    /// Requests begun and not yet answered in full.
+    #[cfg(test)]
+    pub(crate) fn serving(&self) -> u32 {
+        self.0.serving.load(Ordering::Relaxed)
+    }
+
     /// How long the connection may stay as it is before it has been idle
     /// for `limit`: `limit` while it serves a request, zero once it has
     /// been idle that long.

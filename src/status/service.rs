@@ -336,6 +336,37 @@ mod tests {
     }
 
     #[test]
+    fn a_request_counts_as_served_until_its_answers_body_is_dropped() {
+        use std::future::Future;
+        use std::pin::Pin;
+        use std::task::Waker;
+        let (svc, _r, _drain) = with_drain();
+        let activity = Activity::new();
+        let conn = svc
+            .service()
+            .for_connection("127.0.0.1:40000".parse().unwrap(), activity.clone());
+        let req = |method: Method, path: &str| Request::builder().method(method).uri(path).body(()).unwrap();
+        // A ready answer: served from the call until its body is dropped
+        // (hyper drops it once the last byte is written).
+        let mut ready = conn.tracked(req(Method::GET, "/healthz/ready"));
+        assert_eq!(activity.serving(), 1);
+        let Poll::Ready(Ok(response)) = Pin::new(&mut ready).poll(&mut Context::from_waker(Waker::noop())) else {
+            panic!("the probe answers at once");
+        };
+        drop(ready);
+        assert_eq!(activity.serving(), 1, "its body is still to be written");
+        drop(response);
+        assert_eq!(activity.serving(), 0);
+        // A waiting answer (POST /drain; the drain is not running, so it
+        // never answers): served while it waits, done once dropped.
+        let waiting = conn.tracked(req(Method::POST, "/drain"));
+        assert!(matches!(waiting, ResponseFuture::Waiting(..)));
+        assert_eq!(activity.serving(), 1);
+        drop(waiting);
+        assert_eq!(activity.serving(), 0);
+    }
+
+    #[test]
     fn loopback_peers() {
         for (addr, want) in [
             ("127.0.0.1:1", true),
