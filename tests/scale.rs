@@ -370,6 +370,12 @@ impl RssSampler {
     }
 }
 
+/// A scrape budget as long as the client's own wait: the memory test
+/// bounds memory, not time (on a busy machine four 40 MB reads at once
+/// outlasted the default budget, and the answers came without Envoy's
+/// part).
+const BUDGET: (&str, &str) = ("X-Prometheus-Scrape-Timeout-Seconds", "55");
+
 /// The bound a user relies on: lifeguard's memory does not follow Envoy's
 /// size. A 3,000-cluster Envoy sends about 40 MB of metrics; lifeguard,
 /// which holds at most a window of it per read (4 MiB, and 1 MiB of its
@@ -377,12 +383,6 @@ impl RssSampler {
 /// the figures are printed) while 1 and then 4 clients scrape at once, and
 /// while a client that stopped reading mid-body sits beside one that reads:
 /// the stalled one is let go, the other gets all of Envoy's series.
-/// A scrape budget as long as the client's own wait: the memory test
-/// bounds memory, not time (on a busy machine four 40 MB reads at once
-/// outlasted the default budget, and the answers came without Envoy's
-/// part).
-const BUDGET: (&str, &str) = ("X-Prometheus-Scrape-Timeout-Seconds", "55");
-
 #[test]
 fn memory_stays_bounded_whatever_envoys_size_and_a_stalled_scraper_stalls_no_one() {
     const CLUSTERS: usize = 3000;
