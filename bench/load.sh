@@ -51,19 +51,11 @@ ADMIN=31000; STATUS=31021; AGENT=31020; INBOUND=31006; APP=31080; PROM=31090; BA
 SERVERS="lifeguard bare-hyper nginx"
 [ -n "${BASELINE:-}" ] && SERVERS="$SERVERS baseline"
 if command -v go >/dev/null 2>&1; then SERVERS="$SERVERS go"; else echo "bench/load.sh: no Go: the Go net/http stand-in is skipped" >&2; fi
-for p in $ADMIN $STATUS $AGENT $INBOUND $PROM $BARE $NGX $BASE $GO; do
-  if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "port $p is in use" >&2; exit 1; fi
-done
-
-work=$(mktemp -d)
-pids=()
+. bench/lib.sh
+bench_start $ADMIN $STATUS $AGENT $INBOUND $PROM $BARE $NGX $BASE $GO
 if [[ " $SERVERS " == *" go "* ]]; then
   (cd bench/go_http && GO111MODULE=off go build -o "$work/go-http" main.go)
 fi
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-. bench/lib.sh
 remap_bootstrap "$work/envoy.yaml" $ADMIN $STATUS $AGENT $INBOUND $APP $PROM
 sed -e "s#PREFIX#$work#g" -e "s/PORT/$NGX/" bench/nginx.conf > "$work/nginx.conf"
 

@@ -26,8 +26,8 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="probe" and m.get("executable"): print(m["executable"])' | tail -1)
 [ -x "$BENCH" ] || { echo "bench/probe_count.sh: the probe bench did not build" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. bench/lib.sh
+bench_start
 
 cases=(probe_service_ready probe_service_not_ready probe_service_ready_lb_checker probe_hyper_duplex_keepalive)
 
