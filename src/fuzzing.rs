@@ -476,6 +476,8 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
             min_quiet_period: Duration::from_secs(1),
             checker_timeout: Duration::from_secs(20),
             drain_deadline: Duration::from_millis(1),
+            grace_period: Duration::from_millis(1) + Duration::from_secs(2),
+            shutdown_margin: Duration::from_secs(2),
             app_time: Duration::ZERO,
         };
         let (rotation, publish) = crate::drain_wait::DrainWait::new(&plan, crate::drain_wait::Checkers::default());

@@ -186,6 +186,8 @@ impl Options {
                 min_quiet_period: settings.drain_wait_min_quiet_period,
                 checker_timeout: settings.drain_wait_checker_timeout,
                 drain_deadline: settings.drain_deadline(),
+                grace_period: settings.termination_grace_period,
+                shutdown_margin: settings.shutdown_margin,
                 app_time: DrainWaitPlan::app_time_of(settings.drain_wait_app_time, settings.drain_deadline()),
             },
         }
@@ -195,6 +197,8 @@ impl Options {
     pub(crate) fn plan(settings: &Settings, drain_until: DrainUntil) -> Plan {
         Plan {
             drain_until,
+            gateway_without_app: drain_until == DrainUntil::AppExit && !settings.drain_until_given,
+            scope: settings.drain_scope,
             drain_delay: settings.drain_delay,
             readiness_fail_delay: settings.readiness_fail_delay,
             termination_drain_duration: settings.termination_drain_duration,
@@ -247,12 +251,13 @@ pub(crate) async fn run(
     let local = server.local_addr().expect("a bound listener has an address");
     let (envoy_drain, scope) = (settings.envoy_drain(), settings.drain_scope);
     let ignored = settings.ignore_listener_ports.clone();
-    let envoy = Envoy::start(envoy_command, envoy_drain, admin.clone(), ignored.clone(), scope)?;
+    let envoy = Envoy::start(envoy_command, envoy_drain, admin.clone(), ignored.clone())?;
     let inbound = Inbound::new(admin.clone(), envoy.counts(), scope, ignored);
     // Children lifeguard waits for itself: never reaped as orphans.
     let own_children: Vec<i32> = envoy.pid().map(|p| p as i32).into_iter().collect();
     let (app, drain_until) = app_watcher(&settings, local.port(), envoy.pid());
     let plan = Options::plan(&settings, drain_until);
+    let look_for_app = plan.gateway_without_app.then(|| app.clone());
     let (drain, handle) = Drain::new(plan, envoy, app);
     let readiness = Readiness::new(stale_after, handle.watch());
     let heartbeat = Heartbeat::default();
@@ -260,6 +265,7 @@ pub(crate) async fn run(
     let scraper = scraper(&settings, &metrics, &readiness, &admin, &handle, &heartbeat, &shutdown);
     let checkers = Checkers::new(settings.drain_wait_checker_ranges.clone(), metrics.probes_not_counted());
     let (wait, drain_wait_task) = drain_wait(wait_plan, inbound, checkers, &handle, &metrics, &shutdown);
+    let drain = drain.with_rotation(wait.clone());
     let service = StatusService::builder(readiness.clone())
         .drain(handle.clone())
         .drain_wait(wait)
@@ -274,6 +280,7 @@ pub(crate) async fn run(
     let message_path = settings.termination_message_path.resolve();
     log_start(&settings, local, drain_until, message_path.as_deref());
     let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));
+    let (handle_watch, shutdown_look) = (handle.watch(), shutdown.clone());
     let envoy_version = version::log_once(admin.clone(), settings.startup_poll_interval, shutdown.clone());
     let tasks = [
         tokio::spawn(server.serve(service, shutdown.clone())),
@@ -288,6 +295,11 @@ pub(crate) async fn run(
         )),
         tokio::spawn(signals.forward(handle.clone(), own_children, shutdown.clone())),
         drain_wait_task,
+        tokio::spawn(async move {
+            if let Some(app) = look_for_app {
+                crate::pod::app::look_for_app(app, handle_watch, shutdown_look).await;
+            }
+        }),
     ];
     let outcome = drain.run().await;
     crate::exit::conclude(

@@ -143,9 +143,13 @@ pub(crate) struct Settings {
     pub(crate) minimum_drain_duration: Duration,
 
     /// What the drain waits for: app-exit (Envoy idle and the app gone),
-    /// time (fixed), connections or requests (zero active). When not given:
-    /// connections if --exit-on-zero-active-connections is true, time if
-    /// --termination-drain-duration is given, app-exit otherwise.
+    /// out-of-rotation (a gateway: every load balancer has taken the pod
+    /// out, then no request in flight), time (fixed), connections or
+    /// requests (zero active). When not given: connections if
+    /// --exit-on-zero-active-connections is true, time if
+    /// --termination-drain-duration is given, out-of-rotation with
+    /// --drain-scope all, app-exit otherwise (and out-of-rotation when the
+    /// drain begins in a pod where no app was ever seen).
     #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT", default_value = "app-exit")]
     pub(crate) drain_until: DrainUntil,
     /// Envoy's `--drain-time-s`, added to Envoy's command line unless it
@@ -380,6 +384,9 @@ impl Settings {
                 self.drain_until = DrainUntil::Connections;
             } else if named("termination_drain_duration").1 != Source::Default {
                 self.drain_until = DrainUntil::Time;
+            } else if self.drain_scope == DrainScope::All {
+                // A gateway: no app to wait for.
+                self.drain_until = DrainUntil::OutOfRotation;
             }
         }
         self.ignore_listener_ports.extend(ALWAYS_IGNORED_PORTS);

@@ -9,9 +9,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep_until, Instant};
 
 use super::handle::{DrainHandle, Event};
-use super::plan::{DrainUntil, Plan};
+use super::plan::{DrainScope, DrainUntil, Plan};
 use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
-use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Work};
+use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
 use super::status::{Outcome, Phase, Status};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use crate::duration::GoDuration;
@@ -52,12 +52,16 @@ enum Interrupt {
     Quit,
 }
 
-/// The drain state machine. Build it with [`Drain::new`], run it with
+/// The drain state machine. Build it with [`Drain::new`] (and, for the
+/// `out-of-rotation` policy, [`Drain::with_rotation`]), run it with
 /// [`Drain::run`].
-pub(crate) struct Drain<E, A = ()> {
+pub(crate) struct Drain<E, A = (), R = ()> {
     plan: Plan,
     envoy: E,
     app: A,
+    rotation: R,
+    /// Whether the drain's reads look at the app (decided when it begins).
+    watch_app: bool,
     inbox: Inbox,
     started: Option<Instant>,
 }
@@ -96,12 +100,32 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             plan,
             envoy,
             app,
+            rotation: (),
+            watch_app: false,
             inbox,
             started: None,
         };
         (drain, handle)
     }
+}
 
+impl<E, A, R> Drain<E, A, R> {
+    /// The same machine, waiting on `rotation` under the `out-of-rotation`
+    /// policy.
+    pub(crate) fn with_rotation<R2: Rotation>(self, rotation: R2) -> Drain<E, A, R2> {
+        Drain {
+            plan: self.plan,
+            envoy: self.envoy,
+            app: self.app,
+            rotation,
+            watch_app: self.watch_app,
+            inbox: self.inbox,
+            started: self.started,
+        }
+    }
+}
+
+impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// Runs until Envoy has stopped (or exited on its own).
     pub(crate) async fn run(mut self) -> Outcome {
         let trigger = loop {
@@ -144,6 +168,15 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         let deadline = started
             .checked_add(self.plan.drain_deadline)
             .unwrap_or_else(|| started + Duration::from_secs(86400 * 365));
+        self.resolve_policy().await;
+        let gateway = self.plan.drain_until == DrainUntil::OutOfRotation;
+        // After the delays: Envoy drains, or (out-of-rotation) serves until
+        // the load balancers have let go.
+        let waiting = if gateway {
+            Phase::LeavingRotation
+        } else {
+            Phase::Draining
+        };
         // 1. Readiness derives from the phase: publishing it is the 503
         // (after the readiness-fail delay, when there is one).
         let now_unix = crate::duration::unix_now();
@@ -152,10 +185,13 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         let first = match (delay.is_zero(), fail_delay.is_zero()) {
             (false, _) => Phase::Delaying,
             (true, false) => Phase::DrainingReady,
-            (true, true) => Phase::Draining,
+            (true, true) => waiting,
         };
+        let (policy, waiting_for) = (self.plan.drain_until, self.plan.waiting_for());
         self.inbox.publish(|s| {
             s.phase = first;
+            s.policy = policy;
+            s.waiting_for = waiting_for;
             s.trigger = Some(trigger);
             s.started_at = Some(now_unix);
             s.deadline = Some(now_unix + self.plan.drain_deadline.as_secs_f64());
@@ -178,24 +214,27 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             self.inbox
                 .race(&self.envoy, sleep_until(deadline.min(started + delay)))
                 .await?;
-            self.inbox.publish(|s| s.phase = Phase::Draining);
+            self.inbox.publish(|s| s.phase = waiting);
         }
 
-        // 3. Envoy drains its inbound listeners; readiness fails after the
-        // readiness-fail delay.
+        // 3. Envoy drains its listeners; readiness fails after the
+        // readiness-fail delay. Out of rotation: Envoy serves as before
+        // until the load balancers have let go, and only then drains.
+        let mut held = None;
+        if gateway {
+            self.fail_readiness_after(fail_delay, Instant::now(), deadline).await?;
+            held = self.wait_for_rotation(deadline).await?;
+            self.inbox.publish(|s| s.phase = Phase::Draining);
+        }
         self.drain_listeners(deadline).await?;
         let drain_began = Instant::now();
-        if !fail_delay.is_zero() {
-            self.inbox
-                .race(&self.envoy, sleep_until(deadline.min(drain_began + fail_delay)))
-                .await?;
-            self.inbox.publish(|s| s.phase = Phase::Draining);
-            tracing::info!("the readiness-fail delay is over: readiness is 503");
+        if !gateway {
+            self.fail_readiness_after(fail_delay, drain_began, deadline).await?;
         }
 
         // 4. The policy.
         let (mut left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
-        let mut cut = !satisfied;
+        let mut cut = !satisfied || held.is_some();
         let keep_running = self.publish_drained(cut, started);
 
         // After `POST /drain`, Envoy keeps running until a signal. What it
@@ -206,11 +245,90 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             self.inbox.wait_for_signal(&self.envoy).await?;
             self.inbox.publish(|s| s.phase = Phase::Draining);
             let (now_left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
-            (left, cut) = (now_left, !satisfied);
+            (left, cut) = (now_left, !satisfied || held.is_some());
         }
 
         // 5. Stop Envoy.
         Ok(self.stop_and_conclude(left, cut, started).await)
+    }
+
+    /// The default policy in a pod whose only container is the proxy: no
+    /// socket or process of an app was ever seen, nor is one now (a last
+    /// look, for a pod deleted before the app was first seen). Such a pod
+    /// is a gateway: it drains until out of rotation, every listener. Also
+    /// decides whether the drain's reads look at the app.
+    async fn resolve_policy(&mut self) {
+        let plan = &mut self.plan;
+        if plan.drain_until == DrainUntil::AppExit && plan.gateway_without_app && !self.app.ever_seen() {
+            let look = tokio::time::timeout(plan.admin_timeout, self.app.work()).await;
+            let nothing = matches!(&look, Ok(Ok(work)) if work.is_done());
+            if nothing && !self.app.ever_seen() {
+                tracing::info!(
+                    "no socket or process of an app was ever seen in the pod: its only container is the proxy \
+                     (a gateway), which drains until out of rotation"
+                );
+                (plan.drain_until, plan.scope) = (DrainUntil::OutOfRotation, DrainScope::All);
+                self.watch_app = true;
+                return;
+            }
+        }
+        self.watch_app = plan.drain_until == DrainUntil::AppExit;
+    }
+
+    /// Readiness answers as Envoy does for `fail_delay` after `from`, then
+    /// fails (the phase says which).
+    async fn fail_readiness_after(
+        &mut self,
+        fail_delay: Duration,
+        from: Instant,
+        deadline: Instant,
+    ) -> Result<(), Interrupt> {
+        if fail_delay.is_zero() {
+            return Ok(());
+        }
+        self.inbox
+            .race(&self.envoy, sleep_until(deadline.min(from + fail_delay)))
+            .await?;
+        let phase = match self.plan.drain_until {
+            DrainUntil::OutOfRotation => Phase::LeavingRotation,
+            _ => Phase::Draining,
+        };
+        self.inbox.publish(|s| s.phase = phase);
+        tracing::info!("the readiness-fail delay is over: readiness is 503");
+        Ok(())
+    }
+
+    /// Out of rotation: waits for the drain wait's verdict while Envoy
+    /// serves, or the deadline. What still held it when it did not come
+    /// (None: out of rotation).
+    async fn wait_for_rotation(&mut self, deadline: Instant) -> Result<Option<String>, Interrupt> {
+        let (inbox, envoy, rotation) = (&mut self.inbox, &self.envoy, &self.rotation);
+        let verdict = async {
+            tokio::select! {
+                verdict = rotation.verdict() => verdict,
+                _ = sleep_until(deadline) => Verdict::NotOut("the drain wait's verdict, by the deadline".to_owned()),
+            }
+        };
+        let verdict = inbox.race(envoy, verdict).await?;
+        let took = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        match verdict {
+            Verdict::Out(why) => {
+                tracing::info!(
+                    took = %GoDuration(Duration::from_millis((took * 1000.0) as u64)),
+                    "out of rotation ({why}): Envoy closes its connections at a request boundary, and stops once no request is in flight"
+                );
+                self.inbox.publish(|s| s.out_of_rotation_after_seconds = Some(took));
+                Ok(None)
+            }
+            Verdict::NotOut(waiting) => {
+                tracing::warn!(
+                    "NOT out of rotation by the wait's bound (was waiting for {waiting}): Envoy closes its connections and stops; \
+                     requests the load balancers still send are lost"
+                );
+                self.inbox.publish(|s| s.held_by = Some(waiting.clone()));
+                Ok(Some(waiting))
+            }
+        }
     }
 
     /// The policy is satisfied or the deadline came: publishes it and
@@ -252,13 +370,17 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             return Outcome::Unfinished { left: n, exit };
         }
         if cut {
+            let why = match self.inbox.status.borrow().held_by {
+                Some(_) => "the load balancers had not taken the pod out",
+                None => "the deadline cut the drain",
+            };
             match left {
                 Some(n) => tracing::warn!(
                     left = n,
                     counting = self.plan.counted_in_all(),
-                    "the deadline cut the drain: Envoy stopped with {n} still active"
+                    "{why}: Envoy stopped with {n} still active"
                 ),
-                None => tracing::warn!("the deadline cut the drain; the active count was unknown"),
+                None => tracing::warn!("{why}; the active count was unknown"),
             }
             Outcome::Cut { left, exit }
         } else {
@@ -270,17 +392,17 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     /// Starts Envoy's graceful drain, retried within the deadline. A failure
     /// is logged; the drain goes on.
     async fn drain_listeners(&mut self, deadline: Instant) -> Result<(), Interrupt> {
-        let skip_exit = !self.inbox.stop_requested;
+        let (skip_exit, scope) = (!self.inbox.stop_requested, self.plan.scope);
         for attempt in 1..=DRAIN_CALL_TRIES {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 tracing::warn!("the deadline came before Envoy's drain could start");
                 return Ok(());
             }
-            let call = tokio::time::timeout(left.min(self.plan.admin_timeout), self.envoy.drain_listeners(skip_exit));
+            let call = tokio::time::timeout(left.min(self.plan.admin_timeout), self.envoy.drain_listeners(scope, skip_exit));
             match self.inbox.race(&self.envoy, call).await? {
                 Ok(Ok(())) => {
-                    tracing::info!(skip_exit, "Envoy is draining its inbound listeners");
+                    tracing::info!(skip_exit, %scope, "Envoy is draining its listeners");
                     return Ok(());
                 }
                 Ok(Err(e)) => tracing::warn!(attempt, error = %e, "drain_listeners failed"),
@@ -374,7 +496,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
         &mut self,
         timeout: Duration,
     ) -> Result<(Timed<Active>, Duration, Option<Timed<Work, A::Error>>), Interrupt> {
-        let watch_app = self.plan.drain_until == DrainUntil::AppExit;
+        let watch_app = self.watch_app;
         let (envoy, app) = (&self.envoy, &self.app);
         let envoy_read = async {
             let started = Instant::now();

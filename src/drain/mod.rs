@@ -22,6 +22,11 @@
 //! 5. Envoy is stopped gracefully. One deadline (grace period less the
 //!    shutdown margin, counted from the start of the drain) bounds steps 2–4.
 //!
+//! Under `out-of-rotation` (a gateway: no app to wait for), Envoy serves
+//! as before between steps 2 and 3 until the drain wait's verdict (every
+//! load balancer has taken the pod out, no new request for the quiet
+//! period), then drains and stops once no request is in flight.
+//!
 //! `POST /drain` runs steps 1–4 with `skip_exit` and answers when the policy
 //! is satisfied; Envoy keeps running until a signal, which then stops it at
 //! once. Every wait ends early when Envoy exits on its own.
@@ -43,7 +48,7 @@ pub(crate) use machine::Drain;
 pub use plan::DrainUntil;
 pub(crate) use plan::{DrainScope, Plan};
 pub use ports::Active;
-pub(crate) use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Work};
+pub(crate) use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
 pub(crate) use status::Outcome;
 pub use status::{Phase, Status};
 

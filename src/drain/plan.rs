@@ -15,6 +15,12 @@ use crate::duration::GoDuration;
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
     pub(crate) drain_until: DrainUntil,
+    /// `app-exit` by default (not asked for): a pod in which no socket or
+    /// process of an app was ever seen when the drain begins is a pod whose
+    /// only container is the proxy (a gateway), and drains `out-of-rotation`.
+    pub(crate) gateway_without_app: bool,
+    /// Which listeners Envoy drains.
+    pub(crate) scope: DrainScope,
     /// Pause between readiness turning 503 and Envoy's drain.
     pub(crate) drain_delay: Duration,
     /// Time readiness keeps answering as Envoy does once Envoy's drain has
@@ -41,6 +47,8 @@ impl Plan {
     pub(crate) fn for_status_tests() -> Plan {
         Plan {
             drain_until: DrainUntil::Time,
+            gateway_without_app: false,
+            scope: DrainScope::Inbound,
             drain_delay: Duration::ZERO,
             readiness_fail_delay: Duration::ZERO,
             termination_drain_duration: Duration::from_secs(5),
@@ -72,6 +80,9 @@ impl Plan {
                 "no request in Envoy and no socket or process of the app, after at least {}",
                 GoDuration(self.minimum_drain_duration)
             ),
+            DrainUntil::OutOfRotation => {
+                "the load balancers to take the pod out (the drain wait's verdict), then no request in Envoy".to_owned()
+            }
             until => format!(
                 "zero active {until}, after at least {}",
                 GoDuration(self.minimum_drain_duration)
@@ -85,7 +96,7 @@ impl Plan {
         match self.drain_until {
             DrainUntil::Connections => "connections",
             DrainUntil::Requests => "requests",
-            DrainUntil::Time | DrainUntil::AppExit => "requests in flight",
+            DrainUntil::Time | DrainUntil::AppExit | DrainUntil::OutOfRotation => "requests in flight",
         }
     }
 
@@ -102,7 +113,7 @@ impl Plan {
         match self.drain_until {
             DrainUntil::Connections => active.connections,
             DrainUntil::Requests => active.requests,
-            DrainUntil::Time | DrainUntil::AppExit => active.work(),
+            DrainUntil::Time | DrainUntil::AppExit | DrainUntil::OutOfRotation => active.work(),
         }
     }
 }
@@ -123,6 +134,13 @@ pub enum DrainUntil {
     /// no socket, and with a shared process namespace no process.
     #[serde(rename = "app-exit")]
     AppExit,
+    /// For a pod whose only container is the proxy (an ingress gateway):
+    /// Envoy serves as before until every load balancer has taken the pod
+    /// out and no new request came for the quiet period (the drain wait's
+    /// verdict), then closes its connections at a request boundary and
+    /// stops once no request is in flight.
+    #[serde(rename = "out-of-rotation")]
+    OutOfRotation,
 }
 
 crate::display_as_value!(DrainUntil);

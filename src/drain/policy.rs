@@ -82,6 +82,8 @@ impl DoneRule {
     pub(crate) fn new(plan: &Plan, drain_began: Instant) -> Self {
         let (period, min_end) = match plan.drain_until {
             DrainUntil::Time => (plan.poll_interval, drain_began + plan.termination_drain_duration),
+            // The load balancers' verdict came before: no floor.
+            DrainUntil::OutOfRotation => (ZERO_POLL_INTERVAL, drain_began),
             _ => (ZERO_POLL_INTERVAL, drain_began + plan.minimum_drain_duration),
         };
         Self {
@@ -126,7 +128,10 @@ impl DoneRule {
             // when nothing was seen for APP_QUIET. An app already gone when
             // the drain began needs no minimum: every new request fails
             // anyway, and the pod's other containers wait on Envoy.
-            DrainUntil::AppExit => {
+            // Out of rotation: the load balancers have let go; what is in
+            // flight ends (and, where the app is watched, nothing of it
+            // shows), as for app-exit, with no floor.
+            DrainUntil::AppExit | DrainUntil::OutOfRotation => {
                 let quiet = self.zero_since.is_some_and(|t| now.duration_since(t) >= APP_QUIET);
                 quiet && (now >= self.min_end || self.gone())
             }
@@ -148,7 +153,7 @@ impl DoneRule {
     pub(crate) fn cap(&self, next: Instant) -> Instant {
         match (self.policy, self.zero_since) {
             (DrainUntil::Time, _) => next.min(self.min_end),
-            (DrainUntil::AppExit, Some(since)) => {
+            (DrainUntil::AppExit | DrainUntil::OutOfRotation, Some(since)) => {
                 let may_end = (since + APP_QUIET).max(if self.gone() { since } else { self.min_end });
                 next.min(may_end)
             }
@@ -271,6 +276,7 @@ pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: b
         ),
         DrainUntil::AppExit if waived => tracing::info!(took = %GoDuration(took), "{GONE_BEFORE}"),
         DrainUntil::AppExit => tracing::info!(took = %GoDuration(took), "the app is done and Envoy is idle"),
+        DrainUntil::OutOfRotation => tracing::info!(took = %GoDuration(took), "out of rotation and no request in flight"),
         until => tracing::info!(took = %GoDuration(took), "zero active {until}"),
     }
 }

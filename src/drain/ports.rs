@@ -1,8 +1,10 @@
-//! The drain's ports: what it needs from Envoy ([`EnvoyControl`]) and from
-//! the app ([`AppControl`]), and the values they answer with. The adapters
-//! implement them (`crate::envoy::process::Envoy`, `crate::pod::app::Watcher`);
-//! the drain knows nothing of the admin API, `/proc` or signals, so its unit
-//! tests script both sides in virtual time.
+//! The drain's ports: what it needs from Envoy ([`EnvoyControl`]), from
+//! the app ([`AppControl`]) and from the load balancers ([`Rotation`]),
+//! and the values they answer with. The adapters implement them
+//! (`crate::envoy::process::Envoy`, `crate::pod::app::Watcher`,
+//! `crate::drain_wait::DrainWait`); the drain knows nothing of the admin
+//! API, `/proc`, signals or probes, so its unit tests script every side in
+//! virtual time.
 
 use std::fmt;
 use std::future::Future;
@@ -11,6 +13,8 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use serde::Serialize;
+
+use super::plan::DrainScope;
 
 /// Why a call through [`EnvoyControl`] failed, with the adapter's reason
 /// (for the log and `GET /drain`): the drain knows no admin API, so the
@@ -29,9 +33,13 @@ pub(crate) enum ControlError {
 /// What the drain needs from Envoy. `crate::envoy::process::Envoy` is the real one;
 /// the unit tests script their own.
 pub(crate) trait EnvoyControl {
-    /// Starts the graceful drain of the inbound listeners. With `skip_exit`,
-    /// Envoy's drain timer does not close them afterwards.
-    fn drain_listeners(&self, skip_exit: bool) -> impl Future<Output = Result<(), ControlError>> + Send;
+    /// Starts the graceful drain of the `scope` listeners. With
+    /// `skip_exit`, Envoy's drain timer does not close them afterwards.
+    fn drain_listeners(
+        &self,
+        scope: DrainScope,
+        skip_exit: bool,
+    ) -> impl Future<Output = Result<(), ControlError>> + Send;
     /// Reads the active downstream connections and requests.
     fn active(&self) -> impl Future<Output = Result<Active, ControlError>> + Send;
     /// Stops Envoy gracefully within `bound`.
@@ -48,6 +56,9 @@ pub(crate) trait AppControl {
     /// Why a look at the app failed: the drain logs it and goes on.
     type Error: fmt::Display + Send;
     fn work(&self) -> impl Future<Output = Result<Work, Self::Error>> + Send;
+    /// Whether a socket or process of an app was ever seen in the pod: a
+    /// pod whose only container is the proxy shows none, ever.
+    fn ever_seen(&self) -> bool;
 }
 
 /// For drains whose policy never looks at the app.
@@ -55,6 +66,36 @@ impl AppControl for () {
     type Error = std::convert::Infallible;
     async fn work(&self) -> Result<Work, Self::Error> {
         Ok(Work::default())
+    }
+    fn ever_seen(&self) -> bool {
+        false
+    }
+}
+
+/// What the `out-of-rotation` policy waits for: the verdict of the drain
+/// wait (`crate::drain_wait::DrainWait` is the real one), which applies
+/// its rule from the moment readiness turns 503.
+pub(crate) trait Rotation {
+    /// Resolves once the pod is out of rotation, or once the wait gave up
+    /// at its bound.
+    fn verdict(&self) -> impl Future<Output = Verdict> + Send;
+}
+
+/// How the wait for the load balancers ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Every checker has taken the pod out and no new request came for the
+    /// quiet period: the conclusion, in words.
+    Out(String),
+    /// The wait's bound came first: what it was still waiting for.
+    NotOut(String),
+}
+
+/// For drains without a drain wait (the unit tests of other policies): no
+/// verdict ever comes.
+impl Rotation for () {
+    async fn verdict(&self) -> Verdict {
+        std::future::pending().await
     }
 }
 

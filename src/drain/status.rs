@@ -18,8 +18,12 @@ pub enum Phase {
     /// Readiness is 503; waiting out the pre-drain delay (`--drain-delay`).
     Delaying,
     /// Envoy's listeners are draining while readiness still answers as
-    /// Envoy does, for the readiness-fail delay (`--readiness-fail-delay`).
+    /// Envoy does, for the readiness-fail delay (`--readiness-fail-delay`;
+    /// under `out-of-rotation`, Envoy serves as before meanwhile).
     DrainingReady,
+    /// `out-of-rotation`: readiness is 503 and Envoy serves as before,
+    /// until every load balancer has taken the pod out.
+    LeavingRotation,
     /// Envoy's listeners are draining; waiting as the policy says.
     Draining,
     /// The policy is satisfied (after `POST /drain`); waiting for a signal.
@@ -74,8 +78,15 @@ pub struct Status {
     /// The signal that asked for Envoy's stop (`SIGTERM`, ...): with a
     /// drain started by `POST /drain`, it says when the kubelet came.
     pub stop_signal: Option<&'static str>,
-    /// Whether the deadline cut the drain.
+    /// Whether the deadline cut the drain (or, `out-of-rotation`, the
+    /// load balancers had not taken the pod out by it).
     pub cut_by_deadline: bool,
+    /// `out-of-rotation`: seconds from the drain's start to the drain
+    /// wait's verdict, once it came.
+    pub out_of_rotation_after_seconds: Option<f64>,
+    /// `out-of-rotation`: what the drain wait still waited for when its
+    /// bound came before the verdict (which checkers held it).
+    pub held_by: Option<String>,
     /// What the policy counts (connections, requests, or work in flight and
     /// app sockets and processes) still active when Envoy was stopped.
     pub left_at_stop: Option<u64>,
@@ -106,6 +117,8 @@ impl Status {
             stop_requested: false,
             stop_signal: None,
             cut_by_deadline: false,
+            out_of_rotation_after_seconds: None,
+            held_by: None,
             left_at_stop: None,
             duration_seconds: None,
         }

@@ -100,7 +100,7 @@ impl FakeEnvoy {
 }
 
 impl EnvoyControl for FakeEnvoy {
-    async fn drain_listeners(&self, skip_exit: bool) -> Result<(), ControlError> {
+    async fn drain_listeners(&self, _scope: DrainScope, skip_exit: bool) -> Result<(), ControlError> {
         let phase = self.0.phase.lock().unwrap().as_ref().map(|w| w.borrow().phase);
         self.record(Call::DrainListeners {
             skip_exit,
@@ -142,6 +142,8 @@ impl EnvoyControl for FakeEnvoy {
 fn plan(policy: DrainUntil) -> Plan {
     Plan {
         drain_until: policy,
+        gateway_without_app: false,
+        scope: DrainScope::Inbound,
         drain_delay: Duration::ZERO,
         readiness_fail_delay: Duration::ZERO,
         termination_drain_duration: secs(5.0),
@@ -505,6 +507,9 @@ impl AppControl for FakeApp {
             processes: Vec::new(),
             processes_seen: self.processes_seen,
         })
+    }
+    fn ever_seen(&self) -> bool {
+        true
     }
 }
 
@@ -949,4 +954,159 @@ fn the_last_read_gets_a_quarter_of_the_margin_within_its_floor_and_an_admin_call
     assert_eq!(p.last_read_timeout(), Duration::from_millis(100), "the floor");
     (p.shutdown_margin, p.admin_timeout) = (secs(30.0), secs(1.0));
     assert_eq!(p.last_read_timeout(), secs(1.0), "one admin call at most");
+}
+
+/// The drain wait's verdict, as a test gives it.
+#[derive(Clone)]
+struct FakeRotation(watch::Sender<Option<Verdict>>);
+
+impl FakeRotation {
+    fn new() -> Self {
+        FakeRotation(watch::channel(None).0)
+    }
+    fn give(&self, verdict: Verdict) {
+        self.0.send_replace(Some(verdict));
+    }
+}
+
+impl Rotation for FakeRotation {
+    async fn verdict(&self) -> Verdict {
+        let mut rx = self.0.subscribe();
+        let verdict = rx.wait_for(Option::is_some).await.expect("sender kept");
+        verdict.clone().unwrap()
+    }
+}
+
+/// An app that never was: nothing of it ever seen.
+#[derive(Clone)]
+struct NoApp;
+
+impl AppControl for NoApp {
+    type Error = std::convert::Infallible;
+    async fn work(&self) -> Result<Work, Self::Error> {
+        Ok(Work {
+            processes_seen: false,
+            ..Work::default()
+        })
+    }
+    fn ever_seen(&self) -> bool {
+        false
+    }
+}
+
+fn start_gateway<A: AppControl + Send + Sync + 'static>(
+    plan: Plan,
+    envoy: &FakeEnvoy,
+    app: A,
+    rotation: &FakeRotation,
+) -> (tokio::task::JoinHandle<Outcome>, DrainHandle)
+where
+    A::Error: Send,
+{
+    let (drain, handle) = Drain::new(plan, envoy.clone(), app);
+    *envoy.0.phase.lock().unwrap() = Some(handle.watch());
+    let drain = drain.with_rotation(rotation.clone());
+    (tokio::spawn(drain.run()), handle)
+}
+
+/// A gateway: Envoy serves as before (no drain of its listeners) until
+/// the load balancers have let go, however long past the 5 s minimum that
+/// is; then drains, and stops once no request is in flight.
+#[tokio::test(start_paused = true)]
+async fn out_of_rotation_serves_until_the_verdict_then_drains_and_stops_once_idle() {
+    // Requests flow until 7.3 s (the load balancer's last), then none.
+    let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(7.3))));
+    let rotation = FakeRotation::new();
+    let (task, handle) = start_gateway(plan(DrainUntil::OutOfRotation), &envoy, (), &rotation);
+    handle.signal("SIGTERM").await;
+    at(&envoy, 6.9).await;
+    let status = handle.status();
+    assert_eq!(status.phase, Phase::LeavingRotation, "readiness 503, Envoy serving");
+    assert!(envoy.drain_calls().is_empty(), "no drain before the verdict");
+    at(&envoy, 7.0).await;
+    rotation.give(Verdict::Out("1 checker failed its threshold".into()));
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    assert_eq!(
+        envoy.drain_calls(),
+        [(
+            secs(7.0),
+            Call::DrainListeners {
+                skip_exit: false,
+                phase: Phase::Draining
+            }
+        )]
+    );
+    // The last request ends at 7.3 s; nothing for 100 ms: one read later.
+    assert_between(envoy.stops()[0], 7.4, 7.45);
+    let status = handle.status();
+    assert_eq!(status.out_of_rotation_after_seconds, Some(7.0));
+    assert!(!status.cut_by_deadline && status.held_by.is_none());
+}
+
+/// The verdict never comes: the drain ends at its deadline, reported as
+/// cut, with what held it.
+#[tokio::test(start_paused = true)]
+async fn a_verdict_that_never_comes_ends_at_the_deadline_reported_as_cut_with_who_held_it() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let rotation = FakeRotation::new();
+    let mut p = plan(DrainUntil::OutOfRotation);
+    p.drain_deadline = secs(20.0);
+    let (task, handle) = start_gateway(p, &envoy, (), &rotation);
+    handle.signal("SIGTERM").await;
+    at(&envoy, 19.9).await;
+    assert!(envoy.drain_calls().is_empty());
+    rotation.give(Verdict::NotOut(
+        "1 checker: 10.0.0.5 (1 of 3 failures in a row, every 30s)".into(),
+    ));
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Cut { left: Some(0), .. }), "{outcome:?}");
+    let status = handle.status();
+    assert!(status.cut_by_deadline);
+    assert_eq!(
+        status.held_by.as_deref(),
+        Some("1 checker: 10.0.0.5 (1 of 3 failures in a row, every 30s)")
+    );
+    assert_between(envoy.stops()[0], 19.9, 20.0);
+    // With no verdict at all, the deadline itself ends the wait.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start_gateway(p_with_deadline(12.0), &envoy, (), &FakeRotation::new());
+    handle.signal("SIGTERM").await;
+    assert!(matches!(task.await.unwrap(), Outcome::Cut { .. }));
+    assert_eq!(envoy.stops(), [secs(12.0)]);
+    assert!(handle.status().held_by.unwrap().contains("by the deadline"));
+}
+
+fn p_with_deadline(deadline: f64) -> Plan {
+    let mut p = plan(DrainUntil::OutOfRotation);
+    p.drain_deadline = secs(deadline);
+    p
+}
+
+/// The default in a pod where no app was ever seen: its only container is
+/// the proxy, a gateway; it drains until out of rotation, every listener.
+#[tokio::test(start_paused = true)]
+async fn app_exit_by_default_in_a_pod_without_an_app_drains_out_of_rotation() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let rotation = FakeRotation::new();
+    let mut p = plan(DrainUntil::AppExit);
+    p.gateway_without_app = true;
+    let (task, handle) = start_gateway(p, &envoy, NoApp, &rotation);
+    handle.signal("SIGTERM").await;
+    at(&envoy, 3.0).await;
+    let status = handle.status();
+    assert_eq!(status.policy, DrainUntil::OutOfRotation);
+    assert_eq!(status.phase, Phase::LeavingRotation);
+    rotation.give(Verdict::Out("no load balancer was seen checking the pod".into()));
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    assert_between(envoy.stops()[0], 3.1, 3.2);
+    // A pod whose app was seen keeps app-exit, and its 5 s minimum.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let mut p = plan(DrainUntil::AppExit);
+    p.gateway_without_app = true;
+    let (task, handle) = start_with_app(p, &envoy, |_| 0);
+    handle.signal("SIGTERM").await;
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    assert_eq!(handle.status().policy, DrainUntil::AppExit);
+    assert_between(envoy.stops()[0], 5.0, 5.2);
 }

@@ -33,6 +33,17 @@
 //! reason is logged. How long a checker may hold the wait is the rule's
 //! ([`super::rule`]).
 //!
+//! A probe not counted for lack of room is still evidence that someone
+//! checks the pod: a real load balancer may be among the probers the table
+//! could not take (a peer at its address, flooding under many agents).
+//! Such probes are kept apart, in a second table of [`MAX_UNPLACED`]
+//! entries ([`Checker::counted`] false), so that the rule holds the wait
+//! until each of those probers has failed its threshold or stopped, and
+//! never ends it for them; past that table too, the last such probe is
+//! remembered ([`Checkers::overflow`]), and holds the wait until the
+//! checker timeout. Probes from outside `--drain-wait-checker-ranges` are
+//! not load balancers by the operator's word, and hold nothing.
+//!
 //! The table is on the probe's hot path: a lock held for a scan of at most
 //! [`MAX_CHECKERS`] small entries, no allocation (keys are fixed-size
 //! copies, the table is allocated once).
@@ -54,6 +65,9 @@ use crate::url::is_loopback;
 pub(crate) const MAX_CHECKERS: usize = 32;
 /// At most this many checkers (agents) per address.
 pub(crate) const MAX_PER_ADDRESS: usize = 4;
+/// At most this many probers not counted for lack of room are followed
+/// (they hold the wait, never end it).
+pub(crate) const MAX_UNPLACED: usize = 64;
 /// Bytes of a `User-Agent` kept to tell checkers apart.
 const AGENT_BYTES: usize = 40;
 /// A gap between two probes longer than this is not a checking interval
@@ -162,6 +176,9 @@ fn address_of(ip: IpAddr) -> IpAddr {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Checker {
     pub(crate) key: CheckerKey,
+    /// Whether its probes are counted (in the table); false for a prober
+    /// the table had no room for: it may hold the wait, never end it.
+    pub(crate) counted: bool,
     pub(crate) probes: u64,
     pub(crate) last_seen: Instant,
     /// The longest of its recent gaps between probes; None after a single
@@ -245,10 +262,11 @@ impl Entry {
         }
     }
 
-    fn view(&self) -> Checker {
+    fn view(&self, counted: bool) -> Checker {
         let gaps = &self.gaps[..self.gap_count.min(GAPS)];
         Checker {
             key: self.key,
+            counted,
             probes: self.probes,
             last_seen: self.last_seen,
             interval: gaps.iter().max().copied(),
@@ -259,7 +277,7 @@ impl Entry {
     /// Whether a new checker may take this entry at `now`: this one has no
     /// interval yet, or has stopped probing.
     fn replaceable(&self, now: Instant) -> bool {
-        let view = self.view();
+        let view = self.view(true);
         view.silent_after()
             .is_none_or(|after| now.saturating_duration_since(self.last_seen) > after)
     }
@@ -272,7 +290,7 @@ pub struct Checkers {
 }
 
 struct Inner {
-    table: Mutex<Vec<Entry>>,
+    table: Mutex<Table>,
     /// Only probes from these count (empty: from anywhere).
     ranges: Vec<IpNet>,
     not_counted: [AtomicU64; 3],
@@ -282,6 +300,17 @@ struct Inner {
     /// `x-forwarded-for`, learned from its config: 0 not known yet, 1 no,
     /// 2 yes (only then is the header read).
     forwarded: AtomicU8,
+}
+
+/// The checkers, and the probers not counted for lack of room.
+struct Table {
+    entries: Vec<Entry>,
+    /// Probers whose probes were not counted for lack of room: followed so
+    /// that they hold the wait.
+    unplaced: Vec<Entry>,
+    /// The last probe not counted for lack of room that no entry of
+    /// `unplaced` could follow either.
+    overflow: Option<Instant>,
 }
 
 impl Default for Checkers {
@@ -296,7 +325,11 @@ impl Checkers {
     pub(crate) fn new(ranges: Vec<IpNet>, counters: [Counter; 3]) -> Checkers {
         Checkers {
             inner: Arc::new(Inner {
-                table: Mutex::new(Vec::with_capacity(MAX_CHECKERS)),
+                table: Mutex::new(Table {
+                    entries: Vec::with_capacity(MAX_CHECKERS),
+                    unplaced: Vec::new(),
+                    overflow: None,
+                }),
                 ranges,
                 not_counted: Default::default(),
                 counters,
@@ -331,24 +364,40 @@ impl Checkers {
         if !inner.ranges.is_empty() && !inner.ranges.iter().any(|r| r.contains(&key.ip)) {
             return Err(NotCounted::OutsideRanges);
         }
-        let mut table = inner.table.lock().unwrap_or_else(|e| e.into_inner());
-        let i = match table.iter().position(|e| e.key == key) {
+        let mut guard = inner.table.lock().unwrap_or_else(|e| e.into_inner());
+        let table = &mut *guard;
+        let i = match table.entries.iter().position(|e| e.key == key) {
             Some(i) => i,
-            None => admit(&mut table, key, now)?,
+            None => match admit(&table.entries, key, now) {
+                Ok(place) => {
+                    // A prober followed apart until now keeps its history.
+                    let entry = match table.unplaced.iter().position(|e| e.key == key) {
+                        Some(u) => table.unplaced.swap_remove(u),
+                        None => Entry::fresh(key, now),
+                    };
+                    match place {
+                        Place::Push => {
+                            table.entries.push(entry);
+                            table.entries.len() - 1
+                        }
+                        Place::Replace(i) => {
+                            // The one it replaces is followed apart, with its
+                            // history: a flood of agents that keeps
+                            // replacing entries cannot make a checker lose
+                            // its probes before it is established.
+                            let replaced = std::mem::replace(&mut table.entries[i], entry);
+                            table.set_aside(replaced, now);
+                            i
+                        }
+                    }
+                }
+                Err(why) => {
+                    table.follow_unplaced(key, now, ok);
+                    return Err(why);
+                }
+            },
         };
-        let entry = &mut table[i];
-        if entry.probes > 0 {
-            let gap = now.saturating_duration_since(entry.last_seen);
-            if gap > MAX_INTERVAL {
-                entry.gap_count = 0;
-            } else {
-                entry.gaps[entry.gap_count % GAPS] = gap;
-                entry.gap_count += 1;
-            }
-        }
-        entry.probes += 1;
-        entry.last_seen = now;
-        entry.failures_in_row = if ok { 0 } else { entry.failures_in_row.saturating_add(1) };
+        table.entries[i].probed(now, ok);
         Ok(())
     }
 
@@ -368,10 +417,18 @@ impl Checkers {
         }
     }
 
-    /// Every checker heard from, as the rule reads them.
+    /// Every checker heard from, as the rule reads them: the counted ones,
+    /// then the probers not counted for lack of room.
     pub(crate) fn snapshot(&self) -> Vec<Checker> {
         let table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
-        table.iter().map(Entry::view).collect()
+        let counted = table.entries.iter().map(|e| e.view(true));
+        counted.chain(table.unplaced.iter().map(|e| e.view(false))).collect()
+    }
+
+    /// When the last probe came that was not counted for lack of room and
+    /// that no entry could follow either (None: never).
+    pub(crate) fn overflow(&self) -> Option<Instant> {
+        self.inner.table.lock().unwrap_or_else(|e| e.into_inner()).overflow
     }
 
     /// Probes not counted so far, by reason.
@@ -385,13 +442,75 @@ impl Checkers {
     }
 }
 
+impl Entry {
+    /// One probe at `now`, 200 or not (`ok`).
+    fn probed(&mut self, now: Instant, ok: bool) {
+        if self.probes > 0 {
+            let gap = now.saturating_duration_since(self.last_seen);
+            if gap > MAX_INTERVAL {
+                self.gap_count = 0;
+            } else {
+                self.gaps[self.gap_count % GAPS] = gap;
+                self.gap_count += 1;
+            }
+        }
+        self.probes += 1;
+        self.last_seen = now;
+        self.failures_in_row = if ok { 0 } else { self.failures_in_row.saturating_add(1) };
+    }
+}
+
+impl Table {
+    /// A probe from `key` the table had no room for: followed apart.
+    fn follow_unplaced(&mut self, key: CheckerKey, now: Instant, ok: bool) {
+        let i = match self.unplaced.iter().position(|e| e.key == key) {
+            Some(i) => Some(i),
+            None => self.set_aside(Entry::fresh(key, now), now),
+        };
+        if let Some(i) = i {
+            self.unplaced[i].probed(now, ok);
+        }
+    }
+
+    /// Follows `entry` apart (its probes not counted), unless it has
+    /// stopped probing: in a free place, else in the place of one that
+    /// stopped, else of the least recently heard with a single probe;
+    /// evidence lost that way, or for want of any place, is remembered as
+    /// an overflow. Where it went (None: nowhere).
+    fn set_aside(&mut self, entry: Entry, now: Instant) -> Option<usize> {
+        let stopped = |e: &Entry| {
+            e.view(false)
+                .silent_after()
+                .is_some_and(|after| now.saturating_duration_since(e.last_seen) > after)
+        };
+        if stopped(&entry) {
+            return None;
+        }
+        let unplaced = &mut self.unplaced;
+        if unplaced.len() < MAX_UNPLACED {
+            unplaced.push(entry);
+            return Some(unplaced.len() - 1);
+        }
+        if let Some(i) = unplaced.iter().position(stopped) {
+            unplaced[i] = entry;
+            return Some(i);
+        }
+        self.overflow = Some(now);
+        let single = (0..unplaced.len())
+            .filter(|&i| unplaced[i].replaceable(now))
+            .min_by_key(|&i| unplaced[i].last_seen)?;
+        unplaced[single] = entry;
+        Some(single)
+    }
+}
+
 /// An entry for a checker not in the table: a free one, else one of its
 /// address's own that may be replaced (when the address is at its limit),
 /// else the least recently heard that may be replaced. Probes through an
 /// Envoy that does not tell their peers apart all come from loopback:
 /// there the agents alone tell checkers apart, and the address's limit is
 /// the table's.
-fn admit(table: &mut Vec<Entry>, key: CheckerKey, now: Instant) -> Result<usize, NotCounted> {
+fn admit(table: &[Entry], key: CheckerKey, now: Instant) -> Result<Place, NotCounted> {
     let address = address_of(key.ip);
     let own = |e: &Entry| address_of(e.key.ip) == address;
     let oldest_replaceable = |table: &[Entry], same_address: bool| {
@@ -406,16 +525,25 @@ fn admit(table: &mut Vec<Entry>, key: CheckerKey, now: Instant) -> Result<usize,
         MAX_PER_ADDRESS
     };
     let of_address = table.iter().filter(|e| own(e)).count();
-    let i = if of_address >= limit {
-        oldest_replaceable(table, true).ok_or(NotCounted::TooManyAgents)?
+    if of_address >= limit {
+        oldest_replaceable(table, true)
+            .map(Place::Replace)
+            .ok_or(NotCounted::TooManyAgents)
     } else if table.len() < MAX_CHECKERS {
-        table.push(Entry::fresh(key, now));
-        return Ok(table.len() - 1);
+        Ok(Place::Push)
     } else {
-        oldest_replaceable(table, false).ok_or(NotCounted::TableFull)?
-    };
-    table[i] = Entry::fresh(key, now);
-    Ok(i)
+        oldest_replaceable(table, false)
+            .map(Place::Replace)
+            .ok_or(NotCounted::TableFull)
+    }
+}
+
+/// Where a checker new to the table goes.
+enum Place {
+    /// A free entry.
+    Push,
+    /// This one's entry (it has no interval yet, or stopped probing).
+    Replace(usize),
 }
 
 #[cfg(test)]
@@ -539,16 +667,15 @@ mod tests {
                 checkers.record(real, t, true);
             }
         }
-        let seen = checkers.snapshot();
+        let seen = counted(&checkers);
         let kept = seen.iter().find(|c| c.key == real).expect("the real checker is kept");
         assert_eq!(kept.interval, Some(Duration::from_secs(3)));
         let peers = seen.iter().filter(|c| c.key.ip == IpAddr::from([10, 9, 9, 9])).count();
         assert_eq!(peers, MAX_PER_ADDRESS, "the flooding address holds at most its share");
-        assert_eq!(
-            checkers.not_counted(),
-            NotCountedReport::default(),
-            "its own entries rotate"
-        );
+        // The rest of its agents are followed apart, not counted.
+        let apart = checkers.snapshot().iter().filter(|c| !c.counted).count();
+        assert_eq!(apart, 64 - MAX_PER_ADDRESS);
+        assert!(checkers.not_counted().too_many_agents > 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -571,21 +698,84 @@ mod tests {
         let late = key_of([10, 0, 2, 1], "lb");
         round(2);
         checkers.record(late, at(2000), true);
-        assert!(checkers.snapshot().iter().all(|c| c.key != late));
+        assert!(counted(&checkers).iter().all(|c| c.key != late));
         assert_eq!(checkers.not_counted().table_full, 1);
-        // ...until one stops probing (twice its 1 s interval and a second).
+        // (followed apart meanwhile: it may hold the wait)
+        let apart: Vec<Checker> = checkers.snapshot().into_iter().filter(|c| !c.counted).collect();
+        assert_eq!((apart.len(), apart[0].key), (1, late));
+        // ...until one stops probing (twice its 1 s interval and a second):
+        // the newcomer takes its entry, with what it sent meanwhile.
         round(3);
         round(4);
         checkers.record(late, at(4100), true);
-        let seen = checkers.snapshot();
-        assert!(seen.iter().any(|c| c.key == late) && !seen.iter().any(|c| c.key == key(0)));
+        let seen = counted(&checkers);
+        let took = seen.iter().find(|c| c.key == late).expect("the newcomer is counted");
+        assert_eq!((took.probes, took.interval), (2, Some(Duration::from_millis(2100))));
+        assert!(!seen.iter().any(|c| c.key == key(0)));
         assert_eq!(seen.len(), MAX_CHECKERS);
-        // A newcomer with one probe is replaceable: a second newcomer takes it.
-        let later = key_of([10, 0, 2, 2], "lb");
-        checkers.record(later, at(4200), true);
-        let seen = checkers.snapshot();
-        assert!(seen.iter().any(|c| c.key == later) && !seen.iter().any(|c| c.key == late));
+        assert_eq!(checkers.snapshot().len(), MAX_CHECKERS, "no longer followed apart");
         assert_eq!(checkers.not_counted().table_full, 1);
+    }
+
+    /// The checkers counted (in the table), not those followed apart.
+    fn counted(checkers: &Checkers) -> Vec<Checker> {
+        checkers.snapshot().into_iter().filter(|c| c.counted).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newcomer_with_one_probe_is_replaced_by_the_next() {
+        let checkers = Checkers::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        for s in 0..2 {
+            for agent in ["a", "b", "c"] {
+                checkers.record(key_of([10, 0, 0, 5], agent), at(s), true);
+            }
+        }
+        checkers.record(key_of([10, 0, 0, 5], "once"), at(1), true);
+        checkers.record(key_of([10, 0, 0, 5], "next"), at(2), true);
+        let agents: Vec<String> = counted(&checkers).iter().filter_map(|c| c.key.agent()).collect();
+        assert_eq!(agents, ["a", "b", "c", "next"]);
+        assert_eq!(checkers.not_counted(), NotCountedReport::default());
+    }
+
+    /// The attack, the other way round: 64 agents from the real
+    /// checker's own address fill its share before it is established. Its
+    /// probes are not counted, but followed apart: the rule waits for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_checker_crowded_out_of_its_address_is_followed_apart() {
+        let checkers = Checkers::default();
+        let t0 = Instant::now();
+        let real = key_of([10, 0, 0, 5], "HAProxy");
+        let agents: Vec<String> = (0..64).map(|i| format!("agent-{i}")).collect();
+        let mut t = t0;
+        for round in 0..1000u32 {
+            t += Duration::from_millis(10);
+            checkers.record(key_of([10, 0, 0, 5], &agents[round as usize % 64]), t, false);
+            if round % 300 == 0 {
+                checkers.record(real, t, false);
+            }
+        }
+        let seen = checkers.snapshot();
+        assert_eq!(seen.iter().filter(|c| c.counted).count(), MAX_PER_ADDRESS);
+        // Counted or followed apart, its probes are all there: it holds
+        // the wait as a checker.
+        let real_seen = seen.iter().find(|c| c.key == real).expect("the real checker is followed");
+        assert_eq!(
+            (real_seen.probes, real_seen.interval),
+            (4, Some(Duration::from_secs(3))),
+            "{real_seen:?}"
+        );
+        assert_eq!(real_seen.failures_in_row, 4);
+        assert_eq!(checkers.overflow(), None, "61 probers fit the second table");
+        // Past the second table too: the last such probe is remembered.
+        for i in 0..MAX_UNPLACED as u8 {
+            let newcomer = key_of([10, 0, 0, 5], &format!("more-{i}"));
+            checkers.record(newcomer, t, false);
+            checkers.record(newcomer, t + Duration::from_secs(1), false);
+        }
+        assert_eq!(checkers.overflow(), Some(t + Duration::from_secs(1)));
+        assert!(checkers.snapshot().iter().any(|c| c.key == real), "still followed");
     }
 
     #[tokio::test(start_paused = true)]
@@ -619,7 +809,7 @@ mod tests {
         for i in 4..8 {
             checkers.record(key(i), t0 + Duration::from_secs(2), true);
         }
-        assert_eq!(checkers.snapshot().len(), MAX_PER_ADDRESS);
+        assert_eq!(counted(&checkers).len(), MAX_PER_ADDRESS);
         assert_eq!(checkers.not_counted().too_many_agents, 4);
     }
 }

@@ -1,5 +1,6 @@
 //! The drain wait as the status port sees it: [`DrainWait`], the handle
-//! whose `wait` answers the app's preStop hook, and what the
+//! whose `wait` answers the app's preStop hook (and whose verdict a
+//! gateway's drain waits for: the drain's `Rotation` port), and what the
 //! [task](super::task) publishes ([`DrainWaitStatus`]).
 
 use std::sync::Arc;
@@ -9,9 +10,11 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
+use super::budget::Budget;
 use super::checkers::{Checkers, NotCountedReport};
 use super::rule::{ms, CheckerReport};
 use super::DrainWaitPlan;
+use crate::drain::{Rotation, Verdict};
 use crate::duration::GoDuration;
 
 /// Where the wait stands.
@@ -24,8 +27,10 @@ pub enum WaitState {
     Waiting,
     /// Every checker is done and no new request came for the quiet period.
     Out,
-    /// Envoy is stopping (or the wait's bound came) before the pod was out.
-    Ended,
+    /// The wait's bound came before the pod was out.
+    Bound,
+    /// Envoy is stopping (or lifeguard is) before the pod was out.
+    Stopped,
 }
 
 /// What `GET /drain` shows of the wait (its `drain_wait` field).
@@ -61,6 +66,14 @@ pub struct DrainWaitStatus {
     pub conclusion: Option<String>,
     /// Seconds from the drain's start to out of rotation.
     pub took_seconds: Option<f64>,
+    /// Seconds from the drain's start to the read that last saw a new
+    /// request (None: none came after the drain began).
+    pub traffic_stopped_after_seconds: Option<f64>,
+    /// Seconds from the drain's start to when the last checker was done.
+    pub last_checker_done_after_seconds: Option<f64>,
+    /// The slowest learned checker against the grace period (None: no
+    /// checker learned yet).
+    pub budget: Option<Budget>,
     /// When the drain began (the rule's clock).
     #[serde(skip)]
     pub(crate) began: Option<Instant>,
@@ -84,6 +97,9 @@ impl DrainWaitStatus {
             quiet_for_seconds: None,
             conclusion: None,
             took_seconds: None,
+            traffic_stopped_after_seconds: None,
+            last_checker_done_after_seconds: None,
+            budget: None,
             began: None,
         }
     }
@@ -278,7 +294,7 @@ impl DrainWait {
                         line,
                     };
                 }
-                WaitState::Ended if !at_bound => {
+                WaitState::Stopped if !at_bound => {
                     let line = format!(
                         "Envoy is stopping; the pod was not yet out of rotation (was waiting for {})",
                         status.waiting_for.unwrap_or_default()
@@ -290,7 +306,7 @@ impl DrainWait {
                 }
                 _ => {}
             }
-            if at_bound {
+            if at_bound || status.state == WaitState::Bound {
                 let by = match why {
                     WaitWhy::Timeout => format!("the {} timeout", GoDuration(timeout.unwrap_or_default())),
                     _ => format!(
@@ -315,6 +331,28 @@ impl DrainWait {
     }
 }
 
+/// A gateway's drain waits for the wait's verdict: out of rotation, or
+/// what it still waited for when its bound came (or Envoy stopped).
+impl Rotation for DrainWait {
+    async fn verdict(&self) -> Verdict {
+        let mut rx = self.status.clone();
+        loop {
+            {
+                let status = rx.borrow_and_update();
+                let waiting = || status.waiting_for.clone().unwrap_or_default();
+                match status.state {
+                    WaitState::Out => return Verdict::Out(status.conclusion.clone().unwrap_or_default()),
+                    WaitState::Bound | WaitState::Stopped => return Verdict::NotOut(waiting()),
+                    WaitState::NotStarted | WaitState::Waiting => {}
+                }
+            }
+            if rx.changed().await.is_err() {
+                return Verdict::NotOut("the drain wait, which has ended".into());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,6 +364,8 @@ mod tests {
             min_quiet_period: Duration::from_millis(500),
             checker_timeout: Duration::from_secs(20),
             drain_deadline: Duration::from_secs(28),
+            grace_period: Duration::from_secs(30),
+            shutdown_margin: Duration::from_secs(2),
             app_time: Duration::from_secs(5),
         };
         let (wait, _publish) = DrainWait::new(&plan, Checkers::default());

@@ -23,14 +23,19 @@
 //!   checker may) and no new request has reached Envoy's inbound listeners
 //!   for the quiet period (the [`Traffic`] port, read through the admin API
 //!   by `crate::envoy::inbound`);
-//! - [`watch`]: the task that samples the traffic before the drain, fails
+//! - [`budget`]: whether the grace period leaves the slowest learned
+//!   checker its time, said once it is learned;
+//! - [`task`]: the task that samples the traffic before the drain, fails
 //!   the load balancers' checks of Envoy's `health_check` filter when
 //!   readiness turns 503, applies the rule from the start of the drain and
 //!   publishes a [`DrainWaitStatus`] (`GET /drain` shows it), and the
-//!   [`DrainWait`] handle whose `wait` answers the hook.
+//!   [`DrainWait`] handle whose `wait` answers the hook, and whose verdict
+//!   a gateway's own drain (`out-of-rotation`) waits for.
 //!
 //! Nothing here starts a drain: the hook may come before the proxy's own
 //! SIGTERM (or `POST /drain`), and waits for it.
+
+pub mod budget;
 
 pub mod checkers;
 pub mod handle;
@@ -43,7 +48,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::drain::ControlError;
+use crate::drain::{ControlError, DrainUntil};
 
 pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, WaitEnd, WaitState, WaitWhy};
@@ -117,6 +122,10 @@ pub(crate) struct DrainWaitPlan {
     pub(crate) checker_timeout: Duration,
     /// The drain's deadline (grace period less the shutdown margin).
     pub(crate) drain_deadline: Duration,
+    /// The pod's grace period and lifeguard's shutdown margin, for the
+    /// budget ([`budget`]).
+    pub(crate) grace_period: Duration,
+    pub(crate) shutdown_margin: Duration,
     /// Time kept for the app between the wait's end and the deadline: the
     /// wait never outlasts `drain_deadline - app_time`, counted from the
     /// drain's start or from the hook's arrival, whichever is first.
@@ -127,6 +136,20 @@ impl DrainWaitPlan {
     /// How long the wait may last: the deadline less the app's time.
     pub(crate) fn bound(&self) -> Duration {
         self.drain_deadline.saturating_sub(self.app_time)
+    }
+
+    /// The app's time under the drain's `policy`: none for a gateway
+    /// (`out-of-rotation`: there is no app, and Envoy itself waits).
+    pub(crate) fn app_time_under(&self, policy: DrainUntil) -> Duration {
+        match policy {
+            DrainUntil::OutOfRotation => Duration::ZERO,
+            _ => self.app_time,
+        }
+    }
+
+    /// The wait's bound under the drain's `policy`.
+    pub(crate) fn bound_under(&self, policy: DrainUntil) -> Duration {
+        self.drain_deadline.saturating_sub(self.app_time_under(policy))
     }
 
     /// The app's time: as asked, but never more than half the deadline (a

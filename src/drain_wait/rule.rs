@@ -12,7 +12,11 @@
 //!    interval and a second (it stopped checking: deregistered the pod, or
 //!    went away), or when it has held the wait for the checker timeout (no
 //!    prober, real or not, holds the wait longer). Done stays done for the
-//!    drain.
+//!    drain. A prober whose probes the table had no room to count
+//!    ([`Checker::counted`] false) is waited for by the same rule: a probe
+//!    not counted holds the wait, it never ends it; and while probes came
+//!    that not even the second table could follow ([`super::checkers`]),
+//!    the wait is held until the checker timeout.
 //! 2. **No new request has arrived at Envoy's inbound listeners for the
 //!    quiet period** ([`super::quiet`]: derived from the traffic before the
 //!    drain), counted from the last read that saw one (a failed read counts
@@ -25,7 +29,8 @@
 //!
 //! Out of rotation is both, at the same read. The rule never ends the wait
 //! before the last checker is done; with traffic flowing, it ends a quiet
-//! period after the traffic stopped.
+//! period after the traffic stopped. It also keeps when each checker was
+//! done and when the last new request came: what the exit summary tells.
 
 use std::time::Duration;
 
@@ -62,6 +67,9 @@ pub struct CheckerReport {
     pub user_agent: Option<String>,
     /// Whether the address came from Envoy's `x-forwarded-for`.
     pub forwarded: bool,
+    /// Whether its probes are counted (false: the table had no room for
+    /// it; it holds the wait as a checker does, and never ends it).
+    pub counted: bool,
     pub state: CheckerState,
     pub probes: u64,
     /// The longest recent gap between its probes.
@@ -70,6 +78,9 @@ pub struct CheckerReport {
     /// Its threshold: the configured one, or the one its software fixes.
     pub unhealthy_threshold: u32,
     pub last_probe_seconds_ago: f64,
+    /// Seconds from the drain's start to when it was done (failed its
+    /// threshold, stopped probing, or timed out).
+    pub done_after_seconds: Option<f64>,
 }
 
 /// A step worth one log line.
@@ -85,6 +96,8 @@ pub(crate) enum Step {
         failures: u32,
         threshold: u32,
     },
+    /// Probers too many to follow held the wait for the checker timeout.
+    UnfollowedTimedOut,
     /// Every checker is done (how many); the quiet period decides now.
     CheckersDone { count: usize },
     /// A read of Envoy's inbound traffic failed.
@@ -117,14 +130,28 @@ pub(crate) struct Settings {
     pub(crate) quiet: Duration,
 }
 
+/// A checker done, how and when (sticky for the drain).
+#[derive(Debug, Clone, Copy)]
+struct Done {
+    key: CheckerKey,
+    counted: bool,
+    state: CheckerState,
+    at: Instant,
+}
+
 /// The rule's memory across reads, for one drain.
 pub(crate) struct Rule {
     settings: Settings,
     began: Instant,
-    /// Checkers done, and how (sticky for the drain).
-    done: Vec<(CheckerKey, CheckerState)>,
+    done: Vec<Done>,
+    /// Probers too many to follow held the wait until the checker
+    /// timeout, and no longer do.
+    unfollowed_done: bool,
     last: Option<Arrivals>,
     quiet_since: Instant,
+    /// The end of the last read that saw a new request since the one
+    /// before (None: none since the drain began).
+    last_move: Option<Instant>,
     all_done: bool,
     out: bool,
 }
@@ -139,46 +166,27 @@ impl Rule {
             },
             began,
             done: Vec::new(),
+            unfollowed_done: false,
             last: None,
             quiet_since: began,
+            last_move: None,
             all_done: false,
             out: false,
         }
     }
 
-    /// One read at `now`: the checkers as recorded, and Envoy's inbound
+    /// One read at `now`: the checkers as recorded, when the last probe
+    /// came that no table could follow (`unfollowed`), and Envoy's inbound
     /// arrivals (Err: the read failed, with why).
     pub(crate) fn observe(
         &mut self,
         now: Instant,
         checkers: &[Checker],
+        unfollowed: Option<Instant>,
         inbound: Result<Arrivals, TrafficError>,
     ) -> Evaluation {
         let mut steps = Vec::new();
-        match inbound {
-            Ok(arrivals) => {
-                match self.last {
-                    // The same read again: nothing new is known.
-                    Some(last) if last.read == arrivals.read => {}
-                    // The same total in a newer read: quiet up to when it began.
-                    Some(last) if (last.total, last.generation) == (arrivals.total, arrivals.generation) => {
-                        self.last = Some(arrivals);
-                    }
-                    // A first read, or the total moved: quiet counts from its
-                    // end (nothing is known of the time before it).
-                    _ => {
-                        self.quiet_since = arrivals.read_end();
-                        self.last = Some(arrivals);
-                    }
-                }
-            }
-            Err(why) => {
-                // Not knowing is not quiet: the next read starts over.
-                self.quiet_since = now;
-                self.last = None;
-                steps.push(Step::ReadFailed(why));
-            }
-        }
+        self.take_arrivals(now, inbound, &mut steps);
         let mut reports = Vec::with_capacity(checkers.len());
         let mut pending = Vec::new();
         for c in checkers {
@@ -188,9 +196,11 @@ impl Rule {
             }
             reports.push(self.report(c, state, now));
         }
+        let unfollowed = self.unfollowed_holds(unfollowed, now, &mut steps);
         let counted = self.done.len();
-        let newly_done = pending.is_empty() && !self.all_done;
-        self.all_done = pending.is_empty();
+        let all_done = pending.is_empty() && unfollowed.is_none();
+        let newly_done = all_done && !self.all_done;
+        self.all_done = all_done;
         // Quiet is shown by a read that began a quiet period after the last
         // move and found the same total, not by the clock.
         let quiet_until = self.quiet_since + self.settings.quiet;
@@ -202,9 +212,10 @@ impl Rule {
             (false, false) => {}
         }
         self.out = out;
-        let waiting_for = (!out).then(|| match pending.is_empty() {
-            false => self.words(&pending),
-            true => format!(
+        let waiting_for = (!out).then(|| match (pending.is_empty(), unfollowed) {
+            (false, _) => self.words(&pending, unfollowed),
+            (true, Some(until)) => unfollowed_words(until, now),
+            (true, None) => format!(
                 "no new request for {} (none for {} so far)",
                 GoDuration(ms(self.settings.quiet)),
                 GoDuration(ms(self.quiet_for()))
@@ -219,6 +230,58 @@ impl Rule {
         }
     }
 
+    /// What a read of Envoy's inbound arrivals says of the quiet.
+    fn take_arrivals(&mut self, now: Instant, inbound: Result<Arrivals, TrafficError>, steps: &mut Vec<Step>) {
+        match inbound {
+            Ok(arrivals) => {
+                match self.last {
+                    // The same read again: nothing new is known.
+                    Some(last) if last.read == arrivals.read => {}
+                    // The same total in a newer read: quiet up to when it began.
+                    Some(last) if (last.total, last.generation) == (arrivals.total, arrivals.generation) => {
+                        self.last = Some(arrivals);
+                    }
+                    // A first read, or the total moved: quiet counts from its
+                    // end (nothing is known of the time before it).
+                    previous => {
+                        self.quiet_since = arrivals.read_end();
+                        if previous.is_some_and(|p| p.generation == arrivals.generation) {
+                            self.last_move = Some(arrivals.read_end());
+                        }
+                        self.last = Some(arrivals);
+                    }
+                }
+            }
+            Err(why) => {
+                // Not knowing is not quiet: the next read starts over.
+                self.quiet_since = now;
+                self.last = None;
+                steps.push(Step::ReadFailed(why));
+            }
+        }
+    }
+
+    /// Until when probers no table could follow hold the wait (None: they
+    /// do not): one came since the checker timeout before the drain, and
+    /// the checker timeout since it (or since the drain began) has not
+    /// passed. Such a prober, if a checker with an interval no longer than
+    /// the timeout, would have been heard from again within it.
+    fn unfollowed_holds(&mut self, last: Option<Instant>, now: Instant, steps: &mut Vec<Step>) -> Option<Instant> {
+        let last = last?;
+        if self.unfollowed_done {
+            return None;
+        }
+        let until = last.min(self.began) + self.settings.checker_timeout;
+        if now < until {
+            return Some(until);
+        }
+        if last + self.settings.checker_timeout > self.began {
+            self.unfollowed_done = true;
+            steps.push(Step::UnfollowedTimedOut);
+        }
+        None
+    }
+
     /// How long the reads have shown no new request: from the last move to
     /// the newest read that found none.
     pub(crate) fn quiet_for(&self) -> Duration {
@@ -227,20 +290,48 @@ impl Rule {
         })
     }
 
+    /// When the last new request was seen after the drain began: the end
+    /// of the read that first showed it (None: none came).
+    pub(crate) fn traffic_stopped(&self) -> Option<Instant> {
+        self.last_move
+    }
+
+    /// When the last checker was done (None: none was).
+    pub(crate) fn last_checker_done(&self) -> Option<Instant> {
+        self.done.iter().map(|d| d.at).max()
+    }
+
     /// Out of rotation, in words, once it is: how each checker ended.
     pub(crate) fn conclusion(&self) -> String {
-        let count = |state| self.done.iter().filter(|(_, s)| *s == state).count();
+        let count = |counted: bool, state| {
+            self.done
+                .iter()
+                .filter(|d| d.counted == counted && d.state == state)
+                .count()
+        };
         let mut parts = Vec::new();
         for (state, words) in [
             (CheckerState::Failed, "failed its threshold of probes in a row"),
             (CheckerState::Vanished, "stopped probing"),
             (CheckerState::TimedOut, "held the wait for the checker timeout"),
         ] {
-            match count(state) {
+            match count(true, state) {
                 0 => {}
                 1 => parts.push(format!("1 checker {words}")),
                 n => parts.push(format!("{n} checkers {}", words.replace(" its ", " their "))),
             }
+        }
+        let uncounted = self.done.iter().filter(|d| !d.counted).count();
+        if uncounted > 0 || self.unfollowed_done {
+            parts.push(format!(
+                "{uncounted} prober{} whose probes were not counted (no room) failed, stopped or timed out{}",
+                if uncounted == 1 { "" } else { "s" },
+                if self.unfollowed_done {
+                    ", and probers too many to follow held the wait for the checker timeout"
+                } else {
+                    ""
+                }
+            ));
         }
         let checkers = match parts.len() {
             0 => "no load balancer was seen checking the pod".to_owned(),
@@ -256,9 +347,13 @@ impl Rule {
         key.fixed_threshold().unwrap_or(self.settings.threshold)
     }
 
+    fn done_of(&self, c: &Checker) -> Option<&Done> {
+        self.done.iter().find(|d| d.key == c.key && d.counted == c.counted)
+    }
+
     fn state_of(&mut self, c: &Checker, now: Instant, steps: &mut Vec<Step>) -> CheckerState {
-        if let Some((_, state)) = self.done.iter().find(|(k, _)| *k == c.key) {
-            return *state;
+        if let Some(done) = self.done_of(c) {
+            return done.state;
         }
         let Some(silent_after) = c.silent_after() else {
             return CheckerState::SeenOnce;
@@ -289,18 +384,24 @@ impl Rule {
         } else {
             return CheckerState::Checking;
         };
-        self.done.push((c.key, state));
+        self.done.push(Done {
+            key: c.key,
+            counted: c.counted,
+            state,
+            at: now,
+        });
         state
     }
 
     /// `checker 10.0.0.5 (1 of 3 failures, every 1s)` for each pending one.
-    fn words(&self, pending: &[&Checker]) -> String {
+    fn words(&self, pending: &[&Checker], unfollowed: Option<Instant>) -> String {
         let each: Vec<String> = pending
             .iter()
             .map(|c| {
                 format!(
-                    "{} ({} of {} failures in a row, every {})",
+                    "{}{} ({} of {} failures in a row, every {})",
                     c.key,
+                    if c.counted { "" } else { " [not counted: no room]" },
                     c.failures_in_row,
                     self.threshold_of(&c.key),
                     GoDuration(ms(c.interval.unwrap_or_default()))
@@ -308,22 +409,37 @@ impl Rule {
             })
             .collect();
         let noun = if pending.len() == 1 { "checker" } else { "checkers" };
-        format!("{} {noun}: {}", pending.len(), each.join(", "))
+        let mut words = format!("{} {noun}: {}", pending.len(), each.join(", "));
+        if unfollowed.is_some() {
+            words.push_str("; and probers too many to follow");
+        }
+        words
     }
 
     fn report(&self, c: &Checker, state: CheckerState, now: Instant) -> CheckerReport {
+        let done = self.done_of(c).map(|d| d.at.saturating_duration_since(self.began).as_secs_f64());
         CheckerReport {
             peer: c.key.ip.to_string(),
             user_agent: c.key.agent(),
             forwarded: c.key.forwarded,
+            counted: c.counted,
             state,
             probes: c.probes,
             interval_seconds: c.interval.map(|d| d.as_secs_f64()),
             failures_in_row: c.failures_in_row,
             unhealthy_threshold: self.threshold_of(&c.key),
             last_probe_seconds_ago: now.saturating_duration_since(c.last_seen).as_secs_f64(),
+            done_after_seconds: done,
         }
     }
+}
+
+/// The wait held for probers too many to follow, in words.
+fn unfollowed_words(until: Instant, now: Instant) -> String {
+    format!(
+        "probers whose probes were not counted and too many to follow (a flood of agents?): held until the checker timeout, {} from now",
+        GoDuration(ms(until.saturating_duration_since(now)))
+    )
 }
 
 /// The checkers as they stand before the drain, for `GET /drain`: each one
@@ -353,7 +469,12 @@ pub(crate) fn before_drain(checkers: &[Checker], threshold: u32, now: Instant) -
 
 /// A checker for the log: `10.0.0.5 (every 1s)`.
 fn describe(c: &Checker) -> String {
-    format!("{} (every {})", c.key, GoDuration(ms(c.interval.unwrap_or_default())))
+    let uncounted = if c.counted { "" } else { " [not counted: no room]" };
+    format!(
+        "{}{uncounted} (every {})",
+        c.key,
+        GoDuration(ms(c.interval.unwrap_or_default()))
+    )
 }
 
 /// A duration to the millisecond: words are for people.
@@ -436,7 +557,7 @@ mod tests {
                 read: t,
                 took: Duration::ZERO,
             });
-            let eval = rule.observe(t, &checkers.snapshot(), arrivals);
+            let eval = rule.observe(t, &checkers.snapshot(), None, arrivals);
             steps.extend(eval.steps);
             if eval.out {
                 return (Some(t), steps);
@@ -563,7 +684,7 @@ mod tests {
         let mut rule = Rule::new(settings(3, SEC), began);
         let (out, _) = run(&mut rule, seen, began, t0 + 30 * SEC, |_| Ok(0));
         assert_eq!(out, Some(began + SEC));
-        let eval = rule.observe(began + SEC, &checkers.snapshot(), arrived(0, began + SEC));
+        let eval = rule.observe(began + SEC, &checkers.snapshot(), None, arrived(0, began + SEC));
         let states: Vec<CheckerState> = eval.checkers.iter().map(|c| c.state).collect();
         assert_eq!(states, [CheckerState::SeenOnce, CheckerState::GoneBeforeDrain]);
         assert_eq!(
@@ -599,7 +720,7 @@ mod tests {
         let mut rule = Rule::new(settings(2, SEC), t0);
         checkers.record(key(5), t0 + SEC, false);
         checkers.record(key(5), t0 + 2 * SEC, true);
-        let eval = rule.observe(t0 + 2 * SEC, &checkers.snapshot(), arrived(0, t0 + 2 * SEC));
+        let eval = rule.observe(t0 + 2 * SEC, &checkers.snapshot(), None, arrived(0, t0 + 2 * SEC));
         assert!(!eval.out);
         assert_eq!(
             eval.waiting_for.as_deref(),
@@ -607,7 +728,7 @@ mod tests {
         );
         checkers.record(key(5), t0 + 3 * SEC, false);
         checkers.record(key(5), t0 + 4 * SEC, false);
-        let eval = rule.observe(t0 + 4 * SEC, &checkers.snapshot(), arrived(0, t0 + 4 * SEC));
+        let eval = rule.observe(t0 + 4 * SEC, &checkers.snapshot(), None, arrived(0, t0 + 4 * SEC));
         assert!(eval.out, "{eval:?}");
         assert_eq!(
             eval.steps[0],
@@ -692,7 +813,7 @@ mod tests {
                 read: t,
                 took: Duration::ZERO,
             };
-            rule.observe(t, &[], Ok(read)).out
+            rule.observe(t, &[], None, Ok(read)).out
         };
         assert!(!at(t0, 5, 1));
         assert!(!at(t0 + Duration::from_millis(900), 5, 1));
@@ -740,7 +861,7 @@ mod tests {
                 read: made,
                 took: Duration::from_millis(200),
             };
-            if rule.observe(t, &[], Ok(read)).out {
+            if rule.observe(t, &[], None, Ok(read)).out {
                 out_at = Some(t);
                 break;
             }
@@ -749,5 +870,68 @@ mod tests {
         // The last move was seen in the read made at 10 s (ended 10.2 s);
         // the read made at 12 s is the first to show a second of quiet.
         assert_eq!(out_at, Some(t0 + Duration::from_secs(12)));
+    }
+
+    /// The issue's attack: 64 agents from the real checker's own address
+    /// keep it from being counted; the wait once answered "no load
+    /// balancer was seen" 0.6 s into the drain. Its probes, followed
+    /// apart, hold the wait until its own 3rd failure.
+    #[tokio::test(start_paused = true)]
+    async fn a_checker_whose_probes_were_not_counted_holds_the_wait_never_ends_it() {
+        let t0 = Instant::now();
+        let began = t0 + 20 * SEC;
+        let real = agent_key(5, "HAProxy");
+        // Every 3 s from 0.5 s; failing from the drain's start: 21.5,
+        // 24.5, 27.5 s.
+        let mut events = probes(real, 3 * SEC, t0 + Duration::from_millis(500), t0 + 40 * SEC, began);
+        // 64 agents at the same address, 100 probes a second in all.
+        let mut t = t0;
+        let mut i = 0;
+        while t < t0 + 40 * SEC {
+            events.push((t, agent_key(5, Box::leak(format!("flood-{}", i % 64).into_boxed_str())), t < began));
+            t += Duration::from_millis(10);
+            i += 1;
+        }
+        let mut rule = Rule::new(settings(3, SEC), began);
+        let (out, steps) = run(&mut rule, events, began, t0 + 40 * SEC, |_| Ok(9));
+        assert_eq!(
+            out,
+            Some(t0 + Duration::from_millis(27_500)),
+            "at the real checker's 3rd failure: {steps:?}"
+        );
+        let conclusion = rule.conclusion();
+        assert!(
+            conclusion.contains("whose probes were not counted (no room) failed, stopped or timed out"),
+            "{conclusion}"
+        );
+        assert!(!conclusion.contains("no load balancer was seen"), "{conclusion}");
+    }
+
+    /// Probes from more probers than any table follows: the wait holds
+    /// until the checker timeout, counted from the drain's start (or from
+    /// the last such probe, when it came before).
+    #[tokio::test(start_paused = true)]
+    async fn probers_too_many_to_follow_hold_the_wait_until_the_checker_timeout() {
+        let t0 = Instant::now();
+        let mut rule = Rule::new(settings(3, SEC), t0);
+        let mut out_at = None;
+        let mut t = t0;
+        while t < t0 + 30 * SEC {
+            let eval = rule.observe(t, &[], Some(t0 + SEC), arrived(1, t));
+            if eval.out {
+                out_at = Some(t);
+                assert_eq!(eval.steps, [Step::UnfollowedTimedOut, Step::Out]);
+                break;
+            }
+            assert!(eval.waiting_for.unwrap().contains("too many to follow"));
+            t += Duration::from_millis(100);
+        }
+        assert_eq!(out_at, Some(t0 + 20 * SEC));
+        // One long before the drain (more than the checker timeout) holds nothing.
+        let mut rule = Rule::new(settings(3, SEC), t0 + 60 * SEC);
+        let first = rule.observe(t0 + 60 * SEC, &[], Some(t0 + SEC), arrived(1, t0 + 60 * SEC));
+        assert_eq!(first.waiting_for.as_deref(), Some("no new request for 1s (none for 0s so far)"));
+        let eval = rule.observe(t0 + 61 * SEC, &[], Some(t0 + SEC), arrived(1, t0 + 61 * SEC));
+        assert!(eval.out, "{eval:?}");
     }
 }

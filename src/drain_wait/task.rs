@@ -1,5 +1,6 @@
-//! The drain wait's task: samples the pod's traffic before the drain,
-//! fails the load balancers' checks when readiness turns 503, applies the
+//! The drain wait's task: samples the pod's traffic before the drain (and
+//! says once when the grace period cannot fit the slowest checker), fails
+//! the load balancers' checks when readiness turns 503, applies the
 //! [rule](super::rule) from then until the pod is out of rotation (or
 //! Envoy stops, or the wait's bound comes), and publishes what it sees for
 //! the [`DrainWait`](super::DrainWait) handle.
@@ -10,12 +11,13 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::checkers::Checkers;
+use super::budget::{self, Needs};
+use super::checkers::{CheckerKey, Checkers};
 use super::handle::{DrainWaitStatus, WaitState};
 use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
 use super::rule::{ms, Rule, Settings, Step};
 use super::{DrainWaitPlan, Traffic, READ_EVERY};
-use crate::drain::{Phase, Status};
+use crate::drain::{DrainUntil, Phase, Status};
 use crate::duration::GoDuration;
 use crate::logging::Throttle;
 
@@ -31,33 +33,37 @@ pub(crate) async fn run<T: Traffic>(
     shutdown: CancellationToken,
 ) {
     let mut history = History::default();
+    let mut budget = BudgetWatch::default();
+    let mut sampler = Sampler {
+        traffic: &mut traffic,
+        checkers: &checkers,
+        history: &mut history,
+        budget: &mut budget,
+        plan: &plan,
+        publish: &publish,
+    };
     let drain_begun = |s: &Status| s.phase != Phase::Serving;
-    let sampled = sample_until(
-        &mut traffic,
-        &checkers,
-        &mut drain,
-        drain_begun,
-        &mut history,
-        &shutdown,
-    );
-    let Some(began) = sampled.await else {
+    let Some(began) = sampler.sample_until(&mut drain, drain_begun, &shutdown).await else {
         return;
     };
+    // The policy the drain resolved when it began: a gateway keeps no
+    // time for an app.
+    let bound_len = plan.bound_under(drain.borrow().policy);
     publish.send_modify(|s| {
         s.state = WaitState::Waiting;
         s.began = Some(began);
+        s.bound_seconds = bound_len.as_secs_f64();
     });
     // With a readiness-fail delay, the load balancers are told only when
     // readiness turns 503: the rule starts then.
     if !drain.borrow().phase.fails_readiness() {
         publish.send_modify(|s| s.waiting_for = Some("readiness to turn 503 (--readiness-fail-delay)".into()));
         let told = |s: &Status| s.phase.fails_readiness() || s.phase >= Phase::Stopping;
-        let sampled = sample_until(&mut traffic, &checkers, &mut drain, told, &mut history, &shutdown);
-        if sampled.await.is_none() {
+        if sampler.sample_until(&mut drain, told, &shutdown).await.is_none() {
             return;
         }
     }
-    let bound = began + plan.bound();
+    let bound = began + bound_len;
     let mut watch = Watch {
         traffic,
         checkers,
@@ -66,15 +72,16 @@ pub(crate) async fn run<T: Traffic>(
         publish,
         shutdown,
         read_warning: Throttle::new(Duration::from_secs(10)),
+        checks_warning: Throttle::new(Duration::from_secs(10)),
         checks: Checks::Due(Instant::now()),
     };
     // The listeners are known from the samples, unless the drain came
     // first: then learned now, within the wait's bound.
     let listeners = tokio::select! {
         listeners = watch.traffic.learn() => listeners,
-        _ = sleep_until(bound) => return watch.publish.send_modify(|s| s.state = WaitState::Ended),
+        _ = sleep_until(bound) => return watch.publish.send_modify(|s| s.state = WaitState::Bound),
         _ = watch.drain.wait_for(|s| s.phase >= Phase::Stopping) => {
-            return watch.publish.send_modify(|s| s.state = WaitState::Ended);
+            return watch.publish.send_modify(|s| s.state = WaitState::Stopped);
         }
         _ = watch.shutdown.cancelled() => return,
     };
@@ -107,37 +114,84 @@ fn sync_trust(traffic: &impl Traffic, checkers: &Checkers) {
     }
 }
 
-/// Samples the arrivals every [`SAMPLE_EVERY`] until the drain's status
-/// satisfies `until`; when it did (None: shutdown, or no drain can come).
-async fn sample_until<T: Traffic>(
-    traffic: &mut T,
-    checkers: &Checkers,
-    drain: &mut watch::Receiver<Status>,
-    until: impl FnMut(&Status) -> bool,
-    history: &mut History,
-    shutdown: &CancellationToken,
-) -> Option<Instant> {
-    let mut until = until;
-    let mut next = Instant::now() + Duration::from_secs(1);
-    loop {
-        let sample = async {
-            sleep_until(next).await;
-            traffic.arrivals().await
-        };
-        tokio::select! {
-            begun = drain.wait_for(&mut until) => return begun.ok().map(|_| Instant::now()),
-            arrivals = sample => {
-                let now = Instant::now();
-                next = now + SAMPLE_EVERY;
-                match arrivals {
-                    Ok(arrivals) => history.push(now, arrivals),
-                    Err(e) => tracing::debug!(error = %e, "drain wait: no sample of Envoy's inbound traffic"),
-                }
-                sync_trust(traffic, checkers);
+/// The samples before the drain: the traffic, and the budget.
+struct Sampler<'a, T> {
+    traffic: &'a mut T,
+    checkers: &'a Checkers,
+    history: &'a mut History,
+    budget: &'a mut BudgetWatch,
+    plan: &'a DrainWaitPlan,
+    publish: &'a watch::Sender<DrainWaitStatus>,
+}
+
+impl<T: Traffic> Sampler<'_, T> {
+    /// Samples the arrivals every [`SAMPLE_EVERY`] until the drain's status
+    /// satisfies `until`; when it did (None: shutdown, or no drain can come).
+    async fn sample_until(
+        &mut self,
+        drain: &mut watch::Receiver<Status>,
+        until: impl FnMut(&Status) -> bool,
+        shutdown: &CancellationToken,
+    ) -> Option<Instant> {
+        let mut until = until;
+        let mut next = Instant::now() + Duration::from_secs(1);
+        loop {
+            let traffic = &mut *self.traffic;
+            let sample = async {
+                sleep_until(next).await;
+                traffic.arrivals().await
+            };
+            let arrivals = tokio::select! {
+                begun = drain.wait_for(&mut until) => return begun.ok().map(|_| Instant::now()),
+                arrivals = sample => arrivals,
+                _ = shutdown.cancelled() => return None,
+            };
+            let now = Instant::now();
+            next = now + SAMPLE_EVERY;
+            match arrivals {
+                Ok(arrivals) => self.history.push(now, arrivals),
+                Err(e) => tracing::debug!(error = %e, "drain wait: no sample of Envoy's inbound traffic"),
             }
-            _ = shutdown.cancelled() => return None,
+            sync_trust(&*self.traffic, self.checkers);
+            let policy = drain.borrow().policy;
+            self.check_budget(policy, now);
         }
     }
+
+    /// Whether the grace period fits the slowest learned checker: published
+    /// each sample, said once per checker that does not fit.
+    fn check_budget(&mut self, policy: DrainUntil, now: Instant) {
+        let plan = self.plan;
+        let needs = Needs {
+            threshold: plan.unhealthy_threshold,
+            quiet: quiet_period(self.history.rate(), plan.min_quiet_period, plan.bound_under(policy)),
+            shutdown_margin: plan.shutdown_margin,
+            app_time: plan.app_time_under(policy),
+            grace_period: plan.grace_period,
+            checker_timeout: plan.checker_timeout,
+        };
+        let seen = self.checkers.snapshot();
+        let slowest = budget::slowest(&seen, &needs, now);
+        if let Some((key, budget)) = &slowest {
+            if !budget.fits && self.budget.warned != Some(*key) {
+                self.budget.warned = Some(*key);
+                if let Some(checker) = seen.iter().find(|c| c.counted && c.key == *key) {
+                    tracing::warn!("{}", budget::warning(budget, checker, &needs));
+                }
+            }
+        }
+        let budget = slowest.map(|(_, b)| b);
+        if self.publish.borrow().budget != budget {
+            self.publish.send_modify(|s| s.budget = budget);
+        }
+    }
+}
+
+/// What the budget said last.
+#[derive(Default)]
+struct BudgetWatch {
+    /// The checker a warning was logged for.
+    warned: Option<CheckerKey>,
 }
 
 /// The task's parts once the drain has begun.
@@ -149,6 +203,7 @@ struct Watch<T> {
     publish: watch::Sender<DrainWaitStatus>,
     shutdown: CancellationToken,
     read_warning: Throttle,
+    checks_warning: Throttle,
     /// Envoy asked to fail the load balancers' checks: when to try again,
     /// or done.
     checks: Checks,
@@ -189,7 +244,7 @@ impl<T: Traffic> Watch<T> {
                 "passing: no inbound listener has Envoy's health_check filter".to_owned()
             }
             Err(why) => {
-                if matches!(self.checks, Checks::Due(_)) && self.read_warning.due(Instant::now()) {
+                if self.checks_warning.due(Instant::now()) {
                     tracing::warn!(error = %why, "drain wait: could not make Envoy fail the load balancers' checks (POST /healthcheck/fail); trying again");
                 }
                 self.checks = Checks::Due(Instant::now() + CHECKS_RETRY);
@@ -204,8 +259,12 @@ impl<T: Traffic> Watch<T> {
     async fn apply(&mut self, began: Instant, bound: Instant, mut history: History, listeners: &str) {
         let mut rule: Option<Rule> = None;
         loop {
-            if self.drain.borrow().phase >= Phase::Stopping || Instant::now() >= bound {
-                self.publish.send_modify(|s| s.state = WaitState::Ended);
+            if self.drain.borrow().phase >= Phase::Stopping {
+                self.publish.send_modify(|s| s.state = WaitState::Stopped);
+                return;
+            }
+            if Instant::now() >= bound {
+                self.publish.send_modify(|s| s.state = WaitState::Bound);
                 return;
             }
             self.fail_checks_when_due().await;
@@ -229,12 +288,15 @@ impl<T: Traffic> Watch<T> {
                 }
                 self.first_rule(began, history.rate(), listeners)
             });
-            let eval = rule.observe(now, &self.checkers.snapshot(), inbound);
+            let eval = rule.observe(now, &self.checkers.snapshot(), self.checkers.overflow(), inbound);
             log_steps(&eval.steps, &mut self.read_warning, rule, now.duration_since(began));
+            let after = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(began).as_secs_f64());
             self.publish.send_modify(|s| {
                 s.checkers = eval.checkers;
                 s.waiting_for = eval.waiting_for;
                 s.quiet_for_seconds = Some(eval.quiet_for.as_secs_f64());
+                s.traffic_stopped_after_seconds = after(rule.traffic_stopped());
+                s.last_checker_done_after_seconds = after(rule.last_checker_done());
                 if eval.out {
                     s.state = WaitState::Out;
                     s.conclusion = Some(rule.conclusion());
@@ -259,7 +321,8 @@ impl<T: Traffic> Watch<T> {
     /// before it; says so.
     fn first_rule(&self, began: Instant, rate: Option<Rate>, listeners: &str) -> Rule {
         let plan = self.plan;
-        let quiet = quiet_period(rate, plan.min_quiet_period, plan.bound());
+        let bound = plan.bound_under(self.drain.borrow().policy);
+        let quiet = quiet_period(rate, plan.min_quiet_period, bound);
         let why = match rate {
             Some(r) if quiet > plan.min_quiet_period => format!(
                 "{:.2} new requests a second in the {} before the drain: a gap that long comes by chance once in a thousand",
@@ -277,7 +340,7 @@ impl<T: Traffic> Watch<T> {
             unhealthy_threshold = plan.unhealthy_threshold,
             quiet_period = %GoDuration(ms(quiet)),
             checker_timeout = %GoDuration(plan.checker_timeout),
-            bound = %GoDuration(plan.bound()),
+            bound = %GoDuration(bound),
             "drain wait: out of rotation once every checker has failed {} probes in a row (Envoy's checker: 1), \
              stopped probing or held the wait for {}, and no new request has reached {listeners} for {} ({why})",
             plan.unhealthy_threshold,
@@ -316,6 +379,11 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
                 threshold,
             } => tracing::warn!(
                 "drain wait: checker {checker} has failed {failures} of {threshold} probes in a row and still probes, \
+                 {} after the drain began: no longer waited for (--drain-wait-checker-timeout)",
+                GoDuration(ms(since_drain))
+            ),
+            Step::UnfollowedTimedOut => tracing::warn!(
+                "drain wait: probes came from more probers than lifeguard could follow (not counted: no room), \
                  {} after the drain began: no longer waited for (--drain-wait-checker-timeout)",
                 GoDuration(ms(since_drain))
             ),
@@ -398,6 +466,8 @@ mod tests {
             min_quiet_period: SEC,
             checker_timeout: Duration::from_secs(20),
             drain_deadline: deadline,
+            grace_period: deadline + Duration::from_secs(2),
+            shutdown_margin: Duration::from_secs(2),
             app_time,
         };
         let (drain, drain_rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
@@ -536,7 +606,7 @@ mod tests {
         h.phase(Phase::Stopping);
         let end = waiting.await.unwrap();
         assert_eq!(end.why, WaitWhy::Stopped, "{end:?}");
-        assert_eq!(h.wait.status().state, WaitState::Ended);
+        assert_eq!(h.wait.status().state, WaitState::Stopped);
         lb.abort();
         h.shutdown.cancel();
     }

@@ -35,8 +35,6 @@ pub(crate) struct Envoy {
     process: Option<Child>,
     /// Listener ports left out of the active counts.
     ignored_ports: Vec<u16>,
-    /// Which listeners drain.
-    scope: DrainScope,
 }
 
 impl Envoy {
@@ -47,7 +45,6 @@ impl Envoy {
             admin,
             process: None,
             ignored_ports,
-            scope: DrainScope::Inbound,
         }
     }
 
@@ -58,7 +55,6 @@ impl Envoy {
             admin,
             process: Some(child),
             ignored_ports,
-            scope: DrainScope::Inbound,
         }
     }
 
@@ -67,16 +63,15 @@ impl Envoy {
     /// running beside lifeguard.
     /// `drain_time` is Envoy's `--drain-time-s` (the pod's grace period
     /// unless configured); `ignored` the listener ports left out of the
-    /// active counts; `scope` which listeners drain.
+    /// active counts.
     pub(crate) fn start(
         command: Vec<String>,
         drain_time: Duration,
         admin: AdminClient,
         ignored: Vec<u16>,
-        scope: DrainScope,
     ) -> Result<Envoy, LaunchError> {
         if command.is_empty() {
-            return Ok(Envoy::external(admin, ignored).with_scope(scope));
+            return Ok(Envoy::external(admin, ignored));
         }
         let mut command = command;
         let extra = drain_flags(&command, drain_time);
@@ -89,12 +84,7 @@ impl Envoy {
             source,
         })?;
         tracing::info!(pid = child.pid(), command = %command.join(" "), "Envoy started");
-        Ok(Envoy::child(child, admin, ignored).with_scope(scope))
-    }
-
-    /// The same Envoy, draining `scope` listeners.
-    pub(crate) fn with_scope(self, scope: DrainScope) -> Self {
-        Self { scope, ..self }
+        Ok(Envoy::child(child, admin, ignored))
     }
 
     /// The reader of the active counts, to share with the drain wait.
@@ -211,8 +201,8 @@ impl Child {
 }
 
 impl EnvoyControl for Envoy {
-    async fn drain_listeners(&self, skip_exit: bool) -> Result<(), ControlError> {
-        let path = match (self.scope, skip_exit) {
+    async fn drain_listeners(&self, scope: DrainScope, skip_exit: bool) -> Result<(), ControlError> {
+        let path = match (scope, skip_exit) {
             (DrainScope::Inbound, true) => "/drain_listeners?inboundonly&graceful&skip_exit",
             (DrainScope::Inbound, false) => "/drain_listeners?inboundonly&graceful",
             (DrainScope::All, true) => "/drain_listeners?graceful&skip_exit",

@@ -46,13 +46,21 @@
 //!
 //! A scan reads `/proc`; it is synchronous and takes a few milliseconds in a
 //! pod, so async callers run it on the blocking pool ([`Watcher::scan`]).
+//!
+//! Whether an app was **ever seen** tells a sidecar's pod from one whose
+//! only container is the proxy (a gateway): until the drain, the pod is
+//! looked at now and then ([`look_for_app`]), and every scan that finds
+//! something of an app says so for good.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use procfs::process::{Process, StatFlags};
 
-use crate::drain::{AppControl, AppProcess, AppSocket, Work};
+use crate::drain::{AppControl, AppProcess, AppSocket, Phase, Status, Work};
 use crate::pod::sockets::{self, Socket};
 
 /// Why the app cannot be watched here, or a look at it failed.
@@ -303,6 +311,8 @@ pub(crate) struct Watcher {
     processes: bool,
     /// For an external Envoy: its admin port, whose owner is Envoy.
     envoy_admin_port: Option<u16>,
+    /// Whether a scan ever found something of an app (shared by clones).
+    seen: Arc<AtomicBool>,
 }
 
 impl Watcher {
@@ -346,6 +356,7 @@ impl Watcher {
             proxy,
             processes: shares_pod_process_namespace(),
             envoy_admin_port: admin_port.filter(|_| envoy.is_none()),
+            seen: Arc::default(),
         })
     }
 
@@ -355,6 +366,7 @@ impl Watcher {
             proxy: Proxy::default(),
             processes: false,
             envoy_admin_port: None,
+            seen: Arc::default(),
         }
     }
 
@@ -368,9 +380,13 @@ impl Watcher {
         let proxy = self.proxy.clone();
         let processes = self.processes;
         let admin = self.envoy_admin_port;
-        tokio::task::spawn_blocking(move || scan(&proxy, processes, admin))
+        let work = tokio::task::spawn_blocking(move || scan(&proxy, processes, admin))
             .await?
-            .map_err(AppWatchError::Proc)
+            .map_err(AppWatchError::Proc)?;
+        if !work.is_done() && !self.seen.swap(true, Ordering::Relaxed) {
+            tracing::info!("the pod has an app: {work}");
+        }
+        Ok(work)
     }
 }
 
@@ -379,7 +395,44 @@ impl AppControl for Watcher {
     async fn work(&self) -> Result<Work, AppWatchError> {
         self.scan().await
     }
+    fn ever_seen(&self) -> bool {
+        self.seen.load(Ordering::Relaxed)
+    }
 }
+
+/// Looks at the pod every [`LOOK_EVERY`] (every [`LOOK_EVERY_AT_FIRST`]
+/// in its first [`FIRST_LOOKS`]: an app container starts beside or after
+/// the proxy) until something of an app is seen, the drain begins or
+/// `shutdown`: whether the pod has an app is known when the drain begins.
+/// Costs a read of the socket table and of the proxy's descriptors a look.
+pub(crate) async fn look_for_app(
+    watcher: Watcher,
+    mut drain: tokio::sync::watch::Receiver<Status>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let started = tokio::time::Instant::now();
+    while !watcher.ever_seen() {
+        let every = match started.elapsed() < FIRST_LOOKS {
+            true => LOOK_EVERY_AT_FIRST,
+            false => LOOK_EVERY,
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = drain.wait_for(|s| s.phase != Phase::Serving) => return,
+            _ = shutdown.cancelled() => return,
+        }
+        if let Err(why) = watcher.scan().await {
+            tracing::debug!(error = %why, "cannot look for the pod's app");
+        }
+    }
+}
+
+/// How often the pod is looked at for an app, once past its first
+/// [`FIRST_LOOKS`].
+const LOOK_EVERY: Duration = Duration::from_secs(10);
+/// ... and within them.
+const LOOK_EVERY_AT_FIRST: Duration = Duration::from_secs(1);
+const FIRST_LOOKS: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {

@@ -149,6 +149,8 @@ mod tests {
             min_quiet_period: Duration::from_secs(1),
             checker_timeout: Duration::from_secs(20),
             drain_deadline: Duration::from_secs(28),
+            grace_period: Duration::from_secs(28) + Duration::from_secs(2),
+            shutdown_margin: Duration::from_secs(2),
             app_time: Duration::from_secs(5),
         }
     }

@@ -1,0 +1,203 @@
+//! Whether the pod's grace period leaves its load balancers the time they
+//! take to let it go, said before it is needed: once a checker is learned,
+//! long before any drain.
+//!
+//! A checker that probes every `i` and takes the pod out after `n` failed
+//! probes in a row needs `i × n` from the moment readiness turns 503; the
+//! traffic it sent must then stop for the quiet period; and lifeguard
+//! keeps the shutdown margin to stop Envoy (and, for a sidecar's drain
+//! wait, the app's time to finish before Envoy stops). When the slowest
+//! learned checker's sum does not fit the grace period, the wait ends at
+//! its bound with the pod still in rotation, and requests are lost: that
+//! is worth a warning at the first probe that shows it, not at the pod's
+//! deletion.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::checkers::{Checker, CheckerKey};
+use super::rule::ms;
+use crate::duration::GoDuration;
+
+/// The slowest learned checker against the grace period (`GET /drain`'s
+/// `drain_wait.budget`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Budget {
+    /// Whether the slowest checker's time, the quiet period, the shutdown
+    /// margin and (for a sidecar) the app's time fit the grace period, and
+    /// the checker timeout waits for that checker.
+    pub fits: bool,
+    /// The slowest learned checker, e.g. `10.0.0.5 (ELB-HealthChecker/2.0)`.
+    pub checker: String,
+    /// Its interval × its threshold: how long it takes to let the pod go.
+    pub checker_takes_seconds: f64,
+    /// The grace period it needs.
+    pub needed_grace_period_seconds: f64,
+    pub grace_period_seconds: f64,
+    /// The checker timeout it needs, when the one set is shorter.
+    pub needed_checker_timeout_seconds: Option<f64>,
+}
+
+/// What a drain needs besides the checkers' time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Needs {
+    /// The configured threshold (a checker's software may fix its own).
+    pub(crate) threshold: u32,
+    /// The quiet period the traffic before the drain calls for now.
+    pub(crate) quiet: Duration,
+    pub(crate) shutdown_margin: Duration,
+    /// The app's time after the wait (a sidecar's), or zero (a gateway).
+    pub(crate) app_time: Duration,
+    pub(crate) grace_period: Duration,
+    pub(crate) checker_timeout: Duration,
+}
+
+/// The slowest learned checker still probing at `now`, against the grace
+/// period (None: none learned).
+pub(crate) fn slowest(checkers: &[Checker], needs: &Needs, now: Instant) -> Option<(CheckerKey, Budget)> {
+    let takes = |c: &Checker| {
+        let threshold = c.key.fixed_threshold().unwrap_or(needs.threshold.max(1));
+        c.interval.map(|i| i.saturating_mul(threshold))
+    };
+    let probing = |c: &Checker| {
+        c.silent_after()
+            .is_some_and(|after| now.saturating_duration_since(c.last_seen) <= after)
+    };
+    let slowest = checkers
+        .iter()
+        .filter(|c| c.counted && probing(c))
+        .filter_map(|c| Some((c, takes(c)?)))
+        .max_by_key(|(_, t)| *t)?;
+    let (checker, takes) = slowest;
+    let needed = takes + needs.quiet + needs.shutdown_margin + needs.app_time;
+    let timeout_short = takes > needs.checker_timeout;
+    let budget = Budget {
+        fits: needed <= needs.grace_period && !timeout_short,
+        checker: checker.key.to_string(),
+        checker_takes_seconds: takes.as_secs_f64(),
+        needed_grace_period_seconds: round_up(needed).as_secs_f64(),
+        grace_period_seconds: needs.grace_period.as_secs_f64(),
+        needed_checker_timeout_seconds: timeout_short.then(|| round_up(takes).as_secs_f64()),
+    };
+    Some((checker.key, budget))
+}
+
+/// A duration up to the next whole second: a grace period is set in
+/// seconds.
+fn round_up(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0))
+}
+
+/// The warning for a budget that does not fit, in words.
+pub(crate) fn warning(budget: &Budget, checker: &Checker, needs: &Needs) -> String {
+    let every = GoDuration(ms(checker.interval.unwrap_or_default()));
+    let threshold = checker.key.fixed_threshold().unwrap_or(needs.threshold.max(1));
+    let takes = GoDuration(ms(Duration::from_secs_f64(budget.checker_takes_seconds)));
+    let app = match needs.app_time.is_zero() {
+        true => String::new(),
+        false => format!(" + the app's {}", GoDuration(needs.app_time)),
+    };
+    let mut words = format!(
+        "drain wait: checker {} probes every {every} and takes the pod out after {threshold} failures in a row: \
+         it needs a grace period of {}s ({takes} + the {} quiet period + the {} shutdown margin{app}), \
+         and the pod's is {}",
+        budget.checker,
+        budget.needed_grace_period_seconds,
+        GoDuration(ms(needs.quiet)),
+        GoDuration(needs.shutdown_margin),
+        GoDuration(needs.grace_period),
+    );
+    if let Some(timeout) = budget.needed_checker_timeout_seconds {
+        words.push_str(&format!(
+            "; and --drain-wait-checker-timeout ({}) lets it go before it has: set it to at least {timeout}s",
+            GoDuration(needs.checker_timeout)
+        ));
+    }
+    words.push_str(
+        ": set terminationGracePeriodSeconds (and TERMINATION_GRACE_PERIOD) to at least that; until then the wait \
+         ends at its bound with the pod still in this load balancer's rotation",
+    );
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain_wait::checkers::Checkers;
+    use hyper::header::{HeaderMap, HeaderValue, USER_AGENT};
+
+    fn needs(grace: u64) -> Needs {
+        Needs {
+            threshold: 2,
+            quiet: Duration::from_millis(500),
+            shutdown_margin: Duration::from_secs(2),
+            app_time: Duration::ZERO,
+            grace_period: Duration::from_secs(grace),
+            checker_timeout: Duration::from_secs(70),
+        }
+    }
+
+    /// A checker at 10.0.0.5 probing every `every` seconds, twice.
+    fn learned(every: u64, agent: &'static str) -> (Checkers, Instant) {
+        let checkers = Checkers::default();
+        let mut headers = HeaderMap::new();
+        headers.insert(USER_AGENT, HeaderValue::from_static(agent));
+        let key = CheckerKey::of(Some(([10, 0, 0, 5], 1).into()), &headers, true).unwrap();
+        let t0 = Instant::now();
+        checkers.record(key, t0, true);
+        checkers.record(key, t0 + Duration::from_secs(every), true);
+        (checkers, t0 + Duration::from_secs(every))
+    }
+
+    /// The issue's case: an ALB's target group checking every 30 s, out
+    /// after 2 failures, and the default 30 s grace period.
+    #[tokio::test(start_paused = true)]
+    async fn a_checker_that_cannot_fit_the_grace_period_is_named_with_what_it_needs() {
+        let (checkers, now) = learned(30, "ELB-HealthChecker/2.0");
+        let (_, budget) = slowest(&checkers.snapshot(), &needs(30), now).unwrap();
+        assert!(!budget.fits);
+        assert_eq!(budget.checker, "10.0.0.5 (ELB-HealthChecker/2.0)");
+        assert_eq!(budget.checker_takes_seconds, 60.0);
+        assert_eq!(budget.needed_grace_period_seconds, 63.0, "60 + 0.5 + 2, up to a second");
+        let c = &checkers.snapshot()[0];
+        let line = warning(&budget, c, &needs(30));
+        assert!(
+            line.contains("checker 10.0.0.5 (ELB-HealthChecker/2.0) probes every 30s")
+                && line.contains("a grace period of 63s")
+                && line.contains("the pod's is 30s"),
+            "{line}"
+        );
+        // The same checker fits a 63 s grace period.
+        let (_, fits) = slowest(&checkers.snapshot(), &needs(63), now).unwrap();
+        assert!(fits.fits, "{fits:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_checker_timeout_shorter_than_the_checker_does_not_fit() {
+        let (checkers, now) = learned(30, "ELB-HealthChecker/2.0");
+        let short = Needs {
+            checker_timeout: Duration::from_secs(20),
+            ..needs(90)
+        };
+        let (_, budget) = slowest(&checkers.snapshot(), &short, now).unwrap();
+        assert!(!budget.fits);
+        assert_eq!(budget.needed_checker_timeout_seconds, Some(60.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_apps_time_counts_for_a_sidecar_and_envoys_checker_needs_one_failure() {
+        let (checkers, now) = learned(5, "Envoy/HC");
+        let sidecar = Needs {
+            app_time: Duration::from_secs(5),
+            ..needs(30)
+        };
+        let (_, budget) = slowest(&checkers.snapshot(), &sidecar, now).unwrap();
+        assert_eq!(budget.checker_takes_seconds, 5.0, "Envoy's checker: 1 failure");
+        assert_eq!(budget.needed_grace_period_seconds, 13.0, "5 + 0.5 + 2 + 5");
+        assert!(budget.fits);
+        // None learned: nothing to say.
+        assert!(slowest(&Checkers::default().snapshot(), &sidecar, now).is_none());
+    }
+}
