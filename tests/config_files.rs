@@ -10,6 +10,10 @@ use std::time::Duration;
 
 use lifeguard::drain::DrainUntil;
 use lifeguard::drain::{Phase, Status};
+use lifeguard::drain_wait::budget::Budget;
+use lifeguard::drain_wait::checkers::NotCountedReport;
+use lifeguard::drain_wait::rule::{CheckerReport, CheckerState};
+use lifeguard::drain_wait::{DrainWaitStatus, WaitState};
 use lifeguard::envoy::poller::ReadinessEvents;
 use lifeguard::envoy::readiness::{Readiness, Verdict};
 use lifeguard::metrics::Metrics;
@@ -59,7 +63,48 @@ fn exported() -> BTreeSet<String> {
     status.app_processes = Some(1);
     status.cut_by_deadline = true;
     status.left_at_stop = Some(2);
-    let text = metrics.render(&readiness, Some(&status));
+    let checker = CheckerReport {
+        peer: "10.0.0.5".into(),
+        user_agent: Some("ELB-HealthChecker/2.0".into()),
+        forwarded: true,
+        counted: true,
+        state: CheckerState::Failed,
+        probes: 9,
+        interval_seconds: Some(30.0),
+        failures_in_row: 2,
+        unhealthy_threshold: 2,
+        last_probe_seconds_ago: 1.0,
+        done_after_seconds: Some(60.0),
+    };
+    let wait = DrainWaitStatus {
+        state: WaitState::Out,
+        unhealthy_threshold: 2,
+        min_quiet_period_seconds: 0.5,
+        checker_timeout_seconds: 20.0,
+        bound_seconds: 23.0,
+        requests_per_second_before_drain: Some(2.0),
+        quiet_period_seconds: Some(3.45),
+        inbound_listeners: None,
+        envoy_health_checks: "passing".into(),
+        checkers: vec![checker],
+        probes_not_counted: NotCountedReport::default(),
+        waiting_for: None,
+        quiet_for_seconds: Some(3.5),
+        conclusion: Some("out".into()),
+        took_seconds: Some(64.0),
+        traffic_stopped_after_seconds: Some(60.2),
+        last_checker_done_after_seconds: Some(60.0),
+        budget: Some(Budget {
+            fits: false,
+            checker: "10.0.0.5 (ELB-HealthChecker/2.0)".into(),
+            checker_takes_seconds: 60.0,
+            needed_grace_period_seconds: 63.0,
+            grace_period_seconds: 30.0,
+            needed_checker_timeout_seconds: Some(60.0),
+        }),
+        began: None,
+    };
+    let text = metrics.render(&readiness, Some(&status), Some(&wait));
     let mut names = BTreeSet::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {

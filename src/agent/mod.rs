@@ -262,10 +262,12 @@ pub(crate) async fn run(
     let readiness = Readiness::new(stale_after, handle.watch());
     let heartbeat = Heartbeat::default();
     let linger = Linger::new(handle.watch());
-    let scraper = scraper(&settings, &metrics, &readiness, &admin, &handle, &heartbeat, &shutdown);
     let checkers = Checkers::new(settings.drain_wait_checker_ranges.clone(), metrics.probes_not_counted());
     let (wait, drain_wait_task) = drain_wait(wait_plan, inbound, checkers, &handle, &metrics, &shutdown);
+    let scraper = scraper(&settings, &metrics, &readiness, &admin, &handle, &heartbeat, &shutdown);
+    let scraper = scraper.with_drain_wait(wait.clone());
     let drain = drain.with_rotation(wait.clone());
+    let wait_status = wait.clone();
     let service = StatusService::builder(readiness.clone())
         .drain(handle.clone())
         .drain_wait(wait)
@@ -280,7 +282,6 @@ pub(crate) async fn run(
     let message_path = settings.termination_message_path.resolve();
     log_start(&settings, local, drain_until, message_path.as_deref());
     let control = control.map(|c| tokio::spawn(c.serve(service.clone(), shutdown.clone())));
-    let (handle_watch, shutdown_look) = (handle.watch(), shutdown.clone());
     let envoy_version = version::log_once(admin.clone(), settings.startup_poll_interval, shutdown.clone());
     let tasks = [
         tokio::spawn(server.serve(service, shutdown.clone())),
@@ -295,16 +296,13 @@ pub(crate) async fn run(
         )),
         tokio::spawn(signals.forward(handle.clone(), own_children, shutdown.clone())),
         drain_wait_task,
-        tokio::spawn(async move {
-            if let Some(app) = look_for_app {
-                crate::pod::app::look_for_app(app, handle_watch, shutdown_look).await;
-            }
-        }),
+        look_for_app_task(look_for_app, &handle, &shutdown),
     ];
     let outcome = drain.run().await;
     crate::exit::conclude(
         &outcome,
         &handle.status(),
+        Some(&wait_status.published()),
         message_path.as_deref(),
         &linger,
         settings.linger,
@@ -316,6 +314,21 @@ pub(crate) async fn run(
         let _ = task.await;
     }
     Ok(outcome)
+}
+
+/// With the default policy in a pod (app-exit), the task that looks for
+/// the app until the drain: a pod where none was ever seen is a gateway's.
+fn look_for_app_task(
+    app: Option<Watcher>,
+    drain: &DrainHandle,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let (drain, shutdown) = (drain.watch(), shutdown.clone());
+    tokio::spawn(async move {
+        if let Some(app) = app {
+            crate::pod::app::look_for_app(app, drain, shutdown).await;
+        }
+    })
 }
 
 /// The merged scrape: Envoy's metrics (unless not merged), the app's, ours.

@@ -317,6 +317,9 @@ impl Settings {
         let budget = self.drain_deadline();
         let (what, wait) = match self.drain_until {
             DrainUntil::Time => ("termination_drain_duration", self.termination_drain_duration),
+            // The load balancers' time is the drain wait's budget, said
+            // once they are learned.
+            DrainUntil::OutOfRotation => ("no minimum", Duration::ZERO),
             _ => ("minimum_drain_duration", self.minimum_drain_duration),
         };
         let mut out = Vec::new();
@@ -724,6 +727,17 @@ pub(crate) mod tests {
         assert_eq!(s.drain_deadline(), Duration::from_secs(28));
         assert_eq!(s.ignore_listener_ports, ALWAYS_IGNORED_PORTS);
         assert!(s.warnings().is_empty());
+        // A gateway: every listener drains, and no app to wait for.
+        let s = settings(&["--drain-scope", "all"]);
+        assert_eq!((s.drain_until, s.drain_until_given), (DrainUntil::OutOfRotation, false));
+        assert!(s.warnings().is_empty());
+        let s = settings(&["--drain-scope", "all", "--drain-until", "requests"]);
+        assert_eq!(s.drain_until, DrainUntil::Requests);
+        let s = settings(&["--drain-until", "out-of-rotation"]);
+        assert_eq!(
+            (s.drain_until, s.drain_scope),
+            (DrainUntil::OutOfRotation, DrainScope::Inbound)
+        );
         let s = settings(&["--exit-on-zero-active-connections", "true"]);
         assert_eq!(s.drain_until, DrainUntil::Connections);
         let file = TempFile::new("zero.toml", "exit_on_zero_active_connections = true\n");

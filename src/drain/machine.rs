@@ -399,7 +399,10 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 tracing::warn!("the deadline came before Envoy's drain could start");
                 return Ok(());
             }
-            let call = tokio::time::timeout(left.min(self.plan.admin_timeout), self.envoy.drain_listeners(scope, skip_exit));
+            let call = tokio::time::timeout(
+                left.min(self.plan.admin_timeout),
+                self.envoy.drain_listeners(scope, skip_exit),
+            );
             match self.inbox.race(&self.envoy, call).await? {
                 Ok(Ok(())) => {
                     tracing::info!(skip_exit, %scope, "Envoy is draining its listeners");

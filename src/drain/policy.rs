@@ -276,7 +276,9 @@ pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: b
         ),
         DrainUntil::AppExit if waived => tracing::info!(took = %GoDuration(took), "{GONE_BEFORE}"),
         DrainUntil::AppExit => tracing::info!(took = %GoDuration(took), "the app is done and Envoy is idle"),
-        DrainUntil::OutOfRotation => tracing::info!(took = %GoDuration(took), "out of rotation and no request in flight"),
+        DrainUntil::OutOfRotation => {
+            tracing::info!(took = %GoDuration(took), "out of rotation and no request in flight")
+        }
         until => tracing::info!(took = %GoDuration(took), "zero active {until}"),
     }
 }

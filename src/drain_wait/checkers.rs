@@ -760,7 +760,10 @@ mod tests {
         assert_eq!(seen.iter().filter(|c| c.counted).count(), MAX_PER_ADDRESS);
         // Counted or followed apart, its probes are all there: it holds
         // the wait as a checker.
-        let real_seen = seen.iter().find(|c| c.key == real).expect("the real checker is followed");
+        let real_seen = seen
+            .iter()
+            .find(|c| c.key == real)
+            .expect("the real checker is followed");
         assert_eq!(
             (real_seen.probes, real_seen.interval),
             (4, Some(Duration::from_secs(3))),

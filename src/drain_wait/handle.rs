@@ -76,7 +76,7 @@ pub struct DrainWaitStatus {
     pub budget: Option<Budget>,
     /// When the drain began (the rule's clock).
     #[serde(skip)]
-    pub(crate) began: Option<Instant>,
+    pub began: Option<Instant>,
 }
 
 impl DrainWaitStatus {
@@ -240,6 +240,12 @@ impl DrainWait {
     /// The table the probes record into.
     pub(crate) fn checkers(&self) -> &Checkers {
         &self.checkers
+    }
+
+    /// The latest published status, as the task published it (the
+    /// checkers as of the last read).
+    pub(crate) fn published(&self) -> DrainWaitStatus {
+        self.status.borrow().clone()
     }
 
     /// The latest published status, with the probes not counted as of now

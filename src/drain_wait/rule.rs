@@ -417,7 +417,9 @@ impl Rule {
     }
 
     fn report(&self, c: &Checker, state: CheckerState, now: Instant) -> CheckerReport {
-        let done = self.done_of(c).map(|d| d.at.saturating_duration_since(self.began).as_secs_f64());
+        let done = self
+            .done_of(c)
+            .map(|d| d.at.saturating_duration_since(self.began).as_secs_f64());
         CheckerReport {
             peer: c.key.ip.to_string(),
             user_agent: c.key.agent(),
@@ -888,7 +890,11 @@ mod tests {
         let mut t = t0;
         let mut i = 0;
         while t < t0 + 40 * SEC {
-            events.push((t, agent_key(5, Box::leak(format!("flood-{}", i % 64).into_boxed_str())), t < began));
+            events.push((
+                t,
+                agent_key(5, Box::leak(format!("flood-{}", i % 64).into_boxed_str())),
+                t < began,
+            ));
             t += Duration::from_millis(10);
             i += 1;
         }
@@ -930,7 +936,10 @@ mod tests {
         // One long before the drain (more than the checker timeout) holds nothing.
         let mut rule = Rule::new(settings(3, SEC), t0 + 60 * SEC);
         let first = rule.observe(t0 + 60 * SEC, &[], Some(t0 + SEC), arrived(1, t0 + 60 * SEC));
-        assert_eq!(first.waiting_for.as_deref(), Some("no new request for 1s (none for 0s so far)"));
+        assert_eq!(
+            first.waiting_for.as_deref(),
+            Some("no new request for 1s (none for 0s so far)")
+        );
         let eval = rule.observe(t0 + 61 * SEC, &[], Some(t0 + SEC), arrived(1, t0 + 61 * SEC));
         assert!(eval.out, "{eval:?}");
     }

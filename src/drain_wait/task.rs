@@ -693,4 +693,81 @@ mod tests {
         assert_eq!(h.wait.status().envoy_health_checks, "failing");
         h.shutdown.cancel();
     }
+
+    /// A checker probing every `every`, from now, as readiness answers.
+    fn checker_every(h: &Harness, every: Duration, last: u8) -> tokio::task::JoinHandle<()> {
+        let (checkers, drain) = (h.checkers.clone(), h.drain.subscribe());
+        let key = CheckerKey::of(Some(([10, 0, 0, last], 1).into()), &HeaderMap::new(), true).unwrap();
+        tokio::spawn(async move {
+            loop {
+                let ok = drain.borrow().phase == Phase::Serving;
+                checkers.record(key, Instant::now(), ok);
+                tokio::time::sleep(every).await;
+            }
+        })
+    }
+
+    /// The case: a checker every 30 s, out after 2 failures, and a
+    /// 30 s grace period. Said once it is learned, long before any drain;
+    /// a checker every 5 s fits.
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_names_a_checker_that_cannot_fit_the_grace_period() {
+        // The harness's grace period: its deadline and a 2 s margin.
+        let h = start(Duration::from_secs(28));
+        let fits = checker_every(&h, 5 * SEC, 6);
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let budget = h.wait.status().budget.expect("a checker is learned");
+        assert!(budget.fits, "{budget:?}");
+        assert_eq!(budget.checker, "10.0.0.6");
+        assert_eq!(
+            budget.needed_grace_period_seconds, 13.0,
+            "5 s x 2 + 1 s quiet + 2 s margin"
+        );
+        let slow = checker_every(&h, 30 * SEC, 5);
+        // Its second probe at 30 s, and a sample (every 10 s) after it.
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        let budget = h.wait.status().budget.expect("a checker is learned");
+        assert!(!budget.fits, "{budget:?}");
+        assert_eq!(budget.checker, "10.0.0.5");
+        assert_eq!(
+            budget.needed_grace_period_seconds, 63.0,
+            "30 s x 2 + 1 s quiet + 2 s margin"
+        );
+        assert_eq!(budget.grace_period_seconds, 30.0);
+        assert_eq!(
+            budget.needed_checker_timeout_seconds,
+            Some(60.0),
+            "the 20 s timeout lets it go first"
+        );
+        slow.abort();
+        fits.abort();
+        h.shutdown.cancel();
+    }
+
+    /// A gateway's drain (out-of-rotation) keeps no time for an app: its
+    /// wait may last to the drain's deadline, and says the bound, not a
+    /// stop, when it comes.
+    #[tokio::test(start_paused = true)]
+    async fn a_gateways_wait_lasts_to_the_deadline_and_ends_at_its_bound() {
+        let h = start_with(Duration::from_secs(10), Duration::from_secs(3));
+        h.drain.send_modify(|s| {
+            s.policy = DrainUntil::OutOfRotation;
+            s.phase = Phase::LeavingRotation;
+        });
+        let t0 = Instant::now();
+        let traffic = h.traffic.clone();
+        let flow = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                traffic.0.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let verdict = crate::drain::Rotation::verdict(&h.wait).await;
+        assert!(matches!(verdict, crate::drain::Verdict::NotOut(_)), "{verdict:?}");
+        assert_eq!(Instant::now() - t0, 10 * SEC);
+        let status = h.wait.status();
+        assert_eq!((status.state, status.bound_seconds), (WaitState::Bound, 10.0));
+        flow.abort();
+        h.shutdown.cancel();
+    }
 }

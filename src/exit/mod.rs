@@ -4,7 +4,8 @@
 //! `GET /drain` did not catch would be lost with the pod. On exit the
 //! agent writes a one-line JSON [`Summary`] — trigger, policy, duration,
 //! cut by the deadline or not, work left at stop, what it waited for last,
-//! exit code — to the container's termination-message file, which the
+//! when the load balancers let the pod go, exit code — to the container's
+//! termination-message file, which the
 //! kubelet copies into the pod's status (at most 4 KiB):
 //!
 //! ```text
@@ -27,6 +28,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::drain::{DrainUntil, Exit, Outcome, Status};
+use crate::drain_wait::rule::CheckerState;
+use crate::drain_wait::{DrainWaitStatus, WaitState};
 use crate::duration::GoDuration;
 use linger::Linger;
 
@@ -68,11 +71,86 @@ pub(crate) struct Summary {
     pub(crate) waited_for_last: Option<String>,
     /// How Envoy ended, e.g. `exit status: 0` or `signal: 9 (SIGKILL)`.
     pub(crate) envoy: String,
+    /// The load balancers, as the drain wait saw them: when each let the
+    /// pod go, when the traffic stopped, when it was out of rotation (None:
+    /// the drain wait never began).
+    pub(crate) load_balancers: Option<LoadBalancers>,
+}
+
+/// The drain wait's outcome, in the exit summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct LoadBalancers {
+    /// Whether every checker took the pod out and the traffic stopped.
+    pub(crate) out_of_rotation: bool,
+    /// Seconds from the drain's start to out of rotation.
+    pub(crate) out_after_seconds: Option<f64>,
+    /// Seconds from the drain's start to the last new request seen.
+    pub(crate) traffic_stopped_after_seconds: Option<f64>,
+    /// The checkers, and when each was done (at most [`LISTED`]).
+    pub(crate) checkers: Vec<CheckerOutcome>,
+    /// Checkers not listed.
+    pub(crate) more_checkers: usize,
+    /// What the wait still waited for when the pod was not out (the
+    /// checkers that held it).
+    pub(crate) held_by: Option<String>,
+}
+
+/// One checker of the pod, and when it let the pod go.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct CheckerOutcome {
+    /// `10.0.0.5 (HAProxy)`.
+    pub(crate) checker: String,
+    /// Whether its probes were counted (false: no room in the table).
+    pub(crate) counted: bool,
+    pub(crate) state: CheckerState,
+    /// Seconds from the drain's start to when it was done.
+    pub(crate) done_after_seconds: Option<f64>,
+}
+
+/// Checkers listed in the summary at most.
+const LISTED: usize = 8;
+
+impl LoadBalancers {
+    /// From the drain wait's last status, and the drain's (`held_by`, when
+    /// the out-of-rotation policy's wait ended without the verdict).
+    fn of(wait: &DrainWaitStatus, status: &Status) -> Option<LoadBalancers> {
+        if wait.state == WaitState::NotStarted {
+            return None;
+        }
+        let out = wait.state == WaitState::Out;
+        let checkers: Vec<CheckerOutcome> = wait
+            .checkers
+            .iter()
+            .filter(|c| !matches!(c.state, CheckerState::SeenOnce | CheckerState::GoneBeforeDrain))
+            .map(|c| CheckerOutcome {
+                checker: match &c.user_agent {
+                    Some(agent) => format!("{} ({agent})", c.peer),
+                    None => c.peer.clone(),
+                },
+                counted: c.counted,
+                state: c.state,
+                done_after_seconds: c.done_after_seconds.map(millis),
+            })
+            .collect();
+        let more = checkers.len().saturating_sub(LISTED);
+        Some(LoadBalancers {
+            out_of_rotation: out,
+            out_after_seconds: wait.took_seconds.map(millis),
+            traffic_stopped_after_seconds: wait.traffic_stopped_after_seconds.map(millis),
+            checkers: checkers.into_iter().take(LISTED).collect(),
+            more_checkers: more,
+            held_by: match out {
+                true => None,
+                false => status.held_by.clone().or_else(|| wait.waiting_for.clone()),
+            },
+        })
+    }
 }
 
 impl Summary {
-    /// The summary of `outcome`, with the drain's final `status`.
-    pub(crate) fn new(outcome: &Outcome, status: &Status) -> Summary {
+    /// The summary of `outcome`, with the drain's final `status` and the
+    /// drain wait's.
+    pub(crate) fn new(outcome: &Outcome, status: &Status, wait: Option<&DrainWaitStatus>) -> Summary {
         let (kind, envoy) = match outcome {
             Outcome::Drained(exit) => ("drained", exit_text(exit)),
             Outcome::Cut { exit, .. } => ("cut", exit_text(exit)),
@@ -98,6 +176,7 @@ impl Summary {
             left_at_stop,
             waited_for_last: status.waited_on_last.clone(),
             envoy,
+            load_balancers: wait.and_then(|w| LoadBalancers::of(w, status)),
         }
     }
 
@@ -110,6 +189,23 @@ impl Summary {
             return json;
         }
         let mut short = self.clone();
+        // Free text first: what held the load balancers' wait, to a line.
+        if let Some(lb) = &mut short.load_balancers {
+            if let Some(held) = &mut lb.held_by {
+                let cut = (0..=held.len().min(200))
+                    .rev()
+                    .find(|&i| held.is_char_boundary(i))
+                    .unwrap_or(0);
+                if cut < held.len() {
+                    held.truncate(cut);
+                    held.push('…');
+                }
+            }
+        }
+        let json = serde_json::to_string(&short).expect("a summary serializes");
+        if json.len() <= MESSAGE_LIMIT {
+            return json;
+        }
         let waited = self.waited_for_last.as_deref().unwrap_or("");
         let over = json.len() - MESSAGE_LIMIT;
         // "…" is 3 bytes in UTF-8 (and in JSON, unescaped).
@@ -140,6 +236,7 @@ impl Summary {
             left_at_stop = self.left_at_stop,
             waited_for_last = self.waited_for_last.as_deref(),
             envoy = %self.envoy,
+            load_balancers = self.load_balancers.as_ref().map(|lb| serde_json::to_string(lb).unwrap_or_default()),
             "lifeguard exiting"
         );
     }
@@ -151,12 +248,13 @@ impl Summary {
 pub(crate) async fn conclude(
     outcome: &Outcome,
     status: &Status,
+    wait: Option<&DrainWaitStatus>,
     message_path: Option<&Path>,
     linger: &Linger,
     linger_for: Duration,
     grace: Duration,
 ) {
-    let summary = Summary::new(outcome, status);
+    let summary = Summary::new(outcome, status, wait);
     if let Some(path) = message_path {
         if let Err(e) = write_message(path, &summary.to_json()) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the termination message");
@@ -266,7 +364,7 @@ mod tests {
     #[test]
     fn a_cut_drain_reads_as_one_line_of_json() {
         let exit = Exit::Status(ExitStatus::from_raw(0));
-        let summary = Summary::new(&Outcome::Cut { left: Some(1), exit }, &stopped());
+        let summary = Summary::new(&Outcome::Cut { left: Some(1), exit }, &stopped(), None);
         let line = summary.to_json();
         assert!(!line.contains('\n'));
         let json: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -284,7 +382,7 @@ mod tests {
     #[test]
     fn envoy_exiting_on_its_own_is_exit_4_without_a_drain() {
         let status = Status::initial(DrainUntil::AppExit, String::new());
-        let summary = Summary::new(&Outcome::EnvoyExited(ExitStatus::from_raw(9)), &status);
+        let summary = Summary::new(&Outcome::EnvoyExited(ExitStatus::from_raw(9)), &status, None);
         let json: serde_json::Value = serde_json::from_str(&summary.to_json()).unwrap();
         assert_eq!(json["outcome"], "envoy_exited");
         assert_eq!(json["exit_code"], 4);
@@ -299,11 +397,81 @@ mod tests {
         // Multi-byte characters and escapes, so cuts must respect both.
         status.waited_on_last = Some("é\"sockét; ".repeat(2000));
         let exit = Exit::Status(ExitStatus::from_raw(0));
-        let line = Summary::new(&Outcome::Cut { left: Some(1), exit }, &status).to_json();
+        let line = Summary::new(&Outcome::Cut { left: Some(1), exit }, &status, None).to_json();
         assert!(line.len() <= MESSAGE_LIMIT, "{}", line.len());
         let json: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(json["left_at_stop"], 1);
         assert_eq!(json["cut_by_deadline"], true);
+    }
+
+    /// A gateway whose load balancers had not all let go by the deadline:
+    /// the summary says which held it, and when the others let go.
+    #[test]
+    fn the_summary_says_when_each_load_balancer_let_go_and_who_held_the_drain() {
+        use crate::drain_wait::rule::CheckerReport;
+        let mut status = stopped();
+        status.policy = DrainUntil::OutOfRotation;
+        status.held_by = Some("1 checker: 10.0.0.6 (0 of 3 failures in a row, every 30s)".into());
+        let checker = |last: u8, state, done: Option<f64>| CheckerReport {
+            peer: format!("10.0.0.{last}"),
+            user_agent: Some("HAProxy".into()),
+            forwarded: true,
+            counted: true,
+            state,
+            probes: 10,
+            interval_seconds: Some(1.0),
+            failures_in_row: 3,
+            unhealthy_threshold: 3,
+            last_probe_seconds_ago: 0.5,
+            done_after_seconds: done,
+        };
+        let plan = crate::drain_wait::DrainWaitPlan {
+            unhealthy_threshold: 3,
+            min_quiet_period: Duration::from_millis(500),
+            checker_timeout: Duration::from_secs(20),
+            drain_deadline: Duration::from_secs(28),
+            grace_period: Duration::from_secs(30),
+            shutdown_margin: Duration::from_secs(2),
+            app_time: Duration::ZERO,
+        };
+        let (wait, publish) = crate::drain_wait::DrainWait::new(&plan, crate::drain_wait::Checkers::default());
+        publish.send_modify(|s| {
+            s.state = WaitState::Bound;
+            s.traffic_stopped_after_seconds = Some(2.51234);
+            s.checkers = vec![
+                checker(5, CheckerState::Failed, Some(2.0012)),
+                checker(6, CheckerState::Checking, None),
+                checker(7, CheckerState::SeenOnce, None),
+            ];
+        });
+        let exit = Exit::Status(ExitStatus::from_raw(0));
+        let summary = Summary::new(&Outcome::Cut { left: Some(0), exit }, &status, Some(&wait.published()));
+        let json: serde_json::Value = serde_json::from_str(&summary.to_json()).unwrap();
+        let lb = &json["load_balancers"];
+        assert_eq!(lb["out_of_rotation"], false);
+        assert_eq!(lb["traffic_stopped_after_seconds"], 2.512);
+        assert_eq!(
+            lb["held_by"],
+            "1 checker: 10.0.0.6 (0 of 3 failures in a row, every 30s)"
+        );
+        let listed = lb["checkers"].as_array().unwrap();
+        assert_eq!(listed.len(), 2, "not the one seen once: {lb}");
+        assert_eq!(listed[0]["checker"], "10.0.0.5 (HAProxy)");
+        assert_eq!(listed[0]["state"], "failed");
+        assert_eq!(listed[0]["done_after_seconds"], 2.001);
+        assert_eq!(listed[1]["state"], "checking");
+        assert_eq!(json["cut_by_deadline"], true);
+        // Many checkers and long words still fit the kubelet's 4 KiB.
+        publish.send_modify(|s| {
+            s.checkers = (0..32).map(|i| checker(i, CheckerState::Failed, Some(1.0))).collect();
+        });
+        status.held_by = Some("x".repeat(10_000));
+        status.waited_on_last = Some("y".repeat(10_000));
+        let summary = Summary::new(&Outcome::Cut { left: Some(0), exit }, &status, Some(&wait.published()));
+        let line = summary.to_json();
+        assert!(line.len() <= MESSAGE_LIMIT, "{}", line.len());
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(json["load_balancers"]["more_checkers"], 24);
     }
 
     #[test]

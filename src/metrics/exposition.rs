@@ -6,13 +6,16 @@ use std::fmt::Write as _;
 
 use super::names::*;
 use crate::drain::{DrainUntil, Phase, Status};
+use crate::drain_wait::rule::CheckerState;
+use crate::drain_wait::{DrainWaitStatus, WaitState};
 use crate::duration::unix_now;
 
 /// The drain phases and their `phase` label values, in order.
-const PHASES: [(Phase, &str); 7] = [
+const PHASES: [(Phase, &str); 8] = [
     (Phase::Serving, "serving"),
     (Phase::Delaying, "delaying"),
     (Phase::DrainingReady, "draining_ready"),
+    (Phase::LeavingRotation, "leaving_rotation"),
     (Phase::Draining, "draining"),
     (Phase::Drained, "drained"),
     (Phase::Stopping, "stopping"),
@@ -20,8 +23,9 @@ const PHASES: [(Phase, &str); 7] = [
 ];
 
 /// The drain policies and their `policy` label values.
-const POLICIES: [(DrainUntil, &str); 4] = [
+const POLICIES: [(DrainUntil, &str); 5] = [
     (DrainUntil::AppExit, "app-exit"),
+    (DrainUntil::OutOfRotation, "out-of-rotation"),
     (DrainUntil::Time, "time"),
     (DrainUntil::Connections, "connections"),
     (DrainUntil::Requests, "requests"),
@@ -32,7 +36,7 @@ const POLICIES: [(DrainUntil, &str); 4] = [
 pub(super) fn drain_families(out: &mut Exposition, status: &Status) {
     out.gauge(
         DRAIN_PHASE,
-        "1 for the drain's current phase: serving, delaying (pre-drain delay), draining_ready (draining, readiness not failed yet), draining, drained (waiting for SIGTERM), stopping (Envoy), stopped (Envoy has stopped).",
+        "1 for the drain's current phase: serving, delaying (pre-drain delay), draining_ready (draining, readiness not failed yet), leaving_rotation (out-of-rotation: readiness 503, Envoy serving until the load balancers let go), draining, drained (waiting for SIGTERM), stopping (Envoy), stopped (Envoy has stopped).",
     );
     for (phase, label) in PHASES {
         out.sample(
@@ -43,7 +47,7 @@ pub(super) fn drain_families(out: &mut Exposition, status: &Status) {
     }
     out.gauge(
         DRAIN_POLICY,
-        "1 for the drain policy in force: app-exit, time, connections or requests.",
+        "1 for the drain policy in force: app-exit, out-of-rotation, time, connections or requests.",
     );
     for (policy, label) in POLICIES {
         out.sample(
@@ -128,6 +132,67 @@ fn drain_counts(out: &mut Exposition, status: &Status) {
             "What the policy counts (connections, requests, or work in flight and app sockets and processes) still active when Envoy was stopped.",
             left as f64,
         );
+    }
+}
+
+/// The checkers' states, and their `state` label values.
+const CHECKER_STATES: [(CheckerState, &str); 6] = [
+    (CheckerState::Checking, "checking"),
+    (CheckerState::Failed, "failed"),
+    (CheckerState::Vanished, "vanished"),
+    (CheckerState::TimedOut, "timed_out"),
+    (CheckerState::SeenOnce, "seen_once"),
+    (CheckerState::GoneBeforeDrain, "gone_before_drain"),
+];
+
+/// The drain wait's families, from its published status: the budget
+/// once a checker is learned; the checkers by state, and when each step
+/// came, once the drain began. Values that do not exist yet have no series.
+pub(super) fn drain_wait_families(out: &mut Exposition, wait: &DrainWaitStatus) {
+    if let Some(budget) = &wait.budget {
+        out.single(
+            DRAIN_WAIT_BUDGET_FITS,
+            "1 when the slowest learned checker's interval x threshold, the quiet period, the shutdown margin and (a sidecar's drain wait) the app's time fit the grace period, and the checker timeout waits for it; 0 when not (the log names the checker and what it needs).",
+            f64::from(u8::from(budget.fits)),
+        );
+        out.single(
+            DRAIN_WAIT_GRACE_NEEDED,
+            "The grace period the slowest learned checker needs (lifeguard_drain_wait_budget_fits).",
+            budget.needed_grace_period_seconds,
+        );
+    }
+    if wait.state == WaitState::NotStarted {
+        return;
+    }
+    out.gauge(
+        DRAIN_WAIT_CHECKERS,
+        "The checkers of the pod's readiness in the drain, by state: checking, failed (took the pod out), vanished (stopped probing), timed_out (let go at the checker timeout), seen_once, gone_before_drain.",
+    );
+    for (state, label) in CHECKER_STATES {
+        let n = wait.checkers.iter().filter(|c| c.counted && c.state == state).count();
+        out.sample(DRAIN_WAIT_CHECKERS, &[("state", label)], n as f64);
+    }
+    let times = [
+        (
+            DRAIN_WAIT_CHECKERS_DONE_AFTER,
+            "Seconds from the drain's start to when the last checker was done (took the pod out, stopped probing, or was let go).",
+            wait.last_checker_done_after_seconds,
+        ),
+        (
+            DRAIN_WAIT_TRAFFIC_STOPPED_AFTER,
+            "Seconds from the drain's start to the read that last saw a new request on the counted listeners.",
+            wait.traffic_stopped_after_seconds,
+        ),
+        (
+            DRAIN_WAIT_OUT_AFTER,
+            "Seconds from the drain's start to out of rotation (every checker done, no new request for the quiet period).",
+            wait.took_seconds,
+        ),
+    ];
+    for (name, help, value) in times {
+        if let Some(v) = value {
+            out.single(name, help, v);
+        }
     }
 }
 

@@ -36,11 +36,12 @@ use tokio::time::Instant;
 
 use crate::drain::Status;
 use crate::drain_wait::checkers::NotCounted;
+use crate::drain_wait::DrainWaitStatus;
 use crate::drain_wait::WaitWhy;
 use crate::duration::unix_now;
 use crate::envoy::poller::ReadinessEvents;
 use crate::envoy::readiness::Readiness;
-use exposition::{drain_families, process_families, Exposition};
+use exposition::{drain_families, drain_wait_families, process_families, Exposition};
 
 pub mod app;
 pub mod exposition;
@@ -280,7 +281,7 @@ impl Metrics {
     }
 
     /// Renders lifeguard's families: the state read now, then the events.
-    pub fn render(&self, readiness: &Readiness, drain: Option<&Status>) -> String {
+    pub fn render(&self, readiness: &Readiness, drain: Option<&Status>, wait: Option<&DrainWaitStatus>) -> String {
         let inner = &*self.inner;
         let mut out = Exposition::default();
         out.gauge(BUILD_INFO, "lifeguard's version; always 1.");
@@ -307,6 +308,9 @@ impl Metrics {
         }
         if let Some(status) = drain {
             drain_families(&mut out, status);
+        }
+        if let Some(wait) = wait {
+            drain_wait_families(&mut out, wait);
         }
         process_families(&mut out);
         inner.handle.run_upkeep();
@@ -448,7 +452,7 @@ mod tests {
 
     fn render(status: &Status) -> String {
         let metrics = Metrics::new(Instant::now());
-        metrics.render(&Readiness::standalone(Duration::from_secs(4)), Some(status))
+        metrics.render(&Readiness::standalone(Duration::from_secs(4)), Some(status), None)
     }
 
     fn has(text: &str, name: &str) -> bool {

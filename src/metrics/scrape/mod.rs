@@ -91,6 +91,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::DrainHandle;
+use crate::drain_wait::DrainWait;
 use crate::envoy::admin::AdminClient;
 use crate::envoy::poller::Heartbeat;
 use crate::envoy::readiness::Readiness;
@@ -115,6 +116,7 @@ impl Scraper {
                 metrics,
                 readiness,
                 drain: None,
+                drain_wait: None,
                 heartbeat: Heartbeat::default(),
                 shutdown: CancellationToken::new(),
                 reads: Mutex::new(HashMap::new()),
@@ -133,6 +135,12 @@ impl Scraper {
     /// Takes the drain gauges from `drain`'s status.
     pub(crate) fn with_drain(mut self, drain: DrainHandle) -> Self {
         self.inner_mut().drain = Some(drain);
+        self
+    }
+
+    /// Takes the drain wait's gauges from `wait`'s status.
+    pub(crate) fn with_drain_wait(mut self, wait: DrainWait) -> Self {
+        self.inner_mut().drain_wait = Some(wait);
         self
     }
 

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::read::Read;
 use crate::drain::DrainHandle;
+use crate::drain_wait::DrainWait;
 use crate::envoy::admin::AdminClient;
 use crate::envoy::poller::Heartbeat;
 use crate::envoy::readiness::Readiness;
@@ -27,6 +28,7 @@ pub(super) struct Shared {
     pub(super) metrics: Metrics,
     pub(super) readiness: Readiness,
     pub(super) drain: Option<DrainHandle>,
+    pub(super) drain_wait: Option<DrainWait>,
     pub(super) heartbeat: Heartbeat,
     pub(super) shutdown: CancellationToken,
     /// The newest read per query string.
@@ -52,6 +54,7 @@ impl Shared {
     pub(super) fn ours(&self) -> Bytes {
         let inner = self;
         let status = inner.drain.as_ref().map(DrainHandle::status);
-        Bytes::from(inner.metrics.render(&inner.readiness, status.as_ref()))
+        let wait = inner.drain_wait.as_ref().map(DrainWait::published);
+        Bytes::from(inner.metrics.render(&inner.readiness, status.as_ref(), wait.as_ref()))
     }
 }
