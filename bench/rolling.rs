@@ -59,6 +59,7 @@ fn main() {
     } else {
         let envoy = Balancer::Envoy {
             inter: Duration::from_secs(1),
+            http2: false,
         };
         let mut rows = Vec::new();
         for (balancer, rates) in [
@@ -86,6 +87,8 @@ fn main() {
                     rate,
                     agent_args: &[],
                     steady: Duration::from_secs(20),
+                    gateway: None,
+                    grace: GRACE,
                 });
                 let failed = run.sent.iter().filter(|s| s.answer != Ok(200)).count();
                 let since = |f: &dyn Fn(&Left) -> std::time::SystemTime| {

@@ -23,6 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{lb, pod, request, wait_for};
 use lb::*;
+use pod::Gateway;
 
 /// One busy rolling restart at a time: each drives 200 requests a second
 /// and measures against its load balancers' clocks. The sparse ones (2 a
@@ -141,9 +142,17 @@ fn sparse(balancer: Balancer) {
 
 const FAST: Check = Check::FAST;
 const SLOW: Check = Check::SLOW;
+/// Slower than the 5 s minimum drain of the peers: every 5 s, down after 3
+/// (up after 1, so that a new pod is in rotation within a check).
+const SLOWER: Check = Check {
+    inter: Duration::from_secs(5),
+    fall: 3,
+    rise: 1,
+};
 /// Envoy as the front proxy, checking every second.
 const FRONT_ENVOY: Balancer = Balancer::Envoy {
     inter: Duration::from_secs(1),
+    http2: false,
 };
 
 #[test]
@@ -264,10 +273,12 @@ impl Drop for Prober {
 /// The issue's attack: a real load balancer checking every 3 s (it takes
 /// the pod out at its 3rd failure, 6-9 s into the drain), while a peer
 /// sends about 100 probes a second under 64 names with a forged
-/// `x-forwarded-for`, and another peer probes every 8 s, as a slow checker
-/// would: the hook answers no earlier than the real checker's verdict, and
-/// the slow one is let go at the checker timeout (12 s here), not at its
-/// 3rd failure (16-24 s).
+/// `x-forwarded-for`, another does the same from the real load balancer's
+/// own address (issue #40: its probes crowded out of the address's
+/// share), and another peer probes every 8 s, as a slow checker would:
+/// the hook answers no earlier than the real checker's verdict, and the
+/// slow one is let go at the checker timeout (12 s here), not at its 3rd
+/// failure (16-24 s).
 #[test]
 fn a_hostile_prober_can_neither_end_the_wait_early_nor_hold_it() {
     let _one = ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -279,11 +290,12 @@ fn a_hostile_prober_can_neither_end_the_wait_early_nor_hold_it() {
         rise: 1,
     };
     let servers = [("old0".to_owned(), pod_ip)];
-    let front = Front::start(&lan, Balancer::Haproxy(real), &servers, 1);
+    let front = Front::start(&lan, Balancer::Haproxy(real), &servers, 1, pod::INBOUND);
     let load = Load::start(&lan.host, &[front.frontend], 20);
     let (peer, _) = lan.peer_host(0);
     let status = std::net::SocketAddr::from((pod_ip, pod::STATUS));
     let flood = hostile_prober(&peer, status, lan.host_ip(1).to_string());
+    let same_address = hostile_prober(&lan.host, status, lan.host_ip(1).to_string());
     let (slow_peer, slow_ip) = lan.peer_host(1);
     let slow_stop = Arc::new(AtomicBool::new(false));
     let slow = {
@@ -332,8 +344,8 @@ fn a_hostile_prober_can_neither_end_the_wait_early_nor_hold_it() {
     );
     slow_stop.store(true, Ordering::Relaxed);
     let _ = slow.join();
-    let sent = flood.sent.load(Ordering::Relaxed);
-    drop(flood);
+    let sent = flood.sent.load(Ordering::Relaxed) + same_address.sent.load(Ordering::Relaxed);
+    drop((flood, same_address));
     load.stop();
     let down = front.wait_marked("old0", false, Duration::from_secs(5));
     let log = pod.agent.output();
@@ -345,7 +357,7 @@ fn a_hostile_prober_can_neither_end_the_wait_early_nor_hold_it() {
         secs(deletion.started, down),
         deletion.hook_answer
     );
-    assert!(sent > 300, "the hostile peer sent only {sent} probes");
+    assert!(sent > 600, "the hostile peers sent only {sent} probes");
     assert!(
         deletion.hook_answer.starts_with("200 out of rotation: "),
         "{}\n{log}",
@@ -366,5 +378,370 @@ fn a_hostile_prober_can_neither_end_the_wait_early_nor_hold_it() {
         "{log}"
     );
     assert!(log.contains("was not counted as a load balancer's"), "{log}");
+    assert!(
+        deletion
+            .hook_answer
+            .contains("probers too many to follow held the wait"),
+        "{}",
+        deletion.hook_answer
+    );
     assert_eq!(deletion.exit_code, 0, "{log}");
+}
+
+/// The checkers the pod at `pod_ip` lists in `GET /drain` (counted or
+/// followed apart), as JSON.
+fn listed_checkers(lan: &Lan, pod_ip: std::net::Ipv4Addr) -> Result<Vec<serde_json::Value>, String> {
+    let agent = std::net::SocketAddr::from((pod_ip, pod::AGENT));
+    let drain = lan.host.run(move || common::get(agent, "/drain"));
+    let drain = drain.map_err(|e| e.to_string())?.1;
+    let seen = serde_json::from_str::<serde_json::Value>(&drain).map_err(|e| e.to_string())?;
+    Ok(seen["drain_wait"]["checkers"].as_array().cloned().unwrap_or_default())
+}
+
+/// Issue #40's attack on a gateway: 64 `User-Agent`s probing 15021 from
+/// the real checker's own address (an address's share of the table is 4)
+/// while that checker probes every 3 s and takes the pod out at its 3rd
+/// failure. Its probes, crowded out of the table, are followed apart: the
+/// gateway serves until its verdict (6-9 s into the drain), and stops
+/// within 3 s of it and the quiet period, not at the checker timeout
+/// (20 s), and never before.
+#[test]
+fn a_flood_of_agents_at_the_checkers_own_address_cannot_end_a_gateways_drain_early() {
+    let _one = ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lan = Lan::new();
+    let (mut pod, pod_ip) = gateway_at(&lan, 0, Gateway::Shipped, SCOPE_ALL);
+    let real = Check {
+        inter: Duration::from_secs(3),
+        fall: 3,
+        rise: 1,
+    };
+    let servers = [("old0".to_owned(), pod_ip)];
+    let front = Front::start(&lan, Balancer::Haproxy(real), &servers, 1, pod::GATEWAY_PORT);
+    let load = Load::start(&lan.host, &[front.frontend], 20);
+    let status = std::net::SocketAddr::from((pod_ip, pod::STATUS));
+    let flood = hostile_prober(&lan.host, status, lan.host_ip(1).to_string());
+    let checker_ip = lan.host_ip(1).to_string();
+    wait_for("the real checker's second probe", Duration::from_secs(30), || {
+        let real = listed_checkers(&lan, pod_ip)?
+            .into_iter()
+            .find(|c| c["peer"] == checker_ip.as_str() && c["user_agent"].is_null());
+        match real.as_ref().and_then(|c| c["probes"].as_u64()) {
+            Some(n) if n >= 2 => Ok(()),
+            other => Err(format!("the real checker's probes: {other:?}")),
+        }
+    });
+    let deletion = delete_pod(&mut pod, &lan.host, pod_ip, &Hook::None, GRACE, || {});
+    let sent = flood.sent.load(Ordering::Relaxed);
+    drop(flood);
+    load.stop();
+    let down = front.wait_marked("old0", false, Duration::from_secs(5));
+    let log = pod.agent.output();
+    let stopped = deletion.envoy_stopped.expect("Envoy stopped");
+    let summary = pod.termination_message().expect("the exit summary");
+    let lbs = &summary["load_balancers"];
+    let quiet = lbs["quiet_period_seconds"].as_f64().unwrap_or(0.0);
+    let (after, took) = (secs(down, stopped), secs(deletion.started, stopped));
+    eprintln!(
+        "{sent} hostile probes; the real load balancer took the pod out {:.2} s after deletion, Envoy stopped \
+         {took:.2} s after deletion ({after:.2} s after the verdict); {lbs}",
+        secs(deletion.started, down),
+    );
+    assert!(sent > 300, "the hostile peer sent only {sent} probes");
+    assert!(
+        after >= 0.0,
+        "Envoy stopped {:.2} s before the real verdict\n{log}",
+        -after
+    );
+    assert!(
+        after <= quiet + 3.0,
+        "Envoy stopped {after:.2} s after the verdict\n{log}"
+    );
+    assert!(took < 20.0, "held to the checker timeout: {took:.2} s\n{log}");
+    assert_eq!(lbs["out_of_rotation"], true, "{summary}");
+    assert!(log.contains("was not counted as a load balancer's"), "{log}");
+    assert!(
+        log.contains(&format!("checker {checker_ip} [not counted: no room]"))
+            || log.contains(&format!("checker {checker_ip} (every")),
+        "the real checker's verdict is in the log\n{log}"
+    );
+    assert_eq!(deletion.exit_code, 0, "{log}");
+}
+
+/// Issue #40's budget: a load balancer checking every 30 s and taking the
+/// pod out after 2 failures (an ALB target group's defaults) needs 60 s,
+/// the quiet period and the shutdown margin (and a sidecar's app its
+/// time): said once it is learned, long before any drain, in the log,
+/// `GET /drain` and the metrics, for a sidecar with a 30 s grace period;
+/// silent for a gateway whose grace period (90 s) fits it.
+#[test]
+fn the_budget_names_a_checker_the_grace_period_cannot_fit_and_is_silent_when_it_fits() {
+    let lan = Lan::new();
+    let threshold = ["--drain-wait-unhealthy-threshold", "2"];
+    let (sidecar, sidecar_ip) = pod_at(&lan, 0, &threshold);
+    let mut fits_args = threshold.to_vec();
+    fits_args.extend([
+        "--drain-scope",
+        "all",
+        "--termination-grace-period",
+        "90s",
+        "--drain-wait-checker-timeout",
+        "70s",
+    ]);
+    let (gateway, gateway_ip) = gateway_at(&lan, 1, Gateway::Shipped, &fits_args);
+    // Each agent has read Envoy's config: the checker is known by its own
+    // address from its first probe.
+    for pod in [&sidecar, &gateway] {
+        pod.agent
+            .wait_output("appends each prober's own address", Duration::from_secs(20));
+    }
+    // The checker: an ALB's, every 30 s (two probes make its interval).
+    let probe = |ip: std::net::Ipv4Addr| {
+        let status = std::net::SocketAddr::from((ip, pod::STATUS));
+        let ua = [("user-agent", "ELB-HealthChecker/2.0")];
+        lan.host
+            .run(move || request(status, "GET", "/healthz/ready", &ua, Duration::from_secs(2)).map(|a| a.status))
+    };
+    for round in 0..2 {
+        if round == 1 {
+            // The scenario's interval, not a wait for a condition.
+            std::thread::sleep(Duration::from_secs(30));
+        }
+        for ip in [sidecar_ip, gateway_ip] {
+            assert_eq!(probe(ip).unwrap(), 200);
+        }
+    }
+    let budget_of = |ip: std::net::Ipv4Addr| {
+        let agent = std::net::SocketAddr::from((ip, pod::AGENT));
+        let drain = lan
+            .host
+            .run(move || common::get(agent, "/drain"))
+            .map_err(|e| e.to_string())?;
+        let json: serde_json::Value = serde_json::from_str(&drain.1).map_err(|e| e.to_string())?;
+        match &json["drain_wait"]["budget"] {
+            serde_json::Value::Null => Err("no budget yet".to_owned()),
+            budget => Ok(budget.clone()),
+        }
+    };
+    // A sample every 10 s looks at the checkers.
+    let short = wait_for("the sidecar's budget", Duration::from_secs(20), || {
+        budget_of(sidecar_ip)
+    });
+    let fits = wait_for("the gateway's budget", Duration::from_secs(20), || {
+        budget_of(gateway_ip)
+    });
+    let checker = format!("{} (ELB-HealthChecker/2.0)", lan.host_ip(1));
+    eprintln!(
+        "sidecar: {short}
+gateway: {fits}"
+    );
+    assert_eq!(short["fits"], false);
+    assert_eq!(short["checker"], checker.as_str());
+    assert_eq!(short["checker_takes_seconds"], 60.0);
+    assert_eq!(
+        short["needed_grace_period_seconds"], 68.0,
+        "60 + 0.5 + the 2 s margin + the app's 5 s"
+    );
+    assert_eq!(short["grace_period_seconds"], 30.0);
+    assert_eq!(fits["fits"], true);
+    assert_eq!(
+        fits["needed_grace_period_seconds"], 63.0,
+        "a gateway keeps no time for an app"
+    );
+    let log = sidecar.agent.output();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("it needs a grace period of"))
+        .collect();
+    assert_eq!(
+        said.len(),
+        1,
+        "said once
+{log}"
+    );
+    assert!(
+        said[0].contains(&format!("checker {checker} probes every 30s"))
+            && said[0].contains("a grace period of 68s")
+            && said[0].contains("the pod's is 30s"),
+        "{}",
+        said[0]
+    );
+    let quiet = gateway.agent.output();
+    assert!(!quiet.contains("it needs a grace period"), "{quiet}");
+    for (ip, want) in [
+        (sidecar_ip, "lifeguard_drain_wait_budget_fits 0"),
+        (gateway_ip, "lifeguard_drain_wait_budget_fits 1"),
+    ] {
+        let agent = std::net::SocketAddr::from((ip, pod::AGENT));
+        let scrape = lan.host.run(move || common::get(agent, "/stats/prometheus")).unwrap().1;
+        assert!(scrape.lines().any(|l| l == want), "{ip}: no {want:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The ingress gateway (issue #40): a pod whose only container is the
+// proxy, the load balancer's own target. Its drain is out-of-rotation:
+// Envoy serves until its load balancers have taken it out and the traffic
+// has stopped, then stops. The upstream lives outside the pods.
+
+/// Each gateway's Envoy stopped once its load balancers had taken the pod
+/// out (never before: it served until then), within 3 s of that and the
+/// quiet period; lifeguard's summary says it was out of rotation, and it
+/// exited 0.
+fn assert_gateway_left_in_time(run: &Run) {
+    for (k, l) in run.left.iter().enumerate() {
+        let d = &l.deletion;
+        let last_down = *l.down.iter().max().unwrap();
+        let stopped = d
+            .envoy_stopped
+            .unwrap_or_else(|| panic!("old{k}: Envoy did not stop\n{}", l.log));
+        let summary = l
+            .summary
+            .as_ref()
+            .unwrap_or_else(|| panic!("old{k}: no exit summary\n{}", l.log));
+        let lbs = &summary["load_balancers"];
+        let quiet = lbs["quiet_period_seconds"].as_f64().unwrap_or(0.0);
+        let after = secs(last_down, stopped);
+        eprintln!(
+            "old{k}: SIGTERM -> taken out {:.2} s, Envoy stopped {:.2} s ({after:.2} s after, the quiet period {quiet:.2} s); {lbs}",
+            secs(d.started, last_down),
+            secs(d.started, stopped),
+        );
+        assert_eq!(summary["policy"], "out-of-rotation", "old{k}: {summary}\n{}", l.log);
+        assert_eq!(lbs["out_of_rotation"], true, "old{k}: {summary}\n{}", l.log);
+        assert!(
+            after >= 0.0,
+            "old{k}: Envoy stopped {:.3} s before the load balancer took the pod out\n{}",
+            -after,
+            l.log
+        );
+        assert!(
+            after <= quiet + 3.0,
+            "old{k}: Envoy stopped {after:.3} s after the load balancer took the pod out (quiet period {quiet:.2} s)\n{}",
+            l.log
+        );
+        assert_eq!(d.exit_code, 0, "old{k}: lifeguard's exit code\n{}", l.log);
+    }
+}
+
+/// A rolling restart of gateways of `kind` at 200 requests a second behind
+/// `balancer`, lifeguard run with `args`: nothing lost, each Envoy stopped
+/// in time.
+fn busy_gateway(balancer: Balancer, kind: Gateway, args: &[&str]) -> Run {
+    let _one = ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let balancers = [balancer];
+    let run = rolling_restart(&Rollout {
+        agent_args: args,
+        ..Rollout::gateway(&balancers, kind)
+    });
+    assert_nothing_lost(&run);
+    assert_gateway_left_in_time(&run);
+    run
+}
+
+/// The same at 2 requests a second, the pods having had that traffic for
+/// 20 s (a quiet second is chance there), two pods replaced, with a grace
+/// period of `grace` (the checker's time and the quiet period must fit it:
+/// the budget).
+fn sparse_gateway(balancer: Balancer, kind: Gateway, args: &[&str], grace: Duration) {
+    let balancers = [balancer];
+    let grace_arg = format!("{}s", grace.as_secs());
+    let mut args = args.to_vec();
+    args.extend(["--termination-grace-period", &grace_arg]);
+    let run = rolling_restart(&Rollout {
+        agent_args: &args,
+        replace: 2,
+        rate: 2,
+        steady: Duration::from_secs(20),
+        grace,
+        ..Rollout::gateway(&balancers, kind)
+    });
+    assert_nothing_lost(&run);
+    assert_gateway_left_in_time(&run);
+}
+
+/// The shipped manifest's form: `--drain-scope all`.
+const SCOPE_ALL: &[&str] = &["--drain-scope", "all"];
+/// Nothing said: a pod where no app was ever seen is a gateway.
+const DEFAULTS: &[&str] = &[];
+
+#[test]
+fn a_gateway_behind_haproxy_checking_fast_serves_until_taken_out() {
+    busy_gateway(Balancer::Haproxy(FAST), Gateway::Shipped, SCOPE_ALL);
+}
+
+#[test]
+fn a_gateway_behind_haproxy_checking_slowly_serves_until_taken_out() {
+    busy_gateway(Balancer::Haproxy(SLOW), Gateway::IstioShaped, DEFAULTS);
+}
+
+/// Slower than every peer's fixed 5 s (or 10 s) drain: 10-15 s to go.
+#[test]
+fn a_gateway_behind_haproxy_checking_every_5s_serves_until_taken_out() {
+    busy_gateway(Balancer::Haproxy(SLOWER), Gateway::FileXds, SCOPE_ALL);
+}
+
+#[test]
+fn a_gateway_behind_envoy_as_the_front_proxy_serves_until_taken_out() {
+    busy_gateway(FRONT_ENVOY, Gateway::Shipped, DEFAULTS);
+}
+
+/// The front Envoy pools HTTP/2 connections to the gateways: after the
+/// verdict each is closed by a GOAWAY, never under a request it sent.
+#[test]
+fn a_gateway_behind_envoy_over_http2_loses_nothing_and_resets_no_stream() {
+    let front = Balancer::Envoy {
+        inter: Duration::from_secs(1),
+        http2: true,
+    };
+    let run = busy_gateway(front, Gateway::Shipped, SCOPE_ALL);
+    eprintln!("the front Envoy's resets: {:?}", run.resets);
+    assert!(!run.resets.is_empty(), "the front Envoy's stats were not read");
+    assert!(run.resets.iter().all(|(_, n)| *n == 0), "{:?}", run.resets);
+}
+
+#[test]
+fn a_gateway_behind_a_load_balancer_that_never_checks_serves_until_taken_out() {
+    busy_gateway(Balancer::Endpoints, Gateway::IstioShaped, SCOPE_ALL);
+}
+
+/// An ALB's checks of the traffic port: Envoy's health_check filter
+/// fails them from the drain's start; the traffic goes on being served.
+#[test]
+fn a_gateway_behind_a_load_balancer_checking_the_traffic_port_serves_until_taken_out() {
+    let run = busy_gateway(Balancer::TrafficPort(FAST), Gateway::Shipped, SCOPE_ALL);
+    for l in &run.left {
+        assert!(l.log.contains("(POST /healthcheck/fail)"), "{}", l.log);
+    }
+}
+
+#[test]
+fn sparse_traffic_to_a_gateway_behind_haproxy_checking_fast_loses_nothing() {
+    sparse_gateway(Balancer::Haproxy(FAST), Gateway::Shipped, SCOPE_ALL, GRACE);
+}
+
+#[test]
+fn sparse_traffic_to_a_gateway_behind_haproxy_checking_slowly_loses_nothing() {
+    sparse_gateway(Balancer::Haproxy(SLOW), Gateway::IstioShaped, DEFAULTS, GRACE);
+}
+
+#[test]
+fn sparse_traffic_to_a_gateway_behind_haproxy_checking_every_5s_loses_nothing() {
+    // 10-15 s for the checker and about 16 s of quiet: more than 30 s.
+    let grace = Duration::from_secs(45);
+    sparse_gateway(Balancer::Haproxy(SLOWER), Gateway::FileXds, SCOPE_ALL, grace);
+}
+
+#[test]
+fn sparse_traffic_to_a_gateway_behind_envoy_as_the_front_proxy_loses_nothing() {
+    sparse_gateway(FRONT_ENVOY, Gateway::Shipped, DEFAULTS, GRACE);
+}
+
+#[test]
+fn sparse_traffic_to_a_gateway_behind_a_load_balancer_that_never_checks_loses_nothing() {
+    sparse_gateway(Balancer::Endpoints, Gateway::IstioShaped, SCOPE_ALL, GRACE);
+}
+
+#[test]
+fn sparse_traffic_to_a_gateway_behind_a_load_balancer_checking_the_traffic_port_loses_nothing() {
+    sparse_gateway(Balancer::TrafficPort(FAST), Gateway::Shipped, SCOPE_ALL, GRACE);
 }

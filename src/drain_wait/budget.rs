@@ -71,6 +71,7 @@ pub(crate) fn slowest(checkers: &[Checker], needs: &Needs, now: Instant) -> Opti
         .filter_map(|c| Some((c, takes(c)?)))
         .max_by_key(|(_, t)| *t)?;
     let (checker, takes) = slowest;
+    let takes = tenths(takes);
     let needed = takes + needs.quiet + needs.shutdown_margin + needs.app_time;
     let timeout_short = takes > needs.checker_timeout;
     let budget = Budget {
@@ -84,6 +85,12 @@ pub(crate) fn slowest(checkers: &[Checker], needs: &Needs, now: Instant) -> Opti
     Some((checker.key, budget))
 }
 
+/// A measured interval to the tenth of a second: intervals are measured
+/// between arrivals, a few milliseconds off the load balancer's setting.
+fn tenths(d: Duration) -> Duration {
+    Duration::from_millis((d.as_millis() as u64 + 50) / 100 * 100)
+}
+
 /// A duration up to the next whole second: a grace period is set in
 /// seconds.
 fn round_up(d: Duration) -> Duration {
@@ -92,7 +99,7 @@ fn round_up(d: Duration) -> Duration {
 
 /// The warning for a budget that does not fit, in words.
 pub(crate) fn warning(budget: &Budget, checker: &Checker, needs: &Needs) -> String {
-    let every = GoDuration(ms(checker.interval.unwrap_or_default()));
+    let every = GoDuration(tenths(checker.interval.unwrap_or_default()));
     let threshold = checker.key.fixed_threshold().unwrap_or(needs.threshold.max(1));
     let takes = GoDuration(ms(Duration::from_secs_f64(budget.checker_takes_seconds)));
     let app = match needs.app_time.is_zero() {

@@ -86,6 +86,9 @@ pub(crate) struct LoadBalancers {
     pub(crate) out_after_seconds: Option<f64>,
     /// Seconds from the drain's start to the last new request seen.
     pub(crate) traffic_stopped_after_seconds: Option<f64>,
+    /// How long no new request had to come (derived from the traffic
+    /// before the drain).
+    pub(crate) quiet_period_seconds: Option<f64>,
     /// The checkers, and when each was done (at most [`LISTED`]).
     pub(crate) checkers: Vec<CheckerOutcome>,
     /// Checkers not listed.
@@ -137,6 +140,7 @@ impl LoadBalancers {
             out_of_rotation: out,
             out_after_seconds: wait.took_seconds.map(millis),
             traffic_stopped_after_seconds: wait.traffic_stopped_after_seconds.map(millis),
+            quiet_period_seconds: wait.quiet_period_seconds.map(millis),
             checkers: checkers.into_iter().take(LISTED).collect(),
             more_checkers: more,
             held_by: match out {

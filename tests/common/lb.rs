@@ -24,7 +24,9 @@
 //!   the proxy container (it has no preStop hook), the app container's
 //!   preStop hook (`GET /drain/wait` on the pod's address and 15020, from
 //!   the LB host, as the kubelet calls it from the node; or a fixed sleep),
-//!   then SIGTERM to the app when the hook returns.
+//!   then SIGTERM to the app when the hook returns; and of deleting an
+//!   ingress gateway's pod, whose only container is the proxy: SIGTERM to
+//!   it, when its Envoy exited, its exit summary.
 //!
 //! Everything is stopped and removed on drop (the load balancers killed,
 //! the LB host's namespace deleted, which deletes the veth ends in it).
@@ -40,7 +42,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::netns::{ip, Netns};
-use crate::pod::{signal, AppMode, PodSpec, TestPod, AGENT, INBOUND, STATUS};
+use crate::pod::{signal, AppMode, ExitWatch, Gateway, PodSpec, TestPod, AGENT, GATEWAY_PORT, INBOUND, STATUS};
 use crate::{envoy_bin, http_timeout, temp_dir, unique, wait_for, TempDir};
 
 /// The bridge on the LB host, and the veth end each pod gets.
@@ -89,9 +91,22 @@ impl Lan {
 
     /// Joins `pod` to the LAN at `slot`: a veth pair, one end in the pod's
     /// network namespace with the slot's address, the other on the bridge.
+    /// Returns once the LB host reaches the pod there (Envoy's status
+    /// listener answers a connection): a load balancer's first request to
+    /// a pod joined moments before was seen to fail at once, its address
+    /// not yet resolved on the LAN (HAProxy: 503, an instant connect error).
     pub fn attach(&self, pod: &TestPod, slot: u8) -> Ipv4Addr {
         let addr = self.slot_ip(slot);
         self.plug(&pod.net.pod.name, &format!("slot{slot}"), addr);
+        let status = SocketAddr::from((addr, STATUS));
+        wait_for(
+            &format!("the LB host to reach {status}"),
+            Duration::from_secs(10),
+            || {
+                self.host
+                    .run(move || std::net::TcpStream::connect_timeout(&status, Duration::from_secs(1)).map(drop))
+            },
+        );
         addr
     }
 
@@ -170,8 +185,9 @@ pub enum Balancer {
     Endpoints,
     /// Envoy as the front proxy, actively health-checking each pod's
     /// 15021 `/healthz/ready` every `inter` (an unexpected status ejects a
-    /// host at once).
-    Envoy { inter: Duration },
+    /// host at once); with `http2`, its requests to the pods over HTTP/2
+    /// connections it pools.
+    Envoy { inter: Duration, http2: bool },
 }
 
 impl Balancer {
@@ -181,7 +197,10 @@ impl Balancer {
             Balancer::Haproxy(c) => format!("HAProxy checking 15021 ({})", check(c)),
             Balancer::TrafficPort(c) => format!("HAProxy checking the traffic port ({})", check(c)),
             Balancer::Endpoints => "HAProxy without checks, the pod removed 0.5-3 s after deletion".into(),
-            Balancer::Envoy { inter } => format!("Envoy checking 15021 every {inter:?}"),
+            Balancer::Envoy { inter, http2: false } => format!("Envoy checking 15021 every {inter:?}"),
+            Balancer::Envoy { inter, http2: true } => {
+                format!("Envoy checking 15021 every {inter:?}, HTTP/2 to the pods")
+            }
         }
     }
 }
@@ -209,6 +228,8 @@ pub struct Front {
     servers: Vec<(String, Ipv4Addr)>,
     /// Removals scheduled by the endpoints-driven balancer.
     removals: Vec<JoinHandle<()>>,
+    /// The LB host's address it sends from (1 or 2).
+    source: u8,
     pub frontend: SocketAddr,
     _dir: TempDir,
 }
@@ -220,18 +241,19 @@ pub const FRONTEND_PORT: u16 = 8000;
 const FRONT_ENVOY_ADMIN: u16 = 9900;
 
 impl Front {
-    /// Balances `servers` (name, pod address) round-robin as `kind` does,
-    /// from the LB host's address `source` (1 or 2); the frontend listens
-    /// on the LB host's 127.0.0.1:`FRONTEND_PORT + source`. The `new*`
-    /// servers of an endpoints-driven balancer start out of its endpoints.
-    pub fn start(lan: &Lan, kind: Balancer, servers: &[(String, Ipv4Addr)], source: u8) -> Front {
+    /// Balances `servers` (name, pod address; their traffic on `port`)
+    /// round-robin as `kind` does, from the LB host's address `source` (1
+    /// or 2); the frontend listens on the LB host's
+    /// 127.0.0.1:`FRONTEND_PORT + source`. The `new*` servers of an
+    /// endpoints-driven balancer start out of its endpoints.
+    pub fn start(lan: &Lan, kind: Balancer, servers: &[(String, Ipv4Addr)], source: u8, port: u16) -> Front {
         let dir = temp_dir("front");
         let frontend = SocketAddr::from(([127, 0, 0, 1], FRONTEND_PORT + source as u16));
         let admin_socket = dir.path().join("haproxy.sock");
         let event_log = dir.path().join("hc-events.log");
         let mut cmd = match kind {
-            Balancer::Envoy { inter } => {
-                let cfg = front_envoy(lan, inter, servers, source, frontend, &event_log);
+            Balancer::Envoy { inter, http2 } => {
+                let cfg = front_envoy(lan, (inter, http2), servers, (source, port), frontend, &event_log);
                 let path = dir.path().join("front-envoy.yaml");
                 std::fs::write(&path, cfg).unwrap();
                 let mut cmd = lan.host.command(envoy_bin());
@@ -242,7 +264,7 @@ impl Front {
                 cmd
             }
             _ => {
-                let cfg = haproxy_config(lan, kind, servers, source, frontend, &admin_socket);
+                let cfg = haproxy_config(lan, kind, servers, (source, port), frontend, &admin_socket);
                 let path = dir.path().join("haproxy.cfg");
                 std::fs::write(&path, cfg).unwrap();
                 let mut cmd = lan.host.command("haproxy");
@@ -275,6 +297,7 @@ impl Front {
             event_log,
             servers: servers.to_vec(),
             removals: Vec::new(),
+            source,
             frontend,
             _dir: dir,
         }
@@ -399,6 +422,25 @@ impl Front {
         all
     }
 
+    /// The front Envoy's requests to the pods that were reset or cut by a
+    /// connection's end (stream resets either way, connections destroyed
+    /// with requests on them), as `(name, count)` lines of its stats; an
+    /// empty list for HAProxy.
+    pub fn resets(&self, host: &Netns) -> Vec<(String, u64)> {
+        let Balancer::Envoy { .. } = self.kind else {
+            return Vec::new();
+        };
+        let admin = SocketAddr::from(([127, 0, 0, 1], FRONT_ENVOY_ADMIN + self.source as u16));
+        let body = host
+            .run(move || crate::get(admin, "/stats?filter=^cluster\\.pods\\.upstream_(rq_(tx|rx)_reset|cx_destroy_(local|remote)_with_active_rq)$"))
+            .map(|(_, body)| body)
+            .unwrap_or_else(|e| panic!("the front Envoy's stats: {e}"));
+        body.lines()
+            .filter_map(|l| l.split_once(": "))
+            .map(|(name, n)| (name.to_owned(), n.trim().parse().unwrap_or(u64::MAX)))
+            .collect()
+    }
+
     /// Everything the balancer said.
     pub fn log(&self) -> String {
         self.events().iter().map(|(_, l)| format!("{l}\n")).collect()
@@ -426,7 +468,7 @@ fn haproxy_config(
     lan: &Lan,
     kind: Balancer,
     servers: &[(String, Ipv4Addr)],
-    source: u8,
+    (source, port): (u8, u16),
     frontend: SocketAddr,
     admin_socket: &Path,
 ) -> String {
@@ -460,20 +502,20 @@ fn haproxy_config(
     for (name, addr) in servers {
         let disabled = matches!(kind, Balancer::Endpoints) && name.starts_with("new");
         let disabled = if disabled { " disabled" } else { "" };
-        cfg.push_str(&format!("  server {name} {addr}:{INBOUND}{disabled}\n"));
+        cfg.push_str(&format!("  server {name} {addr}:{port}{disabled}\n"));
     }
     cfg
 }
 
 /// The front Envoy's bootstrap: a listener on the LB host's loopback, a
-/// cluster of every server health-checked on 15021 every `inter` (its
-/// events logged as they come), no panic routing to unhealthy hosts, no
-/// retries.
+/// cluster of every server (its traffic on `port`) health-checked on 15021
+/// every `inter` (its events logged as they come), no panic routing to
+/// unhealthy hosts, no retries; with `http2`, HTTP/2 to the servers.
 fn front_envoy(
     lan: &Lan,
-    inter: Duration,
+    (inter, http2): (Duration, bool),
     servers: &[(String, Ipv4Addr)],
-    source: u8,
+    (source, port): (u8, u16),
     frontend: SocketAddr,
     event_log: &Path,
 ) -> String {
@@ -482,7 +524,7 @@ fn front_envoy(
         .iter()
         .map(|(_, addr)| {
             format!(
-                "        - endpoint: {{ address: {{ socket_address: {{ address: {addr}, port_value: {INBOUND} }} }}, \
+                "        - endpoint: {{ address: {{ socket_address: {{ address: {addr}, port_value: {port} }} }}, \
                  health_check_config: {{ port_value: {STATUS} }} }}\n"
             )
         })
@@ -511,7 +553,7 @@ static_resources:
     type: STATIC
     connect_timeout: 1s
     upstream_bind_config: {{ source_address: {{ address: {source_ip}, port_value: 0 }} }}
-    common_lb_config: {{ healthy_panic_threshold: {{ value: 0 }} }}
+    common_lb_config: {{ healthy_panic_threshold: {{ value: 0 }} }}{h2}
     load_assignment:
       cluster_name: pods
       endpoints:
@@ -530,8 +572,17 @@ static_resources:
         port = frontend.port(),
         source_ip = lan.host_ip(source),
         log = event_log.display(),
+        h2 = if http2 { FRONT_HTTP2 } else { "" },
     )
 }
+
+/// The front Envoy's cluster speaking HTTP/2 to the pods (h2c, prior
+/// knowledge), over the connections it pools.
+const FRONT_HTTP2: &str = r#"
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }"#;
 
 /// One command to HAProxy's runtime API.
 fn runtime_command(socket: &Path, command: &str) {
@@ -636,6 +687,8 @@ impl Load {
 /// The app container's preStop hook.
 #[derive(Debug, Clone)]
 pub enum Hook {
+    /// No app container: an ingress gateway's pod.
+    None,
     /// `httpGet` to the pod's address, port 15020, this path.
     Get(String),
     /// A fixed `sleep`.
@@ -650,6 +703,8 @@ pub struct Deletion {
     pub hook_returned: SystemTime,
     /// The hook's answer (`GET`), or the sleep.
     pub hook_answer: String,
+    /// When Envoy exited (None: not within the grace period).
+    pub envoy_stopped: Option<SystemTime>,
     /// When lifeguard exited: the pod is gone.
     pub gone: SystemTime,
     pub exit_code: i32,
@@ -670,6 +725,7 @@ pub fn delete_pod(
 ) -> Deletion {
     let started = SystemTime::now();
     let t0 = Instant::now();
+    let envoy = ExitWatch::new(pod.envoy_pid, grace + Duration::from_secs(5));
     signal(pod.agent_pid, libc::SIGTERM);
     deleted();
     let hook_answer = match hook {
@@ -684,6 +740,7 @@ pub fn delete_pod(
             std::thread::sleep(*d);
             format!("slept {d:?}")
         }
+        Hook::None => "no app container".to_owned(),
     };
     let hook_returned = SystemTime::now();
     if let Some(app) = pod.app_pid {
@@ -700,10 +757,12 @@ pub fn delete_pod(
                 .unwrap_or(-1)
         }
     };
+    let envoy_stopped = envoy.wait().map(|at| started + at.duration_since(t0));
     Deletion {
         started,
         hook_returned,
         hook_answer,
+        envoy_stopped,
         gone: SystemTime::now(),
         exit_code,
     }
@@ -726,6 +785,15 @@ pub fn pod_at(lan: &Lan, slot: u8, agent_args: &[&str]) -> (TestPod, Ipv4Addr) {
     (pod, ip)
 }
 
+/// An ingress gateway's pod of the rollout (no app container; Envoy
+/// shaped as `kind`, its upstream the pod's peer service), joined to the
+/// LAN at its slot, lifeguard run with `agent_args`.
+pub fn gateway_at(lan: &Lan, slot: u8, kind: Gateway, agent_args: &[&str]) -> (TestPod, Ipv4Addr) {
+    let pod = TestPod::start(&PodSpec::gateway(kind, agent_args));
+    let ip = lan.attach(&pod, slot);
+    (pod, ip)
+}
+
 /// What one pod's deletion looked like from the load balancers.
 pub struct Left {
     pub deletion: Deletion,
@@ -733,6 +801,9 @@ pub struct Left {
     pub down: Vec<SystemTime>,
     /// lifeguard's log (what the drain wait said).
     pub log: String,
+    /// lifeguard's exit summary (the termination message of a gateway's
+    /// pod), when there is one.
+    pub summary: Option<serde_json::Value>,
 }
 
 /// A rolling restart's record.
@@ -743,6 +814,8 @@ pub struct Run {
     pub events: Vec<(SystemTime, String)>,
     /// The client's rate, requests a second.
     pub rate: u32,
+    /// What each front Envoy reset or cut under a request, by stat.
+    pub resets: Vec<(String, u64)>,
 }
 
 /// A rolling restart: which load balancers, the app's hook, how many of
@@ -756,6 +829,10 @@ pub struct Rollout<'a> {
     /// How long the client sends before the first pod is replaced: the
     /// pods' traffic before the drain, which sets their quiet period.
     pub steady: Duration,
+    /// Ingress gateways of this shape (no app, no hook), or sidecars' pods.
+    pub gateway: Option<Gateway>,
+    /// The pods' grace period (give lifeguard the same).
+    pub grace: Duration,
 }
 
 impl Rollout<'_> {
@@ -768,6 +845,26 @@ impl Rollout<'_> {
             rate: 200,
             agent_args: &[],
             steady: Duration::ZERO,
+            gateway: None,
+            grace: GRACE,
+        }
+    }
+
+    /// Gateways of `kind` behind `balancers` (3 pods, 200 requests a
+    /// second), their drain their own.
+    pub fn gateway(balancers: &[Balancer], kind: Gateway) -> Rollout<'_> {
+        Rollout {
+            hook: Hook::None,
+            gateway: Some(kind),
+            ..Rollout::drain_wait(balancers)
+        }
+    }
+
+    /// One of the rollout's pods, at `slot`.
+    fn pod(&self, lan: &Lan, slot: u8) -> (TestPod, Ipv4Addr) {
+        match self.gateway {
+            Some(kind) => gateway_at(lan, slot, kind, self.agent_args),
+            None => pod_at(lan, slot, self.agent_args),
         }
     }
 }
@@ -779,8 +876,11 @@ impl Rollout<'_> {
 /// every request's answer and each old pod's deletion.
 pub fn rolling_restart(rollout: &Rollout) -> Run {
     let lan = Lan::new();
-    let args = rollout.agent_args;
-    let mut old: Vec<Option<(TestPod, Ipv4Addr)>> = (0..3).map(|slot| Some(pod_at(&lan, slot, args))).collect();
+    let mut old: Vec<Option<(TestPod, Ipv4Addr)>> = (0..3).map(|slot| Some(rollout.pod(&lan, slot))).collect();
+    let port = match rollout.gateway {
+        Some(_) => GATEWAY_PORT,
+        None => INBOUND,
+    };
     let servers: Vec<(String, Ipv4Addr)> = (0..3u8)
         .map(|k| (format!("old{k}"), lan.slot_ip(k)))
         .chain((0..3u8).map(|k| (format!("new{k}"), lan.slot_ip(3 + k))))
@@ -789,7 +889,7 @@ pub fn rolling_restart(rollout: &Rollout) -> Run {
         .balancers
         .iter()
         .zip(1..)
-        .map(|(kind, source)| Front::start(&lan, *kind, &servers, source))
+        .map(|(kind, source)| Front::start(&lan, *kind, &servers, source, port))
         .collect();
     for lb in &lbs {
         lb.settle(&lan.host);
@@ -802,7 +902,7 @@ pub fn rolling_restart(rollout: &Rollout) -> Run {
     let mut new = Vec::new();
     let mut left = Vec::new();
     for k in 0..rollout.replace {
-        new.push(pod_at(&lan, 3 + k, args));
+        new.push(rollout.pod(&lan, 3 + k));
         let name = format!("new{k}");
         for lb in &lbs {
             lb.pod_ready(&name);
@@ -810,7 +910,7 @@ pub fn rolling_restart(rollout: &Rollout) -> Run {
         }
         let (mut pod, ip) = old[k as usize].take().unwrap();
         let name = format!("old{k}");
-        let deletion = delete_pod(&mut pod, &lan.host, ip, &rollout.hook, GRACE, || {
+        let deletion = delete_pod(&mut pod, &lan.host, ip, &rollout.hook, rollout.grace, || {
             for lb in lbs.iter_mut() {
                 lb.pod_deleted(&name, k as usize);
             }
@@ -823,14 +923,17 @@ pub fn rolling_restart(rollout: &Rollout) -> Run {
             deletion,
             down,
             log: pod.agent.output(),
+            summary: pod.termination_message(),
         });
     }
     let sent = load.stop();
     let events = lbs.iter().flat_map(Front::events).collect();
+    let resets = lbs.iter().flat_map(|lb| lb.resets(&lan.host)).collect();
     Run {
         sent,
         left,
         events,
+        resets,
         rate: rollout.rate,
     }
 }

@@ -18,11 +18,12 @@
 //! | `local_pod.rs` | a pod on loopback: the app, lifeguard and its Envoy (`Pod`) |
 //! | `netns.rs` | network namespaces, a pod's and a peer's joined by a veth pair |
 //! | `pod.rs` | a pod of namespaces and cgroups around the real Envoy (`common::pod`) |
+//! | `gateway.rs` | ingress gateways' bootstraps, shaped as users write them (`common::gateway`) |
 //! | `lb.rs` | HAProxy in front of such pods, rolling restarts (`common::lb`) |
 //! | `container.rs` | the image under podman, a pod played from Kubernetes YAML (`common::container`) |
 //!
-//! Everything above but `netns`, `pod`, `lb` and `container` is re-exported
-//! here (`use common::*`); those four are used by their path.
+//! Everything above but `netns`, `pod`, `gateway`, `lb` and `container` is
+//! re-exported here (`use common::*`); those are used by their path.
 //!
 //! Every process and server started here is stopped when its handle drops,
 //! also when a test panics. A crate of its own, the compiler reports the
@@ -38,6 +39,7 @@ pub mod clients;
 pub mod container;
 pub mod envoy;
 pub mod fake_admin;
+pub mod gateway;
 pub mod lb;
 pub mod local_pod;
 pub mod netns;

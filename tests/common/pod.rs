@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use crate::gateway::{gateway_bootstrap, Gateway, GATEWAY_PORT};
 pub use crate::netns::{Net, Netns};
 use crate::{
     children, envoy_command, lifeguard_bin, reply, temp_dir, unique, wait_for, KeepAliveClient, Proc, TempDir,
@@ -569,6 +570,9 @@ pub struct PodSpec {
     /// only the proxy container mounts), `--loopback-control false`; the
     /// app runs as another user (nobody).
     pub locked: bool,
+    /// An ingress gateway: Envoy with this bootstrap, its traffic listener
+    /// routing to the peer service; the pod has no app container.
+    pub gateway: Option<Gateway>,
 }
 
 impl PodSpec {
@@ -578,6 +582,16 @@ impl PodSpec {
             agent_args: agent_args.iter().map(|s| s.to_string()).collect(),
             internal_listener: false,
             locked: false,
+            gateway: None,
+        }
+    }
+
+    /// An ingress gateway's pod (its only container the proxy), its Envoy
+    /// shaped as `kind`.
+    pub fn gateway(kind: Gateway, agent_args: &[&str]) -> PodSpec {
+        PodSpec {
+            gateway: Some(kind),
+            ..PodSpec::new(false, agent_args)
         }
     }
 
@@ -645,7 +659,10 @@ impl TestPod {
 
         let mut argv: Vec<String> = vec![lifeguard_bin().display().to_string(), "run".into()];
         argv.extend(spec.agent_args.iter().cloned());
-        let mut bootstrap = pod_bootstrap(net.peer_ip, spec.internal_listener);
+        let mut bootstrap = match spec.gateway {
+            Some(kind) => gateway_bootstrap(kind, net.peer_ip, PEER_PORT, dir.path()),
+            None => pod_bootstrap(net.peer_ip, spec.internal_listener),
+        };
         let sockets = spec.locked.then(|| {
             // The app (nobody) may read its script in the pod's directory,
             // and may not enter the sockets' one.
@@ -669,6 +686,10 @@ impl TestPod {
             ]);
             sockets
         });
+        if spec.gateway.is_some() {
+            let message = dir.path().join("termination-log");
+            argv.extend(["--termination-message-path".into(), message.display().to_string()]);
+        }
         argv.push("--".into());
         argv.extend(envoy_command(&bootstrap, &dir));
         let how = match &pause {
@@ -764,6 +785,13 @@ impl TestPod {
             .map(|c| ("LIFEGUARD_CONTROL_SOCKET", c.as_str()))
             .collect();
         spawn_in(name, &self.proxy_cgroup, Enter::Join(self.agent_pid), &argv, &env).0
+    }
+
+    /// lifeguard's exit summary, as it wrote it to the termination message
+    /// (a gateway's pod writes one; None when there is none).
+    pub fn termination_message(&self) -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(self.dir.path().join("termination-log")).ok()?;
+        serde_json::from_str(&text).ok()
     }
 
     /// The app's output so far.
