@@ -104,6 +104,7 @@ fn the_image_builds_from_the_containerfile_with_the_release_binary_the_bootstrap
     for (inside, shipped) in [
         ("etc/envoy/envoy.yaml", "config/envoy-bootstrap.yaml"),
         ("etc/envoy/envoy-locked.yaml", "config/envoy-bootstrap-locked.yaml"),
+        ("etc/envoy/gateway.yaml", "config/envoy-gateway.yaml"),
     ] {
         assert_eq!(
             std::fs::read_to_string(files.join(inside)).unwrap(),
@@ -527,4 +528,116 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
         "{message}"
     );
     assert_eq!(written["cut_by_deadline"], false);
+}
+
+/// Issue #40: the ingress gateway's manifest played by podman, deleted with
+/// a request in flight. Its only container is the proxy; its upstream lives
+/// outside the pod (a service in the peer namespace, slow to answer
+/// `/slow`). At the deletion (SIGTERM, no preStop hook) readiness turns
+/// 503 and Envoy keeps serving: no load balancer checks this pod (the
+/// kubelet's probes are not one) and no new request comes, so it is out of
+/// rotation after the quiet period; Envoy then closes its connections and
+/// stops once the request in flight is answered.
+#[test]
+fn the_ingress_gateway_manifest_played_by_podman_answers_the_request_in_flight() {
+    let images = images();
+    let (pid, n) = unique();
+    let name = format!("lifeguard-test-{pid}-{n}");
+    let dir: TempDir = temp_dir("kube");
+    let mut docs = manifest("config/k8s/ingress-gateway.yaml");
+    container_of(&mut docs, "proxy")["image"] = Value::from(images.proxy.as_str());
+    // The backend: the peer service, outside the pod (the test's one
+    // change to the bootstrap, as a user points it at theirs).
+    let addresses = common::netns::Net::addresses();
+    let config = docs.iter_mut().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let bootstrap = config["data"]["envoy.yaml"].as_str().unwrap().to_owned();
+    let backend = "socket_address: { address: backend.default.svc.cluster.local, port_value: 80 }";
+    assert!(bootstrap.contains(backend));
+    let pointed = bootstrap
+        .replace(
+            backend,
+            &format!("socket_address: {{ address: {}, port_value: 8080 }}", addresses.1),
+        )
+        .replace("type: STRICT_DNS", "type: STATIC");
+    config["data"]["envoy.yaml"] = Value::from(pointed);
+    let proxy = container_of(&mut docs, "proxy").clone();
+    let grace = Duration::from_secs(
+        docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"]
+            ["terminationGracePeriodSeconds"]
+            .as_u64()
+            .unwrap(),
+    );
+    assert!(proxy["lifecycle"].is_null(), "the gateway's proxy has no hook");
+
+    let message = dir.path().join("proxy-termination-log");
+    std::fs::write(&message, "").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&message, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let played = kube_pod(&docs, &name, &[("proxy", &message)]);
+    let pod = PlayedPod::play(&name, &played, addresses, dir);
+    let upstream = {
+        let addr = std::net::SocketAddr::from((pod.net.peer_ip, 8080));
+        let listener = pod.net.peer.run(move || std::net::TcpListener::bind(addr).unwrap());
+        common::TestServer::serve(listener, |req| async move {
+            if req.uri().path() == "/slow" {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+            common::reply(200, "backend\n")
+        })
+    };
+    let status = pod.net.pod_addr(15021);
+    pod.net
+        .peer
+        .run(move || kubelet_probe(status, "/healthz/ready", Duration::from_secs(60)));
+    let traffic = pod.net.pod_addr(8080);
+    let answer = pod
+        .net
+        .peer
+        .run(move || http_timeout("GET", traffic, "/", Duration::from_secs(5)));
+    assert_eq!(answer.unwrap(), (200, "backend\n".to_owned()));
+
+    // A request in flight, then the pod deleted.
+    let request = pod.net.peer.spawn(move || {
+        let r = http_timeout("GET", traffic, "/slow", Duration::from_secs(20));
+        (r, Instant::now())
+    });
+    common::wait_for("the request to reach Envoy", Duration::from_secs(10), || {
+        let stats = pod.net.pod.run(|| {
+            common::get(
+                std::net::SocketAddr::from(([127, 0, 0, 1], 15000)),
+                "/stats?filter=gateway_http.downstream_rq_active",
+            )
+        });
+        match stats {
+            Ok((200, body)) if body.contains("downstream_rq_active: 1") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let (t0, stopping) = pod.delete(&[("proxy", PreStop::None)], grace);
+    let (answer, answered_at) = request.join().unwrap();
+    assert_eq!(answer.unwrap(), (200, "backend\n".to_owned()), "the request in flight");
+    let exit = pod.wait_exit("proxy", t0 + grace);
+    let exited = t0.elapsed();
+    if exit.is_none() {
+        pod.sigkill(&["proxy"]);
+        panic!("the gateway outlived its grace period ({grace:?})");
+    }
+    drop(stopping);
+    drop(upstream);
+    eprintln!(
+        "deleted -> request answered {} ms, proxy exited {} ms",
+        answered_at.duration_since(t0).as_millis(),
+        exited.as_millis()
+    );
+    assert_eq!(exit, Some(0), "{}", pod.logs("proxy"));
+    let message = std::fs::read_to_string(&message).unwrap();
+    let written: Json = serde_json::from_str(&message).unwrap_or_else(|e| panic!("{e}: {message:?}"));
+    assert_eq!(
+        (&written["outcome"], &written["policy"], &written["exit_code"]),
+        (&Json::from("drained"), &Json::from("out-of-rotation"), &Json::from(0)),
+        "{message}"
+    );
+    let lbs = &written["load_balancers"];
+    assert_eq!(lbs["out_of_rotation"], true, "{message}");
+    assert_eq!(written["cut_by_deadline"], false, "{message}");
 }

@@ -352,8 +352,12 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
             .expect("the sockets' volume");
         assert!(volume["emptyDir"].is_mapping(), "{file}: {volume:?}");
     }
-    // And Envoy accepts both bootstraps.
-    for file in ["config/envoy-bootstrap.yaml", "config/envoy-bootstrap-locked.yaml"] {
+    // And Envoy accepts every bootstrap.
+    for file in [
+        "config/envoy-bootstrap.yaml",
+        "config/envoy-bootstrap-locked.yaml",
+        "config/envoy-gateway.yaml",
+    ] {
         let out = Command::new(envoy_bin())
             .args(["--mode", "validate", "-c"])
             .arg(root.join(file))
@@ -361,4 +365,117 @@ fn shipped_manifests_parse_and_keep_their_settings_in_step() {
             .unwrap();
         assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
     }
+}
+
+/// Issue #40's manifest: an ingress gateway, its only container the proxy,
+/// behind a cloud load balancer that checks 15021; its settings valid, its
+/// drain out-of-rotation, its grace period fitting the slowest documented
+/// cloud checker (an ALB's target group: every 30 s, out after 2).
+#[test]
+fn the_gateway_manifest_keeps_its_settings_in_step_and_fits_the_slowest_cloud_checker() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = "config/k8s/ingress-gateway.yaml";
+    let text = std::fs::read_to_string(root.join(file)).unwrap();
+    let docs: Vec<serde_norway::Value> = serde_norway::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let kinds: Vec<_> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ConfigMap", "Deployment", "Service"]);
+    let bootstrap = std::fs::read_to_string(root.join("config/envoy-gateway.yaml")).unwrap();
+    assert_eq!(
+        docs[0]["data"]["envoy.yaml"].as_str().unwrap(),
+        bootstrap,
+        "the ConfigMap drifted from config/envoy-gateway.yaml"
+    );
+    let pod = &docs[1]["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_sequence().unwrap();
+    assert_eq!(containers.len(), 1, "the proxy is the pod's only container");
+    let proxy = &containers[0];
+    assert!(proxy["lifecycle"].is_null(), "SIGTERM alone drives the gateway's drain");
+    for probe in ["readinessProbe", "startupProbe"] {
+        assert_eq!(proxy[probe]["httpGet"]["port"].as_u64(), Some(15021), "{probe}");
+        assert_eq!(proxy[probe]["httpGet"]["path"], "/healthz/ready", "{probe}");
+    }
+    // The load balancer checks the pods themselves, on 15021.
+    let service = &docs[2];
+    assert_eq!(service["spec"]["type"], "LoadBalancer");
+    assert_eq!(service["spec"]["externalTrafficPolicy"], "Local");
+    let annotation = |key: &str| {
+        service["metadata"]["annotations"][format!("service.beta.kubernetes.io/aws-load-balancer-{key}").as_str()]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(annotation("healthcheck-port"), "15021");
+    assert_eq!(annotation("healthcheck-path"), "/healthz/ready");
+    assert_eq!(annotation("nlb-target-type"), "ip");
+    // Its settings, as `lifeguard check` reads them.
+    let env = proxy["env"].as_sequence().unwrap();
+    let mut cmd = Command::new(lifeguard_bin());
+    cmd.arg("check");
+    for e in env {
+        cmd.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
+    }
+    let out = cmd.output().unwrap();
+    let settings = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{settings}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let setting = |key: &str| {
+        let prefix = format!("{key} ");
+        let line = settings.lines().find(|l| l.starts_with(&prefix)).unwrap_or("");
+        line.split('=')
+            .nth(1)
+            .unwrap_or("")
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(setting("drain_until"), "out-of-rotation", "{settings}");
+    assert_eq!(setting("drain_scope"), "all", "{settings}");
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    let grace_env = env.iter().find(|e| e["name"] == "TERMINATION_GRACE_PERIOD").unwrap();
+    assert_eq!(grace_env["value"].as_str(), Some(format!("{grace}s").as_str()));
+    // The slowest documented cloud checker fits: 30 s x 2, the floor of the
+    // quiet period, the shutdown margin.
+    let secs = |key: &str| go_seconds(&setting(key));
+    let threshold: f64 = setting("drain_wait_unhealthy_threshold").parse().unwrap();
+    let alb = 30.0 * threshold;
+    assert!(secs("drain_wait_checker_timeout") >= alb, "{settings}");
+    let needed = alb + 0.5 + secs("shutdown_margin");
+    assert!(
+        needed <= grace as f64,
+        "{needed} s does not fit the {grace} s grace period"
+    );
+}
+
+/// A Go duration as `lifeguard check` prints it (`1m10s`, `2s`, `500ms`),
+/// in seconds.
+fn go_seconds(text: &str) -> f64 {
+    let mut total = 0.0;
+    let mut number = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        let unit = match (c, chars.peek()) {
+            ('m', Some('s')) => {
+                chars.next();
+                0.001
+            }
+            ('h', _) => 3600.0,
+            ('m', _) => 60.0,
+            ('s', _) => 1.0,
+            _ => panic!("not a Go duration: {text:?}"),
+        };
+        total += number.parse::<f64>().unwrap() * unit;
+        number.clear();
+    }
+    total
 }

@@ -629,8 +629,16 @@ fn assert_gateway_left_in_time(run: &Run) {
 fn busy_gateway(balancer: Balancer, kind: Gateway, args: &[&str]) -> Run {
     let _one = ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let balancers = [balancer];
+    // Nothing said, lifeguard tells a gateway by the app it never saw: a pod
+    // it has looked at for some seconds (a pod deleted moments after its
+    // start keeps app-exit).
+    let steady = match args.is_empty() {
+        true => Duration::from_secs(6),
+        false => Duration::ZERO,
+    };
     let run = rolling_restart(&Rollout {
         agent_args: args,
+        steady,
         ..Rollout::gateway(&balancers, kind)
     });
     assert_nothing_lost(&run);

@@ -8,6 +8,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::ports::Active;
+pub(crate) use super::ports::DrainScope;
 use super::LAST_READ_TIMEOUT;
 use crate::duration::GoDuration;
 
@@ -144,15 +145,3 @@ pub enum DrainUntil {
 }
 
 crate::display_as_value!(DrainUntil);
-
-/// Which listeners Envoy drains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum DrainScope {
-    /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.
-    Inbound,
-    /// Every listener (gateways).
-    All,
-}
-
-crate::display_as_value!(DrainScope);

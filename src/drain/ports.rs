@@ -12,9 +12,8 @@ use std::net::SocketAddr;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use serde::Serialize;
-
-use super::plan::DrainScope;
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
 
 /// Why a call through [`EnvoyControl`] failed, with the adapter's reason
 /// (for the log and `GET /drain`): the drain knows no admin API, so the
@@ -29,6 +28,18 @@ pub(crate) enum ControlError {
     #[error("{0}")]
     Failed(String),
 }
+
+/// Which listeners Envoy drains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum DrainScope {
+    /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.
+    Inbound,
+    /// Every listener (gateways).
+    All,
+}
+
+crate::display_as_value!(DrainScope);
 
 /// What the drain needs from Envoy. `crate::envoy::process::Envoy` is the real one;
 /// the unit tests script their own.
@@ -56,9 +67,11 @@ pub(crate) trait AppControl {
     /// Why a look at the app failed: the drain logs it and goes on.
     type Error: fmt::Display + Send;
     fn work(&self) -> impl Future<Output = Result<Work, Self::Error>> + Send;
-    /// Whether a socket or process of an app was ever seen in the pod: a
-    /// pod whose only container is the proxy shows none, ever.
-    fn ever_seen(&self) -> bool;
+    /// Whether the pod has an app: Some(true) once a socket or process of
+    /// one was seen; Some(false) when none ever was though the pod has been
+    /// looked at long enough (a pod whose only container is the proxy);
+    /// None when it cannot be told yet.
+    fn has_app(&self) -> Option<bool>;
 }
 
 /// For drains whose policy never looks at the app.
@@ -67,8 +80,8 @@ impl AppControl for () {
     async fn work(&self) -> Result<Work, Self::Error> {
         Ok(Work::default())
     }
-    fn ever_seen(&self) -> bool {
-        false
+    fn has_app(&self) -> Option<bool> {
+        None
     }
 }
 

@@ -508,8 +508,8 @@ impl AppControl for FakeApp {
             processes_seen: self.processes_seen,
         })
     }
-    fn ever_seen(&self) -> bool {
-        true
+    fn has_app(&self) -> Option<bool> {
+        Some(true)
     }
 }
 
@@ -989,8 +989,8 @@ impl AppControl for NoApp {
             ..Work::default()
         })
     }
-    fn ever_seen(&self) -> bool {
-        false
+    fn has_app(&self) -> Option<bool> {
+        Some(false)
     }
 }
 

@@ -311,8 +311,16 @@ pub(crate) struct Watcher {
     processes: bool,
     /// For an external Envoy: its admin port, whose owner is Envoy.
     envoy_admin_port: Option<u16>,
-    /// Whether a scan ever found something of an app (shared by clones).
-    seen: Arc<AtomicBool>,
+    /// Whether a scan ever found something of an app, and when the pod
+    /// was first looked at (shared by clones).
+    seen: Arc<Seen>,
+}
+
+/// What the scans have found of an app so far.
+#[derive(Debug, Default)]
+struct Seen {
+    app: AtomicBool,
+    first_look: std::sync::OnceLock<tokio::time::Instant>,
 }
 
 impl Watcher {
@@ -383,7 +391,8 @@ impl Watcher {
         let work = tokio::task::spawn_blocking(move || scan(&proxy, processes, admin))
             .await?
             .map_err(AppWatchError::Proc)?;
-        if !work.is_done() && !self.seen.swap(true, Ordering::Relaxed) {
+        self.seen.first_look.get_or_init(tokio::time::Instant::now);
+        if !work.is_done() && !self.seen.app.swap(true, Ordering::Relaxed) {
             tracing::info!("the pod has an app: {work}");
         }
         Ok(work)
@@ -395,10 +404,19 @@ impl AppControl for Watcher {
     async fn work(&self) -> Result<Work, AppWatchError> {
         self.scan().await
     }
-    fn ever_seen(&self) -> bool {
-        self.seen.load(Ordering::Relaxed)
+    fn has_app(&self) -> Option<bool> {
+        if self.seen.app.load(Ordering::Relaxed) {
+            return Some(true);
+        }
+        let looked = self.seen.first_look.get().map(tokio::time::Instant::elapsed);
+        looked.is_some_and(|l| l >= LOOKED_LONG_ENOUGH).then_some(false)
     }
 }
+
+/// A pod looked at this long with nothing of an app ever seen has none:
+/// its app container, if it had one, would have started beside or soon
+/// after the proxy.
+const LOOKED_LONG_ENOUGH: Duration = Duration::from_secs(5);
 
 /// Looks at the pod every [`LOOK_EVERY`] (every [`LOOK_EVERY_AT_FIRST`]
 /// in its first [`FIRST_LOOKS`]: an app container starts beside or after
@@ -411,7 +429,7 @@ pub(crate) async fn look_for_app(
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     let started = tokio::time::Instant::now();
-    while !watcher.ever_seen() {
+    while watcher.has_app() != Some(true) {
         let every = match started.elapsed() < FIRST_LOOKS {
             true => LOOK_EVERY_AT_FIRST,
             false => LOOK_EVERY,

@@ -1,21 +1,28 @@
 //! The drain state machine: one task that owns the phase, the deadline and
 //! the policy, fed by events through a [`DrainHandle`].
+//!
+//! - [`gateway`]: the policy of a pod without an app, and the wait for the
+//!   load balancers' verdict (`out-of-rotation`);
+//! - [`inbox`]: the events that reach the machine while it waits.
 
-use std::future::Future;
+mod gateway;
+mod inbox;
+
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, Instant};
 
 use super::handle::{DrainHandle, Event};
-use super::plan::{DrainScope, DrainUntil, Plan};
+use super::plan::{DrainUntil, Plan};
 use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
-use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
+use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Rotation, Work};
 use super::status::{Outcome, Phase, Status};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use crate::duration::GoDuration;
 use crate::logging::Throttle;
+use inbox::{Inbox, Interrupt};
 
 /// A read under a timeout: Err(()) when it did not finish in time.
 type Timed<T, E = ControlError> = Result<Result<T, E>, ()>;
@@ -45,13 +52,6 @@ impl Default for Seen {
     }
 }
 
-/// Why a wait inside the drain ended early.
-enum Interrupt {
-    EnvoyExited(ExitStatus),
-    EnvoyGone,
-    Quit,
-}
-
 /// The drain state machine. Build it with [`Drain::new`] (and, for the
 /// `out-of-rotation` policy, [`Drain::with_rotation`]), run it with
 /// [`Drain::run`].
@@ -64,17 +64,6 @@ pub(crate) struct Drain<E, A = (), R = ()> {
     watch_app: bool,
     inbox: Inbox,
     started: Option<Instant>,
-}
-
-/// The events, and what they leave behind for the machine to act on.
-struct Inbox {
-    events: mpsc::Receiver<Event>,
-    open: bool,
-    status: watch::Sender<Status>,
-    stop_requested: bool,
-    waiters: Vec<oneshot::Sender<Status>>,
-    drained: bool,
-    quit_reply: Option<oneshot::Sender<()>>,
 }
 
 impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
@@ -250,85 +239,6 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
 
         // 5. Stop Envoy.
         Ok(self.stop_and_conclude(left, cut, started).await)
-    }
-
-    /// The default policy in a pod whose only container is the proxy: no
-    /// socket or process of an app was ever seen, nor is one now (a last
-    /// look, for a pod deleted before the app was first seen). Such a pod
-    /// is a gateway: it drains until out of rotation, every listener. Also
-    /// decides whether the drain's reads look at the app.
-    async fn resolve_policy(&mut self) {
-        let plan = &mut self.plan;
-        if plan.drain_until == DrainUntil::AppExit && plan.gateway_without_app && !self.app.ever_seen() {
-            let look = tokio::time::timeout(plan.admin_timeout, self.app.work()).await;
-            let nothing = matches!(&look, Ok(Ok(work)) if work.is_done());
-            if nothing && !self.app.ever_seen() {
-                tracing::info!(
-                    "no socket or process of an app was ever seen in the pod: its only container is the proxy \
-                     (a gateway), which drains until out of rotation"
-                );
-                (plan.drain_until, plan.scope) = (DrainUntil::OutOfRotation, DrainScope::All);
-                self.watch_app = true;
-                return;
-            }
-        }
-        self.watch_app = plan.drain_until == DrainUntil::AppExit;
-    }
-
-    /// Readiness answers as Envoy does for `fail_delay` after `from`, then
-    /// fails (the phase says which).
-    async fn fail_readiness_after(
-        &mut self,
-        fail_delay: Duration,
-        from: Instant,
-        deadline: Instant,
-    ) -> Result<(), Interrupt> {
-        if fail_delay.is_zero() {
-            return Ok(());
-        }
-        self.inbox
-            .race(&self.envoy, sleep_until(deadline.min(from + fail_delay)))
-            .await?;
-        let phase = match self.plan.drain_until {
-            DrainUntil::OutOfRotation => Phase::LeavingRotation,
-            _ => Phase::Draining,
-        };
-        self.inbox.publish(|s| s.phase = phase);
-        tracing::info!("the readiness-fail delay is over: readiness is 503");
-        Ok(())
-    }
-
-    /// Out of rotation: waits for the drain wait's verdict while Envoy
-    /// serves, or the deadline. What still held it when it did not come
-    /// (None: out of rotation).
-    async fn wait_for_rotation(&mut self, deadline: Instant) -> Result<Option<String>, Interrupt> {
-        let (inbox, envoy, rotation) = (&mut self.inbox, &self.envoy, &self.rotation);
-        let verdict = async {
-            tokio::select! {
-                verdict = rotation.verdict() => verdict,
-                _ = sleep_until(deadline) => Verdict::NotOut("the drain wait's verdict, by the deadline".to_owned()),
-            }
-        };
-        let verdict = inbox.race(envoy, verdict).await?;
-        let took = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
-        match verdict {
-            Verdict::Out(why) => {
-                tracing::info!(
-                    took = %GoDuration(Duration::from_millis((took * 1000.0) as u64)),
-                    "out of rotation ({why}): Envoy closes its connections at a request boundary, and stops once no request is in flight"
-                );
-                self.inbox.publish(|s| s.out_of_rotation_after_seconds = Some(took));
-                Ok(None)
-            }
-            Verdict::NotOut(waiting) => {
-                tracing::warn!(
-                    "NOT out of rotation by the wait's bound (was waiting for {waiting}): Envoy closes its connections and stops; \
-                     requests the load balancers still send are lost"
-                );
-                self.inbox.publish(|s| s.held_by = Some(waiting.clone()));
-                Ok(Some(waiting))
-            }
-        }
     }
 
     /// The policy is satisfied or the deadline came: publishes it and
@@ -631,70 +541,5 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         tracing::error!(%status, "Envoy exited on its own");
         self.inbox.publish(|s| s.phase = Phase::Stopped);
         Outcome::EnvoyExited(status)
-    }
-}
-
-impl Inbox {
-    /// Runs `fut` while handling events; ends early if Envoy exits or a
-    /// quit is asked for.
-    async fn race<T>(&mut self, envoy: &impl EnvoyControl, fut: impl Future<Output = T>) -> Result<T, Interrupt> {
-        tokio::pin!(fut);
-        loop {
-            let event = tokio::select! {
-                biased;
-                status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
-                event = self.events.recv(), if self.open => event,
-                out = &mut fut => return Ok(out),
-            };
-            self.handle(event)?;
-        }
-    }
-
-    /// Waits (handling events) until a signal asks for Envoy's stop.
-    async fn wait_for_signal(&mut self, envoy: &impl EnvoyControl) -> Result<(), Interrupt> {
-        while !self.stop_requested {
-            let event = tokio::select! {
-                biased;
-                status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
-                event = self.events.recv(), if self.open => event,
-            };
-            self.handle(event)?;
-        }
-        Ok(())
-    }
-
-    /// One event during a drain.
-    fn handle(&mut self, event: Option<Event>) -> Result<(), Interrupt> {
-        match event {
-            None => self.open = false,
-            Some(Event::Signal(name)) => {
-                if self.stop_requested {
-                    tracing::info!(signal = name, "signal received again; the drain goes on unchanged");
-                } else {
-                    tracing::info!(signal = name, "signal received; Envoy stops once drained");
-                    self.stop_requested = true;
-                    self.publish(|s| {
-                        s.stop_requested = true;
-                        s.stop_signal = Some(name);
-                    });
-                }
-            }
-            Some(Event::Drain(reply)) => {
-                if self.drained {
-                    let _ = reply.send(self.status.borrow().clone());
-                } else {
-                    self.waiters.push(reply);
-                }
-            }
-            Some(Event::Quit(reply)) => {
-                self.quit_reply = Some(reply);
-                return Err(Interrupt::Quit);
-            }
-        }
-        Ok(())
-    }
-
-    fn publish(&self, f: impl FnOnce(&mut Status)) {
-        self.status.send_modify(f);
     }
 }

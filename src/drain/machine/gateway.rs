@@ -1,0 +1,96 @@
+//! The gateway's part of the drain (`out-of-rotation`): which policy a pod
+//! without an app drains by, and the wait for the load balancers' verdict
+//! while Envoy serves.
+
+use std::time::Duration;
+
+use tokio::time::{sleep_until, Instant};
+
+use super::inbox::Interrupt;
+use super::Drain;
+use crate::drain::plan::{DrainScope, DrainUntil};
+use crate::drain::ports::{AppControl, EnvoyControl, Rotation, Verdict};
+use crate::drain::status::Phase;
+use crate::duration::GoDuration;
+
+impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
+    /// The default policy in a pod whose only container is the proxy: no
+    /// socket or process of an app was ever seen though the pod was looked
+    /// at long enough, nor is one now (a last look). Such a pod is a
+    /// gateway: it drains until out of rotation, every listener. A pod too
+    /// young to tell keeps app-exit. Also decides whether the drain's reads
+    /// look at the app.
+    pub(super) async fn resolve_policy(&mut self) {
+        let plan = &mut self.plan;
+        if plan.drain_until == DrainUntil::AppExit && plan.gateway_without_app && self.app.has_app() != Some(true) {
+            let look = tokio::time::timeout(plan.admin_timeout, self.app.work()).await;
+            let nothing = matches!(&look, Ok(Ok(work)) if work.is_done());
+            if nothing && self.app.has_app() == Some(false) {
+                tracing::info!(
+                    "no socket or process of an app was ever seen in the pod: its only container is the proxy \
+                     (a gateway), which drains until out of rotation"
+                );
+                (plan.drain_until, plan.scope) = (DrainUntil::OutOfRotation, DrainScope::All);
+                self.watch_app = true;
+                return;
+            }
+        }
+        self.watch_app = plan.drain_until == DrainUntil::AppExit;
+    }
+
+    /// Readiness answers as Envoy does for `fail_delay` after `from`, then
+    /// fails (the phase says which).
+    pub(super) async fn fail_readiness_after(
+        &mut self,
+        fail_delay: Duration,
+        from: Instant,
+        deadline: Instant,
+    ) -> Result<(), Interrupt> {
+        if fail_delay.is_zero() {
+            return Ok(());
+        }
+        self.inbox
+            .race(&self.envoy, sleep_until(deadline.min(from + fail_delay)))
+            .await?;
+        let phase = match self.plan.drain_until {
+            DrainUntil::OutOfRotation => Phase::LeavingRotation,
+            _ => Phase::Draining,
+        };
+        self.inbox.publish(|s| s.phase = phase);
+        tracing::info!("the readiness-fail delay is over: readiness is 503");
+        Ok(())
+    }
+
+    /// Out of rotation: waits for the drain wait's verdict while Envoy
+    /// serves, or the deadline. What still held it when it did not come
+    /// (None: out of rotation).
+    pub(super) async fn wait_for_rotation(&mut self, deadline: Instant) -> Result<Option<String>, Interrupt> {
+        let (inbox, envoy, rotation) = (&mut self.inbox, &self.envoy, &self.rotation);
+        let verdict = async {
+            tokio::select! {
+                verdict = rotation.verdict() => verdict,
+                _ = sleep_until(deadline) => Verdict::NotOut("the drain wait's verdict, by the deadline".to_owned()),
+            }
+        };
+        let verdict = inbox.race(envoy, verdict).await?;
+        let took = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        match verdict {
+            Verdict::Out(why) => {
+                tracing::info!(
+                    took = %GoDuration(Duration::from_millis((took * 1000.0) as u64)),
+                    "out of rotation ({why}): Envoy closes its connections at a request boundary, and stops once no request is in flight"
+                );
+                self.inbox.publish(|s| s.out_of_rotation_after_seconds = Some(took));
+                Ok(None)
+            }
+            Verdict::NotOut(waiting) => {
+                tracing::warn!(
+                    "NOT out of rotation by the wait's bound (was waiting for {waiting}): Envoy closes its connections and stops; \
+                     requests the load balancers still send are lost"
+                );
+                self.inbox.publish(|s| s.held_by = Some(waiting.clone()));
+                Ok(Some(waiting))
+            }
+        }
+    }
+}
