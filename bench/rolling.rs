@@ -13,7 +13,15 @@
 //!   `10`, the drain wait;
 //! - `balancers` (the default): every kind of load balancer, at the rates
 //!   of issue #34's table and at 200 a second, without a hook and with the
-//!   drain wait.
+//!   drain wait;
+//! - `gateways`: ingress gateways (the pod is the proxy alone) behind every
+//!   kind of load balancer, at 200 and 2 requests a second, their drain
+//!   side by side: out of rotation (lifeguard's default for a gateway), a
+//!   fixed 10 s drain (as Envoy Gateway's minimum), and zero requests after
+//!   the 5 s minimum (as Istio's exit on zero connections, counting
+//!   requests); the requests that failed, and how long each pod's Envoy
+//!   lived past its load balancer's removal (negative: it stopped while
+//!   still in rotation).
 //!
 //! For each: the requests that failed, and per pod the time from its
 //! deletion to its app's SIGTERM (the hook's return), to the pod gone
@@ -39,6 +47,9 @@ type Row = (Balancer, u32, Vec<(&'static str, Hook)>);
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let rounds: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(1);
+    if args.iter().any(|a| a == "gateways") {
+        return gateways(rounds);
+    }
     let hooks_table = args.iter().any(|a| a == "hooks");
     let none = || ("none", Hook::Sleep(Duration::ZERO));
     let wait = || ("GET /drain/wait", Hook::Get("/drain/wait".into()));
@@ -102,6 +113,80 @@ fn main() {
                     balancer.name(),
                     run.sent.len()
                 );
+            }
+        }
+    }
+}
+
+/// The gateways' table: each load balancer, each rate, each drain policy.
+fn gateways(rounds: usize) {
+    let slower = Check {
+        inter: Duration::from_secs(5),
+        fall: 3,
+        rise: 1,
+    };
+    let envoy = Balancer::Envoy {
+        inter: Duration::from_secs(1),
+        http2: false,
+    };
+    let balancers = [
+        Balancer::Haproxy(FAST),
+        Balancer::Haproxy(SLOW),
+        Balancer::Haproxy(slower),
+        envoy,
+        Balancer::Endpoints,
+        Balancer::TrafficPort(FAST),
+    ];
+    let policies: [(&str, &[&str]); 3] = [
+        ("out-of-rotation (lifeguard)", &["--drain-scope", "all"]),
+        (
+            "fixed 10 s",
+            &[
+                "--drain-scope",
+                "all",
+                "--drain-until",
+                "time",
+                "--termination-drain-duration",
+                "10s",
+            ],
+        ),
+        (
+            "zero requests after 5 s",
+            &["--drain-scope", "all", "--drain-until", "requests"],
+        ),
+    ];
+    println!("| load balancer | rate | gateway's drain | requests failed (of sent) | Envoy stopped after its removal, median (min, max) |");
+    println!("| --- | --- | --- | --- | --- |");
+    for balancer in balancers {
+        for rate in [200, 2] {
+            for (policy, args) in policies {
+                for _ in 0..rounds {
+                    let only = [balancer];
+                    let run = rolling_restart(&Rollout {
+                        agent_args: args,
+                        rate,
+                        steady: Duration::from_secs(20),
+                        ..Rollout::gateway(&only, common::pod::Gateway::Shipped)
+                    });
+                    let failed = run.sent.iter().filter(|s| s.answer != Ok(200)).count();
+                    let lived: Vec<f64> = run
+                        .left
+                        .iter()
+                        .filter_map(|l| {
+                            let removed = *l.down.iter().max()?;
+                            Some(secs(removed, l.deletion.envoy_stopped?))
+                        })
+                        .collect();
+                    let (min, max) = lived
+                        .iter()
+                        .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+                    println!(
+                        "| {} | {rate}/s | {policy} | {failed} (of {}) | {:.2} s ({min:.2}, {max:.2}) |",
+                        balancer.name(),
+                        run.sent.len(),
+                        median(lived),
+                    );
+                }
             }
         }
     }

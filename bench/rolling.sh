@@ -5,9 +5,11 @@
 # without checks and the pod dropped from its endpoints 0.5-3 s after
 # deletion, Envoy as the front proxy) at issue #34's rates and at 200/s,
 # without a hook and with the drain wait; `hooks`: HAProxy at 200/s, no
-# hook, sleep 1, 3 and 10 s, and the drain wait. Needs root; installs
-# HAProxy from Debian when missing.
-# Usage: bench/rolling.sh [ROUNDS=1] [balancers|hooks]
+# hook, sleep 1, 3 and 10 s, and the drain wait; `gateways`: ingress
+# gateways behind each kind of load balancer at 200/s and 2/s, their drain
+# out of rotation, a fixed 10 s, or zero requests after 5 s. Needs root;
+# installs HAProxy from Debian when missing.
+# Usage: bench/rolling.sh [ROUNDS=1] [balancers|hooks|gateways]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v haproxy >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends haproxy >/dev/null

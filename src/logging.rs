@@ -11,23 +11,34 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-/// Starts logging with the filter the configuration validated.
+/// Starts logging with the filter the configuration validated: a level,
+/// or targets and their levels (`warn,lifeguard=debug`), as tracing's
+/// `Targets` reads them (no regex engine in the binary for it).
 pub(crate) fn init(filter: &str, format: LogFormat) {
-    let filter = EnvFilter::try_new(filter).expect("the log filter was validated with the settings");
+    let filter: Targets = filter.parse().expect("the log filter was validated with the settings");
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false);
     match format {
         LogFormat::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .finish()
+            .with(filter)
             .init(),
-        LogFormat::Json => builder.json().with_ansi(false).with_current_span(false).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_ansi(false)
+            .with_current_span(false)
+            .finish()
+            .with(filter)
+            .init(),
     }
 }
 

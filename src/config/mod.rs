@@ -91,7 +91,8 @@ pub(crate) struct Settings {
     #[arg(long, env = "LIFEGUARD_XDS_CHECK", value_name = "MODE", default_value = "auto")]
     pub(crate) xds_check: XdsCheck,
 
-    /// Log filter, as tracing's EnvFilter reads it.
+    /// Log filter: a level (`info`), or targets and their levels
+    /// (`warn,lifeguard=debug`).
     #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER", default_value = "info", value_parser = filter::parse)]
     #[serde(with = "filter")]
     pub(crate) log: String,

@@ -84,7 +84,7 @@ fn status_addr(s: &str) -> Result<SocketAddr, ValueError> {
 }
 
 fn log_filter(s: &str) -> Result<String, ValueError> {
-    tracing_subscriber::EnvFilter::try_new(s)?;
+    s.parse::<tracing_subscriber::filter::Targets>()?;
     Ok(s.to_owned())
 }
 
