@@ -92,6 +92,8 @@ pub(crate) trait Rotation {
     /// Resolves once the pod is out of rotation, or once the wait gave up
     /// at its bound.
     fn verdict(&self) -> impl Future<Output = Verdict> + Send;
+    /// What the wait still waits for, in words (for the progress line).
+    fn waiting_for(&self) -> String;
 }
 
 /// How the wait for the load balancers ended.
@@ -109,6 +111,9 @@ pub(crate) enum Verdict {
 impl Rotation for () {
     async fn verdict(&self) -> Verdict {
         std::future::pending().await
+    }
+    fn waiting_for(&self) -> String {
+        "a verdict no drain wait gives".to_owned()
     }
 }
 

@@ -975,6 +975,9 @@ impl Rotation for FakeRotation {
         let verdict = rx.wait_for(Option::is_some).await.expect("sender kept");
         verdict.clone().unwrap()
     }
+    fn waiting_for(&self) -> String {
+        "1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s)".to_owned()
+    }
 }
 
 /// An app that never was: nothing of it ever seen.
@@ -1022,6 +1025,10 @@ async fn out_of_rotation_serves_until_the_verdict_then_drains_and_stops_once_idl
     at(&envoy, 6.9).await;
     let status = handle.status();
     assert_eq!(status.phase, Phase::LeavingRotation, "readiness 503, Envoy serving");
+    assert_eq!(
+        status.progress.as_deref(),
+        Some("leaving rotation, Envoy serving: waiting for 1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s); 23s to the deadline")
+    );
     assert!(envoy.drain_calls().is_empty(), "no drain before the verdict");
     at(&envoy, 7.0).await;
     rotation.give(Verdict::Out("1 checker failed its threshold".into()));

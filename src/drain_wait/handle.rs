@@ -357,6 +357,14 @@ impl Rotation for DrainWait {
             }
         }
     }
+
+    fn waiting_for(&self) -> String {
+        let status = self.status.borrow();
+        status
+            .waiting_for
+            .clone()
+            .unwrap_or_else(|| "the drain wait's first read".into())
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use super::Drain;
 use crate::drain::plan::{DrainScope, DrainUntil};
 use crate::drain::ports::{AppControl, EnvoyControl, Rotation, Verdict};
 use crate::drain::status::Phase;
+use crate::drain::PROGRESS_HEARTBEAT;
 use crate::duration::GoDuration;
 
 impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
@@ -66,13 +67,35 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// (None: out of rotation).
     pub(super) async fn wait_for_rotation(&mut self, deadline: Instant) -> Result<Option<String>, Interrupt> {
         let (inbox, envoy, rotation) = (&mut self.inbox, &self.envoy, &self.rotation);
-        let verdict = async {
-            tokio::select! {
-                verdict = rotation.verdict() => verdict,
-                _ = sleep_until(deadline) => Verdict::NotOut("the drain wait's verdict, by the deadline".to_owned()),
+        let verdict = rotation.verdict();
+        tokio::pin!(verdict);
+        // A progress line every few seconds while the load balancers let go
+        // (the drain wait logs each of their steps once).
+        let verdict = loop {
+            let heartbeat = deadline.min(Instant::now() + PROGRESS_HEARTBEAT);
+            let next = async {
+                tokio::select! {
+                    verdict = &mut verdict => Some(verdict),
+                    _ = sleep_until(heartbeat) => None,
+                }
+            };
+            match inbox.race(envoy, next).await? {
+                Some(verdict) => break verdict,
+                None if Instant::now() >= deadline => {
+                    break Verdict::NotOut("the drain wait's verdict, by the deadline".to_owned())
+                }
+                None => {
+                    let waiting = rotation.waiting_for();
+                    let left = GoDuration(Duration::from_secs(
+                        deadline.saturating_duration_since(Instant::now()).as_secs(),
+                    ));
+                    let line =
+                        format!("leaving rotation, Envoy serving: waiting for {waiting}; {left} to the deadline");
+                    tracing::info!("draining: {line}");
+                    inbox.publish(|s| s.progress = Some(line));
+                }
             }
         };
-        let verdict = inbox.race(envoy, verdict).await?;
         let took = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
         match verdict {
             Verdict::Out(why) => {
