@@ -205,7 +205,7 @@ impl Options {
             minimum_drain_duration: settings.minimum_drain_duration,
             drain_deadline: settings.drain_deadline(),
             admin_timeout: settings.admin_timeout,
-            shutdown_margin: settings.shutdown_margin.max(Duration::from_millis(100)),
+            shutdown_margin: settings.shutdown_margin,
             poll_interval: settings.poll_interval,
         }
     }

@@ -109,7 +109,7 @@ pub(crate) struct Settings {
     pub(crate) termination_grace_period: Duration,
 
     /// Time kept back from the grace period to stop Envoy and exit; also
-    /// how long Envoy gets between SIGTERM and SIGKILL.
+    /// how long Envoy gets between SIGTERM and SIGKILL (at least 100ms).
     #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s", value_parser = span::parse)]
     #[serde(with = "span")]
     pub(crate) shutdown_margin: Duration,
@@ -293,6 +293,10 @@ pub(crate) struct Settings {
     pub(crate) termination_message_path: MessagePath,
 }
 
+/// The shortest shutdown margin: the time Envoy gets between SIGTERM and
+/// SIGKILL, kept back from the grace period.
+pub(crate) const MIN_SHUTDOWN_MARGIN: Duration = Duration::from_millis(100);
+
 /// Listener ports never waited for: Istio's status (15021) and Prometheus
 /// (15090) listeners, whose own probe and scrape traffic never ends.
 pub(crate) const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
@@ -357,6 +361,13 @@ impl Settings {
                 why,
             })
         };
+        if self.shutdown_margin < MIN_SHUTDOWN_MARGIN {
+            let why = format!(
+                "must be at least {}: Envoy gets this long to exit after SIGTERM, inside the grace period",
+                GoDuration(MIN_SHUTDOWN_MARGIN)
+            );
+            return invalid("shutdown_margin", GoDuration(self.shutdown_margin).to_string(), why);
+        }
         if self.shutdown_margin >= self.termination_grace_period {
             let why = format!(
                 "must be shorter than termination_grace_period ({})",
@@ -754,6 +765,24 @@ pub(crate) mod tests {
         assert_eq!(s.ignore_listener_ports, vec![8081, 15021, 15090]);
     }
 
+    /// Issue #41: whatever margin is accepted, the drain's deadline and
+    /// Envoy's stop after it fit the grace period.
+    #[test]
+    fn envoy_is_never_stopped_past_the_grace_period_at_any_accepted_margin() {
+        for margin in ["0s", "1ms", "99ms", "100ms", "1s", "2s", "29s", "29900ms"] {
+            let Ok((s, _)) = load(&["--shutdown-margin", margin]) else {
+                continue;
+            };
+            let plan = crate::agent::Options::plan(&s, s.drain_until);
+            let stopped_by = plan.drain_deadline + plan.shutdown_margin;
+            assert!(
+                stopped_by <= s.termination_grace_period,
+                "margin {margin}: Envoy stopped by {stopped_by:?}, past the {:?} grace period",
+                s.termination_grace_period
+            );
+        }
+    }
+
     #[test]
     fn drain_that_cannot_fit_the_grace_period_is_a_warning() {
         let s = settings(&[
@@ -785,6 +814,10 @@ pub(crate) mod tests {
             "--shutdown-margin",
             "termination_grace_period",
         );
+        // Issue #41: a margin of 0 made the deadline the whole grace period,
+        // and Envoy's stop (given 100 ms at least) ran past it.
+        refused(&["--shutdown-margin", "0s"], "--shutdown-margin", "at least 100ms");
+        refused(&["--shutdown-margin", "50ms"], "--shutdown-margin", "at least 100ms");
         refused(
             &["--termination-grace-period", "0"],
             "--termination-grace-period",
