@@ -950,7 +950,7 @@ fn an_app_already_gone_is_recognised_with_idle_clients_and_probes() {
     assert!(
         out.contains(
             "the app was already gone when the drain began (no process left in the app's containers, \
-             the pod sharing its process namespace; no app socket, no request in Envoy)"
+             the pod sharing its process namespace; no app socket)"
         ),
         "{out}"
     );
@@ -958,4 +958,46 @@ fn an_app_already_gone_is_recognised_with_idle_clients_and_probes() {
     assert!(!last.contains("waited_for_last"), "{last}");
     assert!(after < PROMPT, "Envoy stopped {after:?} after the app exited");
     drop(idle);
+}
+
+/// Issue #41: the app already gone at the drain's start (a shared process
+/// namespace shows no process of it left) while a client outside the pod
+/// still sends to it, each request answered 503 at once by Envoy: a
+/// request may be in flight at that instant. Envoy waits for the requests
+/// in flight, never for the 5 s minimum: it stops within half a second of
+/// the app's exit.
+#[test]
+fn a_gone_app_with_a_client_still_sending_is_not_held_to_the_minimum() {
+    let mut pod = TestPod::start(&PodSpec::new(
+        true,
+        &["--minimum-drain-duration", "5s", "--termination-grace-period", "20s"],
+    ));
+    let app = pod.start_app(AppMode::Pooled, 0.3, "");
+    let sending = Prober::start(&pod.net, INBOUND, "/work/0", Duration::from_millis(20));
+    wait_for("the client's first answers", Duration::from_secs(10), || match sending.answered() {
+        0 => Err("none yet"),
+        _ => Ok(()),
+    });
+    let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
+    let app_exit = ExitWatch::new(app, Duration::from_secs(30));
+    signal(app, libc::SIGTERM);
+    let app_gone = app_exit.wait().expect("the app exits");
+    // The proxy's SIGTERM once the app's container is gone (a native
+    // sidecar's), the client still sending.
+    signal(pod.agent_pid, libc::SIGTERM);
+    let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
+    let answered = sending.finish();
+    let after = envoy_gone.duration_since(app_gone);
+    let code = pod.agent.exit_code(Duration::from_secs(10));
+    let out = pod.agent.output();
+    eprintln!(
+        "app gone, a client sending ({answered} answered): Envoy stopped {after:?} after the app exited; {}",
+        summary(&out)
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("the app was already gone when the drain began"), "{out}");
+    assert!(
+        after < Duration::from_millis(500),
+        "Envoy stopped {after:?} after the app exited\n{out}"
+    );
 }

@@ -40,9 +40,10 @@ pub(crate) struct DoneRule {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Began {
     /// The app's processes are seen (the pod shares its process namespace)
-    /// and none is left, nor any app socket or request in Envoy: a reading
-    /// that cannot race with the app's last moments, as an exited process
-    /// does not come back.
+    /// and none is left, nor any app socket: a reading that cannot race
+    /// with the app's last moments, as an exited process does not come
+    /// back. Requests in Envoy then (a client still sending to the gone
+    /// app: Envoy answers it 503 at once) are waited for, not the floor.
     Gone,
     /// What was there: the app's sockets or processes, requests in Envoy.
     Here(String),
@@ -57,9 +58,11 @@ impl Began {
     /// How the drain began, from its first reading: `envoy`, the count the
     /// policy counts in Envoy; `work`, what the app held.
     pub(crate) fn from_reading(plan: &Plan, envoy: u64, work: &Work) -> Began {
+        if work.processes_seen && work.is_done() {
+            return Began::Gone;
+        }
         match waiting_on(plan, envoy, Some(work)) {
             Some(what) => Began::Here(what),
-            None if work.processes_seen => Began::Gone,
             None => Began::Unseen,
         }
     }
@@ -285,4 +288,4 @@ pub(crate) fn log_done(plan: &Plan, left: Option<u64>, took: Duration, waived: b
 
 /// Why an `app-exit` drain ended before its minimum time, with the reading
 /// that said so.
-pub(crate) const GONE_BEFORE: &str = "the app was already gone when the drain began (no process left in the app's containers, the pod sharing its process namespace; no app socket, no request in Envoy): Envoy stops without the minimum drain time";
+pub(crate) const GONE_BEFORE: &str = "the app was already gone when the drain began (no process left in the app's containers, the pod sharing its process namespace; no app socket): Envoy stops once no request is in flight, without the minimum drain time";

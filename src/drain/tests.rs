@@ -857,10 +857,28 @@ async fn app_exit_waives_the_minimum_only_when_the_apps_processes_are_seen_gone(
     assert!(
         progress.starts_with(
             "the app was already gone when the drain began (no process left in the app's containers, \
-             the pod sharing its process namespace; no app socket, no request in Envoy)"
+             the pod sharing its process namespace; no app socket)"
         ),
         "{progress}"
     );
+}
+
+/// Issue #41: the app gone at the drain's start, but one request in flight
+/// then (a client still sending to the gone app; Envoy answers it 503 at
+/// once): Envoy waits for that request, not for the 5 s minimum.
+#[tokio::test(start_paused = true)]
+async fn a_gone_app_with_a_request_in_flight_at_the_drains_start_waits_for_the_request_not_the_floor() {
+    let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(0.3))));
+    let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
+    handle.signal("SIGTERM").await;
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    // The request ends at 0.3 s; nothing for 100 ms: one read later.
+    assert_between(envoy.stops()[0], 0.4, 0.45);
+    assert!(handle
+        .status()
+        .progress
+        .unwrap()
+        .starts_with("the app was already gone"));
 }
 
 #[tokio::test(start_paused = true)]
