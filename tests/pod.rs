@@ -974,10 +974,14 @@ fn a_gone_app_with_a_client_still_sending_is_not_held_to_the_minimum() {
     ));
     let app = pod.start_app(AppMode::Pooled, 0.3, "");
     let sending = Prober::start(&pod.net, INBOUND, "/work/0", Duration::from_millis(20));
-    wait_for("the client's first answers", Duration::from_secs(10), || match sending.answered() {
-        0 => Err("none yet"),
-        _ => Ok(()),
-    });
+    wait_for(
+        "the client's first answers",
+        Duration::from_secs(10),
+        || match sending.answered() {
+            0 => Err("none yet"),
+            _ => Ok(()),
+        },
+    );
     let envoy_exit = ExitWatch::new(pod.envoy_pid, Duration::from_secs(30));
     let app_exit = ExitWatch::new(app, Duration::from_secs(30));
     signal(app, libc::SIGTERM);

@@ -187,10 +187,9 @@ pub(crate) struct Settings {
     pub(crate) drain_wait_checker_ranges: Vec<IpNet>,
 
     /// The drain wait: no checker of the pod's readiness holds the wait
-    /// longer than this after readiness turned 503 (the drain's start, or
-    /// the end of --readiness-fail-delay) (a prober that checks rarely,
-    /// or keeps probing without failing enough, cannot hold every rollout
-    /// to the grace period).
+    /// longer than this after the drain began (a prober that checks
+    /// rarely, or keeps probing without failing enough, cannot hold every
+    /// rollout to the grace period).
     #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT", value_name = "DURATION", default_value = "20s", value_parser = positive::parse)]
     #[serde(with = "positive")]
     pub(crate) drain_wait_checker_timeout: Duration,

@@ -90,7 +90,9 @@ pub(crate) async fn run<T: Traffic>(
     watch
         .publish
         .send_modify(|s| s.inbound_listeners = Some(listeners.clone()));
-    watch.apply(Instant::now(), bound, history, &listeners).await;
+    // One beginning for the rule, its checker timeout and `took_seconds`:
+    // the drain's start.
+    watch.apply(began, bound, history, &listeners).await;
 }
 
 /// Tells the checker table whether Envoy's status listener appends the
@@ -254,8 +256,9 @@ impl<T: Traffic> Watch<T> {
         self.publish.send_modify(|s| s.envoy_health_checks = said);
     }
 
-    /// Applies the rule from `began` (when readiness turned 503) until out
-    /// of rotation or `bound`.
+    /// Applies the rule from `began` (the drain's start; readiness turned
+    /// 503 then or, with a readiness-fail delay, since) until out of
+    /// rotation or `bound`.
     async fn apply(&mut self, began: Instant, bound: Instant, mut history: History, listeners: &str) {
         let mut rule: Option<Rule> = None;
         loop {
@@ -768,6 +771,41 @@ mod tests {
         let status = h.wait.status();
         assert_eq!((status.state, status.bound_seconds), (WaitState::Bound, 10.0));
         flow.abort();
+        h.shutdown.cancel();
+    }
+
+    /// Issue #41: with a readiness-fail delay, the rule began when readiness
+    /// turned 503, so the checker timeout and `took_seconds` counted from
+    /// there; both count from the drain's start.
+    #[tokio::test(start_paused = true)]
+    async fn the_checker_timeout_and_took_seconds_count_from_the_drains_start() {
+        let h = start(Duration::from_secs(28));
+        // A prober that probes every second and never fails.
+        let (checkers, key) = (
+            h.checkers.clone(),
+            CheckerKey::of(Some(([10, 0, 0, 7], 1).into()), &HeaderMap::new(), true).unwrap(),
+        );
+        let prober = tokio::spawn(async move {
+            loop {
+                checkers.record(key, Instant::now(), true);
+                tokio::time::sleep(SEC).await;
+            }
+        });
+        tokio::time::sleep(3 * SEC).await;
+        let t0 = Instant::now();
+        // The drain begins; readiness fails 4 s later (--readiness-fail-delay).
+        h.phase(Phase::DrainingReady);
+        tokio::time::sleep(4 * SEC).await;
+        h.phase(Phase::Draining);
+        let end = h.wait.wait(None).await;
+        assert_eq!(end.why, WaitWhy::Out, "{end:?}");
+        // Let go at the 20 s checker timeout from the drain's start (no
+        // traffic since: quiet all along), not 4 s later.
+        let out = Instant::now() - t0;
+        assert!(out >= 20 * SEC && out <= Duration::from_millis(20_200), "{out:?}");
+        let took = h.wait.status().took_seconds.unwrap();
+        assert!((20.0..20.2).contains(&took), "{took}");
+        prober.abort();
         h.shutdown.cancel();
     }
 }
