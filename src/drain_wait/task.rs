@@ -676,6 +676,18 @@ mod tests {
             "{}",
             end.line
         );
+        // Issue #41: the bound is told from Envoy's stop (one `ended` state
+        // stood for both, and the hook guessed from the clock).
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(h.wait.status().state, WaitState::Bound);
+        assert!(matches!(
+            crate::drain::Rotation::verdict(&h.wait).await,
+            crate::drain::Verdict::NotOut(_)
+        ));
+        // Envoy stopping now changes nothing of how the wait ended.
+        h.phase(Phase::Stopping);
+        tokio::time::sleep(SEC).await;
+        assert_eq!(h.wait.status().state, WaitState::Bound);
         flow.abort();
         h.shutdown.cancel();
     }
