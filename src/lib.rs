@@ -28,7 +28,8 @@
 //! - [`istio`]: Istio's formats (the app probers, the Prometheus
 //!   annotations, `PROXY_CONFIG`), read by config, status, metrics and
 //!   inject.
-//! - `duration`, `url`, `logging`: Go durations, loopback URLs, log lines.
+//! - `duration`, `url`, `logging`, `peer`: Go durations, loopback URLs, log
+//!   lines, the one key of a peer.
 //! - `sys`: the `unsafe` calls (a pre-exec hook, one socket option, the
 //!   allocator's collect) and the process's memory settings.
 
@@ -74,6 +75,7 @@ pub mod istio;
 pub mod local_http;
 pub mod logging;
 pub mod metrics;
+pub mod peer;
 pub mod pod;
 pub mod status;
 #[allow(unsafe_code)]

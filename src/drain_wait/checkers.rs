@@ -59,6 +59,7 @@ use metrics::Counter;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::peer::PeerKey;
 use crate::url::is_loopback;
 
 /// At most this many checkers are remembered.
@@ -160,17 +161,6 @@ fn forwarded_peer(headers: &HeaderMap) -> Option<IpAddr> {
         .map(|ip| ip.to_canonical())
 }
 
-/// Which address a checker counts against for [`MAX_PER_ADDRESS`]: an
-/// IPv4 address, or an IPv6 /64, which one host usually holds whole.
-fn address_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(a) => {
-            let s = a.segments();
-            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-        }
-    }
-}
 
 /// One checker as the rule sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -511,8 +501,8 @@ impl Table {
 /// there the agents alone tell checkers apart, and the address's limit is
 /// the table's.
 fn admit(table: &[Entry], key: CheckerKey, now: Instant) -> Result<Place, NotCounted> {
-    let address = address_of(key.ip);
-    let own = |e: &Entry| address_of(e.key.ip) == address;
+    let address = PeerKey::of(key.ip);
+    let own = |e: &Entry| PeerKey::of(e.key.ip) == address;
     let oldest_replaceable = |table: &[Entry], same_address: bool| {
         (0..table.len())
             .filter(|&i| !same_address || own(&table[i]))

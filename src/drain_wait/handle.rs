@@ -15,6 +15,7 @@ use super::checkers::{Checkers, NotCountedReport};
 use super::rule::{ms, CheckerReport};
 use super::DrainWaitPlan;
 use crate::drain::{Rotation, Verdict};
+use crate::peer::PeerKey;
 use crate::duration::GoDuration;
 
 /// Where the wait stands.
@@ -126,7 +127,7 @@ pub struct DrainWait {
 /// the port may hold only a few waits open.
 #[derive(Debug, Default)]
 struct RemoteWaits {
-    by_address: std::collections::HashMap<std::net::IpAddr, usize>,
+    by_address: std::collections::HashMap<PeerKey, usize>,
 }
 
 /// Waits one address outside the pod may hold open at once: a wait is
@@ -139,7 +140,7 @@ pub const MAX_REMOTE_WAITS_PER_ADDRESS: usize = 8;
 /// A wait from outside the pod, counted while it is held.
 #[derive(Debug)]
 pub struct RemoteWait {
-    address: std::net::IpAddr,
+    address: PeerKey,
     waits: Arc<std::sync::Mutex<RemoteWaits>>,
 }
 
@@ -225,6 +226,7 @@ impl DrainWait {
     /// address holds [`MAX_REMOTE_WAITS_PER_ADDRESS`] already: a peer
     /// cannot fill the connection cap with waits that last the drain.
     pub fn admit_remote(&self, address: std::net::IpAddr) -> Option<RemoteWait> {
+        let address = PeerKey::of(address);
         let mut waits = self.remote.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let held = waits.by_address.get(&address).copied().unwrap_or(0);
         if held >= MAX_REMOTE_WAITS_PER_ADDRESS {
@@ -388,6 +390,16 @@ mod tests {
             .map(|_| wait.admit_remote(peer(1)).expect("under the address's cap"))
             .collect();
         assert!(wait.admit_remote(peer(1)).is_none(), "one address past its cap");
+        // One peer key (issue #41): the same address mapped into IPv6, and
+        // any address of one IPv6 /64, are the same peer.
+        let mapped: std::net::IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert!(wait.admit_remote(mapped).is_none(), "an IPv4-mapped address is its IPv4 one");
+        let v6 = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let in_64: Vec<RemoteWait> = (0..MAX_REMOTE_WAITS_PER_ADDRESS)
+            .map(|i| wait.admit_remote(v6(&format!("2001:db8::{i:x}"))).unwrap())
+            .collect();
+        assert!(wait.admit_remote(v6("2001:db8::ffff:1")).is_none(), "one /64 is one peer");
+        drop(in_64);
         // Others still get theirs (the kubelet's hook among them).
         let others: Vec<RemoteWait> = (2..=255).filter_map(|i| wait.admit_remote(peer(i))).collect();
         assert_eq!(others.len(), 254);

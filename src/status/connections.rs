@@ -16,11 +16,12 @@
 //!   dropped for every request; this one's timer is made once per
 //!   connection and moved only when it fires.
 
+use crate::peer::PeerKey;
 use crate::url::is_loopback;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -92,14 +93,14 @@ struct Counts {
     remote: usize,
     /// Open connections per remote peer; an entry is removed at zero, so
     /// the map is as large as the number of peers connected now.
-    per_peer: HashMap<IpAddr, usize>,
+    per_peer: HashMap<PeerKey, usize>,
 }
 
 /// One taken slot; given back on drop.
 pub(crate) struct Slot {
     counts: Arc<Mutex<Counts>>,
     /// The peer's key, for a remote peer.
-    remote: Option<IpAddr>,
+    remote: Option<PeerKey>,
 }
 
 impl ConnectionSlots {
@@ -116,7 +117,7 @@ impl ConnectionSlots {
 
     /// Takes a slot for a connection from `peer`, if its share allows.
     pub(crate) fn try_acquire(&self, peer: IpAddr) -> Result<Slot, Refused> {
-        let remote = (!is_loopback(peer)).then(|| peer_key(peer));
+        let remote = (!is_loopback(peer)).then(|| PeerKey::of(peer));
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         if counts.total >= self.limits.total {
             return Err(Refused::Full);
@@ -146,7 +147,7 @@ impl ConnectionSlots {
             if is_loopback(p) {
                 counts.total - counts.remote
             } else {
-                counts.per_peer.get(&peer_key(p)).copied().unwrap_or(0)
+                counts.per_peer.get(&PeerKey::of(p)).copied().unwrap_or(0)
             }
         });
         (counts.total, from)
@@ -172,21 +173,6 @@ impl Drop for Slot {
                 }
             }
         }
-    }
-}
-
-/// Which peer an address counts as: an IPv4 address (also when mapped into
-/// IPv6), or an IPv6 /64, which one host usually holds whole.
-fn peer_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = a.segments();
-                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
     }
 }
 
