@@ -9,11 +9,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use lifeguard::drain::DrainUntil;
-use lifeguard::drain::{Phase, Status};
+use lifeguard::drain::{Phase, Signal, Status, Trigger};
 use lifeguard::drain_wait::budget::Budget;
 use lifeguard::drain_wait::checkers::NotCountedReport;
 use lifeguard::drain_wait::rule::{CheckerReport, CheckerState};
-use lifeguard::drain_wait::{DrainWaitStatus, WaitState};
+use lifeguard::drain_wait::{DrainWaitStatus, WaitState, WaitWhy};
+use lifeguard::envoy::admin::{CallOutcome, Endpoint};
 use lifeguard::envoy::poller::ReadinessEvents;
 use lifeguard::envoy::readiness::{Readiness, Verdict};
 use lifeguard::metrics::Metrics;
@@ -42,17 +43,17 @@ fn run(program: &str, install: &str, args: &[&str], dir: &Path) -> (bool, String
 /// a drain stopped with work left, an admin call, a ready read.
 fn exported() -> BTreeSet<String> {
     let metrics = Metrics::new(tokio::time::Instant::now());
-    metrics.admin_call("stats", "ok", Duration::from_millis(1));
+    metrics.admin_call(Endpoint::Stats, CallOutcome::Ok, Duration::from_millis(1));
     metrics.envoy_read(true, true);
     metrics.envoy_read(true, false);
     metrics.app_probe("/app-health/web/readyz").duration.record(0.01);
     metrics.app_scrape("8080/metrics")[0].increment(1);
-    metrics.drain_wait("out_of_rotation", Duration::from_millis(1500));
+    metrics.drain_wait(WaitWhy::Out, Duration::from_millis(1500));
     let readiness = Readiness::standalone(Duration::from_secs(4));
     readiness.store(Verdict::ready(tokio::time::Instant::now()));
     let mut status = Status::initial(DrainUntil::AppExit, String::new());
     status.phase = Phase::Stopped;
-    status.trigger = Some("SIGTERM");
+    status.trigger = Some(Trigger::Signal(Signal::Term));
     status.started_at = Some(1.8e9);
     status.deadline = Some(1.8e9 + 28.0);
     status.duration_seconds = Some(28.0);

@@ -361,7 +361,7 @@ fn drain_wait(
 ) -> (DrainWait, tokio::task::JoinHandle<()>) {
     let (wait, publish) = DrainWait::new(&plan, checkers.clone());
     let metrics = metrics.clone();
-    let wait = wait.observed(Arc::new(move |reason, took| metrics.drain_wait(reason, took)));
+    let wait = wait.observed(Arc::new(move |why, took| metrics.drain_wait(why, took)));
     let task = tokio::spawn(crate::drain_wait::run(
         inbound,
         checkers,
@@ -392,7 +392,7 @@ async fn bind(
 /// The admin client, telling the metrics of every call.
 fn admin_client(settings: &Settings, metrics: &Metrics) -> AdminClient {
     let metrics = metrics.clone();
-    let observer = Arc::new(move |e: Endpoint, o: CallOutcome, took| metrics.admin_call(e.label(), o.label(), took));
+    let observer = Arc::new(move |e: Endpoint, o: CallOutcome, took| metrics.admin_call(e, o, took));
     AdminClient::new(settings.admin_url.clone(), settings.admin_timeout).observed(observer)
 }
 

@@ -14,7 +14,7 @@
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::drain::DrainHandle;
+use crate::drain::{DrainHandle, Signal as Asked};
 
 /// A signal handler could not be installed.
 #[derive(Debug, thiserror::Error)]
@@ -56,29 +56,36 @@ impl Signals {
             crate::pod::reaper::reap_orphans(&own_children);
         }
         loop {
-            let name = tokio::select! {
+            let received = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = self.term.recv() => "SIGTERM",
-                _ = self.int.recv() => "SIGINT",
-                _ = self.quit.recv() => "SIGQUIT",
-                _ = self.hup.recv() => "SIGHUP",
-                _ = self.usr1.recv() => "SIGUSR1",
-                _ = self.usr2.recv() => "SIGUSR2",
+                _ = self.term.recv() => Received::Drain(Asked::Term),
+                _ = self.int.recv() => Received::Drain(Asked::Int),
+                _ = self.quit.recv() => Received::Drain(Asked::Quit),
+                _ = self.hup.recv() => Received::Ignored("SIGHUP"),
+                _ = self.usr1.recv() => Received::Ignored("SIGUSR1"),
+                _ = self.usr2.recv() => Received::Ignored("SIGUSR2"),
                 Some(()) = recv(&mut self.child) => {
                     crate::pod::reaper::reap_orphans(&own_children);
                     continue;
                 }
             };
-            match name {
-                "SIGTERM" | "SIGINT" | "SIGQUIT" => tokio::select! {
+            match received {
+                Received::Drain(signal) => tokio::select! {
                     // A full queue waits its turn; shutdown does not wait for it.
-                    () = drain.signal(name) => {}
+                    () = drain.signal(signal) => {}
                     () = shutdown.cancelled() => return,
                 },
-                _ => tracing::info!(signal = name, "signal received; ignored"),
+                Received::Ignored(name) => tracing::info!(signal = name, "signal received; ignored"),
             }
         }
     }
+}
+
+/// A signal received: one the drain takes, or one logged and ignored
+/// (named for the log).
+enum Received {
+    Drain(Asked),
+    Ignored(&'static str),
 }
 
 /// The next signal of an optional stream; never resolves without one.

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::status::{Phase, Status};
+use super::status::{Phase, Signal, Status};
 
 /// What the drain machine is told.
 #[derive(Debug)]
 pub(crate) enum Event {
-    /// SIGTERM or SIGINT.
-    Signal(&'static str),
+    /// SIGTERM, SIGINT or SIGQUIT.
+    Signal(Signal),
     /// `POST /drain`: drain, answer when drained, keep Envoy running.
     Drain(oneshot::Sender<Status>),
     /// `POST /quitquitquit`: stop Envoy now, answer, exit.
@@ -30,8 +30,8 @@ impl DrainHandle {
     /// it (the queue is bounded: a flood of `POST /drain` waits, it is not
     /// dropped), and is never dropped itself: only a drain machine that has
     /// ended, with nothing left to stop, does not take it.
-    pub(crate) async fn signal(&self, name: &'static str) {
-        let _ = self.events.send(Event::Signal(name)).await;
+    pub(crate) async fn signal(&self, signal: Signal) {
+        let _ = self.events.send(Event::Signal(signal)).await;
     }
 
     /// Starts a drain (or joins the one under way) and waits until it is

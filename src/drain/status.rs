@@ -42,12 +42,63 @@ impl Phase {
     }
 }
 
+/// A signal that asks for a drain and Envoy's stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Signal {
+    #[serde(rename = "SIGTERM")]
+    Term,
+    #[serde(rename = "SIGINT")]
+    Int,
+    #[serde(rename = "SIGQUIT")]
+    Quit,
+}
+
+impl Signal {
+    /// `SIGTERM`, `SIGINT`, `SIGQUIT`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Term => "SIGTERM",
+            Signal::Int => "SIGINT",
+            Signal::Quit => "SIGQUIT",
+        }
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What started a drain: a signal, or `POST /drain` (`lifeguard drain`,
+/// `wait-app-exit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Trigger {
+    Signal(Signal),
+    #[serde(serialize_with = "post_drain")]
+    PostDrain,
+}
+
+fn post_drain<S: serde::Serializer>(s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str("POST /drain")
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trigger::Signal(signal) => signal.fmt(f),
+            Trigger::PostDrain => f.write_str("POST /drain"),
+        }
+    }
+}
+
 /// What `GET /drain` shows: the drain as the machine last published it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub phase: Phase,
     /// What started the drain: `SIGTERM`, `SIGINT` or `POST /drain`.
-    pub trigger: Option<&'static str>,
+    pub trigger: Option<Trigger>,
     /// Unix time (seconds) the drain began.
     pub started_at: Option<f64>,
     /// Unix time (seconds) by which Envoy is stopped.
@@ -77,7 +128,7 @@ pub struct Status {
     pub stop_requested: bool,
     /// The signal that asked for Envoy's stop (`SIGTERM`, ...): with a
     /// drain started by `POST /drain`, it says when the kubelet came.
-    pub stop_signal: Option<&'static str>,
+    pub stop_signal: Option<Signal>,
     /// Whether the deadline cut the drain (or, `out-of-rotation`, the
     /// load balancers had not taken the pod out by it).
     pub cut_by_deadline: bool,

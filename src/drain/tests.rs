@@ -176,7 +176,7 @@ async fn fixed_policy_drains_for_the_drain_time_then_stops_envoy() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
     assert_eq!(handle.status().phase, Phase::Serving);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     // Readiness turned 503 (the phase left serving) before Envoy was
@@ -194,7 +194,7 @@ async fn fixed_policy_drains_for_the_drain_time_then_stops_envoy() {
     assert_eq!(envoy.stops(), [secs(5.0)]);
     let status = handle.status();
     assert_eq!(status.phase, Phase::Stopped);
-    assert_eq!(status.trigger, Some("SIGTERM"));
+    assert_eq!(status.trigger, Some(Trigger::Signal(Signal::Term)));
     assert!(!status.cut_by_deadline);
     assert_eq!(status.duration_seconds, Some(5.0));
 }
@@ -204,7 +204,7 @@ async fn exit_on_zero_waits_out_the_minimum_then_stops_at_the_first_zero() {
     // Two connections until 7 s, then none.
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(7.0) { 2 } else { 0 }));
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 7.0, 7.05);
@@ -215,7 +215,7 @@ async fn exit_on_zero_waits_out_the_minimum_then_stops_at_the_first_zero() {
 async fn a_zero_before_the_minimum_does_not_end_the_drain() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 5.0, 5.05);
@@ -226,7 +226,7 @@ async fn a_zero_older_than_the_last_non_zero_read_does_not_end_the_drain() {
     // Zero at first, one connection from 3 s to 8 s, zero after.
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t >= secs(3.0) && t < secs(8.0))));
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 8.0, 8.05);
@@ -243,7 +243,7 @@ async fn a_failed_read_at_the_minimum_does_not_reuse_the_zero_read_before_it() {
         }
     });
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 6.0, 6.05);
@@ -255,7 +255,7 @@ async fn the_deadline_cuts_a_drain_with_connections_left() {
     let mut p = plan(DrainUntil::Connections);
     p.drain_deadline = secs(10.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(3), .. }), "{outcome:?}");
     assert_between(envoy.stops()[0], 10.0, 10.0);
@@ -272,7 +272,7 @@ async fn a_deadline_inside_the_pre_drain_delay_stops_envoy_at_the_deadline() {
     p.drain_delay = secs(20.0);
     p.drain_deadline = secs(10.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 9.0).await;
     assert_eq!(handle.status().phase, Phase::Delaying);
     let outcome = task.await.unwrap();
@@ -289,7 +289,7 @@ async fn the_pre_drain_delay_keeps_envoy_serving_then_drains() {
     p.drain_delay = secs(3.0);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 2.0).await;
     assert_eq!(handle.status().phase, Phase::Delaying);
     let outcome = task.await.unwrap();
@@ -304,7 +304,7 @@ async fn the_pre_drain_delay_keeps_envoy_serving_then_drains() {
 async fn envoy_exiting_mid_drain_ends_it_with_code_4_and_no_stop() {
     let envoy = FakeEnvoy::new(true, |_| conns(1));
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 3.0).await;
     envoy.exit(1);
     let outcome = task.await.unwrap();
@@ -332,7 +332,7 @@ async fn envoy_exiting_before_any_drain_ends_the_machine() {
 async fn an_external_envoy_that_stops_answering_is_gone_after_a_second() {
     let envoy = FakeEnvoy::new(false, |t| if t < secs(2.0) { conns(1) } else { refused() });
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert_eq!(outcome, Outcome::EnvoyGone);
     assert_eq!(envoy.stops(), []);
@@ -348,7 +348,7 @@ async fn a_refusing_child_envoy_is_not_declared_gone() {
     let mut p = plan(DrainUntil::Connections);
     p.drain_deadline = secs(6.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(6.0)]);
@@ -358,12 +358,12 @@ async fn a_refusing_child_envoy_is_not_declared_gone() {
 async fn repeated_and_mixed_signals_make_one_drain() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 1.0).await;
-    handle.signal("SIGINT").await;
+    handle.signal(Signal::Int).await;
     at(&envoy, 2.0).await;
-    handle.signal("SIGTERM").await;
-    assert_eq!(handle.status().trigger, Some("SIGTERM"));
+    handle.signal(Signal::Term).await;
+    assert_eq!(handle.status().trigger, Some(Trigger::Signal(Signal::Term)));
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     assert_eq!(envoy.drain_calls().len(), 1);
     assert_eq!(envoy.stops(), [secs(5.0)]);
@@ -381,7 +381,7 @@ async fn post_drain_answers_when_drained_and_envoy_runs_until_sigterm() {
     let (answered, status) = waiter.await.unwrap();
     let status = status.expect("drained");
     assert_eq!(status.phase, Phase::Drained);
-    assert_eq!(status.trigger, Some("POST /drain"));
+    assert_eq!(status.trigger, Some(Trigger::PostDrain));
     assert!(!status.stop_requested);
     assert_between(answered - envoy.0.t0, 7.0, 7.05);
     // Envoy keeps its listeners after its drain time (skip_exit) and is
@@ -394,7 +394,7 @@ async fn post_drain_answers_when_drained_and_envoy_runs_until_sigterm() {
     assert_eq!(handle.drain().await.unwrap().phase, Phase::Drained);
     at(&envoy, 20.0).await;
     assert_eq!(envoy.stops(), []);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(20.0)]);
@@ -408,7 +408,7 @@ async fn sigterm_during_post_drain_stops_envoy_once_drained() {
     let h = handle.clone();
     let waiter = tokio::spawn(async move { h.drain().await });
     at(&envoy, 2.0).await;
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let mut status = handle.watch();
     status.wait_for(|s| s.stop_requested).await.unwrap();
     assert_eq!(status.borrow().phase, Phase::Draining);
@@ -421,7 +421,7 @@ async fn sigterm_during_post_drain_stops_envoy_once_drained() {
 async fn quitquitquit_during_a_drain_stops_envoy_at_once() {
     let envoy = FakeEnvoy::new(true, |_| conns(4));
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 2.0).await;
     assert!(handle.quit().await);
     let outcome = task.await.unwrap();
@@ -455,7 +455,7 @@ async fn slow_and_failed_reads_never_count_as_zero() {
     let mut p = plan(DrainUntil::Connections);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 2.5).await;
     let status = handle.status();
     assert!(
@@ -478,7 +478,7 @@ async fn slow_and_failed_reads_never_count_as_zero() {
 async fn the_fixed_policy_reports_connections_while_it_waits() {
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(2.0) { 5 } else { 1 }));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 1.0 + 0.5).await;
     assert_eq!(handle.status().active_connections, Some(5));
     task.await.unwrap();
@@ -546,7 +546,7 @@ async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
     let mut p = plan(DrainUntil::AppExit);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start_with_app(p, &envoy, |t| usize::from(t < secs(4.2)));
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 3.0).await;
     let status = handle.status();
     assert_eq!(
@@ -570,7 +570,7 @@ async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
     let mut p = plan(DrainUntil::AppExit);
     p.drain_deadline = secs(8.0);
     let (task, handle) = start_with_app(p, &envoy, |_| 2);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(2), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(8.0)]);
@@ -580,7 +580,7 @@ async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
 async fn the_fixed_policy_stopping_envoy_with_requests_in_flight_exits_3() {
     let envoy = FakeEnvoy::new(true, |_| conns(1));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Unfinished { left: 1, .. }), "{outcome:?}");
     let status = handle.status();
@@ -603,7 +603,7 @@ async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
     let mut p = plan(DrainUntil::Connections);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     task.await.unwrap();
     let starts = starts.lock().unwrap().clone();
     for pair in starts.windows(2) {
@@ -630,9 +630,9 @@ async fn a_hook_starts_the_pods_clock_before_sigterm() {
     let (task, handle) = start(p, &envoy);
     let status = handle.begin().await.expect("the drain began");
     assert_eq!(status.phase, Phase::Draining, "readiness is 503 when begin() answers");
-    assert_eq!(status.trigger, Some("POST /drain"));
+    assert_eq!(status.trigger, Some(Trigger::PostDrain));
     at(&envoy, 5.0).await;
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(10.0)]);
@@ -649,7 +649,7 @@ async fn one_slow_read_does_not_stall_the_drain() {
     let mut p = plan(DrainUntil::Connections);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 2.0, 2.1);
 }
@@ -663,7 +663,7 @@ async fn app_exit_is_not_fooled_by_a_moment_without_app_sockets() {
     p.minimum_drain_duration = secs(0.5);
     let gap = |t: Duration| t >= secs(1.0) && t < secs(1.06);
     let (task, handle) = start_with_app(p, &envoy, move |t| usize::from(t < secs(3.0) && !gap(t)));
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 3.1, 3.15);
 }
@@ -679,7 +679,7 @@ async fn a_first_read_stuck_behind_a_long_scrape_does_not_stall_the_drain() {
     let mut p = plan(DrainUntil::Connections);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 2.0, 2.1);
 }
@@ -696,7 +696,7 @@ async fn what_envoy_is_stopped_with_is_read_at_the_stop_not_when_the_time_ran_ou
     assert_eq!(handle.status().phase, Phase::Drained);
     assert_eq!(handle.status().active_requests, Some(9));
     at(&envoy, 7.9).await;
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     let status = handle.status();
@@ -711,7 +711,7 @@ async fn the_fixed_policy_still_in_flight_at_the_signal_is_unfinished() {
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
     handle.begin().await.expect("the drain began");
     at(&envoy, 7.0).await;
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Unfinished { left: 3, .. }), "{outcome:?}");
     assert_eq!(handle.status().left_at_stop, Some(3));
@@ -729,7 +729,7 @@ async fn work_that_came_after_post_drain_is_waited_for_at_the_signal() {
     let waiter = tokio::spawn(async move { h.drain().await });
     assert_eq!(waiter.await.unwrap().expect("drained").phase, Phase::Drained);
     at(&envoy, 11.0).await;
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     // Waiting for the new work is draining again, not drained.
     at(&envoy, 12.0).await;
     assert_eq!(handle.status().phase, Phase::Draining);
@@ -747,7 +747,7 @@ async fn the_readiness_fail_delay_drains_envoy_first_and_fails_readiness_after()
     p.readiness_fail_delay = secs(3.0);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 1.0).await;
     // Envoy drains from the start, while readiness answers as Envoy does.
     assert_eq!(
@@ -777,7 +777,7 @@ async fn the_readiness_fail_delay_is_bounded_by_the_deadline() {
     p.readiness_fail_delay = secs(60.0);
     p.drain_deadline = secs(8.0);
     let (task, handle) = start(p, &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(8.0)]);
@@ -787,7 +787,7 @@ async fn the_readiness_fail_delay_is_bounded_by_the_deadline() {
 async fn the_progress_says_what_is_awaited_and_the_time_left() {
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(9.0) { 2 } else { 0 }));
     let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 2.0).await;
     assert_eq!(
         handle.status().progress.as_deref(),
@@ -813,7 +813,7 @@ async fn app_exit_stops_envoy_at_once_when_the_app_was_gone_before_the_drain() {
     // minimum (5 s) to wait out.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 0.1, 0.15);
@@ -830,7 +830,7 @@ async fn app_exit_waits_out_the_minimum_once_the_app_was_seen() {
     // the minimum applies, as load balancers must see the 503 first.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_app(plan(DrainUntil::AppExit), &envoy, |t| usize::from(t < secs(0.3)));
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);
     assert!(!handle.status().progress.unwrap().contains("already gone"));
@@ -843,14 +843,14 @@ async fn app_exit_waives_the_minimum_only_when_the_apps_processes_are_seen_gone(
     // at SIGTERM, its next call not yet made): the minimum applies.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, false, |_| 0);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);
     assert!(!handle.status().progress.unwrap().contains("already gone"));
     // ... and with it, an app whose last process has exited is gone.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 0.1, 0.15);
     let progress = handle.status().progress.unwrap();
@@ -870,7 +870,7 @@ async fn app_exit_waives_the_minimum_only_when_the_apps_processes_are_seen_gone(
 async fn a_gone_app_with_a_request_in_flight_at_the_drains_start_waits_for_the_request_not_the_floor() {
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(0.3))));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     // The request ends at 0.3 s; nothing for 100 ms: one read later.
     assert_between(envoy.stops()[0], 0.4, 0.45);
@@ -888,7 +888,7 @@ async fn app_exit_decides_how_the_drain_began_from_its_first_reading_alone() {
     // stops 100 ms after it, not at 5 s.
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t >= secs(0.05) && t < secs(0.1))));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 0.2, 0.25);
     assert!(handle
@@ -900,7 +900,7 @@ async fn app_exit_decides_how_the_drain_began_from_its_first_reading_alone() {
     // whatever the later readings say.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |t| usize::from(t < secs(0.01)));
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);
     assert!(!handle.status().progress.unwrap().contains("already gone"));
@@ -925,14 +925,14 @@ async fn a_signal_behind_a_full_queue_of_drain_requests_is_not_dropped() {
     tokio::task::yield_now().await;
     let signal = {
         let handle = handle.clone();
-        tokio::spawn(async move { handle.signal("SIGTERM").await })
+        tokio::spawn(async move { handle.signal(Signal::Term).await })
     };
     tokio::task::yield_now().await;
     let outcome = tokio::time::timeout(Duration::from_secs(60), drain.run())
         .await
         .expect("the drain ends: the signal reached it");
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
-    assert_eq!(handle.status().stop_signal, Some("SIGTERM"));
+    assert_eq!(handle.status().stop_signal, Some(Signal::Term));
     signal.await.unwrap();
     for flood in floods {
         let _ = flood.await;
@@ -956,7 +956,7 @@ async fn the_read_at_a_stop_past_the_deadline_gets_a_quarter_of_the_shutdown_mar
     handle.begin().await.expect("the drain began");
     at(&envoy, 4.0).await;
     assert_eq!(handle.status().phase, Phase::Drained);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
     assert_eq!(handle.status().left_at_stop, Some(1));
@@ -1039,7 +1039,7 @@ async fn out_of_rotation_serves_until_the_verdict_then_drains_and_stops_once_idl
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(7.3))));
     let rotation = FakeRotation::new();
     let (task, handle) = start_gateway(plan(DrainUntil::OutOfRotation), &envoy, (), &rotation);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 6.9).await;
     let status = handle.status();
     assert_eq!(status.phase, Phase::LeavingRotation, "readiness 503, Envoy serving");
@@ -1078,7 +1078,7 @@ async fn a_verdict_that_never_comes_ends_at_the_deadline_reported_as_cut_with_wh
     let mut p = plan(DrainUntil::OutOfRotation);
     p.drain_deadline = secs(20.0);
     let (task, handle) = start_gateway(p, &envoy, (), &rotation);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 19.9).await;
     assert!(envoy.drain_calls().is_empty());
     rotation.give(Verdict::NotOut(
@@ -1096,7 +1096,7 @@ async fn a_verdict_that_never_comes_ends_at_the_deadline_reported_as_cut_with_wh
     // With no verdict at all, the deadline itself ends the wait.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_gateway(p_with_deadline(12.0), &envoy, (), &FakeRotation::new());
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     assert!(matches!(task.await.unwrap(), Outcome::Cut { .. }));
     assert_eq!(envoy.stops(), [secs(12.0)]);
     assert!(handle.status().held_by.unwrap().contains("by the deadline"));
@@ -1117,7 +1117,7 @@ async fn app_exit_by_default_in_a_pod_without_an_app_drains_out_of_rotation() {
     let mut p = plan(DrainUntil::AppExit);
     p.gateway_without_app = true;
     let (task, handle) = start_gateway(p, &envoy, NoApp, &rotation);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     at(&envoy, 3.0).await;
     let status = handle.status();
     assert_eq!(status.policy, DrainUntil::OutOfRotation);
@@ -1130,7 +1130,7 @@ async fn app_exit_by_default_in_a_pod_without_an_app_drains_out_of_rotation() {
     let mut p = plan(DrainUntil::AppExit);
     p.gateway_without_app = true;
     let (task, handle) = start_with_app(p, &envoy, |_| 0);
-    handle.signal("SIGTERM").await;
+    handle.signal(Signal::Term).await;
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     assert_eq!(handle.status().policy, DrainUntil::AppExit);
     assert_between(envoy.stops()[0], 5.0, 5.2);

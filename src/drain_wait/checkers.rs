@@ -161,7 +161,6 @@ fn forwarded_peer(headers: &HeaderMap) -> Option<IpAddr> {
         .map(|ip| ip.to_canonical())
 }
 
-
 /// One checker as the rule sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Checker {
@@ -287,9 +286,45 @@ struct Inner {
     counters: [Counter; 3],
     logged: [AtomicBool; 3],
     /// Whether Envoy's status listener appends the prober's address to
-    /// `x-forwarded-for`, learned from its config: 0 not known yet, 1 no,
-    /// 2 yes (only then is the header read).
-    forwarded: AtomicU8,
+    /// `x-forwarded-for`, learned from its config (only then is the header
+    /// read).
+    forwarded: ForwardedCell,
+}
+
+/// What Envoy's status listener does with `x-forwarded-for`, as learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Forwarded {
+    /// Not learned yet.
+    Unknown = 0,
+    /// It appends each prober's own address: the last entry is the prober.
+    Appended = 1,
+    /// It does not (or its config cannot be read): the header says nothing.
+    NotAppended = 2,
+}
+
+/// A [`Forwarded`] read on the probe's path without a lock.
+#[derive(Debug, Default)]
+struct ForwardedCell(AtomicU8);
+
+impl ForwardedCell {
+    fn get(&self) -> Forwarded {
+        Forwarded::from_bits(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Sets it; what it was.
+    fn swap(&self, to: Forwarded) -> Forwarded {
+        Forwarded::from_bits(self.0.swap(to as u8, Ordering::Relaxed))
+    }
+}
+
+impl Forwarded {
+    fn from_bits(bits: u8) -> Forwarded {
+        [Forwarded::Unknown, Forwarded::Appended, Forwarded::NotAppended]
+            .into_iter()
+            .find(|f| *f as u8 == bits)
+            .unwrap_or(Forwarded::Unknown)
+    }
 }
 
 /// The checkers, and the probers not counted for lack of room.
@@ -324,7 +359,7 @@ impl Checkers {
                 not_counted: Default::default(),
                 counters,
                 logged: Default::default(),
-                forwarded: AtomicU8::new(0),
+                forwarded: ForwardedCell::default(),
             }),
         }
     }
@@ -332,14 +367,17 @@ impl Checkers {
     /// The checker of a readiness probe from `peer` with `headers`, its
     /// `x-forwarded-for` trusted as the drain wait learned it may be.
     pub(crate) fn key_of(&self, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<CheckerKey> {
-        CheckerKey::of(peer, headers, self.inner.forwarded.load(Ordering::Relaxed) == 2)
+        CheckerKey::of(peer, headers, self.inner.forwarded.get() == Forwarded::Appended)
     }
 
     /// Whether Envoy's status listener appends the prober's address to
     /// `x-forwarded-for`, as learned; true when that is news.
     pub(crate) fn trust_forwarded(&self, trusted: bool) -> bool {
-        let state = if trusted { 2 } else { 1 };
-        self.inner.forwarded.swap(state, Ordering::Relaxed) != state
+        let state = match trusted {
+            true => Forwarded::Appended,
+            false => Forwarded::NotAppended,
+        };
+        self.inner.forwarded.swap(state) != state
     }
 
     /// A probe from `key` was answered at `now`, 200 or not (`ok`).

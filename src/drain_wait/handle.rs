@@ -15,8 +15,8 @@ use super::checkers::{Checkers, NotCountedReport};
 use super::rule::{ms, CheckerReport};
 use super::DrainWaitPlan;
 use crate::drain::{Rotation, Verdict};
-use crate::peer::PeerKey;
 use crate::duration::GoDuration;
+use crate::peer::PeerKey;
 
 /// Where the wait stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -106,9 +106,9 @@ impl DrainWaitStatus {
     }
 }
 
-/// Told of every answered wait: why it ended (a [`WaitEnd::label`]) and
-/// how long it took. The agent wires it to the metrics.
-pub(crate) type WaitObserver = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
+/// Told of every answered wait: why it ended and how long it took. The
+/// agent wires it to the metrics.
+pub(crate) type WaitObserver = Arc<dyn Fn(WaitWhy, Duration) + Send + Sync>;
 
 /// The handle the status port uses: the published status, and the wait.
 #[derive(Clone)]
@@ -275,7 +275,7 @@ impl DrainWait {
             _ => tracing::warn!(took = %shown, "drain wait answered: {}", end.line),
         }
         if let Some(observer) = &self.observer {
-            observer(end.label(), took);
+            observer(end.why, took);
         }
         end
     }
@@ -393,12 +393,18 @@ mod tests {
         // One peer key (issue #41): the same address mapped into IPv6, and
         // any address of one IPv6 /64, are the same peer.
         let mapped: std::net::IpAddr = "::ffff:10.0.0.1".parse().unwrap();
-        assert!(wait.admit_remote(mapped).is_none(), "an IPv4-mapped address is its IPv4 one");
+        assert!(
+            wait.admit_remote(mapped).is_none(),
+            "an IPv4-mapped address is its IPv4 one"
+        );
         let v6 = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
         let in_64: Vec<RemoteWait> = (0..MAX_REMOTE_WAITS_PER_ADDRESS)
             .map(|i| wait.admit_remote(v6(&format!("2001:db8::{i:x}"))).unwrap())
             .collect();
-        assert!(wait.admit_remote(v6("2001:db8::ffff:1")).is_none(), "one /64 is one peer");
+        assert!(
+            wait.admit_remote(v6("2001:db8::ffff:1")).is_none(),
+            "one /64 is one peer"
+        );
         drop(in_64);
         // Others still get theirs (the kubelet's hook among them).
         let others: Vec<RemoteWait> = (2..=255).filter_map(|i| wait.admit_remote(peer(i))).collect();

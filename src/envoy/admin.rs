@@ -109,7 +109,7 @@ impl Endpoint {
 
 /// How an admin call ended, for the observer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CallOutcome {
+pub enum CallOutcome {
     Ok,
     Error,
     Timeout,
@@ -117,7 +117,7 @@ pub(crate) enum CallOutcome {
 
 impl CallOutcome {
     /// The value of the `outcome` metric label.
-    pub(crate) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             CallOutcome::Ok => "ok",
             CallOutcome::Error => "error",

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::drain::{DrainUntil, Exit, Outcome, Status};
+use crate::drain::{DrainUntil, Exit, Outcome, Signal, Status, Trigger};
 use crate::drain_wait::rule::CheckerState;
 use crate::drain_wait::{DrainWaitStatus, WaitState};
 use crate::duration::GoDuration;
@@ -48,16 +48,16 @@ pub(crate) struct Summary {
     /// ran out with requests in flight), `quit` (`POST /quitquitquit`),
     /// `envoy_exited` (on its own) or `envoy_gone` (an external Envoy
     /// stopped answering).
-    pub(crate) outcome: &'static str,
+    pub(crate) outcome: Ending,
     /// lifeguard's exit code (0, 3 or 4: [`code()`]; docs/operations.md).
     pub(crate) exit_code: u8,
     /// What started the drain: `SIGTERM`, `SIGINT`, `POST /drain`; None
     /// when there was no drain.
-    pub(crate) trigger: Option<&'static str>,
+    pub(crate) trigger: Option<Trigger>,
     /// The signal that asked for Envoy's stop, if one did (after
     /// `POST /drain`, the kubelet's SIGTERM: at the app's exit for a native
     /// sidecar, or at the end of the grace period).
-    pub(crate) stop_signal: Option<&'static str>,
+    pub(crate) stop_signal: Option<Signal>,
     pub(crate) policy: DrainUntil,
     /// Unix time the drain began.
     pub(crate) started_at: Option<f64>,
@@ -75,6 +75,31 @@ pub(crate) struct Summary {
     /// pod go, when the traffic stopped, when it was out of rotation (None:
     /// the drain wait never began).
     pub(crate) load_balancers: Option<LoadBalancers>,
+}
+
+/// How the run ended, by name in the summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Ending {
+    Drained,
+    Cut,
+    Unfinished,
+    Quit,
+    EnvoyExited,
+    EnvoyGone,
+}
+
+impl Ending {
+    fn name(self) -> &'static str {
+        match self {
+            Ending::Drained => "drained",
+            Ending::Cut => "cut",
+            Ending::Unfinished => "unfinished",
+            Ending::Quit => "quit",
+            Ending::EnvoyExited => "envoy_exited",
+            Ending::EnvoyGone => "envoy_gone",
+        }
+    }
 }
 
 /// The drain wait's outcome, in the exit summary.
@@ -156,12 +181,12 @@ impl Summary {
     /// drain wait's.
     pub(crate) fn new(outcome: &Outcome, status: &Status, wait: Option<&DrainWaitStatus>) -> Summary {
         let (kind, envoy) = match outcome {
-            Outcome::Drained(exit) => ("drained", exit_text(exit)),
-            Outcome::Cut { exit, .. } => ("cut", exit_text(exit)),
-            Outcome::Unfinished { exit, .. } => ("unfinished", exit_text(exit)),
-            Outcome::Quit(exit) => ("quit", exit_text(exit)),
-            Outcome::EnvoyExited(status) => ("envoy_exited", status.to_string()),
-            Outcome::EnvoyGone => ("envoy_gone", "its admin API stopped answering".to_owned()),
+            Outcome::Drained(exit) => (Ending::Drained, exit_text(exit)),
+            Outcome::Cut { exit, .. } => (Ending::Cut, exit_text(exit)),
+            Outcome::Unfinished { exit, .. } => (Ending::Unfinished, exit_text(exit)),
+            Outcome::Quit(exit) => (Ending::Quit, exit_text(exit)),
+            Outcome::EnvoyExited(status) => (Ending::EnvoyExited, status.to_string()),
+            Outcome::EnvoyGone => (Ending::EnvoyGone, "its admin API stopped answering".to_owned()),
         };
         let left_at_stop = match outcome {
             Outcome::Cut { left, .. } => left.or(status.left_at_stop),
@@ -229,10 +254,10 @@ impl Summary {
     /// `--log-format json` gives them as JSON fields).
     pub(crate) fn log(&self) {
         tracing::info!(
-            outcome = self.outcome,
+            outcome = self.outcome.name(),
             exit_code = self.exit_code,
-            trigger = self.trigger,
-            stop_signal = self.stop_signal,
+            trigger = self.trigger.map(|t| t.to_string()),
+            stop_signal = self.stop_signal.map(Signal::name),
             policy = %self.policy,
             started_at = self.started_at,
             duration_seconds = self.duration_seconds,
@@ -356,7 +381,7 @@ mod tests {
     fn stopped() -> Status {
         let mut s = Status::initial(DrainUntil::Connections, "zero active connections".into());
         s.phase = crate::drain::Phase::Stopped;
-        s.trigger = Some("SIGTERM");
+        s.trigger = Some(Trigger::Signal(Signal::Term));
         s.started_at = Some(1_800_000_000.123_456);
         s.duration_seconds = Some(3.014_6);
         s.cut_by_deadline = true;

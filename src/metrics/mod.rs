@@ -39,6 +39,7 @@ use crate::drain_wait::checkers::NotCounted;
 use crate::drain_wait::DrainWaitStatus;
 use crate::drain_wait::WaitWhy;
 use crate::duration::unix_now;
+use crate::envoy::admin::{CallOutcome, Endpoint};
 use crate::envoy::poller::ReadinessEvents;
 use crate::envoy::readiness::Readiness;
 use exposition::{drain_families, drain_wait_families, process_families, Exposition};
@@ -191,21 +192,21 @@ impl Metrics {
         (self.inner.probe_ok.clone(), self.inner.probe_unavailable.clone())
     }
 
-    /// Records one answered drain wait: why it ended (a label value) and
-    /// how long it waited. A few per pod's life: looked up per call.
-    pub fn drain_wait(&self, reason: &'static str, took: Duration) {
+    /// Records one answered drain wait: why it ended and how long it
+    /// waited. A few per pod's life: looked up per call.
+    pub fn drain_wait(&self, why: WaitWhy, took: Duration) {
         self.inner
             .recorder
-            .register_histogram(&Registrar::key(DRAIN_WAIT, &[("reason", reason)]), &META)
+            .register_histogram(&Registrar::key(DRAIN_WAIT, &[("reason", why.label())]), &META)
             .record(took.as_secs_f64());
     }
 
-    /// Records one admin request: `endpoint` and `outcome` are label values.
-    /// Admin calls are a few a second at most, so the series are looked up
-    /// per call rather than kept as handles.
-    pub fn admin_call(&self, endpoint: &'static str, outcome: &'static str, took: Duration) {
+    /// Records one admin request to `endpoint`, and how it ended. Admin
+    /// calls are a few a second at most, so the series are looked up per
+    /// call rather than kept as handles.
+    pub fn admin_call(&self, endpoint: Endpoint, outcome: CallOutcome, took: Duration) {
         let recorder = &self.inner.recorder;
-        let labels = [("endpoint", endpoint), ("outcome", outcome)];
+        let labels = [("endpoint", endpoint.label()), ("outcome", outcome.label())];
         recorder
             .register_counter(&Registrar::key(ADMIN_REQUESTS, &labels), &META)
             .increment(1);

@@ -65,15 +65,15 @@ impl Inbox {
     fn handle(&mut self, event: Option<Event>) -> Result<(), Interrupt> {
         match event {
             None => self.open = false,
-            Some(Event::Signal(name)) => {
+            Some(Event::Signal(signal)) => {
                 if self.stop_requested {
-                    tracing::info!(signal = name, "signal received again; the drain goes on unchanged");
+                    tracing::info!(%signal, "signal received again; the drain goes on unchanged");
                 } else {
-                    tracing::info!(signal = name, "signal received; Envoy stops once drained");
+                    tracing::info!(%signal, "signal received; Envoy stops once drained");
                     self.stop_requested = true;
                     self.publish(|s| {
                         s.stop_requested = true;
-                        s.stop_signal = Some(name);
+                        s.stop_signal = Some(signal);
                     });
                 }
             }

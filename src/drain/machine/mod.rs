@@ -18,14 +18,33 @@ use super::handle::{DrainHandle, Event};
 use super::plan::{DrainUntil, Plan};
 use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Rotation, Work};
-use super::status::{Outcome, Phase, Status};
+use super::status::{Outcome, Phase, Status, Trigger};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use crate::duration::GoDuration;
 use crate::logging::Throttle;
 use inbox::{Inbox, Interrupt};
 
-/// A read under a timeout: Err(()) when it did not finish in time.
-type Timed<T, E = ControlError> = Result<Result<T, E>, ()>;
+/// A read under a timeout: its answer, its failure, or no answer in time.
+enum Read<T, E = ControlError> {
+    Answered(T),
+    Failed(E),
+    TimedOut,
+}
+
+impl<T, E> Read<T, E> {
+    /// What `tokio::time::timeout` made of a read.
+    fn of(read: Result<Result<T, E>, tokio::time::error::Elapsed>) -> Read<T, E> {
+        match read {
+            Ok(Ok(answer)) => Read::Answered(answer),
+            Ok(Err(e)) => Read::Failed(e),
+            Err(_) => Read::TimedOut,
+        }
+    }
+
+    fn answered(&self) -> bool {
+        matches!(self, Read::Answered(_))
+    }
+}
 
 /// What the reads of one wait remember between them.
 struct Seen {
@@ -124,14 +143,14 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             };
             match event {
                 None => self.inbox.open = false,
-                Some(Event::Signal(name)) => {
+                Some(Event::Signal(signal)) => {
                     self.inbox.stop_requested = true;
-                    self.inbox.publish(|s| s.stop_signal = Some(name));
-                    break name;
+                    self.inbox.publish(|s| s.stop_signal = Some(signal));
+                    break Trigger::Signal(signal);
                 }
                 Some(Event::Drain(reply)) => {
                     self.inbox.waiters.push(reply);
-                    break "POST /drain";
+                    break Trigger::PostDrain;
                 }
                 Some(Event::Quit(reply)) => {
                     self.inbox.quit_reply = Some(reply);
@@ -151,7 +170,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         }
     }
 
-    async fn drain(&mut self, trigger: &'static str) -> Result<Outcome, Interrupt> {
+    async fn drain(&mut self, trigger: Trigger) -> Result<Outcome, Interrupt> {
         let started = Instant::now();
         self.started = Some(started);
         let deadline = started
@@ -191,7 +210,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             _ => "readiness is 503".to_owned(),
         };
         tracing::info!(
-            trigger,
+            %trigger,
             policy = %self.plan.drain_until,
             waiting_for = %self.plan.waiting_for(),
             deadline_in = %GoDuration(self.plan.drain_deadline),
@@ -354,7 +373,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 .max(plan.last_read_timeout());
             let read_started = Instant::now();
             let (envoy_read, took, app_read) = self.read_once(read_timeout).await?;
-            if envoy_read.is_ok() {
+            if envoy_read.answered() {
                 pacer.answered(took);
             }
             let now = Instant::now();
@@ -408,17 +427,17 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     async fn read_once(
         &mut self,
         timeout: Duration,
-    ) -> Result<(Timed<Active>, Duration, Option<Timed<Work, A::Error>>), Interrupt> {
+    ) -> Result<(Read<Active>, Duration, Option<Read<Work, A::Error>>), Interrupt> {
         let watch_app = self.watch_app;
         let (envoy, app) = (&self.envoy, &self.app);
         let envoy_read = async {
             let started = Instant::now();
             let read = tokio::time::timeout(timeout, envoy.active()).await;
-            (read.map_err(drop), started.elapsed())
+            (Read::of(read), started.elapsed())
         };
         let app_read = async {
             match watch_app {
-                true => Some(tokio::time::timeout(timeout, app.work()).await.map_err(drop)),
+                true => Some(Read::of(tokio::time::timeout(timeout, app.work()).await)),
                 false => None,
             }
         };
@@ -434,13 +453,13 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// connections for [`EXTERNAL_GONE_AFTER`] is gone.
     fn take_envoy_read(
         &mut self,
-        read: Timed<Active>,
+        read: Read<Active>,
         timeout: Duration,
         now: Instant,
         seen: &mut Seen,
     ) -> Result<Option<u64>, Interrupt> {
         let error = match read {
-            Ok(Ok(active)) => {
+            Read::Answered(active) => {
                 seen.refused_since = None;
                 if !active.skipped.is_empty() && seen.skipped_warning.due(now) {
                     for skipped in &active.skipped {
@@ -455,7 +474,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 });
                 return Ok(Some(self.plan.count(&active)));
             }
-            Ok(Err(e)) => {
+            Read::Failed(e) => {
                 if matches!(e, ControlError::Refused(_)) && !self.envoy.is_child() {
                     let since = *seen.refused_since.get_or_insert(now);
                     if now.duration_since(since) >= EXTERNAL_GONE_AFTER {
@@ -464,7 +483,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 }
                 e.to_string()
             }
-            Err(()) => format!("the read did not finish within {}", GoDuration(timeout)),
+            Read::TimedOut => format!("the read did not finish within {}", GoDuration(timeout)),
         };
         if seen.read_warning.due(now) {
             tracing::warn!(error = %error, "cannot read active counts; the drain goes on");
@@ -475,19 +494,19 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
 
     /// Publishes what a look at the app found; the app's work, when known
     /// (none, when the policy does not watch the app).
-    fn take_app_read(&mut self, read: Option<Timed<Work, A::Error>>, now: Instant, seen: &mut Seen) -> Option<Work> {
+    fn take_app_read(&mut self, read: Option<Read<Work, A::Error>>, now: Instant, seen: &mut Seen) -> Option<Work> {
         let Some(read) = read else {
             return Some(Work::default());
         };
         let work = match read {
-            Ok(Ok(work)) => work,
-            Ok(Err(e)) => {
+            Read::Answered(work) => work,
+            Read::Failed(e) => {
                 if seen.app_warning.due(now) {
                     tracing::warn!(error = %e, "cannot see the app's sockets; the drain goes on");
                 }
                 return None;
             }
-            Err(()) => return None,
+            Read::TimedOut => return None,
         };
         let (sockets, processes) = (work.sockets.len() as u64, work.processes.len() as u64);
         self.inbox.publish(|s| {
