@@ -88,6 +88,9 @@ pub(crate) trait Traffic: Send + 'static {
 /// looked at (a read is shared and kept while fresh).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Arrivals {
+    /// Which read of Envoy this is (the same read looked at again has the
+    /// same number: it is no new evidence).
+    pub(crate) seq: u64,
     pub(crate) total: u64,
     pub(crate) generation: u64,
     /// When the read began, and how long Envoy took to answer it: the
@@ -97,6 +100,13 @@ pub(crate) struct Arrivals {
 }
 
 impl Arrivals {
+    /// A number for a new read of the tests' making.
+    #[cfg(test)]
+    pub(crate) fn next_seq() -> u64 {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The latest the counts can have been taken.
     pub(crate) fn read_end(&self) -> Instant {
         self.read + self.took

@@ -157,6 +157,7 @@ mod tests {
 
     fn of(total: u64, generation: u64) -> Arrivals {
         Arrivals {
+            seq: Arrivals::next_seq(),
             total,
             generation,
             read: Instant::now(),

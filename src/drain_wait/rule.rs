@@ -201,11 +201,7 @@ impl Rule {
         let all_done = pending.is_empty() && unfollowed.is_none();
         let newly_done = all_done && !self.all_done;
         self.all_done = all_done;
-        // Quiet is shown by a read that began a quiet period after the last
-        // move and found the same total, not by the clock.
-        let quiet_until = self.quiet_since + self.settings.quiet;
-        let shown = self.last.is_some_and(|last| last.read >= quiet_until);
-        let out = self.out || (self.all_done && shown);
+        let out = self.decide(pending.len(), unfollowed);
         match (out && !self.out, newly_done) {
             (true, _) => steps.push(Step::Out),
             (false, true) => steps.push(Step::CheckersDone { count: counted }),
@@ -230,13 +226,28 @@ impl Rule {
         }
     }
 
+    /// The rule's one decision, as docs/drain.md's "The rule" states it:
+    /// out of rotation once, at the same read, (1) every checker is done
+    /// (none is still checking: each failed its threshold of probes in a
+    /// row, stopped probing, or held the wait for the checker timeout since
+    /// the drain began; nor do probers the tables could not follow still
+    /// hold it) and (2) no new request came for the quiet period: a read
+    /// that began a quiet period after the last one that saw a new request
+    /// found none (shown by the reads, not by the clock). Out stays out.
+    fn decide(&self, still_checking: usize, unfollowed_hold: Option<Instant>) -> bool {
+        let every_checker_done = still_checking == 0 && unfollowed_hold.is_none();
+        let quiet_until = self.quiet_since + self.settings.quiet;
+        let no_new_request = self.last.is_some_and(|last| last.read >= quiet_until);
+        self.out || (every_checker_done && no_new_request)
+    }
+
     /// What a read of Envoy's inbound arrivals says of the quiet.
     fn take_arrivals(&mut self, now: Instant, inbound: Result<Arrivals, TrafficError>, steps: &mut Vec<Step>) {
         match inbound {
             Ok(arrivals) => {
                 match self.last {
                     // The same read again: nothing new is known.
-                    Some(last) if last.read == arrivals.read => {}
+                    Some(last) if last.seq == arrivals.seq => {}
                     // The same total in a newer read: quiet up to when it began.
                     Some(last) if (last.total, last.generation) == (arrivals.total, arrivals.generation) => {
                         self.last = Some(arrivals);
@@ -505,6 +516,7 @@ mod tests {
 
     fn arrived(total: u64, read: Instant) -> Result<Arrivals, TrafficError> {
         Ok(Arrivals {
+            seq: Arrivals::next_seq(),
             total,
             generation: 1,
             read,
@@ -554,6 +566,7 @@ mod tests {
                 checkers.record(k, at, ok);
             }
             let arrivals = total(t).map(|total| Arrivals {
+                seq: Arrivals::next_seq(),
                 total,
                 generation: 1,
                 read: t,
@@ -810,6 +823,7 @@ mod tests {
         let mut rule = Rule::new(settings(3, SEC), t0);
         let mut at = |t: Instant, total, generation| {
             let read = Arrivals {
+                seq: Arrivals::next_seq(),
                 total,
                 generation,
                 read: t,
@@ -857,7 +871,9 @@ mod tests {
             // The read in force: made every 2 s, taking 200 ms.
             let made = t0 + Duration::from_secs(2) * ((t - t0).as_secs() as u32 / 2);
             let total = (made.min(stop) - t0).as_millis() as u64 / 5;
+            // The same read, looked at again, keeps its number.
             let read = Arrivals {
+                seq: (made - t0).as_secs(),
                 total,
                 generation: 1,
                 read: made,

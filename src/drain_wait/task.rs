@@ -435,6 +435,7 @@ mod tests {
         }
         async fn arrivals(&mut self) -> Result<Arrivals, TrafficError> {
             Ok(Arrivals {
+                seq: Arrivals::next_seq(),
                 total: self.0.load(Ordering::Relaxed),
                 generation: 1,
                 read: Instant::now(),

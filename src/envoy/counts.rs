@@ -48,6 +48,9 @@ pub(crate) struct CountsReader {
 /// or why there is none.
 #[derive(Clone)]
 pub(crate) struct Reading {
+    /// Which read this is: each new read of Envoy gets the next number (a
+    /// read handed out again, kept while fresh, keeps its number).
+    pub(crate) seq: u64,
     pub(crate) began: Instant,
     pub(crate) took: Duration,
     pub(crate) inbound: Option<u64>,
@@ -119,7 +122,9 @@ impl CountsReader {
         let began = Instant::now();
         let path = path.as_deref().unwrap_or(ACTIVE_STATS);
         let body = self.admin.get_text(Endpoint::Stats, path, ACTIVE_LIMIT).await;
+        let seq = last.as_ref().map_or(1, |r| r.seq + 1);
         let reading = Reading {
+            seq,
             began,
             took: began.elapsed(),
             inbound,

@@ -270,6 +270,7 @@ impl Traffic for Inbound {
         let body = reading.body?;
         let (total, changes) = total(&body, &self.counted, &self.ignored_ports);
         let arrivals = Arrivals {
+            seq: reading.seq,
             total,
             generation: self.generation,
             read: reading.began,
