@@ -461,7 +461,7 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
             let envoy = crate::envoy::process::Envoy::external(admin, vec![]);
             // The machine is dropped: the handle answers at once.
             let (_machine, handle) = crate::drain::Drain::new(plan, envoy, ());
-            let readiness = Readiness::new(stale, handle.watch());
+            let readiness = Readiness::new(stale, handle.phase());
             (StatusService::builder(readiness.clone()).drain(handle), readiness)
         }
         false => {

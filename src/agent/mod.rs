@@ -259,7 +259,7 @@ pub(crate) async fn run(
     let plan = Options::plan(&settings, drain_until);
     let look_for_app = plan.gateway_without_app.then(|| app.clone());
     let (drain, handle) = Drain::new(plan, envoy, app);
-    let readiness = Readiness::new(stale_after, handle.watch());
+    let readiness = Readiness::new(stale_after, handle.phase());
     let heartbeat = Heartbeat::default();
     let linger = Linger::new(handle.watch());
     let checkers = Checkers::new(settings.drain_wait_checker_ranges.clone(), metrics.probes_not_counted());

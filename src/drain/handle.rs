@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::status::{Phase, Signal, Status};
+use super::status::{Phase, PhaseCell, Signal, Status};
 
 /// What the drain machine is told.
 #[derive(Debug)]
@@ -23,6 +23,7 @@ pub(crate) enum Event {
 pub(crate) struct DrainHandle {
     pub(super) events: mpsc::Sender<Event>,
     pub(super) status: watch::Receiver<Status>,
+    pub(super) phase: PhaseCell,
 }
 
 impl DrainHandle {
@@ -72,8 +73,14 @@ impl DrainHandle {
         self.status.borrow().clone()
     }
 
-    /// The published status, to derive readiness from.
+    /// The published status, to follow the drain by.
     pub(crate) fn watch(&self) -> watch::Receiver<Status> {
         self.status.clone()
+    }
+
+    /// The published phase alone: what readiness derives from, read
+    /// without a lock the machine's writes take.
+    pub(crate) fn phase(&self) -> PhaseCell {
+        self.phase.clone()
     }
 }

@@ -50,7 +50,7 @@ pub(crate) use plan::{DrainScope, Plan};
 pub use ports::Active;
 pub(crate) use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
 pub(crate) use status::Outcome;
-pub use status::{Phase, Signal, Status, Trigger};
+pub use status::{Phase, PhaseCell, Signal, Status, Trigger};
 
 use std::time::Duration;
 

@@ -42,6 +42,44 @@ impl Phase {
     }
 }
 
+/// The drain's phase, published on its own for the probe's path: an
+/// atomic the machine stores each time it publishes, read with one load,
+/// no lock shared with the machine's writes of the whole [`Status`].
+/// Cloning shares it.
+#[derive(Debug, Clone)]
+pub struct PhaseCell(std::sync::Arc<std::sync::atomic::AtomicU8>);
+
+impl PhaseCell {
+    /// The phases, by their number in the cell.
+    const PHASES: [Phase; 8] = [
+        Phase::Serving,
+        Phase::Delaying,
+        Phase::DrainingReady,
+        Phase::LeavingRotation,
+        Phase::Draining,
+        Phase::Drained,
+        Phase::Stopping,
+        Phase::Stopped,
+    ];
+
+    /// A cell that says `serving` (before any drain, and for good when no
+    /// drain stands behind it).
+    pub fn serving() -> PhaseCell {
+        PhaseCell(std::sync::Arc::default())
+    }
+
+    pub(crate) fn set(&self, phase: Phase) {
+        let n = Self::PHASES.iter().position(|p| *p == phase).unwrap_or(0);
+        self.0.store(n as u8, std::sync::atomic::Ordering::Release);
+    }
+
+    #[inline]
+    pub fn get(&self) -> Phase {
+        let n = self.0.load(std::sync::atomic::Ordering::Acquire) as usize;
+        Self::PHASES.get(n).copied().unwrap_or(Phase::Serving)
+    }
+}
+
 /// A signal that asks for a drain and Envoy's stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Signal {

@@ -312,7 +312,7 @@ async fn envoy_exiting_mid_drain_ends_it_with_code_4_and_no_stop() {
         matches!(outcome, Outcome::EnvoyExited(s) if s.code() == Some(1)),
         "{outcome:?}"
     );
-    assert_eq!(envoy.stops(), []);
+    assert_eq!(envoy.stops(), Vec::<Duration>::new());
     assert_eq!(handle.status().phase, Phase::Stopped);
 }
 
@@ -335,7 +335,7 @@ async fn an_external_envoy_that_stops_answering_is_gone_after_a_second() {
     handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert_eq!(outcome, Outcome::EnvoyGone);
-    assert_eq!(envoy.stops(), []);
+    assert_eq!(envoy.stops(), Vec::<Duration>::new());
     let status = handle.status();
     assert_eq!(status.phase, Phase::Stopped);
     assert!(status.last_read_error.unwrap().contains("cannot connect"));
@@ -393,7 +393,7 @@ async fn post_drain_answers_when_drained_and_envoy_runs_until_sigterm() {
     // A second POST /drain answers at once.
     assert_eq!(handle.drain().await.unwrap().phase, Phase::Drained);
     at(&envoy, 20.0).await;
-    assert_eq!(envoy.stops(), []);
+    assert_eq!(envoy.stops(), Vec::<Duration>::new());
     handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");

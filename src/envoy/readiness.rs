@@ -6,10 +6,10 @@
 //! latest verdict — an atomic pointer load — and checks two things the
 //! verdict cannot know by itself:
 //!
-//! - **draining**: read from the phase the drain publishes (the drain's
-//!   `watch` channel, the one source of truth): from the moment the phase
-//!   leaves `serving`, every probe answers 503 `draining`, whatever Envoy
-//!   says.
+//! - **draining**: read from the phase the drain publishes (its
+//!   [`PhaseCell`], one atomic load, no lock the drain's writes take): from
+//!   the moment the phase leaves `serving`, every probe answers 503
+//!   `draining`, whatever Envoy says.
 //! - **staleness**: a verdict older than the stale bound is not trusted. If
 //!   the poller stopped producing answers, a probe that reaches the agent
 //!   directly must not be told "ready" about an Envoy that may be gone.
@@ -21,10 +21,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::drain::Status;
+use crate::drain::PhaseCell;
 use crate::duration::GoDuration;
 
 /// What the probe answers: ready or not, and the body to send.
@@ -107,8 +106,8 @@ pub struct Readiness {
 
 struct Inner {
     verdict: ArcSwap<Verdict>,
-    /// The drain's published status: the only source of "draining".
-    drain: watch::Receiver<Status>,
+    /// The drain's published phase: the only source of "draining".
+    phase: PhaseCell,
     stale_after: Duration,
     draining_body: Bytes,
     stale_body: Bytes,
@@ -116,13 +115,13 @@ struct Inner {
 
 impl Readiness {
     /// A new snapshot that says "not ready: no admin read yet" until the
-    /// poller stores its first verdict. `drain` is the drain's published
-    /// status ([`crate::drain::DrainHandle::watch`]).
-    pub(crate) fn new(stale_after: Duration, drain: watch::Receiver<Status>) -> Self {
+    /// poller stores its first verdict. `phase` is the drain's published
+    /// phase ([`crate::drain::DrainHandle::phase`]).
+    pub(crate) fn new(stale_after: Duration, phase: PhaseCell) -> Self {
         Self {
             inner: Arc::new(Inner {
                 verdict: ArcSwap::from_pointee(Verdict::not_ready("no answer from Envoy admin yet", Instant::now())),
-                drain,
+                phase,
                 stale_after,
                 draining_body: Bytes::from_static(b"not ready: draining\n"),
                 stale_body: Bytes::from(format!(
@@ -136,15 +135,14 @@ impl Readiness {
     /// Readiness with no drain behind it (benchmarks, tests): the phase is
     /// `serving` for good.
     pub fn standalone(stale_after: Duration) -> Self {
-        let (_, rx) = watch::channel(Status::initial(crate::drain::DrainUntil::Time, String::new()));
-        Self::new(stale_after, rx)
+        Self::new(stale_after, PhaseCell::serving())
     }
 
     /// The probe's answer. Never blocks on Envoy, never allocates.
     #[inline]
     pub(crate) fn answer(&self) -> Answer {
         let inner = &*self.inner;
-        if inner.drain.borrow().phase.fails_readiness() {
+        if inner.phase.get().fails_readiness() {
             return Answer {
                 ready: false,
                 body: inner.draining_body.clone(),
@@ -180,18 +178,18 @@ impl Readiness {
 
     /// Whether readiness answers 503 `draining`.
     pub(crate) fn is_draining(&self) -> bool {
-        self.inner.drain.borrow().phase.fails_readiness()
+        self.inner.phase.get().fails_readiness()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::{DrainUntil, Phase};
+    use crate::drain::Phase;
 
-    fn readiness(stale_after: Duration) -> (watch::Sender<Status>, Readiness) {
-        let (tx, rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
-        (tx, Readiness::new(stale_after, rx))
+    fn readiness(stale_after: Duration) -> (PhaseCell, Readiness) {
+        let phase = PhaseCell::serving();
+        (phase.clone(), Readiness::new(stale_after, phase))
     }
 
     #[test]
@@ -231,7 +229,7 @@ mod tests {
             Phase::Stopping,
             Phase::Stopped,
         ] {
-            tx.send_modify(|s| s.phase = phase);
+            tx.set(phase);
             r.store(Verdict::ready(Instant::now()));
             assert_eq!(r.answer().body, "not ready: draining\n", "{phase:?}");
             assert!(!r.answer().ready);
@@ -242,7 +240,7 @@ mod tests {
     #[test]
     fn during_the_readiness_fail_delay_envoys_verdict_is_answered() {
         let (tx, r) = readiness(Duration::from_secs(4));
-        tx.send_modify(|s| s.phase = Phase::DrainingReady);
+        tx.set(Phase::DrainingReady);
         r.store(Verdict::ready(Instant::now()));
         assert_eq!(
             r.answer(),
@@ -257,7 +255,7 @@ mod tests {
             Instant::now(),
         ));
         assert!(!r.answer().ready, "an Envoy that is not ready is still not ready");
-        tx.send_modify(|s| s.phase = Phase::Draining);
+        tx.set(Phase::Draining);
         r.store(Verdict::ready(Instant::now()));
         assert_eq!(r.answer().body, "not ready: draining\n");
     }

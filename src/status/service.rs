@@ -166,7 +166,7 @@ mod tests {
         let plan = Plan::for_status_tests();
         let admin = AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
         let (drain, handle) = Drain::new(plan, crate::envoy::process::Envoy::external(admin, vec![]), ());
-        let r = Readiness::new(Duration::from_secs(4), handle.watch());
+        let r = Readiness::new(Duration::from_secs(4), handle.phase());
         r.store(Verdict::ready(Instant::now()));
         (StatusService::builder(r.clone()).drain(handle), r, drain)
     }

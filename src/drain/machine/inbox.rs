@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::drain::handle::Event;
 use crate::drain::ports::EnvoyControl;
-use crate::drain::status::Status;
+use crate::drain::status::{PhaseCell, Status};
 
 /// Why a wait inside the drain ended early.
 pub(super) enum Interrupt {
@@ -22,6 +22,8 @@ pub(super) struct Inbox {
     pub(super) events: mpsc::Receiver<Event>,
     pub(super) open: bool,
     pub(super) status: watch::Sender<Status>,
+    /// The phase alone, for the probe's path.
+    pub(super) phase: PhaseCell,
     pub(super) stop_requested: bool,
     pub(super) waiters: Vec<oneshot::Sender<Status>>,
     pub(super) drained: bool,
@@ -93,6 +95,9 @@ impl Inbox {
     }
 
     pub(super) fn publish(&self, f: impl FnOnce(&mut Status)) {
-        self.status.send_modify(f);
+        self.status.send_modify(|s| {
+            f(s);
+            self.phase.set(s.phase);
+        });
     }
 }

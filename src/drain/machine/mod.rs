@@ -18,7 +18,7 @@ use super::handle::{DrainHandle, Event};
 use super::plan::{DrainUntil, Plan};
 use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Rotation, Work};
-use super::status::{Outcome, Phase, Status, Trigger};
+use super::status::{Outcome, Phase, PhaseCell, Status, Trigger};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use crate::duration::GoDuration;
 use crate::logging::Throttle;
@@ -91,14 +91,17 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     pub(crate) fn new(plan: Plan, envoy: E, app: A) -> (Drain<E, A>, DrainHandle) {
         let (events_tx, events) = mpsc::channel(64);
         let (status, status_rx) = watch::channel(Status::initial(plan.drain_until, plan.waiting_for()));
+        let phase = PhaseCell::serving();
         let handle = DrainHandle {
             events: events_tx,
             status: status_rx,
+            phase: phase.clone(),
         };
         let inbox = Inbox {
             events,
             open: true,
             status,
+            phase,
             stop_requested: false,
             waiters: Vec::new(),
             drained: false,
