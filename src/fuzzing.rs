@@ -462,14 +462,20 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
             // The machine is dropped: the handle answers at once.
             let (_machine, handle) = crate::drain::Drain::new(plan, envoy, ());
             let readiness = Readiness::new(stale, handle.phase());
-            (StatusService::builder(readiness.clone()).drain(handle), readiness)
+            let access = crate::status::service::ControlAccess {
+                loopback: opts.loopback_control,
+                socket: opts.control_socket.clone(),
+            };
+            (
+                StatusService::builder(readiness.clone()).drain(handle, access),
+                readiness,
+            )
         }
         false => {
             let readiness = Readiness::standalone(stale);
             (StatusService::builder(readiness.clone()), readiness)
         }
     };
-    svc = svc.control(opts.loopback_control, opts.control_socket.clone());
     if opts.drain_wait {
         let plan = crate::drain_wait::DrainWaitPlan {
             unhealthy_threshold: 3,

@@ -40,7 +40,7 @@ use crate::status::app_probe::AppProber;
 use crate::status::connections::connection_limit;
 use crate::status::control::{self, ControlServer};
 use crate::status::server::{self, StatusServer};
-use crate::status::service::StatusService;
+use crate::status::service::{ControlAccess, StatusService};
 use crate::{cli, hooks, inject, logging};
 use signals::{Signals, SignalsError};
 
@@ -265,15 +265,13 @@ pub(crate) async fn run(
     let checkers = Checkers::new(settings.drain_wait_checker_ranges.clone(), metrics.probes_not_counted());
     let (wait, drain_wait_task) = drain_wait(wait_plan, inbound, checkers, &handle, &metrics, &shutdown);
     let scraper = scraper(&settings, &metrics, &readiness, &admin, &handle, &heartbeat, &shutdown);
-    let scraper = scraper.with_drain_wait(wait.clone());
+    let scraper = scraper.with_drain_wait(wait.clone()).with_linger(linger.clone());
     let drain = drain.with_rotation(wait.clone());
     let wait_status = wait.clone();
     let service = StatusService::builder(readiness.clone())
-        .drain(handle.clone())
+        .drain(handle.clone(), control_access(&settings))
         .drain_wait(wait)
-        .metrics(&metrics, scraper)
-        .linger(linger.clone())
-        .control(settings.loopback_control, settings.control_socket.0.clone());
+        .metrics(&metrics, scraper);
     let service = match app_prober(&settings, local.port(), &metrics) {
         Some(prober) => service.app_probes(prober),
         None => service,
@@ -329,6 +327,14 @@ fn look_for_app_task(
             crate::pod::app::look_for_app(app, drain, shutdown).await;
         }
     })
+}
+
+/// Who may drain and stop Envoy through the status service.
+fn control_access(settings: &Settings) -> ControlAccess {
+    ControlAccess {
+        loopback: settings.loopback_control,
+        socket: settings.control_socket.0.clone(),
+    }
 }
 
 /// The merged scrape: Envoy's metrics (unless not merged), the app's, ours.

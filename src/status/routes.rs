@@ -1,12 +1,11 @@
 //! The routes of the status port: a table built once, when the service is
-//! built, from the parts the agent wired. Each route names its path, the
-//! methods it takes and what answers it, and takes its own inputs from the
-//! request; a part that was not wired has no route (its path is not
-//! found, like any other), and a known path asked with another method is
-//! answered 405 with `Allow` from the same table. Every answer reuses the
-//! request's header map; the probe's allocates nothing.
+//! built, from the parts the agent wired. A route is a path and a handler
+//! per method; a request is matched against the table once, by its path,
+//! then by its method (405 with the path's `Allow` for another). A part
+//! that was not wired has no route (its path is not found, like any
+//! other), and costs the probe nothing. Every answer reuses the request's
+//! header map; the probe's allocates nothing.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -24,7 +23,7 @@ use crate::drain::DrainHandle;
 use crate::drain_wait::{Checkers, DrainWait};
 use crate::duration::DurationError;
 use crate::envoy::readiness::Readiness;
-use crate::exit::linger::{self, Linger};
+use crate::exit::linger;
 use crate::metrics::scrape::{ScrapeRequest, Scraper};
 use crate::metrics::Metrics;
 
@@ -32,15 +31,13 @@ static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=u
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 static GZIP: HeaderValue = HeaderValue::from_static("gzip");
 static VARY_VALUE: HeaderValue = HeaderValue::from_static("accept, accept-encoding");
-
-const GET_HEAD: &[Method] = &[Method::GET, Method::HEAD];
-const POST: &[Method] = &[Method::POST];
+static GET_HEAD: HeaderValue = HeaderValue::from_static("GET, HEAD");
 
 /// Who is asking: the connection's peer (None: the control socket, or
 /// unknown), and whether it came through the control socket.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Caller {
-    pub(crate) peer: Option<SocketAddr>,
+    pub(crate) peer: Option<std::net::SocketAddr>,
     pub(crate) control_socket: bool,
 }
 
@@ -53,70 +50,82 @@ impl Caller {
 }
 
 /// Where a route is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Path {
-    Exact(&'static str),
+    Exact(Box<str>),
     Prefix(&'static str),
 }
 
 impl Path {
     // Inlined: at opt-level "s" these were a call each on the probe's path.
     #[inline]
-    fn matches(self, path: &str) -> bool {
+    fn matches(&self, path: &str) -> bool {
         match self {
-            Path::Exact(p) => path == p,
+            Path::Exact(p) => path == &**p,
             Path::Prefix(p) => path.starts_with(p),
         }
     }
 }
 
-/// One route.
+/// One route: a path, and what answers each method it takes.
 struct Route {
     path: Path,
-    methods: &'static [Method],
-    answer: Answer,
+    /// Every method it takes, for a 405's `Allow`.
+    allow: HeaderValue,
+    /// `GET` (and `HEAD`): the handler of reads.
+    read: Option<Handler>,
+    /// `POST`: the handler of changes.
+    post: Option<Handler>,
 }
 
-impl Route {
-    /// Whether this route serves `path` (an app probe's, only the probes
-    /// configured).
-    #[inline]
-    fn takes(&self, path: &str) -> bool {
-        self.path.matches(path)
-            && match &self.answer {
-                Answer::AppProbe(prober) => prober.knows(path),
-                _ => true,
-            }
-    }
-}
-
-/// What answers a route, with the parts it needs.
-enum Answer {
+/// What answers a route's method, with the parts it needs: each route
+/// names its own.
+enum Handler {
     Probe(Probe),
     Scrape(Scrape),
     DrainStatus(DrainStatus),
+    Drain(Control),
+    Quit(Control),
     DrainWait(DrainWait),
-    Control(Control),
     AppProbe(AppProber),
+    /// `/app-health/...` and `/app-lifecycle/...` paths no probe is
+    /// configured for: 404, saying so.
+    NoAppProbe,
 }
 
 /// The routes of the status port, built once.
 pub(crate) struct Routes {
     table: Vec<Route>,
-    /// Each path's `Allow`: every method its routes take.
-    allow: Vec<(Path, HeaderValue)>,
+}
+
+/// Who may drain and stop Envoy (`POST /drain`, `POST /quitquitquit`):
+/// loopback TCP callers when `loopback` (as Istio), and always whoever may
+/// connect to the control `socket`.
+#[derive(Debug, Clone, Default)]
+pub struct ControlAccess {
+    pub loopback: bool,
+    pub socket: Option<PathBuf>,
+}
+
+impl ControlAccess {
+    /// Loopback callers may drain and stop (Istio's way); no control socket.
+    pub fn loopback() -> ControlAccess {
+        ControlAccess {
+            loopback: true,
+            socket: None,
+        }
+    }
 }
 
 /// The parts the routes are built from; each one wired gives its routes.
+/// A part that needs another takes it: the drain's routes take who may
+/// drain; the scrape carries its linger.
 pub struct RoutesBuilder {
     probe: Probe,
-    drain: Option<DrainHandle>,
+    drain: Option<(DrainHandle, ControlAccess)>,
     scrape: Option<Scrape>,
-    linger: Option<Linger>,
     drain_wait: Option<DrainWait>,
     app_probes: Option<AppProber>,
-    loopback_control: bool,
-    control_socket: Option<PathBuf>,
 }
 
 impl RoutesBuilder {
@@ -127,49 +136,35 @@ impl RoutesBuilder {
                 readiness,
                 ok: Counter::noop(),
                 unavailable: Counter::noop(),
-                checkers: Checkers::default(),
+                checkers: None,
             },
             drain: None,
             scrape: None,
-            linger: None,
             drain_wait: None,
             app_probes: None,
-            loopback_control: true,
-            control_socket: None,
         }
     }
 
-    /// `GET /drain`, `POST /drain` and `POST /quitquitquit`, through `drain`.
-    pub(crate) fn drain(mut self, drain: DrainHandle) -> Self {
-        self.drain = Some(drain);
-        self
-    }
-
-    /// Who may drain and stop: loopback TCP callers when `loopback` (as
-    /// Istio), and always whoever may connect to the control `socket`.
-    pub(crate) fn control(mut self, loopback: bool, socket: Option<PathBuf>) -> Self {
-        (self.loopback_control, self.control_socket) = (loopback, socket);
+    /// `GET /drain`, and `POST /drain` and `POST /quitquitquit` for those
+    /// `access` lets through, through `drain`.
+    pub(crate) fn drain(mut self, drain: DrainHandle, access: ControlAccess) -> Self {
+        self.drain = Some((drain, access));
         self
     }
 
     /// Counts probes in `metrics`; `/stats/prometheus` (and `/metrics`)
-    /// through `scraper`.
+    /// through `scraper` (which tells its linger, if it has one, of each
+    /// scrape).
     pub fn metrics(mut self, metrics: &Metrics, scraper: Scraper) -> Self {
         (self.probe.ok, self.probe.unavailable) = metrics.probe_counters();
-        self.scrape = Some(Scrape { scraper, linger: None });
-        self
-    }
-
-    /// Tells `linger` of each scrape.
-    pub(crate) fn linger(mut self, linger: Linger) -> Self {
-        self.linger = Some(linger);
+        self.scrape = Some(Scrape { scraper });
         self
     }
 
     /// `GET /drain/wait` through `drain_wait`, each probe's checker recorded
     /// in its table.
     pub(crate) fn drain_wait(mut self, drain_wait: DrainWait) -> Self {
-        self.probe.checkers = drain_wait.checkers().clone();
+        self.probe.checkers = Some(drain_wait.checkers().clone());
         self.drain_wait = Some(drain_wait);
         self
     }
@@ -181,101 +176,91 @@ impl RoutesBuilder {
     }
 
     /// The table: the probe first (the hot path), then every route whose
-    /// part was wired.
+    /// part was wired, the app's probes' own paths before the prefixes
+    /// that answer for the paths no probe is configured for.
     pub(crate) fn build(self) -> Routes {
-        let route = |path, methods, answer| Route { path, methods, answer };
-        let mut table = vec![route(
-            Path::Exact("/healthz/ready"),
-            GET_HEAD,
-            Answer::Probe(self.probe),
-        )];
-        if let Some(mut scrape) = self.scrape {
-            scrape.linger = self.linger;
-            for path in ["/stats/prometheus", "/metrics"] {
-                table.push(route(Path::Exact(path), GET_HEAD, Answer::Scrape(scrape.clone())));
-            }
+        let read = |path: Path, handler| Route {
+            path,
+            allow: GET_HEAD.clone(),
+            read: Some(handler),
+            post: None,
+        };
+        let exact = |p: &str| Path::Exact(p.into());
+        let mut table = vec![read(exact("/healthz/ready"), Handler::Probe(self.probe))];
+        if let Some(scrape) = self.scrape {
+            table.push(read(exact("/stats/prometheus"), Handler::Scrape(scrape.clone())));
+            table.push(read(exact("/metrics"), Handler::Scrape(scrape)));
         }
-        if let Some(drain) = self.drain {
-            let drain_wait = self.drain_wait.clone();
-            let status = DrainStatus {
-                drain: drain.clone(),
-                drain_wait,
-            };
-            table.push(route(Path::Exact("/drain"), GET_HEAD, Answer::DrainStatus(status)));
+        if let Some((drain, access)) = self.drain {
             let control = Control {
-                drain,
-                loopback: self.loopback_control,
-                socket: self.control_socket,
+                drain: drain.clone(),
+                access,
             };
-            for path in ["/drain", "/quitquitquit"] {
-                table.push(route(Path::Exact(path), POST, Answer::Control(control.clone())));
-            }
+            let status = DrainStatus {
+                drain,
+                drain_wait: self.drain_wait.clone(),
+            };
+            table.push(Route {
+                path: exact("/drain"),
+                allow: HeaderValue::from_static("GET, HEAD, POST"),
+                read: Some(Handler::DrainStatus(status)),
+                post: Some(Handler::Drain(control.clone())),
+            });
+            table.push(Route {
+                path: exact("/quitquitquit"),
+                allow: HeaderValue::from_static("POST"),
+                read: None,
+                post: Some(Handler::Quit(control)),
+            });
         }
         if let Some(drain_wait) = self.drain_wait {
-            table.push(route(
-                Path::Exact("/drain/wait"),
-                GET_HEAD,
-                Answer::DrainWait(drain_wait),
-            ));
+            table.push(read(exact("/drain/wait"), Handler::DrainWait(drain_wait)));
         }
         if let Some(prober) = self.app_probes {
+            for path in prober.paths() {
+                table.push(read(exact(path), Handler::AppProbe(prober.clone())));
+            }
             for prefix in ["/app-health/", "/app-lifecycle/"] {
-                table.push(route(Path::Prefix(prefix), GET_HEAD, Answer::AppProbe(prober.clone())));
+                table.push(read(Path::Prefix(prefix), Handler::NoAppProbe));
             }
         }
-        let mut allow: Vec<(Path, Vec<&str>)> = Vec::new();
-        for r in &table {
-            let methods = r.methods.iter().map(Method::as_str);
-            match allow.iter_mut().find(|(p, _)| *p == r.path) {
-                Some((_, all)) => all.extend(methods),
-                None => allow.push((r.path, methods.collect())),
-            }
-        }
-        let allow = allow
-            .into_iter()
-            .map(|(path, methods)| {
-                let value = HeaderValue::from_str(&methods.join(", ")).expect("method names are header values");
-                (path, value)
-            })
-            .collect();
-        Routes { table, allow }
+        Routes { table }
     }
 }
 
 impl Routes {
-    /// One request: the route of its path and method answers it; a known
-    /// path with another method is 405 with its `Allow`; else 404.
+    /// One request: the route of its path, matched once, answers by its
+    /// method; another method is 405 with the path's `Allow`; an unknown
+    /// path 404.
     pub(crate) fn answer<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
         let path = req.uri().path();
-        let method = req.method();
-        if let Some(route) = self.table.iter().find(|r| r.methods.contains(method) && r.takes(path)) {
-            return route.answer.answer(caller, req);
-        }
-        let known = self.table.iter().find(|r| r.takes(path)).map(|r| r.path);
-        let allow = self
-            .allow
-            .iter()
-            .find(|(p, _)| Some(*p) == known)
-            .map(|(_, a)| a.clone());
-        let app_probe = self
-            .table
-            .iter()
-            .any(|r| matches!(r.answer, Answer::AppProbe(_)) && r.path.matches(path));
-        let not_found = match app_probe {
-            true => Bytes::from(format!("no app probe is configured for {path}\n")),
-            false => Bytes::from_static(b"not found\n"),
+        let Some(route) = self.table.iter().find(|r| r.path.matches(path)) else {
+            return refuse(req, StatusCode::NOT_FOUND, None);
         };
-        let method = method.clone();
-        let mut headers = into_headers(req);
-        match allow {
-            Some(allow) => {
-                headers.insert(ALLOW, allow);
-                let body = Bytes::from_static(b"method not allowed\n");
-                finish(headers, &method, (StatusCode::METHOD_NOT_ALLOWED, body))
-            }
-            None => finish(headers, &method, (StatusCode::NOT_FOUND, not_found)),
+        let handler = match *req.method() {
+            Method::GET | Method::HEAD => route.read.as_ref(),
+            Method::POST => route.post.as_ref(),
+            _ => None,
+        };
+        match handler {
+            Some(handler) => handler.answer(caller, req),
+            None => refuse(req, StatusCode::METHOD_NOT_ALLOWED, Some(route.allow.clone())),
         }
     }
+}
+
+/// A 404 or a 405 (with its `Allow`).
+fn refuse<B>(req: Request<B>, status: StatusCode, allow: Option<HeaderValue>) -> ResponseFuture {
+    let method = req.method().clone();
+    let mut headers = into_headers(req);
+    let body = match allow {
+        Some(allow) => {
+            headers.insert(ALLOW, allow);
+            Bytes::from_static(b"method not allowed\n")
+        }
+        None => Bytes::from_static(b"not found\n"),
+    };
+    finish(headers, &method, (status, body))
 }
 
 /// The request's header map, emptied, to be the response's.
@@ -285,15 +270,22 @@ fn into_headers<B>(mut req: Request<B>) -> HeaderMap {
     headers
 }
 
-impl Answer {
+impl Handler {
     fn answer<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
         match self {
-            Answer::Probe(probe) => probe.answer(caller, req),
-            Answer::Scrape(scrape) => scrape.answer(req),
-            Answer::DrainStatus(status) => status.answer(req),
-            Answer::DrainWait(wait) => drain_wait(wait, caller, req),
-            Answer::Control(control) => control.answer(caller, req),
-            Answer::AppProbe(prober) => app_probe(prober, req),
+            Handler::Probe(probe) => probe.answer(caller, req),
+            Handler::Scrape(scrape) => scrape.answer(req),
+            Handler::DrainStatus(status) => status.answer(req),
+            Handler::Drain(control) => control.drain(caller, req),
+            Handler::Quit(control) => control.quit(caller, req),
+            Handler::DrainWait(wait) => drain_wait(wait, caller, req),
+            Handler::AppProbe(prober) => app_probe(prober, req),
+            Handler::NoAppProbe => {
+                let path = req.uri().path().to_owned();
+                let method = req.method().clone();
+                let body = Bytes::from(format!("no app probe is configured for {path}\n"));
+                finish(into_headers(req), &method, (StatusCode::NOT_FOUND, body))
+            }
         }
     }
 }
@@ -307,13 +299,16 @@ struct Probe {
     unavailable: Counter,
     /// Who checks the pod's readiness (the drain wait's table, when it is
     /// wired): each probe's answer is recorded.
-    checkers: Checkers,
+    checkers: Option<Checkers>,
 }
 
 impl Probe {
     fn answer<B>(&self, caller: &Caller, mut req: Request<B>) -> ResponseFuture {
         let mut headers = std::mem::take(req.headers_mut());
-        let checker = self.checkers.key_of(caller.peer, &headers);
+        let checker = self
+            .checkers
+            .as_ref()
+            .and_then(|c| Some((c, c.key_of(caller.peer, &headers)?)));
         headers.clear();
         let answer = self.readiness.answer();
         let status = if answer.ready {
@@ -323,8 +318,8 @@ impl Probe {
             self.unavailable.increment(1);
             StatusCode::SERVICE_UNAVAILABLE
         };
-        if let Some(key) = checker {
-            self.checkers.record(key, Instant::now(), answer.ready);
+        if let Some((checkers, key)) = checker {
+            checkers.record(key, Instant::now(), answer.ready);
         }
         finish(headers, req.method(), (status, answer.body))
     }
@@ -335,7 +330,6 @@ impl Probe {
 #[derive(Clone)]
 struct Scrape {
     scraper: Scraper,
-    linger: Option<Linger>,
 }
 
 impl Scrape {
@@ -351,7 +345,7 @@ impl Scrape {
         let body = if req.method() == Method::HEAD {
             Body::full(Bytes::new())
         } else {
-            let ticket = self.linger.as_ref().map(Linger::scrape_begins);
+            let ticket = self.scraper.linger().map(linger::Linger::scrape_begins);
             Body::stream(Box::pin(ServedAtEnd {
                 stream: Box::pin(self.scraper.body(scrape)),
                 ticket,
@@ -461,10 +455,7 @@ fn wait_timeout(query: Option<&str>) -> Result<Option<std::time::Duration>, Time
 #[derive(Clone)]
 struct Control {
     drain: DrainHandle,
-    /// Whether loopback TCP callers may drain and stop (`--loopback-control`).
-    loopback: bool,
-    /// The control socket, named in the answer to a TCP caller refused.
-    socket: Option<PathBuf>,
+    access: ControlAccess,
 }
 
 impl Control {
@@ -473,8 +464,8 @@ impl Control {
         if caller.control_socket {
             return Ok(());
         }
-        if !self.loopback {
-            let on = self.socket.as_deref().map_or("nowhere on TCP".into(), |p| {
+        if !self.access.loopback {
+            let on = self.access.socket.as_deref().map_or("nowhere on TCP".into(), |p| {
                 format!("on the control socket {}", p.display())
             });
             return Err(Bytes::from(format!("forbidden: drain and stop are served {on} only\n")));
@@ -485,8 +476,25 @@ impl Control {
         }
     }
 
-    fn answer<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
-        let quit = req.uri().path() == "/quitquitquit";
+    /// `POST /quitquitquit`: stops Envoy now; answers once it has stopped.
+    fn quit<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
+        let headers = into_headers(req);
+        if let Err(forbidden) = self.may(caller) {
+            return finish(headers, &Method::POST, (StatusCode::FORBIDDEN, forbidden));
+        }
+        let drain = self.drain.clone();
+        ResponseFuture::waiting(async move {
+            let answer = match drain.quit().await {
+                true => (StatusCode::OK, Bytes::from_static(b"OK\n")),
+                false => stopping(),
+            };
+            respond(headers, &Method::POST, answer)
+        })
+    }
+
+    /// `POST /drain[?nowait]`: drains; answers once drained, or once the
+    /// drain has begun (`nowait`).
+    fn drain<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
         let nowait = req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "nowait"));
         let mut headers = into_headers(req);
         if let Err(forbidden) = self.may(caller) {
@@ -494,16 +502,9 @@ impl Control {
         }
         let drain = self.drain.clone();
         ResponseFuture::waiting(async move {
-            let (status, drained) = match (quit, nowait) {
-                (true, _) => {
-                    let answer = match drain.quit().await {
-                        true => (StatusCode::OK, Bytes::from_static(b"OK\n")),
-                        false => stopping(),
-                    };
-                    return respond(headers, &Method::POST, answer);
-                }
-                (false, true) => (StatusCode::ACCEPTED, drain.begin().await),
-                (false, false) => (StatusCode::OK, drain.drain().await),
+            let (status, drained) = match nowait {
+                true => (StatusCode::ACCEPTED, drain.begin().await),
+                false => (StatusCode::OK, drain.drain().await),
             };
             let answer = match drained {
                 Some(drained) => {

@@ -14,8 +14,8 @@ use hyper::{Request, Response};
 
 use super::connections::Activity;
 pub use super::response::{Body, ResponseFuture};
-pub use super::routes::RoutesBuilder;
 use super::routes::{Caller, Routes};
+pub use super::routes::{ControlAccess, RoutesBuilder};
 use crate::envoy::readiness::Readiness;
 
 /// The routes of the status port, as a service. One value per connection:
@@ -168,7 +168,11 @@ mod tests {
         let (drain, handle) = Drain::new(plan, crate::envoy::process::Envoy::external(admin, vec![]), ());
         let r = Readiness::new(Duration::from_secs(4), handle.phase());
         r.store(Verdict::ready(Instant::now()));
-        (StatusService::builder(r.clone()).drain(handle), r, drain)
+        (
+            StatusService::builder(r.clone()).drain(handle, ControlAccess::loopback()),
+            r,
+            drain,
+        )
     }
 
     #[test]

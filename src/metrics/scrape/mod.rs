@@ -95,6 +95,7 @@ use crate::drain_wait::DrainWait;
 use crate::envoy::admin::AdminClient;
 use crate::envoy::poller::Heartbeat;
 use crate::envoy::readiness::Readiness;
+use crate::exit::linger::Linger;
 use crate::istio::annotations::AppMetrics;
 use crate::metrics::app::fetch::MAX_APP_READS;
 use crate::metrics::Metrics;
@@ -117,6 +118,7 @@ impl Scraper {
                 readiness,
                 drain: None,
                 drain_wait: None,
+                linger: None,
                 heartbeat: Heartbeat::default(),
                 shutdown: CancellationToken::new(),
                 reads: Mutex::new(HashMap::new()),
@@ -136,6 +138,18 @@ impl Scraper {
     pub(crate) fn with_drain(mut self, drain: DrainHandle) -> Self {
         self.inner_mut().drain = Some(drain);
         self
+    }
+
+    /// Tells `linger` of each scrape (the last one, after Envoy stopped,
+    /// lets lifeguard exit).
+    pub(crate) fn with_linger(mut self, linger: Linger) -> Self {
+        self.inner_mut().linger = Some(linger);
+        self
+    }
+
+    /// The linger told of each scrape, if there is one.
+    pub(crate) fn linger(&self) -> Option<&Linger> {
+        self.inner.linger.as_ref()
     }
 
     /// Takes the drain wait's gauges from `wait`'s status.

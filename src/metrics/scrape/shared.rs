@@ -17,6 +17,7 @@ use crate::drain_wait::DrainWait;
 use crate::envoy::admin::AdminClient;
 use crate::envoy::poller::Heartbeat;
 use crate::envoy::readiness::Readiness;
+use crate::exit::linger::Linger;
 use crate::istio::annotations::Target;
 use crate::metrics::Metrics;
 
@@ -29,6 +30,8 @@ pub(super) struct Shared {
     pub(super) readiness: Readiness,
     pub(super) drain: Option<DrainHandle>,
     pub(super) drain_wait: Option<DrainWait>,
+    /// Told of each scrape, for the last one after Envoy stopped.
+    pub(super) linger: Option<Linger>,
     pub(super) heartbeat: Heartbeat,
     pub(super) shutdown: CancellationToken,
     /// The newest read per query string.

@@ -105,6 +105,11 @@ impl AppProber {
         self.inner.probes.contains_key(path)
     }
 
+    /// The status port's paths of the probes (each a route of its own).
+    pub(crate) fn paths(&self) -> impl Iterator<Item = &str> {
+        self.inner.probes.keys().map(String::as_str)
+    }
+
     /// Runs the probe of `path` for a kubelet request with `headers`; the
     /// answer for the kubelet. A call, once started, runs to its end or its
     /// timeout even if the kubelet goes away, holding its slot: the app never
