@@ -170,7 +170,7 @@ pub struct Images {
     pub base: String,
     /// lifeguard-envoy, from the Containerfile.
     pub proxy: String,
-    /// The app (see [`app_image`]).
+    /// The app (see `app_image`).
     pub app: String,
     /// The Envoy version in the base (`x.y.z`).
     pub envoy_version: String,

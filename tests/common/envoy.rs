@@ -23,7 +23,7 @@ pub struct Ports {
     pub app: Port,
     pub prometheus: Port,
     /// Envoy's admin on a Unix socket instead of `admin`, when the run asks
-    /// for it (see [`admin_over_unix`]); the directory it lives in.
+    /// for it (see `admin_over_unix`); the directory it lives in.
     pub admin_socket: Option<(PathBuf, TempDir)>,
 }
 

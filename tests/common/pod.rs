@@ -3,7 +3,7 @@
 //!
 //! - the pod's **network namespace**, joined by a veth pair to a **peer
 //!   namespace** that plays the rest of the cluster (the kit's
-//!   [`Net`](crate::netns::Net)): downstream clients call the pod
+//!   [`crate::netns::Net`]): downstream clients call the pod
 //!   from there, and a peer service there answers the app's outbound calls;
 //! - **containers** as cgroups (a pids-hierarchy cgroup each: the proxy, the
 //!   app, and pause when there is one) and **pid namespaces**: without

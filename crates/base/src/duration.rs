@@ -11,8 +11,8 @@
 //! fractions such as `1.5h`; Go takes `1.5h` and no spaces), where a
 //! setting moved over from Istio must mean what it meant there.
 //!
-//! The one parser of durations: the settings (`crate::config`, from every
-//! layer), the hooks' flags (`crate::cli`) and a drain wait's `?timeout=`
+//! The one parser of durations: the settings (`lifeguard_config`, from every
+//! layer), the hooks' flags (`lifeguard_config::cli`) and a drain wait's `?timeout=`
 //! read them here, each with its floor ([`at_least`], [`positive`]), and a
 //! refusal is a [`DurationError`].
 
@@ -22,7 +22,7 @@ use std::time::Duration;
 /// Why a duration was refused: not a Go duration (the message names the
 /// text), or outside the range its setting allows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum DurationError {
+pub enum DurationError {
     #[error("invalid duration {text:?}: {fault} (write it like 500ms, 5s, 1m30s)")]
     Invalid { text: String, fault: Fault },
     /// Zero, where a duration must be positive.
@@ -34,7 +34,7 @@ pub(crate) enum DurationError {
 
 /// What is wrong with a text that is not a Go duration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Fault {
+pub enum Fault {
     #[error("empty")]
     Empty,
     #[error("negative durations are not allowed")]
@@ -52,10 +52,10 @@ pub(crate) enum Fault {
 }
 
 /// The longest duration accepted: 8760h (a year).
-pub(crate) const MAX: Duration = Duration::from_secs(8760 * 3600);
+pub const MAX: Duration = Duration::from_secs(8760 * 3600);
 
 /// Parses a Go-style duration string, at most [`MAX`].
-pub(crate) fn parse(text: &str) -> Result<Duration, DurationError> {
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let err = |fault| DurationError::Invalid {
         text: text.to_owned(),
         fault,
@@ -127,7 +127,7 @@ fn scaled(number: &str, unit_nanos: u128) -> Option<u128> {
 
 /// A Go duration (at most [`MAX`]) no shorter than `min`: the settings'
 /// and the hooks' flags, each with its floor.
-pub(crate) fn at_least(text: &str, min: Duration) -> Result<Duration, DurationError> {
+pub fn at_least(text: &str, min: Duration) -> Result<Duration, DurationError> {
     match parse(text)? {
         d if d >= min => Ok(d),
         _ if min == Duration::from_nanos(1) => Err(DurationError::Zero),
@@ -136,13 +136,13 @@ pub(crate) fn at_least(text: &str, min: Duration) -> Result<Duration, DurationEr
 }
 
 /// A Go duration greater than zero.
-pub(crate) fn positive(text: &str) -> Result<Duration, DurationError> {
+pub fn positive(text: &str) -> Result<Duration, DurationError> {
     at_least(text, Duration::from_nanos(1))
 }
 
 /// Displays a duration the Go way, so `check` and the logs print what a user
 /// would have typed: `1m30s`, `500ms`, `0s`.
-pub(crate) struct GoDuration(pub Duration);
+pub struct GoDuration(pub Duration);
 
 impl fmt::Display for GoDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -188,7 +188,7 @@ impl fmt::Display for GoDuration {
 /// The wall clock as Unix seconds, for the times lifeguard publishes (the
 /// drain's start and deadline, the last admin success). Durations are
 /// measured on tokio's clock instead, which tests can pause.
-pub(crate) fn unix_now() -> f64 {
+pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())

@@ -1,8 +1,8 @@
 //! One HTTP/1.1 request to a local URL (loopback TCP or a Unix socket, see
 //! [`crate::url`]) on a fresh connection, its body read up to a limit:
-//! what Envoy's admin client (`crate::envoy::admin`, which words the
+//! what Envoy's admin client (`lifeguard_envoy::admin`, which words the
 //! errors as Envoy's) and the hooks calling lifeguard's own port
-//! (`crate::hooks`) share. No timeout here: callers bound it.
+//! (`lifeguard_hooks`) share. No timeout here: callers bound it.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
@@ -26,7 +26,7 @@ pub enum FetchError {
 
 /// One HTTP/1.1 request to a loopback URL on a fresh connection: the status
 /// and up to `limit` bytes of body. No timeout here: callers wrap it.
-pub(crate) async fn fetch(
+pub async fn fetch(
     url: &LoopbackUrl,
     method: Method,
     path: &str,

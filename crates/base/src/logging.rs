@@ -18,11 +18,46 @@ use tracing_subscriber::util::SubscriberInitExt;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-/// Starts logging with the filter the configuration validated: a level,
-/// or targets and their levels (`warn,lifeguard=debug`), as tracing's
+/// The log's settings. The file key is the field name.
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+#[group(skip)]
+pub struct Settings {
+    /// Log filter: a level (`info`), or targets and their levels
+    /// (`warn,lifeguard=debug`).
+    #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER", default_value = "info", value_parser = filter::parse)]
+    #[serde(with = "filter")]
+    pub log: String,
+
+    /// Log line format: text (for people) or json (one JSON object a line,
+    /// with `timestamp`, `level` and `fields`, for log pipelines).
+    #[arg(long, env = "LIFEGUARD_LOG_FORMAT", value_name = "FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+crate::shared_parser!(
+    /// A log filter, as tracing's `Targets` reads one.
+    pub filter: String = log_filter, shown as |f: &String| f.clone()
+);
+
+/// A log filter that tracing's `Targets` does not read.
+#[derive(Debug, thiserror::Error)]
+#[error("not a log filter: {0}")]
+pub struct FilterError(#[from] tracing_subscriber::filter::ParseError);
+
+fn log_filter(s: &str) -> Result<String, FilterError> {
+    s.parse::<Targets>()?;
+    Ok(s.to_owned())
+}
+
+/// Starts logging with the filter the settings validated: a level, or
+/// targets and their levels (`warn,lifeguard=debug`), as tracing's
 /// `Targets` reads them (no regex engine in the binary for it).
-pub(crate) fn init(filter: &str, format: LogFormat) {
-    let filter: Targets = filter.parse().expect("the log filter was validated with the settings");
+pub fn init(settings: &Settings) {
+    let format = settings.log_format;
+    let filter: Targets = settings
+        .log
+        .parse()
+        .expect("the log filter was validated with the settings");
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false);
@@ -45,7 +80,7 @@ pub(crate) fn init(filter: &str, format: LogFormat) {
 /// The format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum LogFormat {
+pub enum LogFormat {
     /// `2026-11-22T05:21:00Z  INFO message key=value`, for people.
     Text,
     /// One JSON object a line (timestamp, level, fields), for log pipelines.
@@ -57,14 +92,14 @@ crate::display_as_value!(LogFormat);
 /// Lets a repeated log line through at most once per period, and counts
 /// the occurrences it held back, so a flood of one event is one line that
 /// says how many there were.
-pub(crate) struct Throttle {
+pub struct Throttle {
     every: Duration,
     last: Option<Instant>,
     held: u64,
 }
 
 impl Throttle {
-    pub(crate) fn new(every: Duration) -> Self {
+    pub fn new(every: Duration) -> Self {
         Self {
             every,
             last: None,
@@ -74,7 +109,7 @@ impl Throttle {
 
     /// Whether a line is due at `now`; when it is not, this occurrence is
     /// counted as held back.
-    pub(crate) fn due(&mut self, now: Instant) -> bool {
+    pub fn due(&mut self, now: Instant) -> bool {
         let due = self.last.is_none_or(|t| now.duration_since(t) >= self.every);
         match due {
             true => self.last = Some(now),
@@ -84,7 +119,7 @@ impl Throttle {
     }
 
     /// How many occurrences were held back since the last line; resets.
-    pub(crate) fn take_held(&mut self) -> u64 {
+    pub fn take_held(&mut self) -> u64 {
         std::mem::take(&mut self.held)
     }
 }

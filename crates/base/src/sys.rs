@@ -13,7 +13,7 @@ use rustix::process::{getppid, set_parent_process_death_signal, Pid, Signal};
 
 /// Makes the command's process die with SIGKILL when the thread that
 /// spawned it (lifeguard's main thread) dies, so Envoy is never orphaned.
-pub(crate) fn kill_child_when_parent_dies(cmd: &mut tokio::process::Command) {
+pub fn kill_child_when_parent_dies(cmd: &mut tokio::process::Command) {
     let parent = Pid::from_raw(std::process::id() as i32);
     let thp_disabled = THP_WAS_DISABLED.load(Ordering::Relaxed);
     // SAFETY: the closure runs between fork and exec and makes only
@@ -36,7 +36,7 @@ pub(crate) fn kill_child_when_parent_dies(cmd: &mut tokio::process::Command) {
 /// `connect`, for its destination (`IP_BIND_ADDRESS_NO_PORT`): otherwise
 /// `bind` picks a port alone, and with many closed sockets in TIME_WAIT it
 /// searches long for one that is free for every destination.
-pub(crate) fn bind_address_no_port(socket: &impl AsRawFd) -> std::io::Result<()> {
+pub fn bind_address_no_port(socket: &impl AsRawFd) -> std::io::Result<()> {
     let on: libc::c_int = 1;
     // SAFETY: setsockopt on a descriptor the caller owns, with a pointer to
     // a live c_int and its size.
@@ -64,7 +64,7 @@ static THP_WAS_DISABLED: AtomicBool = AtomicBool::new(false);
 /// the hard one, so the status server's connection cap, not the kernel,
 /// bounds it. Returns the open-files limit now in force (None: unknown or
 /// unlimited).
-pub(crate) fn tune_for_run() -> Option<u64> {
+pub fn tune_for_run() -> Option<u64> {
     tune_memory();
     raise_open_files_limit()
 }
@@ -105,7 +105,7 @@ fn tune_memory() {
 /// mimalloc returns freed pages only as the thread allocates again, so a
 /// worker that goes idle after a burst (a merged scrape) would keep them;
 /// the runtime calls this when a worker parks, at most every 100 ms.
-pub(crate) fn return_freed_memory() {
+pub fn return_freed_memory() {
     // SAFETY: mi_collect only walks and purges the calling thread's heap
     // and mimalloc's own structures; it takes no pointer.
     unsafe { libmimalloc_sys::mi_collect(true) };
@@ -114,7 +114,7 @@ pub(crate) fn return_freed_memory() {
 /// A monotonic clock read cheaply (`CLOCK_MONOTONIC_COARSE`: the kernel's
 /// last tick, a few milliseconds coarse, no clock source read): for the
 /// worker threads' park hook, which runs at every park.
-pub(crate) fn coarse_monotonic() -> std::time::Duration {
+pub fn coarse_monotonic() -> std::time::Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
     std::time::Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32)
 }

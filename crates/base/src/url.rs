@@ -17,7 +17,7 @@ use tokio_util::either::Either;
 
 /// Whether an address is on this host (127.0.0.0/8, ::1, or either as an
 /// IPv4-mapped IPv6 address).
-pub(crate) fn is_loopback(ip: IpAddr) -> bool {
+pub fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => a.is_loopback(),
         IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
@@ -39,11 +39,11 @@ enum To {
 }
 
 /// A connection to a [`LoopbackUrl`].
-pub(crate) type LocalStream = Either<TcpStream, UnixStream>;
+pub type LocalStream = Either<TcpStream, UnixStream>;
 
 impl LoopbackUrl {
     /// A Unix socket's URL.
-    pub(crate) fn unix(path: &Path) -> Self {
+    pub fn unix(path: &Path) -> Self {
         Self {
             to: To::Unix(path.to_owned()),
             authority: "localhost".into(),
@@ -51,7 +51,7 @@ impl LoopbackUrl {
     }
 
     /// The TCP port, when the address is one (None for a Unix socket).
-    pub(crate) fn port(&self) -> Option<u16> {
+    pub fn port(&self) -> Option<u16> {
         match &self.to {
             To::Tcp(addr) => Some(addr.port()),
             To::Unix(_) => None,
@@ -59,13 +59,13 @@ impl LoopbackUrl {
     }
 
     /// The `Host` header of a request to it.
-    pub(crate) fn authority(&self) -> &str {
+    pub fn authority(&self) -> &str {
         &self.authority
     }
 
     /// A new connection (with `TCP_NODELAY` over TCP). No timeout here:
     /// callers bound the whole exchange.
-    pub(crate) async fn connect(&self) -> std::io::Result<LocalStream> {
+    pub async fn connect(&self) -> std::io::Result<LocalStream> {
         match &self.to {
             To::Tcp(addr) => {
                 let stream = TcpStream::connect(addr).await?;
@@ -127,7 +127,7 @@ impl FromStr for LoopbackUrl {
 
 /// Parses `http://HOST:PORT[/PATH]` where HOST is a loopback address (or
 /// `localhost`); returns the address and the path (`/` when none).
-pub(crate) fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), UrlError> {
+pub fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), UrlError> {
     let rest = s.strip_prefix("http://").ok_or(UrlError::Scheme)?;
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = Some(path)
@@ -154,11 +154,11 @@ pub(crate) fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), UrlEr
 
 /// Where the control socket is: a path, or none (`none`, the default).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ControlSocket(pub(crate) Option<PathBuf>);
+pub struct ControlSocket(pub Option<PathBuf>);
 
 /// Why a control socket's path was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ControlSocketError {
+pub enum ControlSocketError {
     #[error("must be an absolute path (or none)")]
     Relative,
     #[error("a path cannot contain NUL")]
@@ -180,7 +180,7 @@ impl FromStr for ControlSocket {
 impl ControlSocket {
     /// The socket's URL when it is set and its file exists, else `url`:
     /// how a hook reaches the agent.
-    pub(crate) fn or(&self, url: LoopbackUrl) -> LoopbackUrl {
+    pub fn or(&self, url: LoopbackUrl) -> LoopbackUrl {
         match &self.0 {
             Some(path) if path.exists() => LoopbackUrl::unix(path),
             _ => url,
@@ -198,7 +198,7 @@ impl fmt::Display for ControlSocket {
 }
 
 /// `text` for a query string: every byte but the unreserved ones as `%XX`.
-pub(crate) fn query_encode(text: &str) -> String {
+pub fn query_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 3);
     for b in text.bytes() {
         match b {

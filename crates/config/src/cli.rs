@@ -6,10 +6,10 @@ use std::ffi::OsString;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::config::{self, ConfigError, Effective, RunArgs, Settings};
-use crate::duration::GoDuration;
-use crate::hooks::{AppExitOptions, DrainOptions, WaitOptions};
-use crate::inject::InjectOptions;
+use crate::{ConfigError, Effective, Plan, RunArgs};
+use lifeguard_base::duration::GoDuration;
+use lifeguard_hooks::{AppExitOptions, DrainOptions, WaitOptions};
+use lifeguard_inject::InjectOptions;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -17,13 +17,13 @@ use crate::inject::InjectOptions;
     version,
     about = "Sidecar agent that owns Envoy's readiness, drain and exit"
 )]
-pub(crate) struct Cli {
+pub struct Cli {
     #[command(subcommand)]
-    pub(crate) command: Command,
+    pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub(crate) enum Command {
+pub enum Command {
     /// Run the agent: serve readiness from Envoy's admin stats, drain Envoy
     /// and stop it on SIGTERM. With `-- ENVOY_COMMAND...` Envoy is launched
     /// as lifeguard's child; without it, lifeguard looks after an Envoy that
@@ -79,23 +79,16 @@ pub(crate) enum Command {
 
 /// `lifeguard check`: prints every effective setting with its source, the
 /// drain deadline and the warnings; returns how many warnings.
-pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> usize {
+pub fn check_report(plan: &Plan, effective: &[Effective]) -> usize {
     let width = effective.iter().map(|e| e.key.len()).max().unwrap_or(0);
     for e in effective {
         println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
     }
-    println!(
-        "{:width$} = {}",
-        "drain deadline",
-        GoDuration(settings.drain_deadline())
-    );
-    if !settings.proxy_config_unused.is_empty() {
-        println!(
-            "PROXY_CONFIG fields not used: {}",
-            settings.proxy_config_unused.join(", ")
-        );
+    println!("{:width$} = {}", "drain deadline", GoDuration(plan.drain.deadline()));
+    if !plan.proxy_config_unused.is_empty() {
+        println!("PROXY_CONFIG fields not used: {}", plan.proxy_config_unused.join(", "));
     }
-    let warnings = settings.warnings();
+    let warnings = plan.drain.warnings();
     for w in &warnings {
         eprintln!("lifeguard check: {w}");
     }
@@ -106,25 +99,22 @@ pub(crate) fn check_report(settings: &Settings, effective: &[Effective]) -> usiz
 }
 
 /// What the command line asks for, its settings loaded and checked: made
-/// by [`parse`], run by [`crate::agent::main`].
+/// by [`parse`], run by the binary's agent (`lifeguard::agent::main`).
 #[derive(Debug)]
-pub struct Invocation(pub(crate) Task);
+pub struct Invocation(pub Task);
 
 /// What to run.
 #[derive(Debug)]
-pub(crate) enum Task {
+pub enum Task {
     /// `lifeguard run`: the agent, and Envoy's command line (empty: an
     /// Envoy that runs beside lifeguard).
     Run {
-        settings: Settings,
+        plan: Plan,
         effective: Vec<Effective>,
         envoy: Vec<String>,
     },
     /// `lifeguard check`.
-    Check {
-        settings: Settings,
-        effective: Vec<Effective>,
-    },
+    Check { plan: Plan, effective: Vec<Effective> },
     /// `lifeguard wait`.
     Wait(WaitOptions),
     /// `lifeguard wait-app-exit`.
@@ -175,7 +165,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, BadSetting> {
     let check = argv.get(1).is_some_and(|a| a == "check");
     let matches = match Cli::command().try_get_matches_from(&argv) {
         Ok(matches) => matches,
-        Err(e) => match config::from_clap_error(&e, &argv) {
+        Err(e) => match crate::from_clap_error(&e, &argv) {
             Some(error) => return Err(BadSetting { check, error }),
             None => e.exit(),
         },
@@ -189,16 +179,19 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, BadSetting> {
     let load = |args: RunArgs, name| args.load(sub(name)).map_err(|error| BadSetting { check, error });
     Ok(Invocation(match cli.command {
         Command::Run { args, envoy } => {
-            let (settings, effective) = load(args, "run")?;
+            let loaded = load(args, "run")?;
             Task::Run {
-                settings,
-                effective,
+                plan: loaded.plan,
+                effective: loaded.effective,
                 envoy,
             }
         }
         Command::Check { args } => {
-            let (settings, effective) = load(args, "check")?;
-            Task::Check { settings, effective }
+            let loaded = load(args, "check")?;
+            Task::Check {
+                plan: loaded.plan,
+                effective: loaded.effective,
+            }
         }
         Command::Wait(opts) => Task::Wait(opts),
         Command::WaitAppExit(opts) => Task::WaitAppExit(opts),

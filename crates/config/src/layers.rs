@@ -14,11 +14,12 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args};
 
 use super::proxy_config::{EnvNames, ProxyLayer};
-use super::{ConfigError, Effective, RunArgs, Settings, Source};
+use super::{ConfigError, Effective, Loaded, Plan, RunArgs, Settings, Source};
+use lifeguard_base::settings::SettingError;
 
 /// `POD_IP`, checked as the setting's own parser checks `INSTANCE_IP`.
 fn check_pod_ip(ip: &str) -> Result<(), ConfigError> {
-    match super::parsers::pod_ip::parse(ip) {
+    match lifeguard_status::pod_ip::parse(ip) {
         Ok(_) => Ok(()),
         Err(why) => Err(ConfigError::Invalid {
             field: "POD_IP".into(),
@@ -48,9 +49,10 @@ fn field_name(key: &str, source: Source) -> String {
 
 impl RunArgs {
     /// Lays the config file under the flags and env values clap parsed
-    /// (`matches`, of this subcommand, tells which were given), applies the
-    /// rules across settings and lists every effective value with its source.
-    pub(crate) fn load(self, matches: &ArgMatches) -> Result<(Settings, Vec<Effective>), ConfigError> {
+    /// (`matches`, of this subcommand, tells which were given), makes each
+    /// crate's plan (the rules across settings) and lists every effective
+    /// value with its source.
+    pub fn load(self, matches: &ArgMatches) -> Result<Loaded, ConfigError> {
         let file = match &self.config {
             Some(path) => read_file(path)?,
             None => toml::Table::new(),
@@ -104,14 +106,15 @@ impl RunArgs {
                 Source::Default
             })
         };
-        let mut settings: Settings = table.try_into().expect("every layered value was checked");
-        settings.proxy_config_unused = proxy.unused;
+        let settings: Settings = table.try_into().expect("every layered value was checked");
         // A rule across settings names each value as the user wrote it:
         // a flag, an env variable, a file key, or PROXY_CONFIG's field.
-        settings.resolve(|key| match (source(key), proxy.fields.get(key)) {
+        let named = |key: &str| match (source(key), proxy.fields.get(key)) {
             (Source::ProxyConfig, Some(field)) => (field.clone(), Source::ProxyConfig),
             (source, _) => (field_name(key, source), source),
-        })?;
+        };
+        let given = |key: &str| source(key) != Source::Default;
+        let plan = settings.plan(&given, named, proxy.unused)?;
 
         let table = toml::Table::try_from(&settings).expect("settings serialize");
         let effective = settings_command()
@@ -127,7 +130,47 @@ impl RunArgs {
                 }
             })
             .collect();
-        Ok((settings, effective))
+        Ok(Loaded {
+            settings,
+            plan,
+            effective,
+        })
+    }
+}
+
+impl Settings {
+    /// Each crate's plan, each made from its settings (and the plans it
+    /// needs); a rule that does not hold names its setting by `named`.
+    fn plan(
+        &self,
+        given: &dyn Fn(&str) -> bool,
+        named: impl Fn(&str) -> (String, Source),
+        proxy_config_unused: Vec<String>,
+    ) -> Result<Plan, ConfigError> {
+        let refused = |e: &dyn SettingError| {
+            let (field, origin) = named(e.key());
+            ConfigError::Invalid {
+                field,
+                value: e.value(),
+                origin,
+                why: e.to_string(),
+            }
+        };
+        let drain = self.drain.plan(given, self.envoy.reads()).map_err(|e| refused(&e))?;
+        let status = self.status.plan().map_err(|e| refused(&e))?;
+        let (status_port, admin_port) = (self.status.status_addr.port(), self.envoy.admin_url.port());
+        let metrics = self.metrics.plan(status_port, admin_port).map_err(|e| refused(&e))?;
+        Ok(Plan {
+            log: self.log.clone(),
+            envoy: self.envoy.plan(drain.grace_period()),
+            drain_wait: self.drain_wait.plan(&drain),
+            drain,
+            status,
+            metrics,
+            pod: self.pod.clone(),
+            exit: self.exit.clone(),
+            proxy_config_unused,
+        })
     }
 }
 
@@ -181,7 +224,7 @@ fn shown(value: &toml::Value) -> String {
 /// The agent's message for clap's error about a bad setting value, naming
 /// the env variable when the value came from there (clap names the flag
 /// either way). `None` for any other error, which clap reports itself.
-pub(crate) fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
+pub fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
     if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
         return None;
     }

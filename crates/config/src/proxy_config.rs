@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::istio::proxy_config::{ProxyConfig, ProxyConfigError};
+use lifeguard_istio::proxy_config::{ProxyConfig, ProxyConfigError};
 
 /// What `PROXY_CONFIG` sets: file-layer values by setting key, the names
 /// the user wrote them under (for errors), and the fields left unused.
@@ -91,7 +91,7 @@ impl ProxyLayer {
         };
         let typed = match base.get(key) {
             Some(toml::Value::Boolean(_)) => {
-                toml::Value::Boolean(crate::config::parsers::go_bool(text).map_err(|e| invalid(e.to_string()))?)
+                toml::Value::Boolean(lifeguard_base::settings::go_bool(text).map_err(|e| invalid(e.to_string()))?)
             }
             Some(toml::Value::Array(_)) => {
                 let ports: Result<Vec<toml::Value>, _> = text

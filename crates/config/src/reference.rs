@@ -1,17 +1,71 @@
 //! The configuration reference (`docs/configuration.md`), written from the
-//! settings themselves: each setting's flag, env variable, file key,
-//! default and doc comment, as clap and serde read them. `tests/docs.rs`
-//! keeps the file in step (`LIFEGUARD_UPDATE_DOCS=1 cargo test --test docs`
-//! rewrites it).
+//! settings themselves, a table for each crate's: each setting's flag, env
+//! variable, file key, default and doc comment, as clap and serde read
+//! them. `tests/docs.rs` keeps the file in step
+//! (`LIFEGUARD_UPDATE_DOCS=1 cargo test --test docs` rewrites it).
 
-use clap::Args;
+use clap::{Args, Command};
 
 use super::RunArgs;
+
+/// Each crate's settings, as the reference shows them: a heading, the
+/// crate, its clap arguments.
+fn sections() -> [(&'static str, &'static str, Command); 9] {
+    let args = |f: fn(Command) -> Command| f(Command::new("lifeguard"));
+    [
+        (
+            "The settings' own layers",
+            "lifeguard-config",
+            args(RunArgs::augment_args),
+        ),
+        (
+            "The status port",
+            "lifeguard-status",
+            args(lifeguard_status::Settings::augment_args),
+        ),
+        (
+            "Envoy",
+            "lifeguard-envoy",
+            args(lifeguard_envoy::Settings::augment_args),
+        ),
+        (
+            "The drain",
+            "lifeguard-drain",
+            args(lifeguard_drain::Settings::augment_args),
+        ),
+        (
+            "The drain wait",
+            "lifeguard-drain-wait",
+            args(lifeguard_drain_wait::Settings::augment_args),
+        ),
+        (
+            "The app in the pod",
+            "lifeguard-pod",
+            args(lifeguard_pod::Settings::augment_args),
+        ),
+        (
+            "Metrics and the merged scrape",
+            "lifeguard-metrics",
+            args(lifeguard_metrics::Settings::augment_args),
+        ),
+        (
+            "Logs",
+            "lifeguard-base",
+            args(lifeguard_base::logging::Settings::augment_args),
+        ),
+        (
+            "The exit summary",
+            "lifeguard-exit",
+            args(lifeguard_exit::Settings::augment_args),
+        ),
+    ]
+}
 
 const HEAD: &str = "\
 # Configuration reference
 
-<!-- Written from the settings in src/config/mod.rs by
+<!-- Written from each crate's `Settings` (and the config crate's
+     `RunArgs`) by
      `LIFEGUARD_UPDATE_DOCS=1 cargo test --test docs`; tests/docs.rs keeps
      it in step. Edit the doc comments there, not this file. -->
 
@@ -37,44 +91,73 @@ every effective value and where it came from.
 
 /// The whole of `docs/configuration.md`.
 pub fn reference() -> String {
-    let cmd = RunArgs::augment_args(clap::Command::new("lifeguard"));
     let mut out = String::from(HEAD);
-    out.push_str("| flag | env | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n");
-    for arg in cmd.get_arguments() {
-        let key = arg.get_id().as_str();
-        let value = arg
-            .get_value_names()
-            .and_then(|names| names.first())
-            .map_or(String::new(), |n| format!(" {n}"));
-        let flag = format!("`--{}{value}`", arg.get_long().unwrap_or(key));
-        let env = arg
-            .get_env()
-            .map_or(String::new(), |e| format!("`{}`", e.to_string_lossy()));
-        let file_key = match key {
-            "config" | "proxy_config" => String::new(),
-            _ => format!("`{key}`"),
-        };
-        let defaults: Vec<String> = arg
-            .get_default_values()
-            .iter()
-            .map(|d| match d.to_string_lossy().as_ref() {
-                "" => "(empty)".to_owned(),
-                d => format!("`{d}`"),
-            })
-            .collect();
-        let help = arg
-            .get_long_help()
-            .or(arg.get_help())
-            .map_or(String::new(), |h| h.to_string());
-        let meaning = help
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-            .replace('|', "\\|");
-        out.push_str(&format!(
-            "| {flag} | {env} | {file_key} | {} | {meaning} |\n",
-            defaults.join(", ")
-        ));
+    for (heading, krate, cmd) in sections() {
+        out.push_str(&format!("## {heading}\n\n`{krate}`'s settings.\n\n"));
+        out.push_str("| flag | env | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n");
+        for arg in cmd.get_arguments() {
+            if krate == "lifeguard-config" && !matches!(arg.get_id().as_str(), "config" | "proxy_config") {
+                continue;
+            }
+            out.push_str(&row(arg));
+        }
+        out.push('\n');
     }
+    out.pop();
     out
+}
+
+/// One setting's row of the reference.
+fn row(arg: &clap::Arg) -> String {
+    let key = arg.get_id().as_str();
+    let value = arg
+        .get_value_names()
+        .and_then(|names| names.first())
+        .map_or(String::new(), |n| format!(" {n}"));
+    let flag = format!("`--{}{value}`", arg.get_long().unwrap_or(key));
+    let env = arg
+        .get_env()
+        .map_or(String::new(), |e| format!("`{}`", e.to_string_lossy()));
+    let file_key = match key {
+        "config" | "proxy_config" => String::new(),
+        _ => format!("`{key}`"),
+    };
+    let defaults: Vec<String> = arg
+        .get_default_values()
+        .iter()
+        .map(|d| match d.to_string_lossy().as_ref() {
+            "" => "(empty)".to_owned(),
+            d => format!("`{d}`"),
+        })
+        .collect();
+    let help = arg
+        .get_long_help()
+        .or(arg.get_help())
+        .map_or(String::new(), |h| h.to_string());
+    let meaning = help
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|");
+    format!(
+        "| {flag} | {env} | {file_key} | {} | {meaning} |\n",
+        defaults.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_setting_has_one_row() {
+        let text = reference();
+        let cmd = RunArgs::augment_args(Command::new("lifeguard"));
+        for arg in cmd.get_arguments() {
+            let flag = format!("| `--{} ", arg.get_long().unwrap());
+            let flag_bare = format!("| `--{}` ", arg.get_long().unwrap());
+            let rows = text.matches(&flag).count() + text.matches(&flag_bare).count();
+            assert_eq!(rows, 1, "{flag}");
+        }
+    }
 }

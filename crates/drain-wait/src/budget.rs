@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::checkers::{Checker, CheckerKey};
 use super::rule::ms;
-use crate::duration::GoDuration;
+use lifeguard_base::duration::GoDuration;
 
 /// The slowest learned checker against the grace period (`GET /drain`'s
 /// `drain_wait.budget`).
@@ -132,8 +132,8 @@ pub(crate) fn warning(budget: &Budget, checker: &Checker, needs: &Needs) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain_wait::checkers::Checkers;
-    use hyper::header::{HeaderMap, HeaderValue, USER_AGENT};
+    use crate::checkers::Checkers;
+    use http::header::{HeaderMap, HeaderValue, USER_AGENT};
 
     fn needs(grace: u64) -> Needs {
         Needs {

@@ -53,14 +53,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper::header::{HeaderMap, HeaderName, USER_AGENT};
+use http::header::{HeaderMap, HeaderName, USER_AGENT};
 use ipnet::IpNet;
 use metrics::Counter;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::peer::PeerKey;
-use crate::url::is_loopback;
+use lifeguard_base::peer::PeerKey;
+use lifeguard_base::url::is_loopback;
 
 /// At most this many checkers are remembered.
 pub(crate) const MAX_CHECKERS: usize = 32;
@@ -82,7 +82,7 @@ pub(crate) const VANISH_SLACK: Duration = Duration::from_secs(1);
 
 /// Who sent a probe: an address and the start of its `User-Agent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CheckerKey {
+pub struct CheckerKey {
     pub(crate) ip: IpAddr,
     /// The peer came from `x-forwarded-for` (a probe through Envoy).
     pub(crate) forwarded: bool,
@@ -163,18 +163,18 @@ fn forwarded_peer(headers: &HeaderMap) -> Option<IpAddr> {
 
 /// One checker as the rule sees it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Checker {
-    pub(crate) key: CheckerKey,
+pub struct Checker {
+    pub key: CheckerKey,
     /// Whether its probes are counted (in the table); false for a prober
     /// the table had no room for: it may hold the wait, never end it.
     pub(crate) counted: bool,
-    pub(crate) probes: u64,
+    pub probes: u64,
     pub(crate) last_seen: Instant,
     /// The longest of its recent gaps between probes; None after a single
     /// probe.
     pub(crate) interval: Option<Duration>,
     /// Probes answered other than 200 since its last 200.
-    pub(crate) failures_in_row: u32,
+    pub failures_in_row: u32,
 }
 
 impl Checker {
@@ -187,7 +187,7 @@ impl Checker {
 
 /// Why a probe was not counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NotCounted {
+pub enum NotCounted {
     /// Every entry holds a checker that established an interval and still
     /// probes.
     TableFull = 0,
@@ -198,14 +198,14 @@ pub(crate) enum NotCounted {
 }
 
 impl NotCounted {
-    pub(crate) const ALL: [NotCounted; 3] = [
+    pub const ALL: [NotCounted; 3] = [
         NotCounted::TableFull,
         NotCounted::TooManyAgents,
         NotCounted::OutsideRanges,
     ];
 
     /// The `reason` label of the metric, and the key in `GET /drain`.
-    pub(crate) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         ["table_full", "too_many_agents", "outside_ranges"][self as usize]
     }
 
@@ -347,7 +347,7 @@ impl Default for Checkers {
 impl Checkers {
     /// A table counting only probes from `ranges` (empty: any), telling
     /// `counters` (by [`NotCounted`]) of each probe not counted.
-    pub(crate) fn new(ranges: Vec<IpNet>, counters: [Counter; 3]) -> Checkers {
+    pub fn new(ranges: Vec<IpNet>, counters: [Counter; 3]) -> Checkers {
         Checkers {
             inner: Arc::new(Inner {
                 table: Mutex::new(Table {
@@ -366,13 +366,13 @@ impl Checkers {
 
     /// The checker of a readiness probe from `peer` with `headers`, its
     /// `x-forwarded-for` trusted as the drain wait learned it may be.
-    pub(crate) fn key_of(&self, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<CheckerKey> {
+    pub fn key_of(&self, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<CheckerKey> {
         CheckerKey::of(peer, headers, self.inner.forwarded.get() == Forwarded::Appended)
     }
 
     /// Whether Envoy's status listener appends the prober's address to
     /// `x-forwarded-for`, as learned; true when that is news.
-    pub(crate) fn trust_forwarded(&self, trusted: bool) -> bool {
+    pub fn trust_forwarded(&self, trusted: bool) -> bool {
         let state = match trusted {
             true => Forwarded::Appended,
             false => Forwarded::NotAppended,
@@ -381,7 +381,7 @@ impl Checkers {
     }
 
     /// A probe from `key` was answered at `now`, 200 or not (`ok`).
-    pub(crate) fn record(&self, key: CheckerKey, now: Instant, ok: bool) {
+    pub fn record(&self, key: CheckerKey, now: Instant, ok: bool) {
         if let Err(why) = self.try_record(key, now, ok) {
             self.refused(key, why);
         }
@@ -447,7 +447,7 @@ impl Checkers {
 
     /// Every checker heard from, as the rule reads them: the counted ones,
     /// then the probers not counted for lack of room.
-    pub(crate) fn snapshot(&self) -> Vec<Checker> {
+    pub fn snapshot(&self) -> Vec<Checker> {
         let table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
         let counted = table.entries.iter().map(|e| e.view(true));
         counted.chain(table.unplaced.iter().map(|e| e.view(false))).collect()
@@ -577,7 +577,7 @@ enum Place {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::header::HeaderValue;
+    use http::header::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -14,9 +14,9 @@ use super::budget::Budget;
 use super::checkers::{Checkers, NotCountedReport};
 use super::rule::{ms, CheckerReport};
 use super::DrainWaitPlan;
-use crate::drain::{Rotation, Verdict};
-use crate::duration::GoDuration;
-use crate::peer::PeerKey;
+use lifeguard_base::duration::GoDuration;
+use lifeguard_base::peer::PeerKey;
+use lifeguard_drain::{Rotation, Verdict};
 
 /// Where the wait stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -202,7 +202,7 @@ impl WaitEnd {
 impl DrainWait {
     /// The handle and the task's sender, before the task runs; `checkers`
     /// is the table the probes record into.
-    pub(crate) fn new(plan: &DrainWaitPlan, checkers: Checkers) -> (DrainWait, watch::Sender<DrainWaitStatus>) {
+    pub fn new(plan: &DrainWaitPlan, checkers: Checkers) -> (DrainWait, watch::Sender<DrainWaitStatus>) {
         let (tx, rx) = watch::channel(DrainWaitStatus::initial(plan));
         let handle = DrainWait {
             status: rx,
@@ -215,7 +215,7 @@ impl DrainWait {
     }
 
     /// The same handle, telling `observer` of every answered wait.
-    pub(crate) fn observed(self, observer: WaitObserver) -> DrainWait {
+    pub fn observed(self, observer: WaitObserver) -> DrainWait {
         DrainWait {
             observer: Some(observer),
             ..self
@@ -240,13 +240,13 @@ impl DrainWait {
     }
 
     /// The table the probes record into.
-    pub(crate) fn checkers(&self) -> &Checkers {
+    pub fn checkers(&self) -> &Checkers {
         &self.checkers
     }
 
     /// The latest published status, as the task published it (the
     /// checkers as of the last read).
-    pub(crate) fn published(&self) -> DrainWaitStatus {
+    pub fn published(&self) -> DrainWaitStatus {
         self.status.borrow().clone()
     }
 
@@ -376,6 +376,7 @@ mod tests {
     #[test]
     fn a_peer_outside_the_pod_holds_a_few_waits_and_no_more() {
         let plan = DrainWaitPlan {
+            checker_ranges: Vec::new(),
             unhealthy_threshold: 3,
             min_quiet_period: Duration::from_millis(500),
             checker_timeout: Duration::from_secs(20),

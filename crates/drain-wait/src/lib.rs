@@ -22,7 +22,7 @@
 //!   of probes in a row (or stopped probing, or held the wait as long as a
 //!   checker may) and no new request has reached Envoy's inbound listeners
 //!   for the quiet period (the [`Traffic`] port, read through the admin API
-//!   by `crate::envoy::inbound`);
+//!   by `lifeguard_envoy::inbound`);
 //! - [`budget`]: whether the grace period leaves the slowest learned
 //!   checker its time, said once it is learned;
 //! - [`task`]: the task that samples the traffic before the drain, fails
@@ -30,17 +30,21 @@
 //!   readiness turns 503, applies the rule from the start of the drain and
 //!   publishes a [`DrainWaitStatus`] (`GET /drain` shows it), and the
 //!   [`DrainWait`] handle whose `wait` answers the hook, and whose verdict
-//!   a gateway's own drain (`out-of-rotation`) waits for.
+//!   a gateway's own drain (`out-of-rotation`) waits for;
+//! - `settings`: the drain wait's settings and its [`DrainWaitPlan`].
 //!
 //! Nothing here starts a drain: the hook may come before the proxy's own
 //! SIGTERM (or `POST /drain`), and waits for it.
 
-pub mod budget;
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
+pub mod budget;
 pub mod checkers;
 pub mod handle;
 pub mod quiet;
 pub mod rule;
+mod settings;
 pub mod task;
 
 use std::future::Future;
@@ -48,21 +52,23 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::drain::{ControlError, DrainUntil};
+use ipnet::IpNet;
+use lifeguard_drain::{ControlError, DrainUntil};
 
 pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, WaitEnd, WaitState, WaitWhy};
-pub(crate) use task::run;
+pub use settings::{range, threshold, Settings, ValueError};
+pub use task::run;
 
 /// How often the rule looks at Envoy's inbound traffic while the wait goes
 /// on: the drain's own count reads serve when fresh, and a read made for
 /// the wait alone costs Envoy's admin thread at most about a tenth of its
-/// time (`crate::envoy::counts::CountsReader`).
-pub(crate) const READ_EVERY: Duration = Duration::from_millis(100);
+/// time (`lifeguard_envoy::counts::CountsReader`).
+pub const READ_EVERY: Duration = Duration::from_millis(100);
 
 /// What the rule needs from Envoy: the requests reaching its inbound
-/// listeners. `crate::envoy::inbound::Inbound` is the real one.
-pub(crate) trait Traffic: Send + 'static {
+/// listeners. `lifeguard_envoy::inbound::Inbound` is the real one.
+pub trait Traffic: Send + 'static {
     /// Learns which listeners count (once; again when Envoy's listeners
     /// change); says which, in words, for the log.
     fn learn(&mut self) -> impl Future<Output = String> + Send;
@@ -87,16 +93,16 @@ pub(crate) trait Traffic: Send + 'static {
 /// and a read is evidence of the time it was made, not of the time it was
 /// looked at (a read is shared and kept while fresh).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Arrivals {
+pub struct Arrivals {
     /// Which read of Envoy this is (the same read looked at again has the
     /// same number: it is no new evidence).
-    pub(crate) seq: u64,
-    pub(crate) total: u64,
-    pub(crate) generation: u64,
+    pub seq: u64,
+    pub total: u64,
+    pub generation: u64,
     /// When the read began, and how long Envoy took to answer it: the
     /// counts were taken somewhere in between.
-    pub(crate) read: Instant,
-    pub(crate) took: Duration,
+    pub read: Instant,
+    pub took: Duration,
 }
 
 impl Arrivals {
@@ -117,29 +123,32 @@ impl Arrivals {
 /// shared with the drain, failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(transparent)]
-pub(crate) struct TrafficError(#[from] pub(crate) ControlError);
+pub struct TrafficError(#[from] pub ControlError);
 
 /// The rule's settings.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DrainWaitPlan {
+#[derive(Debug, Clone)]
+pub struct DrainWaitPlan {
     /// Failed probes in a row after which a checker has taken the pod out,
     /// for checkers whose software does not fix it (Envoy's: 1).
-    pub(crate) unhealthy_threshold: u32,
+    pub unhealthy_threshold: u32,
     /// The shortest quiet period: no new request for this long at the
     /// least, however busy the pod was.
-    pub(crate) min_quiet_period: Duration,
+    pub min_quiet_period: Duration,
     /// No checker holds the wait longer than this after the drain began.
-    pub(crate) checker_timeout: Duration,
+    pub checker_timeout: Duration,
+    /// Only probes from these ranges count as a checker's (empty: any
+    /// peer but the kubelet).
+    pub checker_ranges: Vec<IpNet>,
     /// The drain's deadline (grace period less the shutdown margin).
-    pub(crate) drain_deadline: Duration,
+    pub drain_deadline: Duration,
     /// The pod's grace period and lifeguard's shutdown margin, for the
     /// budget ([`budget`]).
-    pub(crate) grace_period: Duration,
-    pub(crate) shutdown_margin: Duration,
+    pub grace_period: Duration,
+    pub shutdown_margin: Duration,
     /// Time kept for the app between the wait's end and the deadline: the
     /// wait never outlasts `drain_deadline - app_time`, counted from the
     /// drain's start or from the hook's arrival, whichever is first.
-    pub(crate) app_time: Duration,
+    pub app_time: Duration,
 }
 
 impl DrainWaitPlan {
@@ -160,11 +169,5 @@ impl DrainWaitPlan {
     /// The wait's bound under the drain's `policy`.
     pub(crate) fn bound_under(&self, policy: DrainUntil) -> Duration {
         self.drain_deadline.saturating_sub(self.app_time_under(policy))
-    }
-
-    /// The app's time: as asked, but never more than half the deadline (a
-    /// short grace period still leaves the wait half of it).
-    pub(crate) fn app_time_of(asked: Duration, drain_deadline: Duration) -> Duration {
-        asked.min(drain_deadline / 2)
     }
 }

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 
 use super::checkers::{Checker, CheckerKey};
 use super::{Arrivals, TrafficError};
-use crate::duration::GoDuration;
+use lifeguard_base::duration::GoDuration;
 
 /// What a checker is, as the rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -498,9 +498,9 @@ pub(crate) fn ms(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::ControlError;
-    use crate::drain_wait::checkers::Checkers;
-    use hyper::header::HeaderMap;
+    use crate::checkers::Checkers;
+    use http::header::HeaderMap;
+    use lifeguard_drain::ControlError;
 
     const SEC: Duration = Duration::from_secs(1);
 
@@ -756,10 +756,7 @@ mod tests {
 
     fn agent_key(last: u8, agent: &'static str) -> CheckerKey {
         let mut h = HeaderMap::new();
-        h.insert(
-            hyper::header::USER_AGENT,
-            hyper::header::HeaderValue::from_static(agent),
-        );
+        h.insert(http::header::USER_AGENT, http::header::HeaderValue::from_static(agent));
         CheckerKey::of(Some(([10, 0, 0, last], 4000).into()), &h, true).unwrap()
     }
 

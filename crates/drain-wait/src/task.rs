@@ -17,14 +17,14 @@ use super::handle::{DrainWaitStatus, WaitState};
 use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
 use super::rule::{ms, Rule, Settings, Step};
 use super::{DrainWaitPlan, Traffic, READ_EVERY};
-use crate::drain::{DrainUntil, Phase, Status};
-use crate::duration::GoDuration;
-use crate::logging::Throttle;
+use lifeguard_base::duration::GoDuration;
+use lifeguard_base::logging::Throttle;
+use lifeguard_drain::{DrainUntil, Phase, Status};
 
 /// The task: samples the traffic until the drain, then applies the rule
 /// until the pod is out of rotation, Envoy stops, the wait's bound comes,
 /// or `shutdown`.
-pub(crate) async fn run<T: Traffic>(
+pub async fn run<T: Traffic>(
     mut traffic: T,
     checkers: Checkers,
     mut drain: watch::Receiver<Status>,
@@ -323,7 +323,7 @@ impl<T: Traffic> Watch<T> {
     /// The rule of this drain, its quiet period derived from the traffic
     /// before it; says so.
     fn first_rule(&self, began: Instant, rate: Option<Rate>, listeners: &str) -> Rule {
-        let plan = self.plan;
+        let plan = &self.plan;
         let bound = plan.bound_under(self.drain.borrow().policy);
         let quiet = quiet_period(rate, plan.min_quiet_period, bound);
         let why = match rate {
@@ -413,12 +413,12 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::DrainUntil;
-    use crate::drain_wait::checkers::CheckerKey;
-    use crate::drain_wait::handle::WaitWhy;
-    use crate::drain_wait::DrainWait;
-    use crate::drain_wait::{Arrivals, TrafficError};
-    use hyper::header::HeaderMap;
+    use crate::checkers::CheckerKey;
+    use crate::handle::WaitWhy;
+    use crate::DrainWait;
+    use crate::{Arrivals, TrafficError};
+    use http::header::HeaderMap;
+    use lifeguard_drain::DrainUntil;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
@@ -466,6 +466,7 @@ mod tests {
     /// The wait of a drain with this deadline, keeping `app_time` for the app.
     fn start_with(deadline: Duration, app_time: Duration) -> Harness {
         let plan = DrainWaitPlan {
+            checker_ranges: Vec::new(),
             unhealthy_threshold: 2,
             min_quiet_period: SEC,
             checker_timeout: Duration::from_secs(20),
@@ -682,8 +683,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(h.wait.status().state, WaitState::Bound);
         assert!(matches!(
-            crate::drain::Rotation::verdict(&h.wait).await,
-            crate::drain::Verdict::NotOut(_)
+            lifeguard_drain::Rotation::verdict(&h.wait).await,
+            lifeguard_drain::Verdict::NotOut(_)
         ));
         // Envoy stopping now changes nothing of how the wait ended.
         h.phase(Phase::Stopping);
@@ -778,8 +779,8 @@ mod tests {
                 traffic.0.fetch_add(1, Ordering::Relaxed);
             }
         });
-        let verdict = crate::drain::Rotation::verdict(&h.wait).await;
-        assert!(matches!(verdict, crate::drain::Verdict::NotOut(_)), "{verdict:?}");
+        let verdict = lifeguard_drain::Rotation::verdict(&h.wait).await;
+        assert!(matches!(verdict, lifeguard_drain::Verdict::NotOut(_)), "{verdict:?}");
         assert_eq!(Instant::now() - t0, 10 * SEC);
         let status = h.wait.status();
         assert_eq!((status.state, status.bound_seconds), (WaitState::Bound, 10.0));

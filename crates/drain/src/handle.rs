@@ -20,7 +20,7 @@ pub(crate) enum Event {
 
 /// The handle the status server and the signal task use.
 #[derive(Clone)]
-pub(crate) struct DrainHandle {
+pub struct DrainHandle {
     pub(super) events: mpsc::Sender<Event>,
     pub(super) status: watch::Receiver<Status>,
     pub(super) phase: PhaseCell,
@@ -31,13 +31,13 @@ impl DrainHandle {
     /// it (the queue is bounded: a flood of `POST /drain` waits, it is not
     /// dropped), and is never dropped itself: only a drain machine that has
     /// ended, with nothing left to stop, does not take it.
-    pub(crate) async fn signal(&self, signal: Signal) {
+    pub async fn signal(&self, signal: Signal) {
         let _ = self.events.send(Event::Signal(signal)).await;
     }
 
     /// Starts a drain (or joins the one under way) and waits until it is
     /// drained. None when the drain machine has ended.
-    pub(crate) async fn drain(&self) -> Option<Status> {
+    pub async fn drain(&self) -> Option<Status> {
         let (tx, rx) = oneshot::channel();
         self.events.send(Event::Drain(tx)).await.ok()?;
         rx.await.ok()
@@ -46,7 +46,7 @@ impl DrainHandle {
     /// Starts a drain (or joins the one under way) without waiting for it:
     /// resolves once the phase has left `serving` (readiness is 503), with
     /// the status then. None when the drain machine has ended.
-    pub(crate) async fn begin(&self) -> Option<Status> {
+    pub async fn begin(&self) -> Option<Status> {
         let (tx, _unanswered) = oneshot::channel();
         self.events.send(Event::Drain(tx)).await.ok()?;
         let mut status = self.status.clone();
@@ -60,7 +60,7 @@ impl DrainHandle {
     }
 
     /// Stops Envoy now; resolves once it has stopped.
-    pub(crate) async fn quit(&self) -> bool {
+    pub async fn quit(&self) -> bool {
         let (tx, rx) = oneshot::channel();
         if self.events.send(Event::Quit(tx)).await.is_err() {
             return false;
@@ -69,18 +69,18 @@ impl DrainHandle {
     }
 
     /// The drain's latest published status.
-    pub(crate) fn status(&self) -> Status {
+    pub fn status(&self) -> Status {
         self.status.borrow().clone()
     }
 
     /// The published status, to follow the drain by.
-    pub(crate) fn watch(&self) -> watch::Receiver<Status> {
+    pub fn watch(&self) -> watch::Receiver<Status> {
         self.status.clone()
     }
 
     /// The published phase alone: what readiness derives from, read
     /// without a lock the machine's writes take.
-    pub(crate) fn phase(&self) -> PhaseCell {
+    pub fn phase(&self) -> PhaseCell {
         self.phase.clone()
     }
 }

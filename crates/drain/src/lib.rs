@@ -1,7 +1,7 @@
 //! The drain: one state machine that owns the phase, the deadline and the
 //! policy, and is the only place that decides when Envoy stops.
 //!
-//! It runs as one task ([`Drain::run`]) fed by [`Event`]s — signals,
+//! It runs as one task ([`Drain::run`]) fed by [`handle::Event`]s — signals,
 //! `POST /drain`, `POST /quitquitquit` — through a [`DrainHandle`], and talks
 //! to Envoy only through [`EnvoyControl`] (drain the listeners, read the
 //! active counts, stop, notice an exit). Time is tokio's clock, so the whole
@@ -32,24 +32,33 @@
 //! once. Every wait ends early when Envoy exits on its own.
 //!
 //! The phase is published once, in a `watch` channel ([`Status`]); readiness,
-//! `GET /drain` and the metrics all derive from it.
+//! `GET /drain` and the metrics all derive from it; the phase alone also
+//! in a [`PhaseCell`], which the probe reads without a lock.
+//!
+//! The drain's settings ([`Settings`]) make its [`Plan`], or a
+//! [`PlanError`] naming the rule that does not hold.
+
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 mod handle;
 mod machine;
 mod plan;
 mod policy;
 mod ports;
+mod settings;
 mod status;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use handle::DrainHandle;
-pub(crate) use machine::Drain;
+pub use handle::DrainHandle;
+pub use machine::Drain;
 pub use plan::DrainUntil;
-pub(crate) use plan::{DrainScope, Plan};
+pub use plan::{DrainScope, Plan};
 pub use ports::Active;
-pub(crate) use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
-pub(crate) use status::Outcome;
+pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
+pub use settings::{grace, PlanError, Reads, Settings, MIN_SHUTDOWN_MARGIN};
+pub use status::Outcome;
 pub use status::{Phase, PhaseCell, Signal, Status, Trigger};
 
 use std::time::Duration;
@@ -65,7 +74,7 @@ pub(crate) const APP_QUIET: Duration = Duration::from_millis(100);
 /// A drain read starts this many times the recent reads' duration after the
 /// one before: Envoy's admin thread spends at most 1/PACE (about 9 %) of its
 /// time on the drain's reads, whatever the size of its config.
-pub(crate) const PACE: u32 = 11;
+pub const PACE: u32 = 11;
 /// How long an external Envoy's admin API may refuse connections during a
 /// drain before lifeguard concludes Envoy is gone.
 pub(crate) const EXTERNAL_GONE_AFTER: Duration = Duration::from_secs(1);

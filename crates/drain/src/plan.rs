@@ -1,6 +1,6 @@
 //! What the drain is told to do: the policy ([`DrainUntil`]), which
-//! listeners drain ([`DrainScope`]) and the times ([`Plan`]), derived from
-//! the settings in one place (`crate::agent`).
+//! listeners drain ([`DrainScope`]) and the times ([`Plan`]), made from the
+//! drain's settings ([`crate::Settings::plan`]).
 
 use std::time::Duration;
 
@@ -8,18 +8,16 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::ports::Active;
-pub(crate) use super::ports::DrainScope;
+pub use super::ports::DrainScope;
 use super::LAST_READ_TIMEOUT;
-use crate::duration::GoDuration;
+use lifeguard_base::duration::GoDuration;
 
-/// The drain's settings (`Settings::drain_plan` in [`crate::config`]).
+/// What the drain does, and when.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
+pub struct Plan {
     pub(crate) drain_until: DrainUntil,
-    /// `app-exit` by default (not asked for): a pod in which no socket or
-    /// process of an app was ever seen when the drain begins is a pod whose
-    /// only container is the proxy (a gateway), and drains `out-of-rotation`.
-    pub(crate) gateway_without_app: bool,
+    /// Whether the policy was asked for (not the default).
+    pub(crate) asked: bool,
     /// Which listeners Envoy drains.
     pub(crate) scope: DrainScope,
     /// Pause between readiness turning 503 and Envoy's drain.
@@ -31,7 +29,10 @@ pub(crate) struct Plan {
     pub(crate) termination_drain_duration: Duration,
     /// The exit-on-zero policies' shortest drain.
     pub(crate) minimum_drain_duration: Duration,
-    /// From the start of the drain to Envoy's stop, at the latest.
+    /// The pod's grace period, counted from the drain's start.
+    pub(crate) grace_period: Duration,
+    /// From the start of the drain to Envoy's stop, at the latest: the
+    /// grace period less the shutdown margin.
     pub(crate) drain_deadline: Duration,
     /// Timeout of one admin call.
     pub(crate) admin_timeout: Duration,
@@ -44,16 +45,17 @@ pub(crate) struct Plan {
 impl Plan {
     /// The time policy with the defaults' durations: for the status
     /// service's tests and the fuzz targets, whose drain is never run.
-    #[cfg(any(test, fuzzing))]
-    pub(crate) fn for_status_tests() -> Plan {
+    #[cfg(any(test, feature = "testing"))]
+    pub fn for_status_tests() -> Plan {
         Plan {
             drain_until: DrainUntil::Time,
-            gateway_without_app: false,
+            asked: true,
             scope: DrainScope::Inbound,
             drain_delay: Duration::ZERO,
             readiness_fail_delay: Duration::ZERO,
             termination_drain_duration: Duration::from_secs(5),
             minimum_drain_duration: Duration::from_secs(5),
+            grace_period: Duration::from_secs(30),
             drain_deadline: Duration::from_secs(28),
             admin_timeout: Duration::from_secs(1),
             shutdown_margin: Duration::from_secs(2),
@@ -61,12 +63,87 @@ impl Plan {
         }
     }
 
+    /// The policy: asked for, or the default the settings made.
+    pub fn drain_until(&self) -> DrainUntil {
+        self.drain_until
+    }
+
+    /// Whether the policy was asked for (not the default).
+    pub fn asked(&self) -> bool {
+        self.asked
+    }
+
+    /// The same plan under the policy in force, where the pod cannot give
+    /// the one planned (`app-exit` where the app's sockets cannot be
+    /// attributed).
+    pub fn in_force(self, drain_until: DrainUntil) -> Plan {
+        Plan { drain_until, ..self }
+    }
+
+    /// `app-exit` by default (not asked for): a pod in which no socket or
+    /// process of an app was ever seen when the drain begins is a pod whose
+    /// only container is the proxy (a gateway), and drains `out-of-rotation`.
+    pub fn gateway_without_app(&self) -> bool {
+        self.drain_until == DrainUntil::AppExit && !self.asked
+    }
+
+    /// Which listeners Envoy drains.
+    pub fn scope(&self) -> DrainScope {
+        self.scope
+    }
+
+    /// The pod's grace period.
+    pub fn grace_period(&self) -> Duration {
+        self.grace_period
+    }
+
+    /// From the start of the drain to Envoy's stop, at the latest.
+    pub fn deadline(&self) -> Duration {
+        self.drain_deadline
+    }
+
+    /// How long Envoy gets to exit after SIGTERM.
+    pub fn shutdown_margin(&self) -> Duration {
+        self.shutdown_margin
+    }
+
+    /// The durations that do not fit inside the drain's deadline, as
+    /// warnings.
+    pub fn warnings(&self) -> Vec<String> {
+        let budget = self.drain_deadline;
+        let (what, wait) = match self.drain_until {
+            DrainUntil::Time => ("termination_drain_duration", self.termination_drain_duration),
+            // The load balancers' time is the drain wait's budget, said
+            // once they are learned.
+            DrainUntil::OutOfRotation => ("no minimum", Duration::ZERO),
+            _ => ("minimum_drain_duration", self.minimum_drain_duration),
+        };
+        let mut out = Vec::new();
+        if self.readiness_fail_delay > budget {
+            out.push(format!(
+                "readiness_fail_delay ({}) does not fit the {} left by termination_grace_period - shutdown_margin: readiness fails only at the deadline",
+                GoDuration(self.readiness_fail_delay),
+                GoDuration(budget)
+            ));
+        }
+        if self.drain_delay + wait > budget {
+            out.push(format!(
+                "drain_delay ({}) + {what} ({}) = {} does not fit the {} left by termination_grace_period ({}) - shutdown_margin ({}): the drain will be cut at the deadline",
+                GoDuration(self.drain_delay),
+                GoDuration(wait),
+                GoDuration(self.drain_delay + wait),
+                GoDuration(budget),
+                GoDuration(self.grace_period),
+                GoDuration(self.shutdown_margin),
+            ));
+        }
+        out
+    }
+
     /// The timeout of a drain read at (or past) the deadline, the read that
     /// says what Envoy is stopped with: a quarter of the shutdown margin
     /// (the rest is Envoy's to exit in), at least [`LAST_READ_TIMEOUT`], at
-    /// most one admin call's timeout. 100 ms alone was too short on a busy
-    /// machine: the read came back unknown, and so did what Envoy was
-    /// stopped with.
+    /// most one admin call's timeout.
     pub(crate) fn last_read_timeout(&self) -> Duration {
         (self.shutdown_margin / 4)
             .max(LAST_READ_TIMEOUT)
@@ -144,4 +221,4 @@ pub enum DrainUntil {
     OutOfRotation,
 }
 
-crate::display_as_value!(DrainUntil);
+lifeguard_base::display_as_value!(DrainUntil);

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::plan::{DrainUntil, Plan};
 use super::ports::Work;
 use super::{APP_QUIET, PACE, PROGRESS_EVERY, PROGRESS_HEARTBEAT, ZERO_POLL_INTERVAL};
-use crate::duration::GoDuration;
+use lifeguard_base::duration::GoDuration;
 
 /// When the policy is satisfied. Only counts read *now* can satisfy it: an
 /// older zero may be stale (a graceful drain still accepts connections).

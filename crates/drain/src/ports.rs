@@ -1,8 +1,8 @@
 //! The drain's ports: what it needs from Envoy ([`EnvoyControl`]), from
 //! the app ([`AppControl`]) and from the load balancers ([`Rotation`]),
 //! and the values they answer with. The adapters implement them
-//! (`crate::envoy::process::Envoy`, `crate::pod::app::Watcher`,
-//! `crate::drain_wait::DrainWait`); the drain knows nothing of the admin
+//! (`lifeguard_envoy::process::Envoy`, `lifeguard_pod::app::Watcher`,
+//! `lifeguard_drain_wait::DrainWait`); the drain knows nothing of the admin
 //! API, `/proc`, signals or probes, so its unit tests script every side in
 //! virtual time.
 
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 /// (for the log and `GET /drain`): the drain knows no admin API, so the
 /// reason reaches it as text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ControlError {
+pub enum ControlError {
     /// Envoy refused the connection: an external Envoy that keeps refusing
     /// is gone.
     #[error("{0}")]
@@ -32,18 +32,18 @@ pub(crate) enum ControlError {
 /// Which listeners Envoy drains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum DrainScope {
+pub enum DrainScope {
     /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.
     Inbound,
     /// Every listener (gateways).
     All,
 }
 
-crate::display_as_value!(DrainScope);
+lifeguard_base::display_as_value!(DrainScope);
 
-/// What the drain needs from Envoy. `crate::envoy::process::Envoy` is the real one;
+/// What the drain needs from Envoy. `lifeguard_envoy::process::Envoy` is the real one;
 /// the unit tests script their own.
-pub(crate) trait EnvoyControl {
+pub trait EnvoyControl {
     /// Starts the graceful drain of the `scope` listeners. With
     /// `skip_exit`, Envoy's drain timer does not close them afterwards.
     fn drain_listeners(
@@ -61,9 +61,9 @@ pub(crate) trait EnvoyControl {
     fn is_child(&self) -> bool;
 }
 
-/// What the app still holds, for the `app-exit` policy. `crate::pod::app::Watcher`
+/// What the app still holds, for the `app-exit` policy. `lifeguard_pod::app::Watcher`
 /// is the real one.
-pub(crate) trait AppControl {
+pub trait AppControl {
     /// Why a look at the app failed: the drain logs it and goes on.
     type Error: fmt::Display + Send;
     fn work(&self) -> impl Future<Output = Result<Work, Self::Error>> + Send;
@@ -86,9 +86,9 @@ impl AppControl for () {
 }
 
 /// What the `out-of-rotation` policy waits for: the verdict of the drain
-/// wait (`crate::drain_wait::DrainWait` is the real one), which applies
+/// wait (`lifeguard_drain_wait::DrainWait` is the real one), which applies
 /// its rule from the moment readiness turns 503.
-pub(crate) trait Rotation {
+pub trait Rotation {
     /// Resolves once the pod is out of rotation, or once the wait gave up
     /// at its bound.
     fn verdict(&self) -> impl Future<Output = Verdict> + Send;
@@ -98,7 +98,7 @@ pub(crate) trait Rotation {
 
 /// How the wait for the load balancers ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     /// Every checker has taken the pod out and no new request came for the
     /// quiet period: the conclusion, in words.
     Out(String),
@@ -158,17 +158,17 @@ pub struct Active {
 
 impl Active {
     /// Work in flight in Envoy: HTTP requests and TCP-proxy connections.
-    pub(crate) fn work(&self) -> u64 {
+    pub fn work(&self) -> u64 {
         self.requests.saturating_add(self.tcp)
     }
 }
 
 /// One socket the app holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct AppSocket {
-    pub(crate) local: SocketAddr,
+pub struct AppSocket {
+    pub local: SocketAddr,
     /// None for a listening socket.
-    pub(crate) remote: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
 }
 
 impl fmt::Display for AppSocket {
@@ -182,35 +182,35 @@ impl fmt::Display for AppSocket {
 
 /// One process of the app's containers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct AppProcess {
-    pub(crate) pid: u32,
-    pub(crate) name: String,
+pub struct AppProcess {
+    pub pid: u32,
+    pub name: String,
 }
 
 /// What the app holds at one scan.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub(crate) struct Work {
-    pub(crate) sockets: Vec<AppSocket>,
-    pub(crate) processes: Vec<AppProcess>,
+pub struct Work {
+    pub sockets: Vec<AppSocket>,
+    pub processes: Vec<AppProcess>,
     /// Whether the app's processes were looked at (the pod shares its
     /// process namespace); otherwise its sockets were the only signal.
-    pub(crate) processes_seen: bool,
+    pub processes_seen: bool,
 }
 
 impl Work {
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         self.sockets.is_empty() && self.processes.is_empty()
     }
 
     /// How many things the app still holds.
-    pub(crate) fn count(&self) -> u64 {
+    pub fn count(&self) -> u64 {
         (self.sockets.len() + self.processes.len()) as u64
     }
 }
 
 impl Work {
     /// Every socket and process, none left out of the list.
-    pub(crate) fn listed_in_full(&self) -> String {
+    pub fn listed_in_full(&self) -> String {
         Listed(self, usize::MAX).to_string()
     }
 }

@@ -1,6 +1,6 @@
 //! The drain's published state: its [`Phase`], the [`Status`] that
 //! readiness, `GET /drain` and the metrics all derive from, and how the
-//! agent ends ([`Outcome`]; `crate::exit` makes it the exit code).
+//! agent ends ([`Outcome`]; `lifeguard_exit` makes it the exit code).
 
 use std::process::ExitStatus;
 
@@ -37,7 +37,7 @@ pub enum Phase {
 impl Phase {
     /// Whether readiness answers 503 `draining` in this phase, whatever
     /// Envoy says.
-    pub(crate) fn fails_readiness(self) -> bool {
+    pub fn fails_readiness(self) -> bool {
         !matches!(self, Phase::Serving | Phase::DrainingReady)
     }
 }
@@ -68,7 +68,7 @@ impl PhaseCell {
         PhaseCell(std::sync::Arc::default())
     }
 
-    pub(crate) fn set(&self, phase: Phase) {
+    pub fn set(&self, phase: Phase) {
         let n = Self::PHASES.iter().position(|p| *p == phase).unwrap_or(0);
         self.0.store(n as u8, std::sync::atomic::Ordering::Release);
     }

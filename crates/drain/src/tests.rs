@@ -142,12 +142,13 @@ impl EnvoyControl for FakeEnvoy {
 fn plan(policy: DrainUntil) -> Plan {
     Plan {
         drain_until: policy,
-        gateway_without_app: false,
+        asked: true,
         scope: DrainScope::Inbound,
         drain_delay: Duration::ZERO,
         readiness_fail_delay: Duration::ZERO,
         termination_drain_duration: secs(5.0),
         minimum_drain_duration: secs(5.0),
+        grace_period: secs(30.0),
         drain_deadline: secs(28.0),
         admin_timeout: secs(1.0),
         shutdown_margin: secs(2.0),
@@ -1115,7 +1116,7 @@ async fn app_exit_by_default_in_a_pod_without_an_app_drains_out_of_rotation() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let rotation = FakeRotation::new();
     let mut p = plan(DrainUntil::AppExit);
-    p.gateway_without_app = true;
+    p.asked = false;
     let (task, handle) = start_gateway(p, &envoy, NoApp, &rotation);
     handle.signal(Signal::Term).await;
     at(&envoy, 3.0).await;
@@ -1128,7 +1129,7 @@ async fn app_exit_by_default_in_a_pod_without_an_app_drains_out_of_rotation() {
     // A pod whose app was seen keeps app-exit, and its 5 s minimum.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let mut p = plan(DrainUntil::AppExit);
-    p.gateway_without_app = true;
+    p.asked = false;
     let (task, handle) = start_with_app(p, &envoy, |_| 0);
     handle.signal(Signal::Term).await;
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));

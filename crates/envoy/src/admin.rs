@@ -2,7 +2,7 @@
 //! Unix socket only the proxy's container can reach).
 //!
 //! Every call opens a fresh connection (loopback TCP or a Unix socket,
-//! through [`crate::local_http`]), and the whole exchange (connect,
+//! through [`lifeguard_base::local_http`]), and the whole exchange (connect,
 //! request, reading the body) runs under one timeout, so a hung or slow
 //! Envoy costs at most that timeout and never a stuck task; the one
 //! exception is the merged scrape's streamed read ([`AdminClient::open`]),
@@ -23,15 +23,15 @@ use http_body_util::{BodyExt, Empty};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use crate::local_http::{fetch, FetchError};
-use crate::url::{LocalStream, LoopbackUrl};
+use lifeguard_base::local_http::{fetch, FetchError};
+use lifeguard_base::url::{LocalStream, LoopbackUrl};
 
 /// Why an admin call did not produce a usable body.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     #[error("cannot connect to Envoy admin at {url}: {source}")]
     Connect { url: String, source: std::io::Error },
-    #[error("Envoy admin at {url} did not answer within {}", crate::duration::GoDuration(*.timeout))]
+    #[error("Envoy admin at {url} did not answer within {}", lifeguard_base::duration::GoDuration(*.timeout))]
     Timeout { url: String, timeout: Duration },
     #[error("Envoy admin HTTP error: {0}")]
     Http(#[from] hyper::Error),
@@ -93,7 +93,7 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// The value of the `endpoint` metric label.
-    pub(crate) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Endpoint::Ready => "ready",
             Endpoint::Stats => "stats",
@@ -156,7 +156,7 @@ impl AdminClient {
     }
 
     /// The same client, telling `observer` of every call.
-    pub(crate) fn observed(self, observer: Observer) -> Self {
+    pub fn observed(self, observer: Observer) -> Self {
         Self {
             observer: Some(observer),
             ..self
@@ -225,7 +225,7 @@ impl AdminClient {
 
     /// Tells the observer of a call made outside [`AdminClient::call`]
     /// (a streamed read, timed by its caller).
-    pub(crate) fn observe(&self, endpoint: Endpoint, outcome: CallOutcome, took: Duration) {
+    pub fn observe(&self, endpoint: Endpoint, outcome: CallOutcome, took: Duration) {
         if let Some(observer) = &self.observer {
             observer(endpoint, outcome, took);
         }
@@ -234,7 +234,7 @@ impl AdminClient {
     /// `GET path` on a fresh connection, answered with its status and a
     /// body read chunk by chunk ([`BodyStream`]). No timeout and no
     /// observer: the caller bounds and reports the whole read.
-    pub(crate) async fn open(&self, path: &str) -> Result<(StatusCode, BodyStream), AdminError> {
+    pub async fn open(&self, path: &str) -> Result<(StatusCode, BodyStream), AdminError> {
         let stream = self.url.connect().await.map_err(|source| AdminError::Connect {
             url: self.url.to_string(),
             source,
@@ -277,7 +277,7 @@ impl AdminClient {
 /// The body of a response from [`AdminClient::open`], read chunk by chunk
 /// as Envoy sends it (each chunk is hyper's buffer, not a copy). The
 /// connection is driven while chunks are awaited; dropping this closes it.
-pub(crate) struct BodyStream {
+pub struct BodyStream {
     conn: Pin<Box<hyper::client::conn::http1::Connection<TokioIo<LocalStream>, Empty<Bytes>>>>,
     conn_done: bool,
     body: hyper::body::Incoming,
@@ -285,7 +285,7 @@ pub(crate) struct BodyStream {
 
 impl BodyStream {
     /// The next chunk of the body, or None at its end.
-    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, AdminError> {
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, AdminError> {
         loop {
             tokio::select! {
                 biased;
@@ -309,7 +309,7 @@ impl BodyStream {
 
 /// The body of a 200 answer, or the error naming the status and the first
 /// line of the body.
-pub(crate) fn check_status(status: StatusCode, body: Bytes, path: &str) -> Result<Bytes, AdminError> {
+pub fn check_status(status: StatusCode, body: Bytes, path: &str) -> Result<Bytes, AdminError> {
     if status != StatusCode::OK {
         let text = String::from_utf8_lossy(&body);
         let first = text.lines().next().unwrap_or("").chars().take(200).collect();

@@ -1,7 +1,7 @@
 //! Envoy's downstream counts: one read of `/stats` ([`CountsReader`])
 //! serves the drain (the active connections and requests, [`active`]) and,
 //! while it watches, the drain wait (new requests on the inbound
-//! listeners, `crate::envoy::inbound`, which adds their lines to the
+//! listeners, `crate::inbound`, which adds their lines to the
 //! read's filter), which would otherwise each make the same costly call: a
 //! `/stats` filter is matched against every stat Envoy has, whatever it
 //! matches.
@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::drain::{Active, ControlError, PACE};
-use crate::envoy::admin::{AdminClient, AdminError, Endpoint, ACTIVE_LIMIT};
-use crate::envoy::stats::{lines, Value};
-use crate::url::query_encode;
+use crate::admin::{AdminClient, AdminError, Endpoint, ACTIVE_LIMIT};
+use crate::stats::{lines, Value};
+use lifeguard_base::url::query_encode;
+use lifeguard_drain::{Active, ControlError, PACE};
 
 /// HTTP stat prefixes of Envoy's own and the agent-facing managers: the
 /// admin API, the status listener (`agent` in Istio's bootstrap, `status`
@@ -34,7 +34,7 @@ const ACTIVE_FILTER: &str = "downstream_(cx|rq)_active$";
 /// the drain wait: a read is shared with whoever finds it fresh enough,
 /// and reads never overlap. Cloning shares it.
 #[derive(Clone)]
-pub(crate) struct CountsReader {
+pub struct CountsReader {
     admin: AdminClient,
     last: Arc<tokio::sync::Mutex<Option<Reading>>>,
     /// While the drain wait watches: the admin query that reads the

@@ -1,6 +1,6 @@
 //! New requests arriving at Envoy's inbound listeners: what tells that load
 //! balancers and the mesh have stopped sending to the pod (the
-//! [`Traffic`] port of [`crate::drain_wait`]).
+//! [`Traffic`] port of [`lifeguard_drain_wait`]).
 //!
 //! **Which listeners.** Read from `/config_dump`: static listeners masked
 //! to their name, address, stat prefix, direction and filter chains;
@@ -34,13 +34,13 @@
 //! response then carries `x-envoy-immediate-health-check-fail`, which an
 //! Envoy in front takes as an immediate failure.
 
-use crate::drain::{DrainScope, PACE};
-use crate::drain_wait::{Arrivals, Traffic, TrafficError, READ_EVERY};
-use crate::envoy::admin::{AdminClient, AdminError, Endpoint};
-use crate::envoy::counts::{control_error, CountsReader};
-use crate::envoy::listeners::{dumped_listeners, DumpError, Listener};
-use crate::envoy::stats::{lines, Value};
-use crate::url::query_encode;
+use crate::admin::{AdminClient, AdminError, Endpoint};
+use crate::counts::{control_error, CountsReader};
+use crate::listeners::{dumped_listeners, DumpError, Listener};
+use crate::stats::{lines, Value};
+use lifeguard_base::url::query_encode;
+use lifeguard_drain::{DrainScope, PACE};
+use lifeguard_drain_wait::{Arrivals, Traffic, TrafficError, READ_EVERY};
 
 /// The largest listener dump read (one call).
 const DUMP_LIMIT: usize = 16 << 20;
@@ -76,7 +76,7 @@ const CHANGES: &str = r"listener_manager\.listener_(added|modified|removed)";
 
 /// Which lines count.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Counted {
+pub enum Counted {
     /// The listeners the dump named.
     Chosen(Selection),
     /// Every listener but the admin, internal and ignored-port ones, by new
@@ -86,23 +86,23 @@ pub(crate) enum Counted {
 
 /// The counted listeners, by what each counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Selection {
+pub struct Selection {
     /// Every counted listener's stat name (for words).
-    pub(crate) listeners: Vec<String>,
+    pub listeners: Vec<String>,
     /// HTTP connection managers' stat prefixes: requests at arrival, health
     /// checks aside.
-    pub(crate) http: Vec<String>,
+    pub http: Vec<String>,
     /// TCP proxies' stat prefixes: new connections.
-    pub(crate) tcp: Vec<String>,
+    pub tcp: Vec<String>,
     /// Listeners with neither: their own new connections.
-    pub(crate) bare: Vec<String>,
+    pub bare: Vec<String>,
     /// A counted HTTP manager has Envoy's `health_check` filter: the load
     /// balancers' checks it recognises fail with `/healthcheck/fail`.
-    pub(crate) health_checks: bool,
+    pub health_checks: bool,
 }
 
 /// Envoy's inbound traffic, through its admin API.
-pub(crate) struct Inbound {
+pub struct Inbound {
     admin: AdminClient,
     counts: CountsReader,
     scope: DrainScope,
@@ -126,7 +126,7 @@ pub(crate) struct Inbound {
 }
 
 impl Inbound {
-    pub(crate) fn new(admin: AdminClient, counts: CountsReader, scope: DrainScope, ignored_ports: Vec<u16>) -> Inbound {
+    pub fn new(admin: AdminClient, counts: CountsReader, scope: DrainScope, ignored_ports: Vec<u16>) -> Inbound {
         Inbound {
             admin,
             counts,
@@ -316,7 +316,7 @@ fn status_appends_peer(listeners: &[Listener]) -> bool {
 }
 
 /// What is counted, and in words.
-pub(crate) fn choose(listeners: &[Listener], scope: DrainScope, ignored_ports: &[u16]) -> (Counted, String) {
+pub fn choose(listeners: &[Listener], scope: DrainScope, ignored_ports: &[u16]) -> (Counted, String) {
     let (selection, skipped) = select(listeners, scope, ignored_ports);
     if selection.listeners.is_empty() {
         let why = match scope {
@@ -339,7 +339,7 @@ fn every_words(why: &str) -> String {
 /// The regex of the lines [`total`] reads: each counted manager's and
 /// proxy's, the listener manager's changes; with no selection, every
 /// listener's new connections and completed requests.
-pub(crate) fn filter(counted: &Counted) -> String {
+pub fn filter(counted: &Counted) -> String {
     let mut parts = Vec::new();
     match counted {
         Counted::Chosen(s) => {
@@ -421,7 +421,7 @@ pub(crate) fn select(listeners: &[Listener], scope: DrainScope, ignored_ports: &
 /// The arrivals on the counted listeners in an answer to the counts read,
 /// and the listener manager's change count. Values that are not numbers
 /// are left out.
-pub(crate) fn total(body: &str, counted: &Counted, ignored_ports: &[u16]) -> (u64, u64) {
+pub fn total(body: &str, counted: &Counted, ignored_ports: &[u16]) -> (u64, u64) {
     let (mut plus, mut minus, mut changes) = (0u64, 0u64, 0u64);
     for line in lines(body) {
         let Value::Number(n) = line.value else { continue };

@@ -12,11 +12,13 @@
 //! - [`readiness`]: the snapshot the poller writes and the probe reads.
 //! - [`poller`]: the background task that keeps that snapshot fresh.
 //! - [`process`]: the Envoy process (lifeguard's child, or external): the
-//!   drain's real [`crate::drain::EnvoyControl`].
+//!   drain's real [`lifeguard_drain::EnvoyControl`].
 //! - [`inbound`]: new requests on the inbound listeners: the real
-//!   [`crate::drain_wait::Traffic`], for the drain wait.
+//!   [`lifeguard_drain_wait::Traffic`], for the drain wait.
 //! - [`listeners`]: Envoy's listeners read from its config dump (parsing
 //!   only).
+//! - `settings`: how lifeguard reaches and reads Envoy ([`Settings`]), and
+//!   the [`Plan`] it makes.
 //! - [`version`]: Envoy's version, read once and logged, and why nothing
 //!   lifeguard sends depends on it.
 //!
@@ -25,6 +27,9 @@
 //! reaches the status server or the metrics (the poller reports through
 //! [`poller::ReadinessEvents`]).
 
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
+
 pub mod admin;
 pub mod counts;
 pub mod inbound;
@@ -32,6 +37,9 @@ pub mod listeners;
 pub mod poller;
 pub mod process;
 pub mod readiness;
+mod settings;
 pub mod state;
 pub mod stats;
 pub mod version;
+
+pub use settings::{poll, url, Plan, Settings, ALWAYS_IGNORED_PORTS};

@@ -1,5 +1,5 @@
 //! Envoy's listeners as its `/config_dump` shows them: the names, ports,
-//! stat prefixes and connection managers [`crate::envoy::inbound`] counts
+//! stat prefixes and connection managers [`crate::inbound`] counts
 //! new requests on, and whether a manager has the `health_check` filter or
 //! appends the peer to `x-forwarded-for`. Only parsing: no admin calls.
 
@@ -9,27 +9,27 @@ use serde_json::Value as Json;
 
 /// A listener as the dump shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Listener {
-    pub(crate) name: String,
+pub struct Listener {
+    pub name: String,
     /// Its name in stats (`listener.<this>.…`), when it can be known.
-    pub(crate) stat_name: Option<String>,
-    pub(crate) inbound: bool,
-    pub(crate) port: Option<u16>,
+    pub stat_name: Option<String>,
+    pub inbound: bool,
+    pub port: Option<u16>,
     /// Its HTTP connection managers' and TCP proxies' stat prefixes.
-    pub(crate) http: Vec<String>,
-    pub(crate) tcp: Vec<String>,
+    pub http: Vec<String>,
+    pub tcp: Vec<String>,
     /// One of its HTTP managers has Envoy's `health_check` filter.
-    pub(crate) health_check_filter: bool,
+    pub health_check_filter: bool,
     /// Whether every HTTP manager of it appends the peer's own address to
     /// `x-forwarded-for`, so its last entry is the peer and nothing a
     /// client wrote (`use_remote_address`, no trusted hops, no other way of
     /// finding the client); None: no HTTP manager, or its chains not read.
-    pub(crate) appends_peer: Option<bool>,
+    pub appends_peer: Option<bool>,
 }
 
 /// Why Envoy's listener dump cannot be read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum DumpError {
+pub enum DumpError {
     #[error("not JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error("\"configs\" is not a list")]
@@ -38,7 +38,7 @@ pub(crate) enum DumpError {
 
 /// The listeners of a `/config_dump` answer (static or dynamic, masked or
 /// whole; a dynamic one masked to its name has only its name).
-pub(crate) fn dumped_listeners(body: &str) -> Result<Vec<Listener>, DumpError> {
+pub fn dumped_listeners(body: &str) -> Result<Vec<Listener>, DumpError> {
     let dump: Json = serde_json::from_str(body)?;
     let configs = match dump.get("configs") {
         None => return Ok(Vec::new()),

@@ -48,13 +48,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::envoy::admin::{AdminClient, AdminError, Endpoint, STATS_LIMIT};
-use crate::envoy::readiness::{Readiness, Verdict};
-use crate::envoy::state::{evaluate, ReadyAnswer, ServerState, XdsCheck, READINESS_STATS, SERVER_STATE};
-use crate::envoy::stats::{self, Value};
+use crate::admin::{AdminClient, AdminError, Endpoint, STATS_LIMIT};
+use crate::readiness::{Readiness, Verdict};
+use crate::state::{evaluate, ReadyAnswer, ServerState, XdsCheck, READINESS_STATS, SERVER_STATE};
+use crate::stats::{self, Value};
 
 /// The two reads the poller makes. [`AdminClient`] is the real one.
-pub(crate) trait EnvoyReadiness {
+pub trait EnvoyReadiness {
     /// `GET /ready`.
     fn ready(&self) -> impl Future<Output = Result<ReadyAnswer, AdminError>> + Send;
     /// `GET` [`READINESS_STATS`]: the body of a 200.
@@ -98,10 +98,10 @@ impl ReadinessEvents for () {
 /// instant it last sent lifeguard a chunk of `/stats/prometheus`. Written
 /// by the merged scrape, read by the poller when `/ready` times out.
 #[derive(Clone, Default)]
-pub(crate) struct Heartbeat(Arc<Mutex<Option<Instant>>>);
+pub struct Heartbeat(Arc<Mutex<Option<Instant>>>);
 
 impl Heartbeat {
-    pub(crate) fn beat(&self) {
+    pub fn beat(&self) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 
@@ -112,14 +112,14 @@ impl Heartbeat {
 
 /// When the poller reads, and what ready requires.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Schedule {
-    pub(crate) poll_interval: Duration,
-    pub(crate) startup_poll_interval: Duration,
-    pub(crate) xds_check: XdsCheck,
+pub struct Schedule {
+    pub poll_interval: Duration,
+    pub startup_poll_interval: Duration,
+    pub xds_check: XdsCheck,
 }
 
 /// Runs until `shutdown` is cancelled.
-pub(crate) async fn run<E: EnvoyReadiness, M: ReadinessEvents>(
+pub async fn run<E: EnvoyReadiness, M: ReadinessEvents>(
     schedule: Schedule,
     envoy: E,
     readiness: Readiness,
@@ -206,7 +206,7 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
                     tracing::warn!(
                         error = %error,
                         "Envoy's admin did not answer; keeping the last answer until it is older than {}",
-                        crate::duration::GoDuration(stale_after)
+                        lifeguard_base::duration::GoDuration(stale_after)
                     );
                 }
                 if stale && !self.stale_logged {
@@ -215,7 +215,7 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
                     tracing::warn!(
                         reason = %error,
                         "Envoy is NOT ready: no successful admin read in the last {}",
-                        crate::duration::GoDuration(stale_after)
+                        lifeguard_base::duration::GoDuration(stale_after)
                     );
                 }
                 self.readiness

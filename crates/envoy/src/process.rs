@@ -22,13 +22,13 @@ use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use crate::drain::{Active, ControlError, DrainScope, EnvoyControl, Exit};
-use crate::envoy::admin::{AdminClient, Endpoint};
-use crate::envoy::counts::{active, control_error, CountsReader};
+use crate::admin::{AdminClient, Endpoint};
+use crate::counts::{active, control_error, CountsReader};
+use lifeguard_drain::{Active, ControlError, DrainScope, EnvoyControl, Exit};
 
 /// Envoy, as lifeguard sees it: its admin API, and the process when
 /// lifeguard launched it.
-pub(crate) struct Envoy {
+pub struct Envoy {
     admin: AdminClient,
     /// The active counts, read with the drain wait's.
     counts: CountsReader,
@@ -39,7 +39,7 @@ pub(crate) struct Envoy {
 
 impl Envoy {
     /// An Envoy that runs beside lifeguard (another container).
-    pub(crate) fn external(admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
+    pub fn external(admin: AdminClient, ignored_ports: Vec<u16>) -> Self {
         Self {
             counts: CountsReader::new(admin.clone()),
             admin,
@@ -64,7 +64,7 @@ impl Envoy {
     /// `drain_time` is Envoy's `--drain-time-s` (the pod's grace period
     /// unless configured); `ignored` the listener ports left out of the
     /// active counts.
-    pub(crate) fn start(
+    pub fn start(
         command: Vec<String>,
         drain_time: Duration,
         admin: AdminClient,
@@ -88,12 +88,12 @@ impl Envoy {
     }
 
     /// The reader of the active counts, to share with the drain wait.
-    pub(crate) fn counts(&self) -> CountsReader {
+    pub fn counts(&self) -> CountsReader {
         self.counts.clone()
     }
 
     /// The pid of the Envoy lifeguard launched.
-    pub(crate) fn pid(&self) -> Option<u32> {
+    pub fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(|c| c.pid as u32)
     }
 }
@@ -101,7 +101,7 @@ impl Envoy {
 /// Envoy's command could not be launched.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start Envoy ({program})")]
-pub(crate) struct LaunchError {
+pub struct LaunchError {
     pub(crate) program: String,
     #[source]
     pub(crate) source: std::io::Error,
@@ -140,7 +140,7 @@ impl Child {
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty Envoy command"))?;
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(std::process::Stdio::null()).process_group(0);
-        crate::sys::kill_child_when_parent_dies(&mut cmd);
+        lifeguard_base::sys::kill_child_when_parent_dies(&mut cmd);
         let mut child = cmd.spawn()?;
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
         let (tx, rx) = watch::channel(None);

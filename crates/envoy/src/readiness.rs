@@ -23,14 +23,14 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::drain::PhaseCell;
-use crate::duration::GoDuration;
+use lifeguard_base::duration::GoDuration;
+use lifeguard_drain::PhaseCell;
 
 /// What the probe answers: ready or not, and the body to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Answer {
-    pub(crate) ready: bool,
-    pub(crate) body: Bytes,
+pub struct Answer {
+    pub ready: bool,
+    pub body: Bytes,
 }
 
 /// One admin read turned into a readiness decision.
@@ -116,8 +116,8 @@ struct Inner {
 impl Readiness {
     /// A new snapshot that says "not ready: no admin read yet" until the
     /// poller stores its first verdict. `phase` is the drain's published
-    /// phase ([`crate::drain::DrainHandle::phase`]).
-    pub(crate) fn new(stale_after: Duration, phase: PhaseCell) -> Self {
+    /// phase ([`lifeguard_drain::DrainHandle::phase`]).
+    pub fn new(stale_after: Duration, phase: PhaseCell) -> Self {
         Self {
             inner: Arc::new(Inner {
                 verdict: ArcSwap::from_pointee(Verdict::not_ready("no answer from Envoy admin yet", Instant::now())),
@@ -140,7 +140,7 @@ impl Readiness {
 
     /// The probe's answer. Never blocks on Envoy, never allocates.
     #[inline]
-    pub(crate) fn answer(&self) -> Answer {
+    pub fn answer(&self) -> Answer {
         let inner = &*self.inner;
         if inner.phase.get().fails_readiness() {
             return Answer {
@@ -177,7 +177,7 @@ impl Readiness {
     }
 
     /// Whether readiness answers 503 `draining`.
-    pub(crate) fn is_draining(&self) -> bool {
+    pub fn is_draining(&self) -> bool {
         self.inner.phase.get().fails_readiness()
     }
 }
@@ -185,7 +185,7 @@ impl Readiness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::Phase;
+    use lifeguard_drain::Phase;
 
     fn readiness(stale_after: Duration) -> (PhaseCell, Readiness) {
         let phase = PhaseCell::serving();

@@ -9,8 +9,8 @@ use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::envoy::readiness::Verdict;
-use crate::envoy::stats::{self, Value};
+use crate::readiness::Verdict;
+use crate::stats::{self, Value};
 
 /// The admin query that says whether Envoy is live, plus the xDS counters
 /// that say whether its first CDS and LDS updates arrived.
@@ -24,7 +24,7 @@ pub const READINESS_STATS: &str = "/stats?usedonly&filter=\
 /// Envoy's server states, as `GET /ready` names them (the number is the
 /// `server.state` gauge's value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ServerState {
+pub enum ServerState {
     Live = 0,
     Draining = 1,
     PreInitializing = 2,
@@ -32,7 +32,7 @@ pub(crate) enum ServerState {
 }
 
 impl ServerState {
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             ServerState::Live => "LIVE",
             ServerState::Draining => "DRAINING",
@@ -44,7 +44,7 @@ impl ServerState {
 
 /// What `GET /ready` said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ReadyAnswer {
+pub enum ReadyAnswer {
     /// 200 and `LIVE`, or 503 and one of the other state names.
     State(ServerState),
     /// Anything else (the status and the start of the body): not Envoy's
@@ -55,7 +55,7 @@ pub(crate) enum ReadyAnswer {
 impl ReadyAnswer {
     /// Reads a `/ready` answer: Envoy answers 200 `LIVE`, else 503 and the
     /// state's name.
-    pub(crate) fn parse(status: StatusCode, body: &[u8]) -> ReadyAnswer {
+    pub fn parse(status: StatusCode, body: &[u8]) -> ReadyAnswer {
         let text = String::from_utf8_lossy(body);
         let name = text.trim();
         let state = match (status, name) {
@@ -75,7 +75,7 @@ impl ReadyAnswer {
 pub(crate) const SERVER_STATE: &str = "server.state";
 const WORKERS_STARTED: &str = "listener_manager.workers_started";
 
-/// Turns one answer to [`admin::READINESS_STATS`] into a verdict.
+/// Turns one answer to [`READINESS_STATS`] into a verdict.
 pub fn evaluate(body: &str, xds: XdsCheck, at: impl Into<Instant>) -> Verdict {
     let at = at.into();
     match reason_not_ready(body, xds) {
@@ -197,7 +197,7 @@ pub enum XdsCheck {
     Off,
 }
 
-crate::display_as_value!(XdsCheck);
+lifeguard_base::display_as_value!(XdsCheck);
 
 #[cfg(test)]
 mod tests {

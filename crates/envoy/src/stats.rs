@@ -57,7 +57,7 @@ pub fn lines(body: &str) -> impl Iterator<Item = Line<'_>> {
 }
 
 /// Finds one stat by exact name.
-pub(crate) fn find<'a>(body: &'a str, name: &str) -> Option<Value<'a>> {
+pub fn find<'a>(body: &'a str, name: &str) -> Option<Value<'a>> {
     lines(body).find(|l| l.name == name).map(|l| l.value)
 }
 

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::envoy::admin::{AdminClient, AdminError, Endpoint};
+use crate::admin::{AdminClient, AdminError, Endpoint};
 
 /// The oldest and the newest Envoy (major, minor) the test suite runs
 /// against (docs/deploy.md: supported Envoy versions).
@@ -39,17 +39,17 @@ const SERVER_INFO_LIMIT: usize = 4 << 20;
 
 /// An Envoy version as `/server_info` states it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EnvoyVersion {
-    pub(crate) major: u32,
-    pub(crate) minor: u32,
-    pub(crate) patch: u32,
+pub struct EnvoyVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
     /// The whole build string: `<commit>/<x.y.z>/<Clean|Modified>/<RELEASE|DEBUG>/<TLS library>`.
     pub(crate) build: String,
 }
 
 /// Why a `/server_info` answer says no version.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum VersionError {
+pub enum VersionError {
     #[error("/server_info is not JSON: {0}")]
     NotJson(#[from] serde_json::Error),
     #[error("/server_info has no version")]
@@ -60,7 +60,7 @@ pub(crate) enum VersionError {
 
 impl EnvoyVersion {
     /// The version of a `/server_info` answer (its `version` field).
-    pub(crate) fn from_server_info(body: &str) -> Result<EnvoyVersion, VersionError> {
+    pub fn from_server_info(body: &str) -> Result<EnvoyVersion, VersionError> {
         let info: serde_json::Value = serde_json::from_str(body)?;
         let build = info
             .get("version")
@@ -117,7 +117,7 @@ pub(crate) enum Tested {
 /// every `every` while the admin refuses (not up yet, as the poller's
 /// reads are), at most [`TIMEOUTS`] times when it does not answer in time
 /// (a busy admin thread is not asked again and again), until `shutdown`.
-pub(crate) async fn log_once(admin: AdminClient, every: Duration, shutdown: CancellationToken) {
+pub async fn log_once(admin: AdminClient, every: Duration, shutdown: CancellationToken) {
     let mut timeouts = 0;
     loop {
         let read = tokio::select! {

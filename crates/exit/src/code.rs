@@ -3,8 +3,8 @@
 //! hook's [`HookEnd`], a refused setting, ...), and [`code`] makes it the
 //! number. docs/operations.md's table of exit codes is this one.
 
-use crate::drain::Outcome;
-use crate::hooks::HookEnd;
+use lifeguard_drain::Outcome;
+use lifeguard_hooks::HookEnd;
 
 /// Envoy was drained and stopped (or `/quitquitquit` was asked for); a
 /// hook got what it waited for; `check` found nothing to warn of;
@@ -28,9 +28,9 @@ pub(crate) const ENVOY_EXITED: u8 = 4;
 #[derive(Debug)]
 pub enum Ended {
     /// A setting from the command line, the environment or a file was
-    /// refused (`crate::cli::BadSetting`): nothing ran.
+    /// refused (`lifeguard_config::cli::BadSetting`): nothing ran.
     BadSetting,
-    /// `lifeguard run` could not start (`crate::agent::StartError`):
+    /// `lifeguard run` could not start (the agent's `StartError`):
     /// nothing was left running.
     StartFailed,
     /// `lifeguard run`: Envoy stopped, and how.
@@ -47,7 +47,7 @@ pub enum Ended {
     /// ... or could not (stdout closed).
     NotPrinted,
     /// `lifeguard inject` refused the manifest
-    /// (`crate::inject::InjectError`): nothing was written.
+    /// (`lifeguard_inject::InjectError`): nothing was written.
     NotInjected,
 }
 
@@ -82,7 +82,7 @@ mod tests {
     use std::process::ExitStatus;
 
     use super::*;
-    use crate::drain::Exit;
+    use lifeguard_drain::Exit;
 
     #[test]
     fn every_ending_has_its_code() {

@@ -13,28 +13,26 @@
 //! ```
 //!
 //! (`initContainerStatuses` for a native sidecar.) The same summary is the
-//! last log line. Before it, the agent may [`linger`] for a last scrape.
+//! last log line. Before it, the agent may linger for a last scrape.
 //!
 //! - [`mod@code`]: the process exit code of every run of the binary,
 //!   decided in one place from how it ended ([`Ended`], [`code()`]).
-//! - [`linger`]: the last scrape's wait.
+
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::drain::{DrainUntil, Exit, Outcome, Signal, Status, Trigger};
-use crate::drain_wait::rule::CheckerState;
-use crate::drain_wait::{DrainWaitStatus, WaitState};
-use crate::duration::GoDuration;
-use linger::Linger;
+use lifeguard_drain::{DrainUntil, Exit, Outcome, Signal, Status, Trigger};
+use lifeguard_drain_wait::rule::CheckerState;
+use lifeguard_drain_wait::{DrainWaitStatus, WaitState};
 
 pub mod code;
-pub mod linger;
 
 pub use code::{code, Ended};
 
@@ -43,7 +41,7 @@ pub(crate) const MESSAGE_LIMIT: usize = 4096;
 
 /// How the agent ended, in one line of JSON.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Summary {
+pub struct Summary {
     /// `drained`, `cut` (the deadline), `unfinished` (the fixed policy's time
     /// ran out with requests in flight), `quit` (`POST /quitquitquit`),
     /// `envoy_exited` (on its own) or `envoy_gone` (an external Envoy
@@ -252,7 +250,7 @@ impl Summary {
 
     /// The last log line: the summary's fields as the log's own fields (so
     /// `--log-format json` gives them as JSON fields).
-    pub(crate) fn log(&self) {
+    pub fn log(&self) {
         tracing::info!(
             outcome = self.outcome.name(),
             exit_code = self.exit_code,
@@ -271,33 +269,22 @@ impl Summary {
     }
 }
 
-/// How the agent ends, once Envoy has stopped: the summary in the
-/// termination message (written first: a SIGKILL during the linger cannot
-/// lose it), the linger for a last scrape, the summary as the last log line.
-pub(crate) async fn conclude(
+/// The summary of how the agent ends, once Envoy has stopped, written to
+/// the termination message at once (a SIGKILL during the linger cannot
+/// lose it); the caller logs it last ([`Summary::log`]).
+pub fn record(
     outcome: &Outcome,
     status: &Status,
     wait: Option<&DrainWaitStatus>,
     message_path: Option<&Path>,
-    linger: &Linger,
-    linger_for: Duration,
-    grace: Duration,
-) {
+) -> Summary {
     let summary = Summary::new(outcome, status, wait);
     if let Some(path) = message_path {
         if let Err(e) = write_message(path, &summary.to_json()) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the termination message");
         }
     }
-    let bound = linger::bound(linger_for, status, grace);
-    if !bound.is_zero() {
-        tracing::info!(up_to = %GoDuration(bound), "Envoy stopped; lingering for a last scrape of /stats/prometheus");
-        match linger.wait(bound).await {
-            linger::Lingered::Scraped => tracing::info!("a scrape saw the final state"),
-            linger::Lingered::TimeUp => tracing::info!("no scrape came while lingering"),
-        }
-    }
-    summary.log();
+    summary
 }
 
 /// Writes the summary line to the termination-message file (replacing what
@@ -318,7 +305,7 @@ fn millis(secs: f64) -> f64 {
 
 /// Where the exit summary goes (Kubernetes' termination message).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum MessagePath {
+pub enum MessagePath {
     /// [`MessagePath::KUBERNETES_DEFAULT`] when that file exists (the
     /// kubelet mounts it), else nowhere.
     Auto,
@@ -333,7 +320,7 @@ impl MessagePath {
     pub(crate) const KUBERNETES_DEFAULT: &'static str = "/dev/termination-log";
 
     /// The file to write, decided now: `auto` looks for the kubelet's file.
-    pub(crate) fn resolve(&self) -> Option<PathBuf> {
+    pub fn resolve(&self) -> Option<PathBuf> {
         match self {
             MessagePath::Auto => Some(PathBuf::from(Self::KUBERNETES_DEFAULT)).filter(|p| p.exists()),
             MessagePath::Off => None,
@@ -342,9 +329,26 @@ impl MessagePath {
     }
 }
 
+/// Where the exit summary goes. The file key is the field name.
+#[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+#[group(skip)]
+pub struct Settings {
+    /// Where the exit summary (one line of JSON, at most 4 KiB) is written
+    /// for Kubernetes to show as the container's termination message: auto
+    /// (/dev/termination-log when that file exists), none, or a path.
+    #[arg(long, env = "LIFEGUARD_TERMINATION_MESSAGE_PATH", value_name = "PATH", default_value = "auto", value_parser = message_path::parse)]
+    #[serde(with = "message_path")]
+    pub termination_message_path: MessagePath,
+}
+
+lifeguard_base::shared_parser!(
+    /// Where the exit summary goes: `auto`, `none`, or a path.
+    pub message_path: MessagePath = MessagePath::from_str, shown as |p: &MessagePath| p.clone()
+);
+
 /// Why a termination-message path was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum MessagePathError {
+pub enum MessagePathError {
     #[error("a path cannot contain NUL")]
     Nul,
 }
@@ -375,12 +379,13 @@ impl fmt::Display for MessagePath {
 mod tests {
     use std::os::unix::process::ExitStatusExt;
     use std::process::ExitStatus;
+    use std::time::Duration;
 
     use super::*;
 
     fn stopped() -> Status {
         let mut s = Status::initial(DrainUntil::Connections, "zero active connections".into());
-        s.phase = crate::drain::Phase::Stopped;
+        s.phase = lifeguard_drain::Phase::Stopped;
         s.trigger = Some(Trigger::Signal(Signal::Term));
         s.started_at = Some(1_800_000_000.123_456);
         s.duration_seconds = Some(3.014_6);
@@ -437,7 +442,7 @@ mod tests {
     /// the summary says which held it, and when the others let go.
     #[test]
     fn the_summary_says_when_each_load_balancer_let_go_and_who_held_the_drain() {
-        use crate::drain_wait::rule::CheckerReport;
+        use lifeguard_drain_wait::rule::CheckerReport;
         let mut status = stopped();
         status.policy = DrainUntil::OutOfRotation;
         status.held_by = Some("1 checker: 10.0.0.6 (0 of 3 failures in a row, every 30s)".into());
@@ -454,7 +459,8 @@ mod tests {
             last_probe_seconds_ago: 0.5,
             done_after_seconds: done,
         };
-        let plan = crate::drain_wait::DrainWaitPlan {
+        let plan = lifeguard_drain_wait::DrainWaitPlan {
+            checker_ranges: Vec::new(),
             unhealthy_threshold: 3,
             min_quiet_period: Duration::from_millis(500),
             checker_timeout: Duration::from_secs(20),
@@ -463,7 +469,7 @@ mod tests {
             shutdown_margin: Duration::from_secs(2),
             app_time: Duration::ZERO,
         };
-        let (wait, publish) = crate::drain_wait::DrainWait::new(&plan, crate::drain_wait::Checkers::default());
+        let (wait, publish) = lifeguard_drain_wait::DrainWait::new(&plan, lifeguard_drain_wait::Checkers::default());
         publish.send_modify(|s| {
             s.state = WaitState::Bound;
             s.traffic_stopped_after_seconds = Some(2.51234);

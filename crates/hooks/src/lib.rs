@@ -10,9 +10,12 @@
 //!   port and never end, and trust process names).
 //! - [`drain`]: a client for `POST /drain`, the native-sidecar preStop hook.
 //!
-//! Each returns how it ended ([`HookEnd`]; `crate::exit` makes it the
+//! Each returns how it ended ([`HookEnd`]; `lifeguard_exit` makes it the
 //! exit code: 0 done, 1 otherwise), having said why on stderr. Every
 //! network call has a timeout, and every URL must be loopback.
+
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 use std::time::{Duration, Instant};
 
@@ -20,11 +23,11 @@ use hyper::{Method, StatusCode};
 
 use std::str::FromStr;
 
-use crate::duration::{self, GoDuration};
-use crate::local_http::{fetch, FetchError};
-use crate::pod::app;
-use crate::url::ControlSocket;
-use crate::url::{parse_loopback_url, LoopbackUrl};
+use lifeguard_base::duration::{self, GoDuration};
+use lifeguard_base::local_http::{fetch, FetchError};
+use lifeguard_base::url::ControlSocket;
+use lifeguard_base::url::{parse_loopback_url, LoopbackUrl};
+use lifeguard_pod::app;
 
 /// How a hook helper ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,17 +52,17 @@ pub struct WaitOptions {
     pub(crate) url: (LoopbackUrl, String),
     /// Give up after this long; 0 waits forever.
     #[arg(long, default_value = "60s", value_parser = duration::parse)]
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// Time between attempts.
     #[arg(long, default_value = "500ms", value_parser = duration::positive)]
-    pub(crate) period: Duration,
+    pub period: Duration,
     /// Timeout of one attempt.
     #[arg(long, default_value = "500ms", value_parser = duration::positive)]
     pub(crate) request_timeout: Duration,
 }
 
 /// Polls the readiness URL until it answers 200.
-pub(crate) async fn wait(opts: &WaitOptions) -> HookEnd {
+pub async fn wait(opts: &WaitOptions) -> HookEnd {
     let (url, path) = &opts.url;
     let started = Instant::now();
     let mut last_report = started;
@@ -124,7 +127,7 @@ pub struct DrainOptions {
 }
 
 /// `POST /drain` on the agent; prints the drain's status on success.
-pub(crate) async fn drain(opts: &DrainOptions) -> HookEnd {
+pub async fn drain(opts: &DrainOptions) -> HookEnd {
     let url = opts.control_socket.or(opts.url.clone());
     let answer = tokio::time::timeout(opts.timeout, fetch(&url, Method::POST, "/drain", 64 * 1024)).await;
     match answer {
@@ -212,7 +215,7 @@ async fn tell_agent(agent: &LoopbackUrl) {
 /// process namespace, no process), by the rules of [`crate::app`]: the
 /// proxy is this helper, the agent and Envoy, known by the pids that own
 /// their listeners.
-pub(crate) async fn wait_app_exit(opts: &AppExitOptions) -> HookEnd {
+pub async fn wait_app_exit(opts: &AppExitOptions) -> HookEnd {
     let agent = opts.control_socket.or(opts.agent_url.clone());
     let started = Instant::now();
     tell_agent(&agent).await;

@@ -6,9 +6,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::config::ValueError;
-use crate::istio::probers::{ProbeSpecError, ProbersError};
-use crate::istio::proxy_config::ProxyConfigError;
+use lifeguard_base::settings::NotABool as ValueError;
+use lifeguard_istio::probers::{ProbeSpecError, ProbersError};
+use lifeguard_istio::proxy_config::ProxyConfigError;
 
 /// Why `lifeguard inject` stopped, and where.
 #[derive(Debug, thiserror::Error)]

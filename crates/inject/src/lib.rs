@@ -26,14 +26,17 @@
 //! - [`error`]: why inject stopped ([`InjectError`]: where, and what).
 //! - `yaml`: reading the fields of a YAML value.
 
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
+
 use std::io::Read;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_norway::Value;
 
-use crate::config::go_bool;
-use crate::istio::probers::AppProbes;
+use lifeguard_base::settings::go_bool;
+use lifeguard_istio::probers::AppProbes;
 
 pub mod error;
 mod proxy;
@@ -88,7 +91,7 @@ struct Todo {
 }
 
 /// Runs `lifeguard inject`: the rewritten manifest on stdout; or why not
-/// (`crate::exit` makes it the exit code, and the caller reports it).
+/// (`lifeguard_exit` makes it the exit code, and the caller reports it).
 pub fn run(opts: &InjectOptions) -> Result<(), InjectError> {
     let mut text = String::new();
     let path = opts.input.clone().filter(|p| p.as_os_str() != "-");
@@ -254,7 +257,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::istio::probers::{Port, Probe};
+    use lifeguard_istio::probers::{Port, Probe};
 
     fn run(yaml: &str) -> Result<String, String> {
         inject(yaml, &InjectOptions::default()).map_err(|e| e.to_string())

@@ -6,7 +6,7 @@ use serde_norway::{Mapping, Value};
 
 use super::error::Fault;
 use super::yaml::{name_of, seq};
-use crate::istio::proxy_config::ProxyConfig;
+use lifeguard_istio::proxy_config::ProxyConfig;
 
 /// The status port when nothing says otherwise (`lifeguard run`'s default).
 const DEFAULT_STATUS_PORT: u16 = 15020;

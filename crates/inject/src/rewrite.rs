@@ -8,7 +8,7 @@ use serde_norway::{Mapping, Value};
 
 use super::error::{Fault, InjectError, Place};
 use super::yaml::{name_of, seq};
-use crate::istio::probers::{AppProbes, Kind, Probe};
+use lifeguard_istio::probers::{AppProbes, Kind, Probe};
 
 /// The probes of a container, by field, with what they become.
 const PROBES: [(&str, Kind); 3] = [

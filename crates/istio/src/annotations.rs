@@ -37,7 +37,7 @@ pub struct Target {
 
 impl Target {
     /// `port` and `path`, as logs and metric labels name the target.
-    pub(crate) fn label(&self) -> String {
+    pub fn label(&self) -> String {
         format!("{}{}", self.port, self.path)
     }
 }

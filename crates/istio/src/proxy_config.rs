@@ -2,7 +2,7 @@
 //! into the pod, from the mesh config and the pod's
 //! `proxy.istio.io/config` annotation. JSON as the injector writes it, or
 //! YAML as the mesh config is written (JSON is YAML). Read here as Istio's
-//! fields; `crate::config` turns the ones lifeguard acts on into settings.
+//! fields; `lifeguard_config` turns the ones lifeguard acts on into settings.
 
 use std::collections::BTreeMap;
 

@@ -5,10 +5,10 @@
 use std::fmt::Write as _;
 
 use super::names::*;
-use crate::drain::{DrainUntil, Phase, Status};
-use crate::drain_wait::rule::CheckerState;
-use crate::drain_wait::{DrainWaitStatus, WaitState};
-use crate::duration::unix_now;
+use lifeguard_base::duration::unix_now;
+use lifeguard_drain::{DrainUntil, Phase, Status};
+use lifeguard_drain_wait::rule::CheckerState;
+use lifeguard_drain_wait::{DrainWaitStatus, WaitState};
 
 /// The drain phases and their `phase` label values, in order.
 const PHASES: [(Phase, &str); 8] = [

@@ -25,6 +25,13 @@
 //! its call observer to [`Metrics::admin_call`]).
 //! If Envoy cannot be read, our part is still served and the failure is
 //! counted.
+//!
+//! [`linger`] keeps the port answering after Envoy stops, for a last
+//! scrape; `settings` holds the scrape's settings ([`Settings`]: the app's
+//! metrics, Envoy's merged or not, the linger) and their [`Plan`].
+
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -34,19 +41,21 @@ use metrics::{Counter, Histogram, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tokio::time::Instant;
 
-use crate::drain::Status;
-use crate::drain_wait::checkers::NotCounted;
-use crate::drain_wait::DrainWaitStatus;
-use crate::drain_wait::WaitWhy;
-use crate::duration::unix_now;
-use crate::envoy::admin::{CallOutcome, Endpoint};
-use crate::envoy::poller::ReadinessEvents;
-use crate::envoy::readiness::Readiness;
 use exposition::{drain_families, drain_wait_families, process_families, Exposition};
+use lifeguard_base::duration::unix_now;
+use lifeguard_drain::Status;
+use lifeguard_drain_wait::checkers::NotCounted;
+use lifeguard_drain_wait::DrainWaitStatus;
+use lifeguard_drain_wait::WaitWhy;
+use lifeguard_envoy::admin::{CallOutcome, Endpoint};
+use lifeguard_envoy::poller::ReadinessEvents;
+use lifeguard_envoy::readiness::Readiness;
 
 pub mod app;
 pub mod exposition;
+pub mod linger;
 pub mod scrape;
+mod settings;
 pub(crate) mod window;
 
 /// The metric handles, registered once. Cloning shares them.
@@ -74,7 +83,7 @@ struct Inner {
     /// `lifeguard_scrape_envoy_incomplete_total{reason}`, by [`Incomplete`].
     scrape_incomplete: [Counter; 5],
     /// `lifeguard_drain_wait_probes_not_counted_total{reason}`, by
-    /// `crate::drain_wait::checkers::NotCounted`.
+    /// `lifeguard_drain_wait::checkers::NotCounted`.
     probes_not_counted: [Counter; 3],
     /// Seconds from start to the first ready read, once there was one.
     first_ready: OnceLock<f64>,
@@ -102,7 +111,7 @@ pub(crate) enum Incomplete {
     /// Too many Envoy reads were already held for slow clients.
     Busy = 3,
     /// The client held the shared window full while others waited, and
-    /// was let go (see [`window`](crate::metrics::window)).
+    /// was let go (see [`crate::window`]).
     Slow = 4,
 }
 
@@ -113,7 +122,9 @@ impl Incomplete {
 }
 
 pub mod names;
+
 use names::*;
+pub use settings::{app_metrics, Plan, PlanError, Settings};
 
 impl Metrics {
     /// A new set of metrics on its own recorder. `started` is the agent's
@@ -182,13 +193,13 @@ impl Metrics {
     }
 
     /// The counters of probes the drain wait did not count, by
-    /// `crate::drain_wait::checkers::NotCounted`.
-    pub(crate) fn probes_not_counted(&self) -> [Counter; 3] {
+    /// `lifeguard_drain_wait::checkers::NotCounted`.
+    pub fn probes_not_counted(&self) -> [Counter; 3] {
         self.inner.probes_not_counted.clone()
     }
 
     /// The probe's counters, for the status service to keep.
-    pub(crate) fn probe_counters(&self) -> (Counter, Counter) {
+    pub fn probe_counters(&self) -> (Counter, Counter) {
         (self.inner.probe_ok.clone(), self.inner.probe_unavailable.clone())
     }
 
@@ -449,7 +460,7 @@ fn describe_per_call_families(recorder: &PrometheusRecorder) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::{DrainUntil, Phase};
+    use lifeguard_drain::{DrainUntil, Phase};
 
     fn render(status: &Status) -> String {
         let metrics = Metrics::new(Instant::now());

@@ -24,19 +24,19 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::drain::{Phase, Status};
+use lifeguard_drain::{Phase, Status};
 
 /// Shared by the scrape route (which reports scrapes) and the binary
 /// (which waits). Cloning shares it.
 #[derive(Clone)]
-pub(crate) struct Linger {
+pub struct Linger {
     status: watch::Receiver<Status>,
     seen: Arc<watch::Sender<bool>>,
 }
 
 /// One scrape under way.
 #[must_use = "a scrape counts once served"]
-pub(crate) struct Scrape {
+pub struct Scrape {
     after_stop: bool,
     seen: Arc<watch::Sender<bool>>,
 }
@@ -52,7 +52,7 @@ pub(crate) enum Lingered {
 
 impl Linger {
     /// A linger over the drain's published status.
-    pub(crate) fn new(status: watch::Receiver<Status>) -> Linger {
+    pub fn new(status: watch::Receiver<Status>) -> Linger {
         Linger {
             status,
             seen: Arc::new(watch::Sender::new(false)),
@@ -60,7 +60,7 @@ impl Linger {
     }
 
     /// Called when a scrape of `/stats/prometheus` begins.
-    pub(crate) fn scrape_begins(&self) -> Scrape {
+    pub fn scrape_begins(&self) -> Scrape {
         Scrape {
             after_stop: self.status.borrow().phase == Phase::Stopped,
             seen: self.seen.clone(),
@@ -82,10 +82,28 @@ impl Linger {
     }
 }
 
+impl Linger {
+    /// After Envoy stops: keeps the status port answering for a last scrape
+    /// of the final state, `linger_for` at most and never past the grace
+    /// period (counted from the drain's start in `status`).
+    pub async fn linger(&self, linger_for: Duration, status: &Status, grace: Duration) {
+        let bound = bound(linger_for, status, grace);
+        if bound.is_zero() {
+            return;
+        }
+        let up_to = lifeguard_base::duration::GoDuration(bound);
+        tracing::info!(%up_to, "Envoy stopped; lingering for a last scrape of /stats/prometheus");
+        match self.wait(bound).await {
+            Lingered::Scraped => tracing::info!("a scrape saw the final state"),
+            Lingered::TimeUp => tracing::info!("no scrape came while lingering"),
+        }
+    }
+}
+
 impl Scrape {
     /// The scrape's answer is ready: it counts if it began after Envoy
     /// stopped.
-    pub(crate) fn served(self) {
+    pub fn served(self) {
         if self.after_stop {
             self.seen.send_replace(true);
         }
@@ -98,7 +116,7 @@ pub(crate) fn bound(linger: Duration, status: &Status, grace: Duration) -> Durat
     let Some(started) = status.started_at else {
         return linger;
     };
-    let now = crate::duration::unix_now();
+    let now = lifeguard_base::duration::unix_now();
     let left = (started + grace.as_secs_f64() - now).max(0.0);
     linger.min(Duration::from_secs_f64(left))
 }
@@ -106,7 +124,7 @@ pub(crate) fn bound(linger: Duration, status: &Status, grace: Duration) -> Durat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::DrainUntil;
+    use lifeguard_drain::DrainUntil;
 
     fn status(phase: Phase) -> (watch::Sender<Status>, Linger) {
         let mut s = Status::initial(DrainUntil::Time, String::new());
@@ -154,7 +172,7 @@ mod tests {
             bound(Duration::from_secs(20), &s, Duration::from_secs(30)),
             Duration::from_secs(20)
         );
-        let now = crate::duration::unix_now();
+        let now = lifeguard_base::duration::unix_now();
         s.started_at = Some(now - 28.0);
         let b = bound(Duration::from_secs(20), &s, Duration::from_secs(30));
         assert!(b <= Duration::from_secs(2) && b > Duration::from_millis(1900), "{b:?}");

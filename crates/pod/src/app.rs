@@ -60,12 +60,12 @@ use std::time::Duration;
 
 use procfs::process::{Process, StatFlags};
 
-use crate::drain::{AppControl, AppProcess, AppSocket, Phase, Status, Work};
-use crate::pod::sockets::{self, Socket};
+use crate::sockets::{self, Socket};
+use lifeguard_drain::{AppControl, AppProcess, AppSocket, Phase, Status, Work};
 
 /// Why the app cannot be watched here, or a look at it failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum AppWatchError {
+pub enum AppWatchError {
     /// Outside a pod, "every socket not the proxy's" is every socket of
     /// the machine.
     #[error("not in a pod (no KUBERNETES_SERVICE_HOST, the host's PID and network namespaces)")]
@@ -90,13 +90,13 @@ pub(crate) enum AppWatchError {
 
 /// Who the proxy is, and what is never the app's.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Proxy {
+pub struct Proxy {
     /// Process ids of the proxy: lifeguard, Envoy, a hook's own process.
-    pub(crate) pids: Vec<u32>,
+    pub pids: Vec<u32>,
     /// The status port and Envoy's admin port: control traffic.
-    pub(crate) control_ports: Vec<u16>,
+    pub control_ports: Vec<u16>,
     /// Local ports left out (other sidecars), from the operator.
-    pub(crate) ignored_ports: Vec<u16>,
+    pub ignored_ports: Vec<u16>,
 }
 
 /// The app's sockets, by the rules in the module doc: `before` is the
@@ -146,7 +146,7 @@ fn accepts(listener: SocketAddr, local: SocketAddr) -> bool {
 /// Whether this process shares the pod's process namespace: PID 1 is the
 /// pod's `pause` process (the sandbox's, under containerd and CRI-O;
 /// `catatonit -P` in a pod played by podman), in another cgroup than ours.
-pub(crate) fn shares_pod_process_namespace() -> bool {
+pub fn shares_pod_process_namespace() -> bool {
     let pause = Process::new(1)
         .and_then(|p| p.stat())
         .is_ok_and(|s| matches!(s.comm.as_str(), "pause" | "catatonit"));
@@ -207,7 +207,7 @@ const INITIAL_PID_NAMESPACE: &str = "pid:[4026531836]";
 /// may be read where PID 1 may not. Outside a pod, "every socket not the
 /// proxy's" is every socket of the machine, which the app-exit policy must
 /// not wait on.
-pub(crate) fn in_a_pod() -> Result<(), AppWatchError> {
+pub fn in_a_pod() -> Result<(), AppWatchError> {
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
         return Ok(());
     }
@@ -228,7 +228,7 @@ pub(crate) fn in_a_pod() -> Result<(), AppWatchError> {
 /// agent: this process, every other process in this container (this
 /// cgroup) that runs this same program (the agent), and their descendants
 /// (the Envoy it launched). The hook's own children are not the proxy's.
-pub(crate) fn own_proxy_processes() -> Vec<u32> {
+pub fn own_proxy_processes() -> Vec<u32> {
     let me = std::process::id() as i32;
     let (Some(ours), Ok(exe)) = (cgroup_of(me), std::fs::read_link("/proc/self/exe")) else {
         return vec![me as u32];
@@ -261,7 +261,7 @@ pub(crate) fn own_proxy_processes() -> Vec<u32> {
 }
 
 /// The pid that owns a listening socket on `port` in this namespace.
-pub(crate) fn listener_owner(port: u16) -> Option<u32> {
+pub fn listener_owner(port: u16) -> Option<u32> {
     let sockets = sockets::sockets().ok()?;
     listening_on(&sockets, &sockets::holders(None), port)
 }
@@ -281,7 +281,7 @@ fn listening_on(sockets: &[Socket], holders: &HashMap<u64, u32>, port: u16) -> O
 /// read to find it). The socket table is read again after the holders only
 /// when the first reading found some socket of the app's: an empty one
 /// needs no second look.
-pub(crate) fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>) -> std::io::Result<Work> {
+pub fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>) -> std::io::Result<Work> {
     let before = sockets::sockets()?;
     let mut proxy = proxy.clone();
     let holders = match envoy_admin_port {
@@ -306,7 +306,7 @@ pub(crate) fn scan(proxy: &Proxy, processes: bool, envoy_admin_port: Option<u16>
 /// The app as the drain sees it: who the proxy is, and whether the process
 /// rule applies in this pod.
 #[derive(Debug, Clone)]
-pub(crate) struct Watcher {
+pub struct Watcher {
     proxy: Proxy,
     processes: bool,
     /// For an external Envoy: its admin port, whose owner is Envoy.
@@ -330,7 +330,7 @@ impl Watcher {
     /// (None: Envoy's admin is a Unix socket).
     /// Err when sockets cannot be attributed to processes here (no /proc
     /// access, or an external Envoy whose process cannot be seen).
-    pub(crate) fn for_pod(
+    pub fn for_pod(
         status_port: u16,
         admin_port: Option<u16>,
         envoy: Option<u32>,
@@ -369,7 +369,7 @@ impl Watcher {
     }
 
     /// A watcher for drains whose policy does not look at the app.
-    pub(crate) fn inert() -> Watcher {
+    pub fn inert() -> Watcher {
         Watcher {
             proxy: Proxy::default(),
             processes: false,
@@ -379,7 +379,7 @@ impl Watcher {
     }
 
     /// Whether the process rule applies.
-    pub(crate) fn watches_processes(&self) -> bool {
+    pub fn watches_processes(&self) -> bool {
         self.processes
     }
 
@@ -423,7 +423,7 @@ const LOOKED_LONG_ENOUGH: Duration = Duration::from_secs(5);
 /// the proxy) until something of an app is seen, the drain begins or
 /// `shutdown`: whether the pod has an app is known when the drain begins.
 /// Costs a read of the socket table and of the proxy's descriptors a look.
-pub(crate) async fn look_for_app(
+pub async fn look_for_app(
     watcher: Watcher,
     mut drain: tokio::sync::watch::Receiver<Status>,
     shutdown: tokio_util::sync::CancellationToken,

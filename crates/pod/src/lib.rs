@@ -3,10 +3,25 @@
 //!
 //! - [`sockets`]: the namespace's TCP sockets and their owning processes.
 //! - [`app`]: what the app still holds (sockets, processes by cgroup), the
-//!   proxy known by pid: the drain's real [`crate::drain::AppControl`] and
+//!   proxy known by pid: the drain's real [`lifeguard_drain::AppControl`] and
 //!   `wait-app-exit`'s evidence.
 //! - [`reaper`]: reaping orphaned zombies as PID 1.
+
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 pub mod app;
 pub mod reaper;
 pub mod sockets;
+
+/// What the app-exit policy leaves out of the app. The file key is the
+/// field name.
+#[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+#[group(skip)]
+pub struct Settings {
+    /// Local port of another sidecar whose sockets the app-exit policy and
+    /// wait-app-exit leave out (repeatable).
+    #[arg(long = "ignore-app-port", env = "LIFEGUARD_IGNORE_APP_PORTS", value_name = "PORT", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
+    #[serde(deserialize_with = "lifeguard_base::settings::ports")]
+    pub ignore_app_ports: Vec<u16>,
+}

@@ -10,7 +10,7 @@ use rustix::process::{waitpid, Pid, WaitOptions};
 /// Reaps every zombie child of this process but `own_children`; returns
 /// how many. A zombie's pid cannot be reused until it is reaped, so the
 /// pid read from /proc is still that zombie when `waitpid` gets it.
-pub(crate) fn reap_orphans(own_children: &[i32]) -> usize {
+pub fn reap_orphans(own_children: &[i32]) -> usize {
     let mut reaped = 0;
     for pid in zombie_children() {
         if !own_children.contains(&pid) && reap(pid) {

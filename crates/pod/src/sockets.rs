@@ -1,7 +1,7 @@
 //! TCP sockets of this network namespace (`/proc/net/tcp` and `tcp6`) and
 //! the processes that hold them (their `/proc/<pid>/fd` links, where
 //! permissions allow), read through the `procfs` crate.
-//! [`crate::pod::app`] turns them into "what the app still holds".
+//! [`crate::app`] turns them into "what the app still holds".
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -16,8 +16,8 @@
 //!   dropped for every request; this one's timer is made once per
 //!   connection and moved only when it fires.
 
-use crate::peer::PeerKey;
-use crate::url::is_loopback;
+use lifeguard_base::peer::PeerKey;
+use lifeguard_base::url::is_loopback;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -427,8 +427,8 @@ const SPARE_FDS: u64 = 64;
 /// The connection cap for a process that may open `open_files` files
 /// (None: unknown or unlimited): [`MAX_CONNECTIONS`], or that limit less
 /// some spare descriptors when it is lower. The agent raises the limit at
-/// start-up (`crate::sys::tune_for_run`).
-pub(crate) fn connection_limit(open_files: Option<u64>) -> usize {
+/// start-up (`lifeguard_base::sys::tune_for_run`).
+pub fn connection_limit(open_files: Option<u64>) -> usize {
     let Some(soft) = open_files else {
         return MAX_CONNECTIONS;
     };

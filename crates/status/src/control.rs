@@ -26,7 +26,7 @@ use super::service::StatusService;
 /// the way left untouched.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot bind the control socket {}", .path.display())]
-pub(crate) struct BindError {
+pub struct BindError {
     pub(crate) path: PathBuf,
     #[source]
     pub(crate) fault: SocketFault,
@@ -66,7 +66,7 @@ fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// The control socket, bound and not yet serving.
-pub(crate) struct ControlServer {
+pub struct ControlServer {
     listener: UnixListener,
     path: PathBuf,
 }
@@ -75,7 +75,7 @@ impl ControlServer {
     /// Binds `path` with mode 0600. A socket file left by an earlier run is
     /// replaced; any other file there is an error, and so is a socket
     /// another process still serves.
-    pub(crate) fn bind(path: &Path) -> Result<ControlServer, BindError> {
+    pub fn bind(path: &Path) -> Result<ControlServer, BindError> {
         Self::listen(path).map_err(|fault| BindError {
             path: path.to_owned(),
             fault,
@@ -101,7 +101,7 @@ impl ControlServer {
     }
 
     /// Serves until `shutdown`, then removes the socket file.
-    pub(crate) async fn serve(self, service: StatusService, shutdown: CancellationToken) {
+    pub async fn serve(self, service: StatusService, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);

@@ -8,7 +8,7 @@
 //!   (any caller).
 //! - `GET|HEAD /drain/wait[?timeout=D]` — the app container's preStop hook:
 //!   answers 200 with one line once the pod is out of its load balancers'
-//!   rotation, or at its bound, saying which ([`crate::drain_wait`]); starts
+//!   rotation, or at its bound, saying which ([`lifeguard_drain_wait`]); starts
 //!   nothing; any caller.
 //! - `POST /drain` — loopback only: start the drain (readiness 503 at once)
 //!   or join the one under way; answers with the status once drained. Envoy
@@ -19,7 +19,7 @@
 //! - `POST /quitquitquit` — loopback only: stop Envoy now and exit cleanly.
 //! - `GET /stats/prometheus` (alias `/metrics`) — Envoy's own metrics,
 //!   streamed, then lifeguard's (any caller); the query string goes to
-//!   Envoy, gzip when accepted. The machinery is [`crate::metrics::scrape`]'s.
+//!   Envoy, gzip when accepted. The machinery is [`lifeguard_metrics::scrape`]'s.
 //! - `GET|HEAD /app-health/<container>/livez|readyz|startupz` and
 //!   `/app-lifecycle/<container>/prestopz|poststartz` — the app's own probe
 //!   or hook, run now against the app ([`app_probe`]); any caller, through
@@ -37,13 +37,18 @@
 //! - [`server`]: the listener(s) and hyper's connections: header-read and
 //!   write timeouts, `TCP_NODELAY`, a loopback accept queue of its own.
 //! - [`service`]: the tower service that routes each request.
-//! - [`routes`]: one function per route, and what they share.
+//! - [`routes`]: the route table: one match per request, each route naming its handler.
 //! - `response`: the body of every answer and the future that yields it.
 //! - [`connections`]: connection slots shared fairly between peers, and the
 //!   write timeout of a connection.
 //! - [`control`]: the same service on a Unix socket (`--control-socket`),
 //!   where drain and stop need no loopback check.
 //! - [`app_probe`]: the app's probes, run as the kubelet would.
+//! - `settings`: the port's address, who may drain and stop, the app's
+//!   probes ([`Settings`]), and the [`Plan`] they make.
+
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 pub mod app_probe;
 pub mod connections;
@@ -52,3 +57,6 @@ mod response;
 mod routes;
 pub mod server;
 pub mod service;
+mod settings;
+
+pub use settings::{addr, app_probes, control_socket, pod_ip, AddrError, Plan, PlanError, Settings};

@@ -19,13 +19,13 @@ use tokio::time::Instant;
 
 use super::app_probe::AppProber;
 use super::response::{Body, ResponseFuture};
-use crate::drain::DrainHandle;
-use crate::drain_wait::{Checkers, DrainWait};
-use crate::duration::DurationError;
-use crate::envoy::readiness::Readiness;
-use crate::exit::linger;
-use crate::metrics::scrape::{ScrapeRequest, Scraper};
-use crate::metrics::Metrics;
+use lifeguard_base::duration::DurationError;
+use lifeguard_drain::DrainHandle;
+use lifeguard_drain_wait::{Checkers, DrainWait};
+use lifeguard_envoy::readiness::Readiness;
+use lifeguard_metrics::linger;
+use lifeguard_metrics::scrape::{ScrapeRequest, Scraper};
+use lifeguard_metrics::Metrics;
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
@@ -45,7 +45,7 @@ impl Caller {
     /// Whether the caller is on this host (127.0.0.0/8 or ::1, also as an
     /// IPv4-mapped IPv6 address). Unknown peers are not trusted.
     pub(crate) fn is_loopback(&self) -> bool {
-        self.peer.is_some_and(|p| crate::url::is_loopback(p.ip()))
+        self.peer.is_some_and(|p| lifeguard_base::url::is_loopback(p.ip()))
     }
 }
 
@@ -147,7 +147,7 @@ impl RoutesBuilder {
 
     /// `GET /drain`, and `POST /drain` and `POST /quitquitquit` for those
     /// `access` lets through, through `drain`.
-    pub(crate) fn drain(mut self, drain: DrainHandle, access: ControlAccess) -> Self {
+    pub fn drain(mut self, drain: DrainHandle, access: ControlAccess) -> Self {
         self.drain = Some((drain, access));
         self
     }
@@ -163,7 +163,7 @@ impl RoutesBuilder {
 
     /// `GET /drain/wait` through `drain_wait`, each probe's checker recorded
     /// in its table.
-    pub(crate) fn drain_wait(mut self, drain_wait: DrainWait) -> Self {
+    pub fn drain_wait(mut self, drain_wait: DrainWait) -> Self {
         self.probe.checkers = Some(drain_wait.checkers().clone());
         self.drain_wait = Some(drain_wait);
         self
@@ -369,8 +369,8 @@ impl DrainStatus {
         #[derive(serde::Serialize)]
         struct View {
             #[serde(flatten)]
-            drain: crate::drain::Status,
-            drain_wait: Option<crate::drain_wait::DrainWaitStatus>,
+            drain: lifeguard_drain::Status,
+            drain_wait: Option<lifeguard_drain_wait::DrainWaitStatus>,
         }
         let view = View {
             drain: self.drain.status(),
@@ -440,7 +440,7 @@ fn wait_timeout(query: Option<&str>) -> Result<Option<std::time::Duration>, Time
     else {
         return Ok(None);
     };
-    match crate::duration::parse(value) {
+    match lifeguard_base::duration::parse(value) {
         Ok(timeout) => Ok(Some(timeout)),
         Err(why) => Err(TimeoutError {
             value: value.to_owned(),
@@ -573,7 +573,7 @@ fn respond(mut headers: HeaderMap, method: &Method, (status, body): (StatusCode,
     response
 }
 
-fn status_json(status: &crate::drain::Status) -> Bytes {
+fn status_json(status: &lifeguard_drain::Status) -> Bytes {
     let mut body = serde_json::to_vec(status).unwrap_or_default();
     body.push(b'\n');
     Bytes::from(body)

@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use super::connections::{Activity, ConnectionSlots, Refused, SlotLimits, TimedIo};
 use super::service::StatusService;
-use crate::logging::Throttle;
+use lifeguard_base::logging::Throttle;
 
 /// How long a client may take to send a request's headers; also how long
 /// a keep-alive connection may stay idle between requests.
@@ -45,14 +45,14 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// permission): start-up stops before anything is launched.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot bind the status address {addr}")]
-pub(crate) struct BindError {
+pub struct BindError {
     pub(crate) addr: SocketAddr,
     #[source]
     pub(crate) source: std::io::Error,
 }
 
 /// A status server bound to its address, not yet serving.
-pub(crate) struct StatusServer {
+pub struct StatusServer {
     listener: TcpListener,
     /// With a wildcard status address: a second listener on 127.0.0.1 and
     /// the same port, so loopback connections (Envoy's probes) have an
@@ -63,7 +63,7 @@ pub(crate) struct StatusServer {
 }
 
 impl StatusServer {
-    pub(crate) async fn bind(addr: SocketAddr, max_connections: usize) -> Result<Self, BindError> {
+    pub async fn bind(addr: SocketAddr, max_connections: usize) -> Result<Self, BindError> {
         let (listener, loopback) = Self::listen(addr).map_err(|source| BindError { addr, source })?;
         Ok(Self {
             listener,
@@ -95,13 +95,13 @@ impl StatusServer {
         Ok((listener, loopback))
     }
 
-    pub(crate) fn local_addr(&self) -> std::io::Result<SocketAddr> {
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
     /// Serves until `shutdown` is cancelled, then gives open connections
     /// a short grace to finish and returns.
-    pub(crate) async fn serve(self, service: StatusService, shutdown: CancellationToken) {
+    pub async fn serve(self, service: StatusService, shutdown: CancellationToken) {
         let slots = ConnectionSlots::new(SlotLimits::for_total(self.max_connections));
         let mut refusals = RefusalLog::default();
         let tracker = TaskTracker::new();

@@ -16,7 +16,7 @@ use super::connections::Activity;
 pub use super::response::{Body, ResponseFuture};
 use super::routes::{Caller, Routes};
 pub use super::routes::{ControlAccess, RoutesBuilder};
-use crate::envoy::readiness::Readiness;
+use lifeguard_envoy::readiness::Readiness;
 
 /// The routes of the status port, as a service. One value per connection:
 /// it knows who calls; the routes are shared.
@@ -59,7 +59,7 @@ impl StatusService {
     }
 
     /// The same service, answering a connection of the control socket.
-    pub(crate) fn for_control_socket(&self) -> Self {
+    pub fn for_control_socket(&self) -> Self {
         Self {
             caller: Caller {
                 peer: None,
@@ -120,11 +120,11 @@ impl hyper::service::Service<Request<Incoming>> for StatusService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain_wait::{Checkers, DrainWait};
-    use crate::envoy::admin::AdminClient;
-    use crate::envoy::readiness::Verdict;
     use hyper::Method;
     use hyper::StatusCode;
+    use lifeguard_drain_wait::{Checkers, DrainWait};
+    use lifeguard_envoy::admin::AdminClient;
+    use lifeguard_envoy::readiness::Verdict;
     use std::time::Duration;
     use tokio::time::Instant;
 
@@ -143,8 +143,9 @@ mod tests {
         })
     }
 
-    fn wait_plan() -> crate::drain_wait::DrainWaitPlan {
-        crate::drain_wait::DrainWaitPlan {
+    fn wait_plan() -> lifeguard_drain_wait::DrainWaitPlan {
+        lifeguard_drain_wait::DrainWaitPlan {
+            checker_ranges: Vec::new(),
             unhealthy_threshold: 3,
             min_quiet_period: Duration::from_secs(1),
             checker_timeout: Duration::from_secs(20),
@@ -160,12 +161,12 @@ mod tests {
     fn with_drain() -> (
         RoutesBuilder,
         Readiness,
-        crate::drain::Drain<crate::envoy::process::Envoy>,
+        lifeguard_drain::Drain<lifeguard_envoy::process::Envoy>,
     ) {
-        use crate::drain::{Drain, Plan};
+        use lifeguard_drain::{Drain, Plan};
         let plan = Plan::for_status_tests();
         let admin = AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
-        let (drain, handle) = Drain::new(plan, crate::envoy::process::Envoy::external(admin, vec![]), ());
+        let (drain, handle) = Drain::new(plan, lifeguard_envoy::process::Envoy::external(admin, vec![]), ());
         let r = Readiness::new(Duration::from_secs(4), handle.phase());
         r.store(Verdict::ready(Instant::now()));
         (
@@ -321,8 +322,8 @@ mod tests {
     #[test]
     fn a_known_path_with_another_method_is_405_with_its_methods() {
         let (builder, r, _drain) = with_drain();
-        let metrics = crate::metrics::Metrics::new(Instant::now());
-        let scraper = crate::metrics::scrape::Scraper::new(metrics.clone(), r, None);
+        let metrics = lifeguard_metrics::Metrics::new(Instant::now());
+        let scraper = lifeguard_metrics::scrape::Scraper::new(metrics.clone(), r, None);
         let (wait, _publish) = DrainWait::new(&wait_plan(), Checkers::default());
         let svc = builder.metrics(&metrics, scraper).drain_wait(wait).service();
         for (method, path, allow) in [

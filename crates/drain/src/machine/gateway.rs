@@ -8,11 +8,11 @@ use tokio::time::{sleep_until, Instant};
 
 use super::inbox::Interrupt;
 use super::Drain;
-use crate::drain::plan::{DrainScope, DrainUntil};
-use crate::drain::ports::{AppControl, EnvoyControl, Rotation, Verdict};
-use crate::drain::status::Phase;
-use crate::drain::PROGRESS_HEARTBEAT;
-use crate::duration::GoDuration;
+use crate::plan::{DrainScope, DrainUntil};
+use crate::ports::{AppControl, EnvoyControl, Rotation, Verdict};
+use crate::status::Phase;
+use crate::PROGRESS_HEARTBEAT;
+use lifeguard_base::duration::GoDuration;
 
 impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// The default policy in a pod whose only container is the proxy: no
@@ -23,7 +23,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// look at the app.
     pub(super) async fn resolve_policy(&mut self) {
         let plan = &mut self.plan;
-        if plan.drain_until == DrainUntil::AppExit && plan.gateway_without_app && self.app.has_app() != Some(true) {
+        if plan.gateway_without_app() && self.app.has_app() != Some(true) {
             let look = tokio::time::timeout(plan.admin_timeout, self.app.work()).await;
             let nothing = matches!(&look, Ok(Ok(work)) if work.is_done());
             if nothing && self.app.has_app() == Some(false) {

@@ -6,9 +6,9 @@ use std::process::ExitStatus;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::drain::handle::Event;
-use crate::drain::ports::EnvoyControl;
-use crate::drain::status::{PhaseCell, Status};
+use crate::handle::Event;
+use crate::ports::EnvoyControl;
+use crate::status::{PhaseCell, Status};
 
 /// Why a wait inside the drain ended early.
 pub(super) enum Interrupt {

@@ -20,9 +20,9 @@ use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progre
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Rotation, Work};
 use super::status::{Outcome, Phase, PhaseCell, Status, Trigger};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
-use crate::duration::GoDuration;
-use crate::logging::Throttle;
 use inbox::{Inbox, Interrupt};
+use lifeguard_base::duration::GoDuration;
+use lifeguard_base::logging::Throttle;
 
 /// A read under a timeout: its answer, its failure, or no answer in time.
 enum Read<T, E = ControlError> {
@@ -74,7 +74,7 @@ impl Default for Seen {
 /// The drain state machine. Build it with [`Drain::new`] (and, for the
 /// `out-of-rotation` policy, [`Drain::with_rotation`]), run it with
 /// [`Drain::run`].
-pub(crate) struct Drain<E, A = (), R = ()> {
+pub struct Drain<E, A = (), R = ()> {
     plan: Plan,
     envoy: E,
     app: A,
@@ -88,7 +88,7 @@ pub(crate) struct Drain<E, A = (), R = ()> {
 impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     /// The machine and its handle. `app` is what the `app-exit` policy
     /// watches (`()` for the other policies).
-    pub(crate) fn new(plan: Plan, envoy: E, app: A) -> (Drain<E, A>, DrainHandle) {
+    pub fn new(plan: Plan, envoy: E, app: A) -> (Drain<E, A>, DrainHandle) {
         let (events_tx, events) = mpsc::channel(64);
         let (status, status_rx) = watch::channel(Status::initial(plan.drain_until, plan.waiting_for()));
         let phase = PhaseCell::serving();
@@ -123,7 +123,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
 impl<E, A, R> Drain<E, A, R> {
     /// The same machine, waiting on `rotation` under the `out-of-rotation`
     /// policy.
-    pub(crate) fn with_rotation<R2: Rotation>(self, rotation: R2) -> Drain<E, A, R2> {
+    pub fn with_rotation<R2: Rotation>(self, rotation: R2) -> Drain<E, A, R2> {
         Drain {
             plan: self.plan,
             envoy: self.envoy,
@@ -138,7 +138,7 @@ impl<E, A, R> Drain<E, A, R> {
 
 impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// Runs until Envoy has stopped (or exited on its own).
-    pub(crate) async fn run(mut self) -> Outcome {
+    pub async fn run(mut self) -> Outcome {
         let trigger = loop {
             let event = tokio::select! {
                 status = self.envoy.exited() => return self.envoy_exited(status),
@@ -190,7 +190,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         };
         // 1. Readiness derives from the phase: publishing it is the 503
         // (after the readiness-fail delay, when there is one).
-        let now_unix = crate::duration::unix_now();
+        let now_unix = lifeguard_base::duration::unix_now();
         let stop_requested = self.inbox.stop_requested;
         let (delay, fail_delay) = (self.plan.drain_delay, self.plan.readiness_fail_delay);
         let first = match (delay.is_zero(), fail_delay.is_zero()) {

@@ -29,7 +29,7 @@ use hyper::header::{HeaderMap, ACCEPT};
 
 /// The answer's exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Format {
+pub enum Format {
     /// `text/plain; version=0.0.4`.
     Text,
     /// `application/openmetrics-text`, version 1.0.0 or 0.0.1.
@@ -38,7 +38,7 @@ pub(crate) enum Format {
 
 impl Format {
     /// The format for a client's `Accept` (text without one).
-    pub(crate) fn for_accept(headers: &HeaderMap) -> Format {
+    pub fn for_accept(headers: &HeaderMap) -> Format {
         let (mut text, mut om, mut om_v1) = (false, false, false);
         let values = headers.get_all(ACCEPT).iter().filter_map(|v| v.to_str().ok());
         for item in values.flat_map(|v| v.split(',')) {
@@ -76,7 +76,7 @@ impl Format {
     }
 
     /// The answer's `Content-Type`.
-    pub(crate) fn content_type(self) -> &'static str {
+    pub fn content_type(self) -> &'static str {
         match self {
             Format::Text => "text/plain; version=0.0.4; charset=utf-8",
             Format::OpenMetrics { v1: true } => "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -86,7 +86,7 @@ impl Format {
 
     /// The `Accept` an app target is sent: this format first, never
     /// protobuf.
-    pub(crate) fn accept_for_app(self) -> &'static str {
+    pub fn accept_for_app(self) -> &'static str {
         match self {
             Format::Text => "text/plain;version=0.0.4",
             Format::OpenMetrics { .. } => {
@@ -100,7 +100,7 @@ impl Format {
     }
 
     /// The format of a source's answer, by its `Content-Type`.
-    pub(crate) fn of_content_type(value: &str) -> Format {
+    pub fn of_content_type(value: &str) -> Format {
         let media = value.split(';').next().unwrap_or("").trim();
         match media.eq_ignore_ascii_case("application/openmetrics-text") {
             true => Format::OpenMetrics {
@@ -112,7 +112,7 @@ impl Format {
 }
 
 /// The families declared (`# TYPE NAME ...`) in `text`, added to `into`.
-pub(crate) fn note_families(text: &[u8], into: &mut HashSet<String>) {
+pub fn note_families(text: &[u8], into: &mut HashSet<String>) {
     for line in text.split(|&b| b == b'\n') {
         if let Some(rest) = line.strip_prefix(b"# TYPE ") {
             let name = rest.split(|&b| b == b' ').next().unwrap_or_default();
@@ -129,7 +129,7 @@ const SUFFIXES: [&str; 9] = [
 ];
 
 /// Fits one source's lines into the answer (see the module doc).
-pub(crate) struct LineFilter {
+pub struct LineFilter {
     from_om: bool,
     to_om: bool,
     /// Families this source declared (kept ones), added to the answer's at
@@ -142,7 +142,7 @@ pub(crate) struct LineFilter {
 }
 
 impl LineFilter {
-    pub(crate) fn new(from: Format, to: Format) -> Self {
+    pub fn new(from: Format, to: Format) -> Self {
         Self {
             from_om: from.is_open_metrics(),
             to_om: to.is_open_metrics(),
@@ -177,7 +177,7 @@ impl LineFilter {
 
     /// Appends the lines of `text` (whole lines) that belong in the answer
     /// to `out`, converted; `taken`: the families already in the answer.
-    pub(crate) fn push(&mut self, text: &[u8], taken: &HashSet<String>, out: &mut Vec<u8>) {
+    pub fn push(&mut self, text: &[u8], taken: &HashSet<String>, out: &mut Vec<u8>) {
         for line in text.split(|&b| b == b'\n') {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             if let Ok(line) = std::str::from_utf8(line) {
@@ -237,7 +237,7 @@ impl LineFilter {
     }
 
     /// Adds the families this source declared to the answer's.
-    pub(crate) fn finish(self, taken: &mut HashSet<String>) -> Vec<String> {
+    pub fn finish(self, taken: &mut HashSet<String>) -> Vec<String> {
         taken.extend(self.declared);
         self.dropped
     }

@@ -14,10 +14,10 @@ use super::gzip::{GzTail, GZIP_HEADER};
 use super::read::{Place, Read};
 use super::request::ScrapeRequest;
 use super::shared::Shared;
-use crate::metrics::app::fetch::{self, Piece};
-use crate::metrics::app::lines::{note_families, Format, LineFilter};
-use crate::metrics::window::{End, Next};
-use crate::metrics::Incomplete;
+use crate::app::fetch::{self, Piece};
+use crate::app::lines::{note_families, Format, LineFilter};
+use crate::window::{End, Next};
+use crate::Incomplete;
 
 /// Where one client's body is.
 pub(super) enum Step {

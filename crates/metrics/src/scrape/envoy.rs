@@ -13,11 +13,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::read::{bounded, Read, REUSE_MIN};
-use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
-use crate::envoy::poller::Heartbeat;
-use crate::metrics::app::lines::note_families;
-use crate::metrics::window::{End, List};
-use crate::metrics::Incomplete;
+use crate::app::lines::note_families;
+use crate::window::{End, List};
+use crate::Incomplete;
+use lifeguard_envoy::admin::{AdminClient, CallOutcome, Endpoint};
+use lifeguard_envoy::poller::Heartbeat;
 
 /// Largest Envoy body taken into a scrape: far above a 20,000-cluster
 /// Envoy's (about 250 MB). Past it the rest is left out, logged and counted.
@@ -111,7 +111,7 @@ async fn fill(
                 break;
             }
         }
-        let error = crate::envoy::admin::check_status(status, Bytes::from(text), path).err();
+        let error = lifeguard_envoy::admin::check_status(status, Bytes::from(text), path).err();
         tracing::debug!(error = %error.map(|e| e.to_string()).unwrap_or_default(), "Envoy's metrics left out of the scrape");
         return End::Cut(Incomplete::Error);
     }
@@ -218,13 +218,13 @@ async fn beating<F: std::future::Future>(heartbeat: &Heartbeat, until: Instant, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoy::readiness::Readiness;
-    use crate::istio::annotations::AppMetrics;
-    use crate::metrics::scrape::read::PLAIN_WINDOW;
-    use crate::metrics::scrape::{ScrapeRequest, Scraper};
-    use crate::metrics::Metrics;
+    use crate::scrape::read::PLAIN_WINDOW;
+    use crate::scrape::{ScrapeRequest, Scraper};
+    use crate::Metrics;
     use futures_util::StreamExt;
     use hyper::header::HeaderMap;
+    use lifeguard_envoy::readiness::Readiness;
+    use lifeguard_istio::annotations::AppMetrics;
 
     /// Serves `body` to every request on the connection `io`.
     fn serve<IO>(io: IO, body: &'static str)
@@ -265,8 +265,8 @@ mod tests {
             }
         });
         let metrics = Metrics::new(Instant::now());
-        let admin = AdminClient::new(crate::url::LoopbackUrl::unix(&socket), Duration::from_secs(2));
-        let targets = AppMetrics(vec![crate::istio::annotations::Target {
+        let admin = AdminClient::new(lifeguard_base::url::LoopbackUrl::unix(&socket), Duration::from_secs(2));
+        let targets = AppMetrics(vec![lifeguard_istio::annotations::Target {
             port,
             path: "/metrics".into(),
         }]);

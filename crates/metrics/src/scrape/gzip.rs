@@ -13,8 +13,8 @@ use flate2::Compression;
 use tokio_util::sync::CancellationToken;
 
 use super::read::{bounded, GzChunk, Read};
-use crate::metrics::window::{Cursor, End, List, Next};
-use crate::metrics::Incomplete;
+use crate::window::{Cursor, End, List, Next};
+use crate::Incomplete;
 
 /// The gzip member header: deflate, no name, no time, unknown OS.
 pub(super) const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];

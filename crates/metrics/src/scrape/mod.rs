@@ -7,7 +7,7 @@
 //!
 //! - **Streamed through a bounded window, with back-pressure.** Each
 //!   chunk hyper reads from Envoy is pushed, as it is, onto a shared list
-//!   (a [`read::Read`], a [`crate::metrics::window`] list); clients walk it at their own pace and
+//!   (a [`read::Read`], a [`crate::window`] list); clients walk it at their own pace and
 //!   send the same `Bytes` (a reference count, never a copy). At most
 //!   [`read::PLAIN_WINDOW`] (4 MiB) of the body is held: Envoy is read only as
 //!   fast as the slowest client takes it, and a client that holds the
@@ -90,17 +90,17 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::drain::DrainHandle;
-use crate::drain_wait::DrainWait;
-use crate::envoy::admin::AdminClient;
-use crate::envoy::poller::Heartbeat;
-use crate::envoy::readiness::Readiness;
-use crate::exit::linger::Linger;
-use crate::istio::annotations::AppMetrics;
-use crate::metrics::app::fetch::MAX_APP_READS;
-use crate::metrics::Metrics;
+use crate::app::fetch::MAX_APP_READS;
+use crate::linger::Linger;
+use crate::Metrics;
 use client::{Client, Step};
-pub(crate) use request::ScrapeRequest;
+use lifeguard_drain::DrainHandle;
+use lifeguard_drain_wait::DrainWait;
+use lifeguard_envoy::admin::AdminClient;
+use lifeguard_envoy::poller::Heartbeat;
+use lifeguard_envoy::readiness::Readiness;
+use lifeguard_istio::annotations::AppMetrics;
+pub use request::ScrapeRequest;
 use shared::{AppSource, Shared};
 
 /// The merged scrape's shared state. Cloning shares it.
@@ -135,38 +135,38 @@ impl Scraper {
     }
 
     /// Takes the drain gauges from `drain`'s status.
-    pub(crate) fn with_drain(mut self, drain: DrainHandle) -> Self {
+    pub fn with_drain(mut self, drain: DrainHandle) -> Self {
         self.inner_mut().drain = Some(drain);
         self
     }
 
     /// Tells `linger` of each scrape (the last one, after Envoy stopped,
     /// lets lifeguard exit).
-    pub(crate) fn with_linger(mut self, linger: Linger) -> Self {
+    pub fn with_linger(mut self, linger: Linger) -> Self {
         self.inner_mut().linger = Some(linger);
         self
     }
 
     /// The linger told of each scrape, if there is one.
-    pub(crate) fn linger(&self) -> Option<&Linger> {
+    pub fn linger(&self) -> Option<&Linger> {
         self.inner.linger.as_ref()
     }
 
     /// Takes the drain wait's gauges from `wait`'s status.
-    pub(crate) fn with_drain_wait(mut self, wait: DrainWait) -> Self {
+    pub fn with_drain_wait(mut self, wait: DrainWait) -> Self {
         self.inner_mut().drain_wait = Some(wait);
         self
     }
 
     /// Tells `heartbeat` each time Envoy sends a chunk (the poller's proof
     /// that a busy admin thread is alive).
-    pub(crate) fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Self {
+    pub fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Self {
         self.inner_mut().heartbeat = heartbeat;
         self
     }
 
     /// Serves the app's metrics from `targets` after lifeguard's part.
-    pub(crate) fn with_app_metrics(mut self, targets: &AppMetrics) -> Self {
+    pub fn with_app_metrics(mut self, targets: &AppMetrics) -> Self {
         let inner = self.inner_mut();
         inner.apps = targets
             .0
@@ -181,14 +181,14 @@ impl Scraper {
     }
 
     /// Stops Envoy reads under way when `shutdown` is cancelled.
-    pub(crate) fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
+    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
         self.inner_mut().shutdown = shutdown;
         self
     }
 
     /// The body of one scrape: Envoy's part, then lifeguard's, gzipped when
     /// `req.gzip`. Nothing is read from Envoy until the body is polled.
-    pub(crate) fn body(&self, req: ScrapeRequest) -> impl Stream<Item = Bytes> + Send + 'static {
+    pub fn body(&self, req: ScrapeRequest) -> impl Stream<Item = Bytes> + Send + 'static {
         let deadline = Instant::now() + req.budget;
         let client = Client {
             shared: self.inner.clone(),

@@ -12,13 +12,13 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::window::{Cursor, End, List, Weight};
-use crate::metrics::Incomplete;
+use crate::window::{Cursor, End, List, Weight};
+use crate::Incomplete;
 
 /// A completed read is shared for at least this long.
 pub(crate) const REUSE_MIN: Duration = Duration::from_secs(1);
 
-/// The most of Envoy's body held for a read at once (see [`crate::metrics::window`]).
+/// The most of Envoy's body held for a read at once (see [`crate::window`]).
 pub(crate) const PLAIN_WINDOW: usize = 4 << 20;
 /// The most of its compressed copy held at once.
 pub(crate) const GZIP_WINDOW: usize = 1 << 20;

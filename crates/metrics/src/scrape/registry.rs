@@ -16,8 +16,8 @@ use super::envoy::produce;
 use super::gzip::compress;
 use super::read::{Live, Place, Read, GZIP_WINDOW, PLAIN_WINDOW};
 use super::shared::Shared;
-use crate::metrics::window::List;
-use crate::metrics::Incomplete;
+use crate::window::List;
+use crate::Incomplete;
 
 /// How many Envoy reads may be held in memory at once.
 pub(crate) const MAX_LIVE_READS: usize = 2;

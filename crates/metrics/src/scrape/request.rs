@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use hyper::header::{HeaderMap, ACCEPT_ENCODING};
 
-use crate::metrics::app::lines::Format;
+use crate::app::lines::Format;
 
 /// The Envoy part's budget when the client sends no scrape timeout
 /// (Prometheus' default scrape timeout).
@@ -19,20 +19,20 @@ pub(crate) const SCRAPE_TIMEOUT_HEADER: &str = "x-prometheus-scrape-timeout-seco
 
 /// What a scrape request asks for, taken from its query and headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ScrapeRequest {
+pub struct ScrapeRequest {
     /// The query string passed to Envoy (without the `?`): the client's,
     /// less what would make Envoy answer protobuf ([`envoy_query`]).
     pub(crate) query: String,
     /// How long Envoy's part may take.
     pub(crate) budget: Duration,
     /// Whether the client accepts gzip.
-    pub(crate) gzip: bool,
+    pub gzip: bool,
     /// The answer's format, by the client's `Accept`.
-    pub(crate) format: Format,
+    pub format: Format,
 }
 
 impl ScrapeRequest {
-    pub(crate) fn new(query: Option<&str>, headers: &HeaderMap) -> Self {
+    pub fn new(query: Option<&str>, headers: &HeaderMap) -> Self {
         let timeout = headers
             .get(SCRAPE_TIMEOUT_HEADER)
             .and_then(|v| v.to_str().ok())

@@ -12,14 +12,14 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::read::Read;
-use crate::drain::DrainHandle;
-use crate::drain_wait::DrainWait;
-use crate::envoy::admin::AdminClient;
-use crate::envoy::poller::Heartbeat;
-use crate::envoy::readiness::Readiness;
-use crate::exit::linger::Linger;
-use crate::istio::annotations::Target;
-use crate::metrics::Metrics;
+use crate::linger::Linger;
+use crate::Metrics;
+use lifeguard_drain::DrainHandle;
+use lifeguard_drain_wait::DrainWait;
+use lifeguard_envoy::admin::AdminClient;
+use lifeguard_envoy::poller::Heartbeat;
+use lifeguard_envoy::readiness::Readiness;
+use lifeguard_istio::annotations::Target;
 
 /// The merged scrape's state, shared by every scrape ([`super::Scraper`]
 /// holds it).
@@ -45,7 +45,7 @@ pub(super) struct Shared {
     pub(super) logged_drops: Mutex<HashSet<String>>,
 }
 
-/// One app metrics target and its failure counters (by [`Incomplete`]).
+/// One app metrics target and its failure counters (by [`crate::Incomplete`]).
 pub(super) struct AppSource {
     pub(super) target: Target,
     pub(super) label: String,

@@ -25,7 +25,7 @@ use super::error::ProbeError;
 
 /// The most of an app's answer passed on to the kubelet (as the kubelet
 /// itself reads at most this much of a probe's body).
-pub(crate) const BODY_CAP: usize = 10 * 1024;
+pub const BODY_CAP: usize = 10 * 1024;
 
 /// Redirects followed before the probe fails, as the kubelet.
 const MAX_REDIRECTS: usize = 10;
@@ -84,7 +84,7 @@ impl Target {
             SocketAddr::V6(_) => TcpSocket::new_v6()?,
         };
         if !self.source_missing.load(Ordering::Relaxed) {
-            let _ = crate::sys::bind_address_no_port(&socket);
+            let _ = lifeguard_base::sys::bind_address_no_port(&socket);
             if let Err(e) = socket.bind(SocketAddr::new(self.source, 0)) {
                 if !self.source_missing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(source = %self.source, error = %e,
@@ -100,11 +100,11 @@ impl Target {
 
 /// What an HTTP probe asks: the first request's port, scheme and path,
 /// and its headers (Host included).
-pub(crate) struct HttpCall {
-    pub(crate) port: u16,
-    pub(crate) https: bool,
-    pub(crate) path: String,
-    pub(crate) headers: HeaderMap,
+pub struct HttpCall {
+    pub port: u16,
+    pub https: bool,
+    pub path: String,
+    pub headers: HeaderMap,
 }
 
 /// The app's answer to an HTTP probe.
@@ -134,7 +134,7 @@ pub(crate) async fn http_get(target: &Target, mut call: HttpCall) -> Result<Http
 
 /// Where a redirect leads, when it stays on the app's host: scheme, port
 /// and path. None: no usable Location, or another host.
-pub(crate) fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(bool, u16, String)> {
+pub fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(bool, u16, String)> {
     if location.starts_with('/') && !location.starts_with("//") {
         return Some((call.https, call.port, location.to_owned()));
     }
@@ -191,7 +191,7 @@ async fn http_once(target: &Target, call: &HttpCall) -> Result<(StatusCode, Opti
 
 /// Sends the GET over `io` (HTTP/1.1, or HTTP/2 when `h2`) and reads the
 /// answer, driving the connection meanwhile; the connection ends with it.
-pub(crate) async fn exchange<IO>(
+pub async fn exchange<IO>(
     io: TokioIo<IO>,
     h2: bool,
     call: &HttpCall,
@@ -277,7 +277,7 @@ async fn read_answer(answer: hyper::Response<Incoming>) -> Result<(StatusCode, O
 /// probe's `Content-Length` or `Transfer-Encoding` either), and a Host
 /// naming the app's port when the kubelet's names the status port (a Host
 /// the probe set is kept).
-pub(crate) fn forwarded_headers(
+pub fn forwarded_headers(
     incoming: &HeaderMap,
     probe: &[(String, String)],
     status_port: u16,

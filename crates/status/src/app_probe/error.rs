@@ -8,7 +8,7 @@ use hyper::StatusCode;
 
 /// Why a probe's call to the app failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ProbeError {
+pub enum ProbeError {
     #[error("connect to {addr}: {source}")]
     Connect { addr: SocketAddr, source: io::Error },
     #[error("TLS handshake with {addr}: {source}")]

@@ -18,7 +18,7 @@ const ANSWER_CAP: usize = 64 * 1024;
 
 /// The health service's answer to a Check, or why there is none.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Health {
+pub enum Health {
     /// `SERVING`, `NOT_SERVING`, `UNKNOWN`, `SERVICE_UNKNOWN`.
     Status(&'static str),
     /// The call failed with this gRPC status (code name, message).
@@ -107,7 +107,7 @@ fn get_varint(buf: &mut Bytes) -> Option<u64> {
 
 /// The call's outcome from its `grpc-status` (in the trailers, or in the
 /// headers of a trailers-only answer) and its message.
-pub(crate) fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> Result<Health, ProbeError> {
+pub fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> Result<Health, ProbeError> {
     let code = trailers
         .get("grpc-status")
         .or_else(|| head.get("grpc-status"))

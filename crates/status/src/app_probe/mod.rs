@@ -19,7 +19,7 @@
 //! An unknown path under those prefixes is 404. The probes are served for
 //! as long as the status port is (through the drain and the linger).
 //!
-//! The probes are `crate::istio::probers`' (the JSON, checked). Files:
+//! The probes are `lifeguard_istio::probers`' (the JSON, checked). Files:
 //! `call` (the connection and HTTP
 //! exchange), `grpc` (the health check), `error` (why a call failed).
 
@@ -34,13 +34,13 @@ use hyper::StatusCode;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::istio::probers::{Action, AppProbes, Checked};
-use crate::metrics::{AppProbeMetrics, Metrics};
 use call::{HttpAnswer, HttpCall, Target};
+use lifeguard_istio::probers::{Action, AppProbes, Checked};
+use lifeguard_metrics::{AppProbeMetrics, Metrics};
 
-pub(crate) mod call;
+pub mod call;
 mod error;
-pub(crate) mod grpc;
+pub mod grpc;
 
 /// Calls of one path at once; more wait (within the probe's timeout) for
 /// one to end, so a flood of probes makes no more than this many calls to

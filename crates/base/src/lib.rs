@@ -1,0 +1,39 @@
+//! The vocabulary every layer of lifeguard shares, and nothing of what
+//! lifeguard does: a crate with no lifeguard crate under it.
+//!
+//! - [`duration`]: durations as Go (and Istio's users) write them.
+//! - [`url`]: loopback URLs and Unix sockets, the only places lifeguard
+//!   sends a request.
+//! - [`local_http`]: one HTTP/1.1 request to such a URL.
+//! - [`peer`]: the one key of a peer, for every per-peer limit and table.
+//! - [`logging`]: log lines (text or JSON), their settings, a throttle.
+//! - [`settings`]: what every crate's settings are made of: the parsers
+//!   clap and the file share, Go's booleans, the bad value's error.
+//! - [`sys`]: the `unsafe` calls (a pre-exec hook, one socket option, the
+//!   allocator's collect) and the process's memory settings.
+
+#![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
+
+/// `Display` for a clap `ValueEnum`: the value as the user types it
+/// (`app-exit`, `inbound`, `json`). The crate that calls it names `clap`.
+#[macro_export]
+macro_rules! display_as_value {
+    ($t:ty) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let value = clap::ValueEnum::to_possible_value(self).expect("no variant is skipped");
+                f.write_str(value.get_name())
+            }
+        }
+    };
+}
+
+pub mod duration;
+pub mod local_http;
+pub mod logging;
+pub mod peer;
+pub mod settings;
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod url;

@@ -1,0 +1,133 @@
+//! The drain wait's settings: what counts as a load balancer's verdict
+//! and how long it may take; the [`DrainWaitPlan`] they make with the
+//! drain's plan (its deadline, grace period and margin).
+
+use std::time::Duration;
+
+use clap::Args;
+use ipnet::IpNet;
+use lifeguard_base::settings::{positive, span};
+use serde::{de, Deserialize, Deserializer, Serialize};
+
+use crate::DrainWaitPlan;
+
+/// Why a drain wait's value was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    #[error("expected an address range (CIDR), for example 35.191.0.0/16, or an address")]
+    NotARange,
+    #[error("expected a whole number from 1 to 100")]
+    NotAThreshold,
+}
+
+/// The drain wait's settings. The file key is the field name.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[group(skip)]
+pub struct Settings {
+    /// The drain wait (GET /drain/wait): a checker of the pod's readiness
+    /// (a load balancer) has taken the pod out once it has had this many
+    /// failed probes in a row (HAProxy and the kubelet default to 3, AWS
+    /// and GCP to 2).
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
+    #[serde(deserialize_with = "threshold::deserialize")]
+    pub drain_wait_unhealthy_threshold: u32,
+
+    /// The drain wait: the shortest quiet period. Once every checker has
+    /// taken the pod out, no new request on Envoy's inbound listeners for
+    /// the quiet period means the traffic has stopped; the quiet period is
+    /// derived from the traffic before the drain (a gap that comes by
+    /// chance at most once in a thousand), never shorter than this.
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_MIN_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
+    #[serde(with = "positive")]
+    pub drain_wait_min_quiet_period: Duration,
+
+    /// The drain wait: only readiness probes from these address ranges
+    /// (CIDR, comma-separated; cloud health checkers publish theirs, e.g.
+    /// GoogleHC's 35.191.0.0/16,130.211.0.0/22) count as a load balancer's
+    /// checks; empty: probes from anywhere but the kubelet.
+    #[arg(long = "drain-wait-checker-ranges", env = "LIFEGUARD_DRAIN_WAIT_CHECKER_RANGES", value_name = "CIDR", value_delimiter = ',', value_parser = range)]
+    #[serde(deserialize_with = "ranges", serialize_with = "ranges_shown")]
+    pub drain_wait_checker_ranges: Vec<IpNet>,
+
+    /// The drain wait: no checker of the pod's readiness holds the wait
+    /// longer than this after the drain began (a prober that checks
+    /// rarely, or keeps probing without failing enough, cannot hold every
+    /// rollout to the grace period).
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT", value_name = "DURATION", default_value = "20s", value_parser = positive::parse)]
+    #[serde(with = "positive")]
+    pub drain_wait_checker_timeout: Duration,
+
+    /// The drain wait: time kept for the app between the wait's end and the
+    /// drain's deadline, when the wait ends at its bound (at most half the
+    /// deadline): the app gets its SIGTERM this long before Envoy is stopped.
+    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_APP_TIME", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub drain_wait_app_time: Duration,
+}
+
+impl Settings {
+    /// The drain wait's plan, within the drain's.
+    pub fn plan(&self, drain: &lifeguard_drain::Plan) -> DrainWaitPlan {
+        let deadline = drain.deadline();
+        DrainWaitPlan {
+            unhealthy_threshold: self.drain_wait_unhealthy_threshold,
+            min_quiet_period: self.drain_wait_min_quiet_period,
+            checker_timeout: self.drain_wait_checker_timeout,
+            checker_ranges: self.drain_wait_checker_ranges.clone(),
+            drain_deadline: deadline,
+            grace_period: drain.grace_period(),
+            shutdown_margin: drain.shutdown_margin(),
+            // Never more than half the deadline: a short grace period
+            // still leaves the wait half of it.
+            app_time: self.drain_wait_app_time.min(deadline / 2),
+        }
+    }
+}
+
+/// A count of failed probes in a row, 1 to 100: a flag's text, or a
+/// file's integer.
+pub mod threshold {
+    use super::*;
+
+    /// From a flag's or an env variable's text.
+    pub fn parse(s: &str) -> Result<u32, ValueError> {
+        let n: u32 = s.trim().parse().map_err(|_| ValueError::NotAThreshold)?;
+        check(n)
+    }
+
+    fn check(n: u32) -> Result<u32, ValueError> {
+        match n {
+            1..=100 => Ok(n),
+            _ => Err(ValueError::NotAThreshold),
+        }
+    }
+
+    /// From a file's integer.
+    pub fn deserialize<'de, De: Deserializer<'de>>(d: De) -> Result<u32, De::Error> {
+        check(u32::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
+
+/// An address range: `35.191.0.0/16`, `2600:2d00:1:b029::/64`, or one
+/// address (`10.0.0.5`, a range of one).
+pub fn range(s: &str) -> Result<IpNet, ValueError> {
+    let s = s.trim();
+    if let Ok(net) = s.parse::<IpNet>() {
+        return Ok(net.trunc());
+    }
+    s.parse::<std::net::IpAddr>()
+        .map(IpNet::from)
+        .map_err(|_| ValueError::NotARange)
+}
+
+fn ranges<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<IpNet>, De::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    texts
+        .iter()
+        .map(|t| range(t).map_err(|e| de::Error::custom(format!("{t:?}: {e}"))))
+        .collect()
+}
+
+fn ranges_shown<S: serde::Serializer>(v: &[IpNet], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(ToString::to_string))
+}

@@ -1,0 +1,170 @@
+//! The drain's settings (the grace period, the margin, the delays, the
+//! policy and its times, which listeners drain), and the [`Plan`] they
+//! make once the rules across them hold ([`PlanError`] when one does not).
+
+use std::time::Duration;
+
+use clap::{ArgAction, Args};
+use lifeguard_base::duration::{self, DurationError, GoDuration};
+use lifeguard_base::settings::{go_bool, span, SettingError};
+use serde::{Deserialize, Serialize};
+
+use crate::{DrainScope, DrainUntil, Plan};
+
+lifeguard_base::shared_parser!(
+    /// The grace period: a duration, or a bare number of seconds as
+    /// Kubernetes writes terminationGracePeriodSeconds; greater than zero.
+    pub grace: Duration = grace_period, shown as |d: &Duration| GoDuration(*d)
+);
+
+fn grace_period(s: &str) -> Result<Duration, DurationError> {
+    let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    duration::positive(&if bare { format!("{s}s") } else { s.to_owned() })
+}
+
+/// The shortest shutdown margin: the time Envoy gets between SIGTERM and
+/// SIGKILL, kept back from the grace period.
+pub const MIN_SHUTDOWN_MARGIN: Duration = Duration::from_millis(100);
+
+/// The drain's settings. The file key is the field name.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[group(skip)]
+pub struct Settings {
+    /// The pod's terminationGracePeriodSeconds (a bare number counts as
+    /// seconds); the drain ends by this minus the shutdown margin.
+    #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION", default_value = "30s", value_parser = grace::parse)]
+    #[serde(with = "grace")]
+    pub termination_grace_period: Duration,
+
+    /// Time kept back from the grace period to stop Envoy and exit; also
+    /// how long Envoy gets between SIGTERM and SIGKILL (at least 100ms).
+    #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub shutdown_margin: Duration,
+
+    /// Pause after readiness turns 503 and before Envoy starts draining, so
+    /// endpoint removal can propagate.
+    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub drain_delay: Duration,
+
+    /// Start Envoy's drain at once but keep readiness answering as Envoy
+    /// does for this long (the opposite order of --drain-delay): a
+    /// terminating endpoint that still reports ready keeps the traffic that
+    /// falls back to it (KEP-1669), and Envoy closes it gracefully.
+    #[arg(long, env = "LIFEGUARD_READINESS_FAIL_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub readiness_fail_delay: Duration,
+
+    /// Fixed policy: how long Envoy drains before it is stopped.
+    #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub termination_drain_duration: Duration,
+
+    /// Stop Envoy once its active downstream connections reach zero (true
+    /// or false; makes --drain-until default to connections).
+    #[arg(long, env = "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value_name = "BOOL", default_value = "false", action = ArgAction::Set, value_parser = go_bool)]
+    pub exit_on_zero_active_connections: bool,
+
+    /// Exit-on-zero policies: the shortest drain.
+    #[arg(long, env = "MINIMUM_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
+    #[serde(with = "span")]
+    pub minimum_drain_duration: Duration,
+
+    /// What the drain waits for: app-exit (Envoy idle and the app gone),
+    /// out-of-rotation (a gateway: every load balancer has taken the pod
+    /// out, then no request in flight), time (fixed), connections or
+    /// requests (zero active). When not given: connections if
+    /// --exit-on-zero-active-connections is true, time if
+    /// --termination-drain-duration is given, out-of-rotation with
+    /// --drain-scope all, app-exit otherwise (and out-of-rotation when the
+    /// drain begins in a pod where no app was ever seen).
+    #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT", default_value = "app-exit")]
+    pub drain_until: DrainUntil,
+
+    /// Which of Envoy's listeners drain: inbound (a sidecar:
+    /// `drain_listeners?inboundonly`) or all (an ingress gateway, whose
+    /// listeners carry no traffic direction).
+    #[arg(long, env = "LIFEGUARD_DRAIN_SCOPE", value_name = "SCOPE", default_value = "inbound")]
+    pub drain_scope: DrainScope,
+}
+
+/// How the drain reads Envoy: one admin call's timeout, and the interval
+/// the fixed policy reads the counts at (the Envoy crate's settings).
+#[derive(Debug, Clone, Copy)]
+pub struct Reads {
+    pub admin_timeout: Duration,
+    pub poll_interval: Duration,
+}
+
+/// A rule across the drain's settings that does not hold.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(
+        "must be at least {}: Envoy gets this long to exit after SIGTERM, inside the grace period",
+        GoDuration(MIN_SHUTDOWN_MARGIN)
+    )]
+    MarginTooShort(Duration),
+    #[error("must be shorter than termination_grace_period ({})", GoDuration(*.grace))]
+    MarginNotUnderGrace { margin: Duration, grace: Duration },
+    #[error("cannot be used with drain_delay: readiness fails first with drain_delay, last with readiness_fail_delay")]
+    BothDelays(Duration),
+}
+
+impl SettingError for PlanError {
+    fn key(&self) -> &'static str {
+        match self {
+            PlanError::MarginTooShort(_) | PlanError::MarginNotUnderGrace { .. } => "shutdown_margin",
+            PlanError::BothDelays(_) => "readiness_fail_delay",
+        }
+    }
+
+    fn value(&self) -> String {
+        let d = match self {
+            PlanError::MarginTooShort(d) | PlanError::BothDelays(d) => *d,
+            PlanError::MarginNotUnderGrace { margin, .. } => *margin,
+        };
+        GoDuration(d).to_string()
+    }
+}
+
+impl Settings {
+    /// The drain's plan. `given` tells whether the user set a key (the
+    /// policy's default follows what was asked); `reads` are the Envoy
+    /// crate's.
+    pub fn plan(&self, given: &dyn Fn(&str) -> bool, reads: Reads) -> Result<Plan, PlanError> {
+        let (margin, grace) = (self.shutdown_margin, self.termination_grace_period);
+        if margin < MIN_SHUTDOWN_MARGIN {
+            return Err(PlanError::MarginTooShort(margin));
+        }
+        if margin >= grace {
+            return Err(PlanError::MarginNotUnderGrace { margin, grace });
+        }
+        if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
+            return Err(PlanError::BothDelays(self.readiness_fail_delay));
+        }
+        let asked = given("drain_until");
+        let drain_until = match asked {
+            true => self.drain_until,
+            false if self.exit_on_zero_active_connections => DrainUntil::Connections,
+            false if given("termination_drain_duration") => DrainUntil::Time,
+            // A gateway: no app to wait for.
+            false if self.drain_scope == DrainScope::All => DrainUntil::OutOfRotation,
+            false => self.drain_until,
+        };
+        Ok(Plan {
+            drain_until,
+            asked,
+            scope: self.drain_scope,
+            drain_delay: self.drain_delay,
+            readiness_fail_delay: self.readiness_fail_delay,
+            termination_drain_duration: self.termination_drain_duration,
+            minimum_drain_duration: self.minimum_drain_duration,
+            grace_period: grace,
+            drain_deadline: grace - margin,
+            admin_timeout: reads.admin_timeout,
+            shutdown_margin: margin,
+            poll_interval: reads.poll_interval,
+        })
+    }
+}
