@@ -116,7 +116,12 @@ impl RunArgs {
         let given = |key: &str| source(key) != Source::Default;
         let plan = settings.plan(&given, named, proxy.unused)?;
 
-        let table = toml::Table::try_from(&settings).expect("settings serialize");
+        let mut table = toml::Table::try_from(&settings).expect("settings serialize");
+        // What the plans made of two settings is what runs: the policy the
+        // defaults chose, the listener ports always left out.
+        table.insert("drain_until".into(), plan.drain.drain_until().to_string().into());
+        let ports = plan.envoy.ignored_listener_ports.iter().map(|p| i64::from(*p).into());
+        table.insert("ignore_listener_ports".into(), toml::Value::Array(ports.collect()));
         let effective = settings_command()
             .get_arguments()
             .map(|arg| {

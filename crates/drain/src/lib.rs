@@ -59,7 +59,7 @@ pub use ports::Active;
 pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
 pub use settings::{grace, PlanError, Reads, Settings, MIN_SHUTDOWN_MARGIN};
 pub use status::Outcome;
-pub use status::{Phase, PhaseCell, Signal, Status, Trigger};
+pub use status::{Awaiting, Phase, PhaseCell, Signal, Status, Trigger};
 
 use std::time::Duration;
 

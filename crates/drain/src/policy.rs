@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::plan::{DrainUntil, Plan};
 use super::ports::Work;
+use super::status::Awaiting;
 use super::{APP_QUIET, PACE, PROGRESS_EVERY, PROGRESS_HEARTBEAT, ZERO_POLL_INTERVAL};
 use lifeguard_base::duration::GoDuration;
 
@@ -203,57 +204,34 @@ impl Pacer {
     }
 }
 
-/// The drain's progress: one line in words of what is still awaited and
-/// the time left to the deadline, logged at once when what is awaited
-/// changes (at most once per [`PROGRESS_EVERY`]) and every
+/// The drain's progress in the log: one line in words of what is still
+/// awaited and the time left to the deadline, logged at once when what is
+/// awaited changes (at most once per [`PROGRESS_EVERY`]) and every
 /// [`PROGRESS_HEARTBEAT`] while it does not: a long wait is never silent.
 #[derive(Default)]
 pub(crate) struct Progress {
     /// What was awaited at the last line.
-    logged: Option<String>,
+    logged: Option<Awaiting>,
     last_line: Option<Instant>,
 }
 
 impl Progress {
-    /// Logs `line` if one is due; `awaited` is what it says is awaited
-    /// (the part whose change is news).
-    pub(crate) fn observe(&mut self, now: Instant, awaited: &str, line: &str) {
+    /// Logs the line `line` writes if one is due; `awaited` is what it says
+    /// is awaited (whose change is news).
+    pub(crate) fn observe(&mut self, now: Instant, awaited: &Awaiting, line: impl FnOnce() -> String) {
         let since = self.last_line.map(|t| now.duration_since(t));
-        let changed = self.logged.as_deref() != Some(awaited);
+        let changed = self.logged.as_ref() != Some(awaited);
         let due = match since {
             None => true,
             Some(since) if changed => since >= PROGRESS_EVERY,
             Some(since) => since >= PROGRESS_HEARTBEAT,
         };
         if due {
-            tracing::info!("draining: {line}");
-            self.logged = Some(awaited.to_owned());
+            tracing::info!("draining: {}", line());
+            self.logged = Some(awaited.clone());
             self.last_line = Some(now);
         }
     }
-}
-
-/// The progress line: what the policy still awaits (`awaited`, in words),
-/// the time its own rule still asks for, and the time left to the deadline.
-pub(crate) fn progress_line(plan: &Plan, rule: &DoneRule, awaited: &str, now: Instant, deadline: Instant) -> String {
-    let to_deadline = GoDuration(round(deadline.saturating_duration_since(now)));
-    let min_left = round(rule.min_end.saturating_duration_since(now));
-    match plan.drain_until {
-        DrainUntil::Time => format!(
-            "{} of drain time left, {awaited}; {to_deadline} to the deadline",
-            GoDuration(min_left)
-        ),
-        _ if !min_left.is_zero() => format!(
-            "{awaited}; the minimum drain time ends in {}; {to_deadline} to the deadline",
-            GoDuration(min_left)
-        ),
-        _ => format!("{awaited}; {to_deadline} to the deadline"),
-    }
-}
-
-/// A duration to the tenth of a second: progress lines are for people.
-fn round(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64 / 100 * 100)
 }
 
 /// What the drain waits on now, in words; None when nothing.

@@ -3,7 +3,9 @@
 //! agent ends ([`Outcome`]; `lifeguard_exit` makes it the exit code).
 
 use std::process::ExitStatus;
+use std::time::Duration;
 
+use lifeguard_base::duration::GoDuration;
 use serde::Serialize;
 
 use super::plan::DrainUntil;
@@ -154,9 +156,10 @@ pub struct Status {
     /// What the drain waits on right now, e.g. `3 requests` or
     /// `2 app sockets (127.0.0.1:8080 listening; ...)`.
     pub waiting_on: Option<String>,
-    /// The drain's last progress line: what it still awaits and the time
-    /// left to the deadline (the same line the log shows).
-    pub progress: Option<String>,
+    /// What the drain awaits, for its progress line ([`Status::progress`],
+    /// written when asked).
+    #[serde(skip)]
+    pub awaiting: Option<Awaiting>,
     /// What the drain waited on last, kept once the count reached zero (the
     /// exit summary's "waited for last").
     pub waited_on_last: Option<String>,
@@ -200,7 +203,7 @@ impl Status {
             app_sockets: None,
             app_processes: None,
             waiting_on: None,
-            progress: None,
+            awaiting: None,
             waited_on_last: None,
             last_read_error: None,
             stop_requested: false,
@@ -210,6 +213,62 @@ impl Status {
             held_by: None,
             left_at_stop: None,
             duration_seconds: None,
+        }
+    }
+}
+
+impl Status {
+    /// The drain's progress line as of `now` (unix seconds): what it still
+    /// awaits and the time left to the deadline, the line the log shows,
+    /// written when asked; None before the drain waits for anything.
+    pub fn progress(&self, now: f64) -> Option<String> {
+        let awaiting = self.awaiting.as_ref()?;
+        // To the millisecond first: a unix time less another is not exact.
+        let left = |end: Option<f64>| {
+            let secs = end.map_or(0.0, |end| (end - now).max(0.0));
+            Duration::from_millis((secs * 1000.0).round().min(u64::MAX as f64) as u64)
+        };
+        let own = match awaiting {
+            Awaiting::Policy { own_time_ends, .. } => *own_time_ends,
+            _ => None,
+        };
+        Some(awaiting.line(self.policy, left(own), left(self.deadline)))
+    }
+}
+
+/// What the drain awaits, as its progress line says it. The line itself,
+/// with the time left, is written when it is asked for ([`Status::progress`],
+/// `GET /drain`) or logged, not each time the drain reads Envoy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Awaiting {
+    /// What the policy still awaits (`waiting for 2 requests`, `nothing
+    /// left`), and the end of the policy's own time (the fixed drain time,
+    /// or the minimum) while it runs, unix seconds.
+    Policy { words: String, own_time_ends: Option<f64> },
+    /// `out-of-rotation`, Envoy serving: what the drain wait still awaits.
+    Rotation(String),
+    /// Done before its time, and why.
+    Said(&'static str),
+}
+
+impl Awaiting {
+    /// The progress line, with `own_left` of the policy's own time and
+    /// `to_deadline` left (to the tenth of a second: the line is for people).
+    pub(crate) fn line(&self, policy: DrainUntil, own_left: Duration, to_deadline: Duration) -> String {
+        let tenths = |d: Duration| GoDuration(Duration::from_millis(d.as_millis() as u64 / 100 * 100));
+        let (own_left, to_deadline) = (tenths(own_left), tenths(to_deadline));
+        match self {
+            Awaiting::Said(words) => (*words).to_owned(),
+            Awaiting::Rotation(waiting) => {
+                format!("leaving rotation, Envoy serving: waiting for {waiting}; {to_deadline} to the deadline")
+            }
+            Awaiting::Policy { words, .. } if policy == DrainUntil::Time => {
+                format!("{own_left} of drain time left, {words}; {to_deadline} to the deadline")
+            }
+            Awaiting::Policy { words, .. } if !own_left.0.is_zero() => {
+                format!("{words}; the minimum drain time ends in {own_left}; {to_deadline} to the deadline")
+            }
+            Awaiting::Policy { words, .. } => format!("{words}; {to_deadline} to the deadline"),
         }
     }
 }

@@ -784,6 +784,12 @@ async fn the_readiness_fail_delay_is_bounded_by_the_deadline() {
     assert_eq!(envoy.stops(), [secs(8.0)]);
 }
 
+/// The progress line `GET /drain` shows `t` seconds into the drain.
+fn progress_at(handle: &DrainHandle, t: f64) -> Option<String> {
+    let status = handle.status();
+    status.progress(status.started_at? + t)
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_progress_says_what_is_awaited_and_the_time_left() {
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(9.0) { 2 } else { 0 }));
@@ -791,17 +797,22 @@ async fn the_progress_says_what_is_awaited_and_the_time_left() {
     handle.signal(Signal::Term).await;
     at(&envoy, 2.0).await;
     assert_eq!(
-        handle.status().progress.as_deref(),
+        progress_at(&handle, 2.0).as_deref(),
         Some("waiting for 2 requests; the minimum drain time ends in 3s; 26s to the deadline")
+    );
+    // Written when asked: the time left as of the asking.
+    assert_eq!(
+        progress_at(&handle, 2.35).as_deref(),
+        Some("waiting for 2 requests; the minimum drain time ends in 2.6s; 25.6s to the deadline")
     );
     at(&envoy, 7.0).await;
     assert_eq!(
-        handle.status().progress.as_deref(),
+        progress_at(&handle, 7.0).as_deref(),
         Some("waiting for 2 requests; 21s to the deadline")
     );
     task.await.unwrap();
     assert_eq!(
-        handle.status().progress.as_deref(),
+        progress_at(&handle, 9.0).as_deref(),
         Some("nothing left; 19s to the deadline")
     );
 }
@@ -818,7 +829,7 @@ async fn app_exit_stops_envoy_at_once_when_the_app_was_gone_before_the_drain() {
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 0.1, 0.15);
-    let progress = handle.status().progress.unwrap();
+    let progress = progress_at(&handle, 0.0).unwrap();
     assert!(
         progress.starts_with("the app was already gone when the drain began"),
         "{progress}"
@@ -834,7 +845,7 @@ async fn app_exit_waits_out_the_minimum_once_the_app_was_seen() {
     handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);
-    assert!(!handle.status().progress.unwrap().contains("already gone"));
+    assert!(!progress_at(&handle, 0.0).unwrap().contains("already gone"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -847,14 +858,14 @@ async fn app_exit_waives_the_minimum_only_when_the_apps_processes_are_seen_gone(
     handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);
-    assert!(!handle.status().progress.unwrap().contains("already gone"));
+    assert!(!progress_at(&handle, 0.0).unwrap().contains("already gone"));
     // ... and with it, an app whose last process has exited is gone.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
     handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 0.1, 0.15);
-    let progress = handle.status().progress.unwrap();
+    let progress = progress_at(&handle, 0.0).unwrap();
     assert!(
         progress.starts_with(
             "the app was already gone when the drain began (no process left in the app's containers, \
@@ -875,9 +886,7 @@ async fn a_gone_app_with_a_request_in_flight_at_the_drains_start_waits_for_the_r
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     // The request ends at 0.3 s; nothing for 100 ms: one read later.
     assert_between(envoy.stops()[0], 0.4, 0.45);
-    assert!(handle
-        .status()
-        .progress
+    assert!(progress_at(&handle, 0.0)
         .unwrap()
         .starts_with("the app was already gone"));
 }
@@ -892,9 +901,7 @@ async fn app_exit_decides_how_the_drain_began_from_its_first_reading_alone() {
     handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 0.2, 0.25);
-    assert!(handle
-        .status()
-        .progress
+    assert!(progress_at(&handle, 0.0)
         .unwrap()
         .starts_with("the app was already gone"));
     // Here at the first reading, gone from the next: the minimum applies,
@@ -904,7 +911,7 @@ async fn app_exit_decides_how_the_drain_began_from_its_first_reading_alone() {
     handle.signal(Signal::Term).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 5.0, 5.05);
-    assert!(!handle.status().progress.unwrap().contains("already gone"));
+    assert!(!progress_at(&handle, 0.0).unwrap().contains("already gone"));
 }
 
 /// A SIGTERM is never dropped: with the event queue full of `POST /drain`
@@ -1045,8 +1052,8 @@ async fn out_of_rotation_serves_until_the_verdict_then_drains_and_stops_once_idl
     let status = handle.status();
     assert_eq!(status.phase, Phase::LeavingRotation, "readiness 503, Envoy serving");
     assert_eq!(
-        status.progress.as_deref(),
-        Some("leaving rotation, Envoy serving: waiting for 1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s); 23s to the deadline")
+        progress_at(&handle, 6.9).as_deref(),
+        Some("leaving rotation, Envoy serving: waiting for 1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s); 21.1s to the deadline")
     );
     assert!(envoy.drain_calls().is_empty(), "no drain before the verdict");
     at(&envoy, 7.0).await;

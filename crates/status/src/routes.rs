@@ -370,10 +370,14 @@ impl DrainStatus {
         struct View {
             #[serde(flatten)]
             drain: lifeguard_drain::Status,
+            /// The progress line, written now.
+            progress: Option<String>,
             drain_wait: Option<lifeguard_drain_wait::DrainWaitStatus>,
         }
+        let drain = self.drain.status();
         let view = View {
-            drain: self.drain.status(),
+            progress: drain.progress(lifeguard_base::duration::unix_now()),
+            drain,
             drain_wait: self.drain_wait.as_ref().map(DrainWait::status),
         };
         let mut body = serde_json::to_vec(&view).unwrap_or_default();

@@ -10,7 +10,7 @@ use super::inbox::Interrupt;
 use super::Drain;
 use crate::plan::{DrainScope, DrainUntil};
 use crate::ports::{AppControl, EnvoyControl, Rotation, Verdict};
-use crate::status::Phase;
+use crate::status::{Awaiting, Phase};
 use crate::PROGRESS_HEARTBEAT;
 use lifeguard_base::duration::GoDuration;
 
@@ -85,14 +85,11 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                     break Verdict::NotOut("the drain wait's verdict, by the deadline".to_owned())
                 }
                 None => {
-                    let waiting = rotation.waiting_for();
-                    let left = GoDuration(Duration::from_secs(
-                        deadline.saturating_duration_since(Instant::now()).as_secs(),
-                    ));
-                    let line =
-                        format!("leaving rotation, Envoy serving: waiting for {waiting}; {left} to the deadline");
+                    let awaiting = Awaiting::Rotation(rotation.waiting_for());
+                    let to_deadline = deadline.saturating_duration_since(Instant::now());
+                    let line = awaiting.line(DrainUntil::OutOfRotation, Duration::ZERO, to_deadline);
                     tracing::info!("draining: {line}");
-                    inbox.publish(|s| s.progress = Some(line));
+                    inbox.publish(|s| s.awaiting = Some(awaiting));
                 }
             }
         };

@@ -16,9 +16,9 @@ use tokio::time::{sleep_until, Instant};
 
 use super::handle::{DrainHandle, Event};
 use super::plan::{DrainUntil, Plan};
-use super::policy::{log_done, progress_line, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
+use super::policy::{log_done, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
 use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Rotation, Work};
-use super::status::{Outcome, Phase, PhaseCell, Status, Trigger};
+use super::status::{Awaiting, Outcome, Phase, PhaseCell, Status, Trigger};
 use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use inbox::{Inbox, Interrupt};
 use lifeguard_base::duration::GoDuration;
@@ -405,13 +405,17 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 }
                 None => "no count: the last read failed".to_owned(),
             };
-            let line = progress_line(&plan, &rule, &awaited, now, deadline);
-            seen.progress.observe(now, &awaited, &line);
-            self.inbox.publish(|s| s.progress = Some(line));
+            let awaiting = self.awaiting(awaited, &rule, drain_began, now);
+            let own_left = rule.min_end.saturating_duration_since(now);
+            let to_deadline = deadline.saturating_duration_since(now);
+            seen.progress.observe(now, &awaiting, || {
+                awaiting.line(plan.drain_until, own_left, to_deadline)
+            });
+            self.publish_awaiting(awaiting);
             if rule.done(read_started, now, count_now) {
                 let waived = rule.floor_waived(now);
                 if waived {
-                    self.inbox.publish(|s| s.progress = Some(GONE_BEFORE.to_owned()));
+                    self.publish_awaiting(Awaiting::Said(GONE_BEFORE));
                 }
                 log_done(&plan, seen.left, now.duration_since(drain_began), waived);
                 return Ok((seen.left, true));
@@ -517,6 +521,23 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             s.app_processes = Some(processes);
         });
         Some(work)
+    }
+
+    /// What the policy awaits (`words`), and the end of its own time while
+    /// it runs (unix seconds, from the drain's published start).
+    fn awaiting(&self, words: String, rule: &DoneRule, drain_began: Instant, now: Instant) -> Awaiting {
+        let started_at = self.inbox.status.borrow().started_at;
+        let own_time_ends = started_at
+            .filter(|_| rule.min_end > now)
+            .map(|start| start + (rule.min_end - drain_began).as_secs_f64());
+        Awaiting::Policy { words, own_time_ends }
+    }
+
+    /// Publishes what the drain awaits, when it changed.
+    fn publish_awaiting(&mut self, awaiting: Awaiting) {
+        if self.inbox.status.borrow().awaiting.as_ref() != Some(&awaiting) {
+            self.inbox.publish(|s| s.awaiting = Some(awaiting));
+        }
     }
 
     /// Publishes what the drain waits on, when it changed.
