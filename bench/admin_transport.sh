@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY_BIN="$(scripts/envoy-bin)"
 export ENVOY_BIN
-cargo run --release --quiet --example admin-transport -- "${1:-2000}"
+cargo run --profile dist --quiet --example admin-transport -- "${1:-2000}"

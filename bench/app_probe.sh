@@ -20,7 +20,7 @@ if ! command -v wrk >/dev/null 2>&1; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends wrk >/dev/null
 fi
-cargo build --release --quiet --bin lifeguard --example bare-hyper
+cargo build --profile dist --quiet --bin lifeguard --example bare-hyper
 
 # Ports 31500-31599, below the ephemeral range; refuse to run if taken.
 APP=31580; AGENT=31520; NOADMIN=31500
@@ -28,9 +28,9 @@ APP=31580; AGENT=31520; NOADMIN=31500
 bench_start $APP $AGENT
 
 PROBES="{\"/app-health/app/readyz\":{\"httpGet\":{\"path\":\"/healthz/ready\",\"port\":$APP},\"timeoutSeconds\":1}}"
-taskset -c 0 target/release/examples/bare-hyper 127.0.0.1:$APP >"$work/app.log" 2>&1 & pids+=($!)
+taskset -c 0 target/dist/examples/bare-hyper 127.0.0.1:$APP >"$work/app.log" 2>&1 & pids+=($!)
 # No Envoy: its readiness is not what is measured (the admin URL answers nothing).
-LIFEGUARD_LOG=warn taskset -c 0 target/release/lifeguard run --status-addr 127.0.0.1:$AGENT \
+LIFEGUARD_LOG=warn taskset -c 0 target/dist/lifeguard run --status-addr 127.0.0.1:$AGENT \
   --admin-url http://127.0.0.1:$NOADMIN --pod-ip 127.0.0.1 --app-probers "$PROBES" >"$work/lifeguard.log" 2>&1 & pids+=($!)
 
 DIRECT=http://127.0.0.1:$APP/healthz/ready

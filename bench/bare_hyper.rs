@@ -3,7 +3,7 @@
 //! bench/load.sh. Same runtime, same builder settings (TCP_NODELAY,
 //! keep-alive), none of lifeguard's routing, readiness or metrics.
 //!
-//! Run: `cargo run --release --example bare-hyper -- 127.0.0.1:PORT`.
+//! Run: `cargo run --profile dist --example bare-hyper -- 127.0.0.1:PORT`.
 
 use std::convert::Infallible;
 

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 RUNS=${1:-3}
 ENVOY=$(scripts/envoy-bin)
 scripts/release >/dev/null
-cargo build --release --quiet --example loadgen
+cargo build --profile dist --quiet --example loadgen
 BIN=dist/lifeguard
 
 # Ports 31200-31299, below the ephemeral range; refuse to run if taken.
@@ -49,6 +49,6 @@ for run in $(seq 1 "$RUNS"); do
   sleep 2; row "after start"
   scrape 3; sleep 2; row "after 3 scrapes"
   scrape 97; sleep 2; row "after 100 scrapes"
-  target/release/examples/loadgen "http://127.0.0.1:$AGENT/healthz/ready" 20000 5 4 >/dev/null; sleep 2; row "after 100,000 probes"
+  target/dist/examples/loadgen "http://127.0.0.1:$AGENT/healthz/ready" 20000 5 4 >/dev/null; sleep 2; row "after 100,000 probes"
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
 done

@@ -18,7 +18,7 @@
 # coordinated omission).
 #
 # Usage: [LIFEGUARD=path/to/lifeguard] [BASELINE=path/to/lifeguard] bench/load.sh [SECONDS_PER_RUN=10] [ROUNDS=3] [CONNECTIONS=32]
-#   LIFEGUARD: the binary under test (default target/release/lifeguard,
+#   LIFEGUARD: the binary under test (default target/dist/lifeguard,
 #   built here); give dist/lifeguard (scripts/release) to compare it with a
 #   baseline built the same way
 set -euo pipefail
@@ -40,10 +40,10 @@ ENVOY=$(scripts/envoy-bin)
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 if [ -n "${LIFEGUARD:-}" ]; then
-  cargo build --release --quiet --example bare-hyper --example loadgen
+  cargo build --profile dist --quiet --example bare-hyper --example loadgen
 else
-  cargo build --release --quiet --bin lifeguard --example bare-hyper --example loadgen
-  LIFEGUARD=target/release/lifeguard
+  cargo build --profile dist --quiet --bin lifeguard --example bare-hyper --example loadgen
+  LIFEGUARD=target/dist/lifeguard
 fi
 
 # Ports 31000-31099, below the ephemeral range; refuse to run if taken.
@@ -61,7 +61,7 @@ sed -e "s#PREFIX#$work#g" -e "s/PORT/$NGX/" bench/nginx.conf > "$work/nginx.conf
 
 taskset -c 1 "$ENVOY" -c "$work/envoy.yaml" --disable-hot-restart -l error --concurrency 1 >"$work/envoy.log" 2>&1 & pids+=($!)
 LIFEGUARD_LOG=warn taskset -c 0 "$LIFEGUARD" run --status-addr 127.0.0.1:$AGENT --admin-url http://127.0.0.1:$ADMIN >"$work/lifeguard.log" 2>&1 & pids+=($!)
-taskset -c 0 target/release/examples/bare-hyper 127.0.0.1:$BARE >"$work/bare.log" 2>&1 & pids+=($!)
+taskset -c 0 target/dist/examples/bare-hyper 127.0.0.1:$BARE >"$work/bare.log" 2>&1 & pids+=($!)
 if [ -n "${BASELINE:-}" ]; then
   LIFEGUARD_LOG=warn taskset -c 0 "$BASELINE" run --status-addr 127.0.0.1:$BASE --admin-url http://127.0.0.1:$ADMIN >"$work/baseline.log" 2>&1 & pids+=($!)
 fi
@@ -149,5 +149,5 @@ HALF=$(awk -v p="$PEAK" 'BEGIN {printf "%d", p / 2}')
 printf '\n## open loop at half of lifeguard keep-alive peak (%s req/s), 16 connections, %s s\n' "$HALF" "$D"
 for s in lifeguard bare-hyper nginx; do
   case $s in lifeguard) url=$A ;; bare-hyper) url=$B ;; nginx) url=$N ;; esac
-  printf '%-10s %s\n' $s "$(taskset -c 1 target/release/examples/loadgen "$url" "$HALF" "$D" 16)"
+  printf '%-10s %s\n' $s "$(taskset -c 1 target/dist/examples/loadgen "$url" "$HALF" "$D" 16)"
 done

@@ -11,17 +11,17 @@
 #      started from config/envoy-bootstrap.yaml)
 #   b. with BASELINE=PATH: another lifeguard binary (an earlier commit's)
 #   c. bare-hyper: a bare hyper 1.x server answering a static 200, the same
-#      release profile: the floor for this stack
+#      dist profile (what ships): the floor for this stack
 # Servers on CPU 0, wrk (one thread) on CPU 1; keep-alive, then a new
 # connection per probe. Per round and server: CPU nanoseconds per request
 # (task-clock over wrk's request count) and requests a second; then the
 # medians of the rounds and the ratios a/b and a/c.
 #
 # Usage: [LIFEGUARD=path] [BASELINE=path] bench/probe_cost.sh [SECONDS_PER_RUN=5] [ROUNDS=5] [CONNECTIONS=32]
-#   LIFEGUARD: default target/release/lifeguard (built here); give
+#   LIFEGUARD: default target/dist/lifeguard (built here); give
 #   dist/lifeguard (scripts/release) to compare with a baseline built the
 #   same way. BARE_HYPER: a bare-hyper binary already built (default:
-#   built here, target/release/examples/bare-hyper). Needs perf (Debian: linux-perf) and root or
+#   built here, target/dist/examples/bare-hyper). Needs perf (Debian: linux-perf) and root or
 #   kernel.perf_event_paranoid <= 1 for the kernel's share.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,12 +33,12 @@ command -v wrk >/dev/null || { echo "bench/probe_cost.sh: wrk is needed (apt-get
 ENVOY=$(scripts/envoy-bin)
 BARE_HYPER=${BARE_HYPER:-}
 if [ -z "${LIFEGUARD:-}" ]; then
-  cargo build --release --quiet --bin lifeguard
-  LIFEGUARD=target/release/lifeguard
+  cargo build --profile dist --quiet --bin lifeguard
+  LIFEGUARD=target/dist/lifeguard
 fi
 if [ -z "$BARE_HYPER" ]; then
-  cargo build --release --quiet --example bare-hyper
-  BARE_HYPER=target/release/examples/bare-hyper
+  cargo build --profile dist --quiet --example bare-hyper
+  BARE_HYPER=target/dist/examples/bare-hyper
 fi
 
 # Ports 31100-31199 (bench/load.sh has 31000-31099); refuse to run if taken.

@@ -1,5 +1,5 @@
 //! Drain reaction times and idle footprint against the real Envoy.
-//! `cargo run --release --example reaction -- [RUNS=20] [IDLE_SECONDS=30]`
+//! `cargo run --profile dist --example reaction -- [RUNS=20] [IDLE_SECONDS=30]`
 //! (bench/reaction.sh sets ENVOY_BIN and runs it).
 //!
 //! Each run starts `lifeguard run -- envoy ...` (exit-on-zero connections,

@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY_BIN=$(scripts/envoy-bin)
 export ENVOY_BIN
-cargo build --release --quiet --bin lifeguard --example reaction
+cargo build --profile dist --quiet --bin lifeguard --example reaction
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs"
-target/release/examples/reaction "${1:-20}" "${2:-30}"
+target/dist/examples/reaction "${1:-20}" "${2:-30}"

@@ -299,7 +299,7 @@ def main():
     sizes = [int(s) for s in (sys.argv[1] if len(sys.argv) > 1 else "100,1000,5000,20000").split(",")]
     steady_s = float(os.environ.get("STEADY", "10"))
     scrape_s = float(os.environ.get("SCRAPE", "20"))
-    lifeguard = os.path.join(ROOT, "target/release/lifeguard")
+    lifeguard = os.path.join(ROOT, "target/dist/lifeguard")
     results = []
     for n in sizes:
         print(f"== {n} clusters", file=sys.stderr, flush=True)

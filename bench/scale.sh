@@ -4,7 +4,7 @@
 # (STEADY=10 SCRAPE=20 SCRAPE_TIMEOUT=10 seconds by default). Loopback ports 31100-31199.
 set -eu
 cd "$(dirname "$0")/.."
-cargo build --release --locked --bin lifeguard
+cargo build --profile dist --locked --bin lifeguard
 if [ -z "${ENVOY_BIN:-}" ]; then
     ENVOY_BIN=$(scripts/envoy-bin)
     export ENVOY_BIN
