@@ -25,7 +25,9 @@ fn in_step(file: &str, expected: &str) {
 #[test]
 fn the_configuration_reference_is_the_settings_own() {
     let reference = lifeguard::config::reference();
-    assert!(reference.contains("| `--poll-interval DURATION` | `LIFEGUARD_POLL_INTERVAL` | `poll_interval` | `1s` |"));
+    assert!(
+        reference.contains("| `--poll-interval DURATION` | `LIFEGUARD_POLL_INTERVAL` | `envoy.poll_interval` | `1s` |")
+    );
     in_step("docs/configuration.md", &reference);
 }
 

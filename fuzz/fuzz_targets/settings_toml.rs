@@ -2,9 +2,10 @@
 //! the agent runs (`lifeguard run --config FILE [--proxy-config TEXT]`).
 //!
 //! Input: NUL-separated: the file's text, PROXY_CONFIG (absent when empty).
-//! Holds: a file that is no TOML, or has an unknown key, is refused naming
-//! the file; a bad value is refused naming the key as the file has it (or
-//! the PROXY_CONFIG field); every accepted value comes from the file,
+//! Holds: a file that is no TOML, or has an unknown key (or a key out of
+//! its section, or one set twice), is refused naming the file; a bad value
+//! is refused naming the key as the file has it (`key`, or `section.key`)
+//! or the PROXY_CONFIG field; every accepted value comes from the file,
 //! PROXY_CONFIG or the default; what is loaded, written as a settings file,
 //! loads back the same.
 
@@ -17,10 +18,19 @@ pub fn run(data: &[u8]) {
     let (Ok(file), Ok(proxy)) = (std::str::from_utf8(f[0]), std::str::from_utf8(f[1])) else {
         return;
     };
+    // The file's keys as written: `key` at the top level, `section.key` in
+    // a table.
     let keys: Vec<String> = file
         .parse::<toml::Table>()
-        .map(|t| t.keys().cloned().collect())
+        .map(|t| {
+            let inner = |(k, v): (&String, &toml::Value)| match v {
+                toml::Value::Table(t) => t.keys().map(|i| format!("{k}.{i}")).collect(),
+                _ => vec![],
+            };
+            t.keys().cloned().chain(t.iter().flat_map(inner)).collect()
+        })
         .unwrap_or_default();
+    let in_file = |key: &str| keys.iter().any(|k| k == key || k.ends_with(&format!(".{key}")));
     let path = settings_file(file);
     let proxy = (!proxy.is_empty()).then_some(proxy);
     match load_settings(Some(&path), proxy) {
@@ -31,7 +41,7 @@ pub fn run(data: &[u8]) {
                     "{key} from {source}"
                 );
                 assert!(
-                    source != "file" || keys.contains(key),
+                    source != "file" || in_file(key),
                     "{key} from the file, which has no such key"
                 );
             }

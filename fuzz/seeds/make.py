@@ -195,6 +195,11 @@ for i, (text, proxy) in enumerate([
     ('loopback_control = false\n', '{"proxyMetadata":{"LIFEGUARD_CONTROL_SOCKET":"/run/lg.sock"}}'),
     ('termination_drain_duration = "30s"\n', PROXY[-8]),
     ("admin_url = 'unix:///var/run/lifeguard/admin.sock'\n", '{"proxyAdminPort":15100}'),
+    ('log = "debug"\n[envoy]\npoll_interval = "2s"\n[drain]\ndrain_scope = "all"\n', ""),
+    ('drain.shutdown_margin = "50ms"\nenvoy.poll_interval = "5x"\n', ""),
+    ('[drain]\npoll_interval = "2s"\n', ""),
+    ('poll_interval = "1s"\n[envoy]\npoll_interval = "2s"\n', ""),
+    ('drain = "5s"\n', '{"terminationDrainDuration":"30s"}'),
 ]):
     put("settings_toml", f"settings{i}", nul(text, proxy))
 
@@ -310,6 +315,7 @@ def dict_file(target, words):
     (d / f"{target}.dict").write_text("\n".join(lines) + "\n")
 
 KEYS = [l.split(" =", 1)[0] for l in TOML.splitlines() if l and l[0].isalpha() and " = " in l]
+SECTIONS = [l for l in TOML.splitlines() if l.startswith("[")]
 ENVS = [w.strip(".") for l in TOML.splitlines() if l.startswith("# Env: ") for w in l[7:].split() if w.isupper()]
 ISTIO = ["terminationDrainDuration", "drainDuration", "statusPort", "proxyAdminPort", "proxyMetadata",
          "holdApplicationUntilProxyStarts", "discoveryAddress"]
@@ -335,7 +341,7 @@ dict_file("prometheus_annotations", ["scrape", "port", "path", "targets", "true"
                                      '":', '{"', '"}', "[{", "}]", "?", "%20", "`"])
 dict_file("proxy_config", ISTIO + ENVS + ['":', '{"', '"}', ": ", "\n  ", "true", "false", "0s", "1s", "60", "none",
                                           "unix:///"])
-dict_file("settings_toml", KEYS + ISTIO + ENVS + [" = ", '"', "'", "[", "]", "\n", "true", "false", "0s", "5ms", "1s",
+dict_file("settings_toml", KEYS + SECTIONS + ISTIO + ENVS + [" = ", '"', "'", "[", "]", "\n", "true", "false", "0s", "5ms", "1s",
                                                   "60", "none", "auto", "app-exit", "requests", "connections", "time",
                                                   "inbound", "all", "json", "text", "unix:///", "http://127.0.0.1:"])
 dict_file("inbound", ['{"configs":[', "]}", '"listener":{', '"active_state":{', '"name":', '"stat_prefix":',

@@ -18,7 +18,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-/// The log's settings. The file key is the field name.
+/// The log's settings. In the file: the section `[logging]`, a key a field.
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 #[group(skip)]
 pub struct Settings {

@@ -14,6 +14,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args};
 
 use super::proxy_config::{EnvNames, ProxyLayer};
+use super::sections::FileValues;
 use super::{ConfigError, Effective, Loaded, Plan, RunArgs, Settings, Source};
 use lifeguard_base::settings::SettingError;
 
@@ -55,7 +56,7 @@ impl RunArgs {
     pub fn load(self, matches: &ArgMatches) -> Result<Loaded, ConfigError> {
         let file = match &self.config {
             Some(path) => read_file(path)?,
-            None => toml::Table::new(),
+            None => FileValues::default(),
         };
         let given = |key: &str| match matches.value_source(key) {
             Some(ValueSource::CommandLine) => Some(Source::Flag),
@@ -63,16 +64,8 @@ impl RunArgs {
             _ => None,
         };
         let mut table = toml::Table::try_from(&self.settings).expect("settings serialize");
-        for key in file.keys() {
-            if !table.contains_key(key) {
-                let known: Vec<_> = table.keys().map(String::as_str).collect();
-                let message = format!("unknown field `{key}`, expected one of {}", known.join(", "));
-                let path = self.config.clone().unwrap_or_default();
-                return Err(ConfigError::File { path, message });
-            }
-        }
         // The layers under flags and env, lowest first: the file, then PROXY_CONFIG.
-        let with_file = layer(&table, &file, &given, |key| (key.to_owned(), Source::File))?;
+        let with_file = layer(&table, &file.values, &given, |key| (file.name(key), Source::File))?;
         let proxy = match &self.proxy_config {
             Some(text) => ProxyLayer::parse(text, &with_file, &env_names()).map_err(|e| ConfigError::Invalid {
                 field: e.field,
@@ -100,7 +93,7 @@ impl RunArgs {
             }
             given(key).unwrap_or(if proxy.values.contains_key(key) {
                 Source::ProxyConfig
-            } else if file.contains_key(key) {
+            } else if file.values.contains_key(key) {
                 Source::File
             } else {
                 Source::Default
@@ -111,6 +104,7 @@ impl RunArgs {
         // a flag, an env variable, a file key, or PROXY_CONFIG's field.
         let named = |key: &str| match (source(key), proxy.fields.get(key)) {
             (Source::ProxyConfig, Some(field)) => (field.clone(), Source::ProxyConfig),
+            (Source::File, _) => (file.name(key), Source::File),
             (source, _) => (field_name(key, source), source),
         };
         let given = |key: &str| source(key) != Source::Default;
@@ -268,7 +262,8 @@ const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Reads the TOML file: a regular file of at most 1 MiB. It is opened
 /// without blocking, so a FIFO is refused at once rather than waited on.
-fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+/// Its keys come out of their sections.
+fn read_file(path: &Path) -> Result<FileValues, ConfigError> {
     let bad = |message: &dyn fmt::Display| ConfigError::File {
         path: path.to_owned(),
         message: message.to_string(),
@@ -285,5 +280,6 @@ fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
     if text.len() as u64 > MAX_FILE_BYTES {
         return Err(bad(&"larger than 1 MiB"));
     }
-    text.parse().map_err(|e: toml::de::Error| bad(&e.message()))
+    let table = text.parse().map_err(|e: toml::de::Error| bad(&e.message()))?;
+    FileValues::from_file(table).map_err(|message| bad(&message))
 }

@@ -7,7 +7,8 @@
 //! Each crate owns its settings: a clap `Args` group that serde reads too
 //! (`lifeguard_envoy::Settings`, `lifeguard_drain::Settings`, ...), each
 //! setting declared once with its flag, env variable, default, parser and
-//! help; the file key is the field's name. [`Settings`] flattens them all;
+//! help; in the file, the crate's section (`[drain]`, `sections.rs`) with
+//! a key a field, or the key at the top level. [`Settings`] flattens them all;
 //! [`RunArgs::load`] lays the layers, and each crate turns its settings into
 //! its plan ([`Plan`]), refusing with a typed error a rule across them that
 //! does not hold. A bad value stops start-up with a message that names the
@@ -17,6 +18,7 @@
 //! - [`cli`]: the command line, parsed into what to run.
 //! - `layers`: the layers, the effective values and their sources.
 //! - `proxy_config`: `PROXY_CONFIG` as a layer.
+//! - `sections`: the file's sections, a crate's each.
 //! - [`reference()`]: docs/configuration.md, written from the settings.
 
 #![deny(unsafe_code)]
@@ -32,6 +34,7 @@ pub mod cli;
 mod layers;
 mod proxy_config;
 mod reference;
+mod sections;
 
 pub use layers::from_clap_error;
 pub use reference::reference;
@@ -51,7 +54,7 @@ pub struct RunArgs {
 }
 
 /// Every setting of a running agent, each crate's own flattened: one
-/// command line, one file with one key a setting.
+/// command line, one file with a section a crate.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[group(skip)]
 pub struct Settings {
@@ -591,6 +594,37 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_file_in_sections_is_read_as_flags_are_and_its_errors_name_the_section() {
+        let file = TempFile::new(
+            "sections.toml",
+            "[envoy]\npoll_interval = \"2s\"\n[drain]\ndrain_scope = \"all\"\nshutdown_margin = \"1s\"\n\
+             [logging]\nlog = \"debug\"\n",
+        );
+        let (s, eff) = load(&["--config", file.arg()]).unwrap();
+        let (flags, _) = load(&[
+            "--poll-interval=2s",
+            "--drain-scope=all",
+            "--shutdown-margin=1s",
+            "--log=debug",
+        ])
+        .unwrap();
+        assert_eq!(format!("{:?}", s.settings), format!("{:?}", flags.settings));
+        assert_eq!(s.plan.drain.drain_until(), DrainUntil::OutOfRotation);
+        let source = |key: &str| eff.iter().find(|e| e.key == key).unwrap().source;
+        assert_eq!(
+            (source("poll_interval"), source("admin_url")),
+            (Source::File, Source::Default)
+        );
+        // A bad value, or a rule that does not hold, names the key as written.
+        let bad = TempFile::new("bad-section.toml", "[envoy]\npoll_interval = \"5x\"\n");
+        refused(&["--config", bad.arg()], "envoy.poll_interval", "\"5x\"");
+        let tight = TempFile::new("tight.toml", "[drain]\nshutdown_margin = \"50ms\"\n");
+        refused(&["--config", tight.arg()], "drain.shutdown_margin", "50ms");
+        let misplaced = TempFile::new("misplaced.toml", "[drain]\npoll_interval = \"2s\"\n");
+        refused(&["--config", misplaced.arg()], misplaced.arg(), "belongs in [envoy]");
+    }
+
+    #[test]
     fn unknown_file_key_is_an_error_naming_it() {
         let file = TempFile::new("b.toml", "pol_interval = \"2s\"\n");
         refused(&["--config", file.arg()], "pol_interval", "unknown field");
@@ -609,8 +643,18 @@ pub(crate) mod tests {
             }
             let flag = format!("--{}", arg.get_long().unwrap());
             let env = arg.get_env().unwrap().to_str().unwrap();
-            let listed = toml.contains(&format!("\n{key} = ")) || toml.contains(&format!("\n# {key} = "));
-            assert!(listed, "config/lifeguard.toml lacks {key}");
+            // Listed (or shown commented out) in its crate's section.
+            let section = sections::SECTIONS
+                .iter()
+                .find(|s| s.keys().iter().any(|k| k == key))
+                .unwrap();
+            let header = format!("\n[{}]\n", section.name);
+            let body = toml
+                .split_once(&header)
+                .map(|(_, rest)| rest.split("\n[").next().unwrap());
+            let listed =
+                body.is_some_and(|b| b.contains(&format!("\n{key} = ")) || b.contains(&format!("\n# {key} = ")));
+            assert!(listed, "config/lifeguard.toml lacks {key} in {header}");
             assert!(
                 toml.contains(env) && toml.contains(&flag),
                 "config/lifeguard.toml lacks {env} or {flag}"

@@ -6,60 +6,8 @@
 
 use clap::{Args, Command};
 
+use super::sections::SECTIONS;
 use super::RunArgs;
-
-/// Each crate's settings, as the reference shows them: a heading, the
-/// crate, its clap arguments.
-fn sections() -> [(&'static str, &'static str, Command); 9] {
-    let args = |f: fn(Command) -> Command| f(Command::new("lifeguard"));
-    [
-        (
-            "The settings' own layers",
-            "lifeguard-config",
-            args(RunArgs::augment_args),
-        ),
-        (
-            "The status port",
-            "lifeguard-status",
-            args(lifeguard_status::Settings::augment_args),
-        ),
-        (
-            "Envoy",
-            "lifeguard-envoy",
-            args(lifeguard_envoy::Settings::augment_args),
-        ),
-        (
-            "The drain",
-            "lifeguard-drain",
-            args(lifeguard_drain::Settings::augment_args),
-        ),
-        (
-            "The drain wait",
-            "lifeguard-drain-wait",
-            args(lifeguard_drain_wait::Settings::augment_args),
-        ),
-        (
-            "The app in the pod",
-            "lifeguard-pod",
-            args(lifeguard_pod::Settings::augment_args),
-        ),
-        (
-            "Metrics and the merged scrape",
-            "lifeguard-metrics",
-            args(lifeguard_metrics::Settings::augment_args),
-        ),
-        (
-            "Logs",
-            "lifeguard-base",
-            args(lifeguard_base::logging::Settings::augment_args),
-        ),
-        (
-            "The exit summary",
-            "lifeguard-exit",
-            args(lifeguard_exit::Settings::augment_args),
-        ),
-    ]
-}
 
 const HEAD: &str = "\
 # Configuration reference
@@ -79,10 +27,14 @@ every effective value and where it came from.
   `8760h`).
 - **Booleans** take Go's forms from flags and env (`1 t T TRUE true True`,
   `0 f F FALSE false False`) and TOML booleans in the file.
-- **The file** must be a regular file of at most 1 MiB; an unknown key is
-  an error. `config/lifeguard.toml` lists every key with its default.
+- **The file** must be a regular file of at most 1 MiB. Each crate's keys
+  sit in its section (`[drain]`, `[envoy]`, ... named below), or at the
+  top level as before the sections; a key set twice, a key in another
+  crate's section and an unknown key are errors. `config/lifeguard.toml`
+  lists every key in its section with its default.
 - **A bad value stops start-up** (exit code 2) with a message naming the
-  field as it was given (flag, env variable or file key) and the value,
+  field as it was given (flag, env variable, file key such as
+  `drain.shutdown_margin`) and the value,
   for example `invalid --poll-interval = \"5x\" (from flag): invalid
   duration \"5x\": unknown unit`. A drain that cannot fit the grace period
   is a warning at start-up.
@@ -92,23 +44,31 @@ every effective value and where it came from.
 /// The whole of `docs/configuration.md`.
 pub fn reference() -> String {
     let mut out = String::from(HEAD);
-    for (heading, krate, cmd) in sections() {
-        out.push_str(&format!("## {heading}\n\n`{krate}`'s settings.\n\n"));
-        out.push_str("| flag | env | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n");
-        for arg in cmd.get_arguments() {
-            if krate == "lifeguard-config" && !matches!(arg.get_id().as_str(), "config" | "proxy_config") {
-                continue;
-            }
-            out.push_str(&row(arg));
+    out.push_str("## The settings' own layers\n\n`lifeguard-config`'s settings.\n\n");
+    out.push_str(TABLE_HEAD);
+    let cmd = RunArgs::augment_args(Command::new("lifeguard"));
+    for arg in cmd.get_arguments() {
+        if matches!(arg.get_id().as_str(), "config" | "proxy_config") {
+            out.push_str(&row(arg, None));
         }
-        out.push('\n');
     }
-    out.pop();
+    for section in &SECTIONS {
+        let (heading, krate, name) = (section.heading, section.krate, section.name);
+        out.push_str(&format!(
+            "\n## {heading}\n\n`{krate}`'s settings; in the file, the section `[{name}]`.\n\n"
+        ));
+        out.push_str(TABLE_HEAD);
+        for arg in section.command().get_arguments() {
+            out.push_str(&row(arg, Some(name)));
+        }
+    }
     out
 }
 
-/// One setting's row of the reference.
-fn row(arg: &clap::Arg) -> String {
+const TABLE_HEAD: &str = "| flag | env | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n";
+
+/// One setting's row of the reference; its file key in `section`.
+fn row(arg: &clap::Arg, section: Option<&str>) -> String {
     let key = arg.get_id().as_str();
     let value = arg
         .get_value_names()
@@ -118,10 +78,7 @@ fn row(arg: &clap::Arg) -> String {
     let env = arg
         .get_env()
         .map_or(String::new(), |e| format!("`{}`", e.to_string_lossy()));
-    let file_key = match key {
-        "config" | "proxy_config" => String::new(),
-        _ => format!("`{key}`"),
-    };
+    let file_key = section.map_or(String::new(), |s| format!("`{s}.{key}`"));
     let defaults: Vec<String> = arg
         .get_default_values()
         .iter()

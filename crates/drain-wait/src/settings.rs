@@ -20,7 +20,7 @@ pub enum ValueError {
     NotAThreshold,
 }
 
-/// The drain wait's settings. The file key is the field name.
+/// The drain wait's settings. In the file: the section `[drain_wait]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[group(skip)]
 pub struct Settings {

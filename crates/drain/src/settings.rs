@@ -26,7 +26,7 @@ fn grace_period(s: &str) -> Result<Duration, DurationError> {
 /// SIGKILL, kept back from the grace period.
 pub const MIN_SHUTDOWN_MARGIN: Duration = Duration::from_millis(100);
 
-/// The drain's settings. The file key is the field name.
+/// The drain's settings. In the file: the section `[drain]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[group(skip)]
 pub struct Settings {

@@ -27,7 +27,7 @@ lifeguard_base::shared_parser!(
 /// (15090) listeners, whose own probe and scrape traffic never ends.
 pub const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 
-/// Envoy's settings. The file key is the field name.
+/// Envoy's settings. In the file: the section `[envoy]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[group(skip)]
 pub struct Settings {

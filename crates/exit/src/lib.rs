@@ -329,7 +329,7 @@ impl MessagePath {
     }
 }
 
-/// Where the exit summary goes. The file key is the field name.
+/// Where the exit summary goes. In the file: the section `[exit]`, a key a field.
 #[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
 #[group(skip)]
 pub struct Settings {

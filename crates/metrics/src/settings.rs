@@ -13,7 +13,7 @@ lifeguard_base::shared_parser!(
     pub app_metrics: AppMetrics = AppMetrics::parse, shown as |m: &AppMetrics| m.to_json()
 );
 
-/// The merged scrape's settings. The file key is the field name.
+/// The merged scrape's settings. In the file: the section `[metrics]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[group(skip)]
 pub struct Settings {

@@ -14,8 +14,8 @@ pub mod app;
 pub mod reaper;
 pub mod sockets;
 
-/// What the app-exit policy leaves out of the app. The file key is the
-/// field name.
+/// What the app-exit policy leaves out of the app. In the file: the
+/// section `[pod]`, a key a field.
 #[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
 #[group(skip)]
 pub struct Settings {

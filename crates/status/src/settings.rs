@@ -49,7 +49,7 @@ fn status_addr(s: &str) -> Result<SocketAddr, AddrError> {
     Ok(addr)
 }
 
-/// The status port's settings. The file key is the field name.
+/// The status port's settings. In the file: the section `[status]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[group(skip)]
 pub struct Settings {

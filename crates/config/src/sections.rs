@@ -1,0 +1,221 @@
+//! The settings file's sections: each crate's settings under a table of
+//! their own (`[drain]`, `[envoy]`, ...), the way the crates own them. A key
+//! may also sit at the top level, as files written before the sections do;
+//! either way it is set once.
+
+use std::collections::HashMap;
+
+use clap::{Args, Command};
+
+/// One crate's settings as the file and the reference group them.
+pub(crate) struct Section {
+    /// The file's table: `[drain]`.
+    pub(crate) name: &'static str,
+    /// The crate that owns the settings.
+    pub(crate) krate: &'static str,
+    /// The reference's heading.
+    pub(crate) heading: &'static str,
+    args: fn(Command) -> Command,
+}
+
+impl Section {
+    /// The section's clap arguments.
+    pub(crate) fn command(&self) -> Command {
+        (self.args)(Command::new("lifeguard"))
+    }
+
+    /// The section's keys.
+    pub(crate) fn keys(&self) -> Vec<String> {
+        self.command().get_arguments().map(|a| a.get_id().to_string()).collect()
+    }
+}
+
+/// Every crate's settings, in the reference's order.
+pub(crate) const SECTIONS: [Section; 8] = [
+    Section {
+        name: "status",
+        krate: "lifeguard-status",
+        heading: "The status port",
+        args: lifeguard_status::Settings::augment_args,
+    },
+    Section {
+        name: "envoy",
+        krate: "lifeguard-envoy",
+        heading: "Envoy",
+        args: lifeguard_envoy::Settings::augment_args,
+    },
+    Section {
+        name: "drain",
+        krate: "lifeguard-drain",
+        heading: "The drain",
+        args: lifeguard_drain::Settings::augment_args,
+    },
+    Section {
+        name: "drain_wait",
+        krate: "lifeguard-drain-wait",
+        heading: "The drain wait",
+        args: lifeguard_drain_wait::Settings::augment_args,
+    },
+    Section {
+        name: "pod",
+        krate: "lifeguard-pod",
+        heading: "The app in the pod",
+        args: lifeguard_pod::Settings::augment_args,
+    },
+    Section {
+        name: "metrics",
+        krate: "lifeguard-metrics",
+        heading: "Metrics and the merged scrape",
+        args: lifeguard_metrics::Settings::augment_args,
+    },
+    Section {
+        name: "logging",
+        krate: "lifeguard-base",
+        heading: "Logs",
+        args: lifeguard_base::logging::Settings::augment_args,
+    },
+    Section {
+        name: "exit",
+        krate: "lifeguard-exit",
+        heading: "The exit summary",
+        args: lifeguard_exit::Settings::augment_args,
+    },
+];
+
+/// The file's values as one flat table, and the name each key was written
+/// under: `poll_interval` at the top level, `envoy.poll_interval` in its
+/// section.
+#[derive(Debug, Default)]
+pub(crate) struct FileValues {
+    pub(crate) values: toml::Table,
+    pub(crate) written: HashMap<String, String>,
+}
+
+impl FileValues {
+    /// The file's keys out of their sections. A key that is no setting, a
+    /// section that is not a table, a key in a section that does not own
+    /// it, and a key set twice are refused, named.
+    pub(crate) fn from_file(file: toml::Table) -> Result<FileValues, String> {
+        let mut out = FileValues::default();
+        for (key, value) in file {
+            let Some(section) = SECTIONS.iter().find(|s| s.name == key) else {
+                if !SECTIONS.iter().any(|s| s.keys().contains(&key)) {
+                    return Err(unknown(&key));
+                }
+                out.insert(key.clone(), key, value)?;
+                continue;
+            };
+            let toml::Value::Table(table) = value else {
+                return Err(format!("`{key}` is a section: write [{key}] and its keys under it"));
+            };
+            let keys = section.keys();
+            for (inner, value) in table {
+                if !keys.contains(&inner) {
+                    return Err(misplaced(&inner, section.name, &keys));
+                }
+                out.insert(inner.clone(), format!("{key}.{inner}"), value)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn insert(&mut self, key: String, written: String, value: toml::Value) -> Result<(), String> {
+        if let Some(first) = self.written.get(&key) {
+            return Err(format!("`{key}` is set twice: as `{first}` and as `{written}`"));
+        }
+        self.values.insert(key.clone(), value);
+        self.written.insert(key, written);
+        Ok(())
+    }
+
+    /// How the file named `key`.
+    pub(crate) fn name(&self, key: &str) -> String {
+        self.written.get(key).cloned().unwrap_or_else(|| key.to_owned())
+    }
+}
+
+/// Why the top-level `key` is refused: it is no setting and no section.
+fn unknown(key: &str) -> String {
+    let keys: Vec<String> = SECTIONS.iter().flat_map(Section::keys).collect();
+    let sections: Vec<String> = SECTIONS.iter().map(|s| format!("[{}]", s.name)).collect();
+    format!(
+        "unknown field `{key}`, expected one of {} (at the top level or in its section: {})",
+        keys.join(", "),
+        sections.join(", ")
+    )
+}
+
+/// Why `key` may not sit in `[section]`: it belongs in another, or it is
+/// no setting at all.
+fn misplaced(key: &str, section: &str, keys: &[String]) -> String {
+    match SECTIONS.iter().find(|s| s.keys().iter().any(|k| k == key)) {
+        Some(home) => format!("`{key}` belongs in [{}], not in [{section}]", home.name),
+        None => format!(
+            "unknown field `{key}` in [{section}], expected one of {}",
+            keys.join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flat(text: &str) -> Result<FileValues, String> {
+        FileValues::from_file(text.parse().unwrap())
+    }
+
+    #[test]
+    fn no_section_shares_a_name_with_a_key_and_each_key_has_one_section() {
+        let mut every: Vec<String> = SECTIONS.iter().flat_map(Section::keys).collect();
+        let count = every.len();
+        every.sort();
+        every.dedup();
+        assert_eq!(every.len(), count, "a key in two sections");
+        for section in &SECTIONS {
+            assert!(!every.iter().any(|k| k == section.name), "[{}] is a key", section.name);
+        }
+    }
+
+    #[test]
+    fn sections_and_the_top_level_give_the_same_values() {
+        let sections =
+            flat("log = \"debug\"\n[envoy]\npoll_interval = \"2s\"\n[drain]\nshutdown_margin = \"1s\"\n").unwrap();
+        let dotted = flat("envoy.poll_interval = \"2s\"\nlog = \"debug\"\ndrain.shutdown_margin = \"1s\"\n").unwrap();
+        let top = flat("poll_interval = \"2s\"\nshutdown_margin = \"1s\"\nlog = \"debug\"\n").unwrap();
+        assert_eq!(sections.values, top.values);
+        assert_eq!(dotted.values, top.values);
+        assert_eq!(sections.name("poll_interval"), "envoy.poll_interval");
+        assert_eq!(top.name("poll_interval"), "poll_interval");
+    }
+
+    #[test]
+    fn a_misplaced_or_repeated_key_is_refused_named() {
+        let err = flat("[drain]\npoll_interval = \"2s\"\n").unwrap_err();
+        assert_eq!(err, "`poll_interval` belongs in [envoy], not in [drain]");
+        let err = flat("[drain]\npol_interval = \"2s\"\n").unwrap_err();
+        assert!(
+            err.starts_with("unknown field `pol_interval` in [drain], expected one of "),
+            "{err}"
+        );
+        assert!(err.contains("shutdown_margin"), "{err}");
+        let err = flat("poll_interval = \"1s\"\n[envoy]\npoll_interval = \"2s\"\n").unwrap_err();
+        assert_eq!(
+            err,
+            "`poll_interval` is set twice: as `envoy.poll_interval` and as `poll_interval`"
+        );
+        let err = flat("pol_interval = \"2s\"\n").unwrap_err();
+        assert!(
+            err.starts_with("unknown field `pol_interval`, expected one of status_addr, "),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(
+                "in its section: [status], [envoy], [drain], [drain_wait], [pod], [metrics], [logging], [exit])"
+            ),
+            "{err}"
+        );
+        let err = flat("drain = \"5s\"\n").unwrap_err();
+        assert_eq!(err, "`drain` is a section: write [drain] and its keys under it");
+    }
+}
