@@ -78,10 +78,6 @@ pub const PACE: u32 = 11;
 /// How long an external Envoy's admin API may refuse connections during a
 /// drain before lifeguard concludes Envoy is gone.
 pub(crate) const EXTERNAL_GONE_AFTER: Duration = Duration::from_secs(1);
-/// The shortest timeout of a drain read, even at the deadline: the read
-/// that says what Envoy is stopped with gets at least this, and a quarter
-/// of the shutdown margin when that is longer ([`plan::Plan::last_read_timeout`]).
-pub(crate) const LAST_READ_TIMEOUT: Duration = Duration::from_millis(100);
 /// Tries of the `drain_listeners` call.
 pub(crate) const DRAIN_CALL_TRIES: u32 = 3;
 /// The shortest time between two progress lines (what is awaited changed).

@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::ports::Active;
 pub use super::ports::DrainScope;
-use super::LAST_READ_TIMEOUT;
 use lifeguard_base::duration::GoDuration;
 
 /// What the drain does, and when.
@@ -140,14 +141,28 @@ impl Plan {
         out
     }
 
-    /// The timeout of a drain read at (or past) the deadline, the read that
-    /// says what Envoy is stopped with: a quarter of the shutdown margin
-    /// (the rest is Envoy's to exit in), at least [`LAST_READ_TIMEOUT`], at
-    /// most one admin call's timeout.
+    /// The shortest timeout of a drain read, the one at (or past) the
+    /// deadline that says what Envoy is stopped with among them: a quarter
+    /// of the shutdown margin, at most one admin call's timeout. Envoy's
+    /// stop gets what is left of the grace period after it
+    /// ([`Plan::stop_bound`]).
     pub(crate) fn last_read_timeout(&self) -> Duration {
-        (self.shutdown_margin / 4)
-            .max(LAST_READ_TIMEOUT)
-            .min(self.admin_timeout)
+        (self.shutdown_margin / 4).min(self.admin_timeout)
+    }
+
+    /// How long Envoy gets between SIGTERM and SIGKILL when stopped at
+    /// `now` by a drain that began at `began` (None: no drain, a bare
+    /// `/quitquitquit`): the shutdown margin, less whatever the drain ran
+    /// past its deadline (the last read, a slow admin call), so that Envoy
+    /// is never stopped past the grace period.
+    pub(crate) fn stop_bound(&self, began: Option<Instant>, now: Instant) -> Duration {
+        let Some(began) = began else {
+            return self.shutdown_margin;
+        };
+        match began.checked_add(self.grace_period) {
+            Some(grace_end) => grace_end.saturating_duration_since(now).min(self.shutdown_margin),
+            None => self.shutdown_margin,
+        }
     }
 
     /// What the drain waits for, in words.

@@ -32,6 +32,8 @@ struct Script {
     child: bool,
     reads: Mutex<Box<dyn FnMut(Duration) -> Read + Send>>,
     calls: Mutex<Vec<(Duration, Call)>>,
+    /// What each stop was given between SIGTERM and SIGKILL.
+    stop_bounds: Mutex<Vec<Duration>>,
     exit: watch::Sender<Option<ExitStatus>>,
     phase: Mutex<Option<watch::Receiver<Status>>>,
 }
@@ -64,6 +66,7 @@ impl FakeEnvoy {
             child,
             reads: Mutex::new(Box::new(reads)),
             calls: Mutex::new(Vec::new()),
+            stop_bounds: Mutex::new(Vec::new()),
             exit: watch::channel(None).0,
             phase: Mutex::new(None),
         }))
@@ -115,8 +118,9 @@ impl EnvoyControl for FakeEnvoy {
         result
     }
 
-    async fn stop(&self, _bound: Duration) -> Exit {
+    async fn stop(&self, bound: Duration) -> Exit {
         self.record(Call::Stop);
+        self.0.stop_bounds.lock().unwrap().push(bound);
         Exit::Status(ExitStatus::from_raw(0))
     }
 
@@ -438,6 +442,48 @@ async fn quitquitquit_before_a_drain_stops_envoy_without_draining() {
     assert!(matches!(task.await.unwrap(), Outcome::Quit(_)));
     assert_eq!(envoy.drain_calls(), []);
     assert_eq!(envoy.stops(), [Duration::ZERO]);
+}
+
+/// Issue #41: at the smallest margin, with the read at the deadline as
+/// slow as its timeout lets it be, Envoy's SIGKILL (its stop plus the bound
+/// it was given) comes by the end of the grace period, and Envoy still gets
+/// most of the margin to exit in.
+#[tokio::test(start_paused = true)]
+async fn a_read_past_the_deadline_leaves_envoy_stopped_within_the_grace_period() {
+    for margin in [0.1, 0.4, 2.0] {
+        // Reads answer at once until just before the deadline, then hang:
+        // the read at the deadline takes all its timeout.
+        let slow_from = secs(30.0 - margin - 0.03);
+        let envoy = FakeEnvoy::new(true, move |t| {
+            if t < slow_from {
+                conns(4)
+            } else {
+                (secs(5.0), conns(4).1)
+            }
+        });
+        let mut p = plan(DrainUntil::Connections);
+        p.shutdown_margin = secs(margin);
+        p.drain_deadline = p.grace_period - p.shutdown_margin;
+        let (task, handle) = start(p, &envoy);
+        handle.signal(Signal::Term).await;
+        let outcome = task.await.unwrap();
+        assert!(matches!(outcome, Outcome::Cut { .. }), "{outcome:?}");
+        let stopped = envoy.stops()[0];
+        let bound = envoy.0.stop_bounds.lock().unwrap()[0];
+        assert!(
+            stopped > secs(30.0 - margin),
+            "margin {margin}: stopped at {stopped:?}, at the deadline"
+        );
+        assert!(
+            stopped + bound <= secs(30.0),
+            "margin {margin}: killed at {:?}",
+            stopped + bound
+        );
+        assert!(
+            bound >= secs(margin * 0.75),
+            "margin {margin}: Envoy got {bound:?} to exit"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -972,12 +1018,12 @@ async fn the_read_at_a_stop_past_the_deadline_gets_a_quarter_of_the_shutdown_mar
 }
 
 #[test]
-fn the_last_read_gets_a_quarter_of_the_margin_within_its_floor_and_an_admin_call() {
+fn the_last_read_gets_a_quarter_of_the_margin_and_at_most_an_admin_call() {
     let mut p = plan(DrainUntil::Connections);
     p.shutdown_margin = secs(2.0);
     assert_eq!(p.last_read_timeout(), secs(0.5));
-    p.shutdown_margin = secs(0.2);
-    assert_eq!(p.last_read_timeout(), Duration::from_millis(100), "the floor");
+    p.shutdown_margin = secs(0.1);
+    assert_eq!(p.last_read_timeout(), Duration::from_millis(25), "the smallest margin");
     (p.shutdown_margin, p.admin_timeout) = (secs(30.0), secs(1.0));
     assert_eq!(p.last_read_timeout(), secs(1.0), "one admin call at most");
 }

@@ -560,7 +560,8 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             s.phase = Phase::Stopping;
             s.left_at_stop = left;
         });
-        let exit = self.envoy.stop(self.plan.shutdown_margin).await;
+        let bound = self.plan.stop_bound(self.started, Instant::now());
+        let exit = self.envoy.stop(bound).await;
         let took = self.started.map(|t| t.elapsed().as_secs_f64());
         self.inbox.publish(|s| {
             s.phase = Phase::Stopped;
