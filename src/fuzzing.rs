@@ -484,6 +484,7 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
             unhealthy_threshold: 3,
             min_quiet_period: Duration::from_secs(1),
             checker_timeout: Duration::from_secs(20),
+            fails_after: Duration::ZERO,
             drain_deadline: Duration::from_millis(1),
             grace_period: Duration::from_millis(1) + Duration::from_secs(2),
             shutdown_margin: Duration::from_secs(2),

@@ -52,6 +52,9 @@ pub(crate) struct Needs {
     pub(crate) app_time: Duration,
     pub(crate) grace_period: Duration,
     pub(crate) checker_timeout: Duration,
+    /// The drain's readiness-fail delay: the checkers start failing only
+    /// after it.
+    pub(crate) fails_after: Duration,
 }
 
 /// The slowest learned checker still probing at `now`, against the grace
@@ -72,7 +75,7 @@ pub(crate) fn slowest(checkers: &[Checker], needs: &Needs, now: Instant) -> Opti
         .max_by_key(|(_, t)| *t)?;
     let (checker, takes) = slowest;
     let takes = tenths(takes);
-    let needed = takes + needs.quiet + needs.shutdown_margin + needs.app_time;
+    let needed = needs.fails_after + takes + needs.quiet + needs.shutdown_margin + needs.app_time;
     let timeout_short = takes > needs.checker_timeout;
     let budget = Budget {
         fits: needed <= needs.grace_period && !timeout_short,
@@ -106,9 +109,13 @@ pub(crate) fn warning(budget: &Budget, checker: &Checker, needs: &Needs) -> Stri
         true => String::new(),
         false => format!(" + the app's {}", GoDuration(needs.app_time)),
     };
+    let delay = match needs.fails_after.is_zero() {
+        true => String::new(),
+        false => format!("the {} readiness-fail delay + ", GoDuration(needs.fails_after)),
+    };
     let mut words = format!(
         "drain wait: checker {} probes every {every} and takes the pod out after {threshold} failures in a row: \
-         it needs a grace period of {}s ({takes} + the {} quiet period + the {} shutdown margin{app}), \
+         it needs a grace period of {}s ({delay}{takes} + the {} quiet period + the {} shutdown margin{app}), \
          and the pod's is {}",
         budget.checker,
         budget.needed_grace_period_seconds,
@@ -143,6 +150,7 @@ mod tests {
             app_time: Duration::ZERO,
             grace_period: Duration::from_secs(grace),
             checker_timeout: Duration::from_secs(70),
+            fails_after: Duration::ZERO,
         }
     }
 
@@ -191,6 +199,23 @@ mod tests {
         let (_, budget) = slowest(&checkers.snapshot(), &short, now).unwrap();
         assert!(!budget.fits);
         assert_eq!(budget.needed_checker_timeout_seconds, Some(60.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_readiness_fail_delay_counts_in_the_grace_period_needed() {
+        let (checkers, now) = learned(10, "ELB-HealthChecker/2.0");
+        let (_, fits) = slowest(&checkers.snapshot(), &needs(30), now).unwrap();
+        assert!(fits.fits, "{fits:?}");
+        let delayed = Needs {
+            fails_after: Duration::from_secs(10),
+            ..needs(30)
+        };
+        let (_, budget) = slowest(&checkers.snapshot(), &delayed, now).unwrap();
+        assert!(!budget.fits);
+        assert_eq!(budget.needed_grace_period_seconds, 33.0);
+        let checker = &checkers.snapshot()[0];
+        let words = warning(&budget, checker, &delayed);
+        assert!(words.contains("(the 10s readiness-fail delay + 20s + the "), "{words}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -41,7 +41,8 @@ pub struct DrainWaitStatus {
     pub unhealthy_threshold: u32,
     /// The shortest quiet period (`--drain-wait-min-quiet-period`).
     pub min_quiet_period_seconds: f64,
-    /// No checker holds the wait longer than this after the drain began.
+    /// No checker holds the wait longer than this after readiness turned
+    /// 503.
     pub checker_timeout_seconds: f64,
     /// The wait never lasts longer: the drain's deadline less the app's time.
     pub bound_seconds: f64,
@@ -380,6 +381,7 @@ mod tests {
             unhealthy_threshold: 3,
             min_quiet_period: Duration::from_millis(500),
             checker_timeout: Duration::from_secs(20),
+            fails_after: Duration::ZERO,
             drain_deadline: Duration::from_secs(28),
             grace_period: Duration::from_secs(30),
             shutdown_margin: Duration::from_secs(2),

@@ -134,8 +134,12 @@ pub struct DrainWaitPlan {
     /// The shortest quiet period: no new request for this long at the
     /// least, however busy the pod was.
     pub min_quiet_period: Duration,
-    /// No checker holds the wait longer than this after the drain began.
+    /// No checker holds the wait longer than this after readiness turned
+    /// 503 (`fails_after` after the drain began).
     pub checker_timeout: Duration,
+    /// Readiness answers 503 this long after the drain began: the drain's
+    /// readiness-fail delay (zero: at once). The checkers fail from then.
+    pub fails_after: Duration,
     /// Only probes from these ranges count as a checker's (empty: any
     /// peer but the kubelet).
     pub checker_ranges: Vec<IpNet>,

@@ -171,6 +171,7 @@ impl<T: Traffic> Sampler<'_, T> {
             app_time: plan.app_time_under(policy),
             grace_period: plan.grace_period,
             checker_timeout: plan.checker_timeout,
+            fails_after: plan.fails_after,
         };
         let seen = self.checkers.snapshot();
         let slowest = budget::slowest(&seen, &needs, now);
@@ -357,6 +358,7 @@ impl<T: Traffic> Watch<T> {
         let settings = Settings {
             threshold: plan.unhealthy_threshold,
             checker_timeout: plan.checker_timeout,
+            fails_after: plan.fails_after,
             quiet,
         };
         Rule::new(settings, began)
@@ -470,6 +472,7 @@ mod tests {
             unhealthy_threshold: 2,
             min_quiet_period: SEC,
             checker_timeout: Duration::from_secs(20),
+            fails_after: Duration::ZERO,
             drain_deadline: deadline,
             grace_period: deadline + Duration::from_secs(2),
             shutdown_margin: Duration::from_secs(2),

@@ -103,6 +103,12 @@ impl Plan {
         self.drain_deadline
     }
 
+    /// How long readiness keeps answering as Envoy does after the drain
+    /// began: the load balancers see the 503 only then.
+    pub fn readiness_fail_delay(&self) -> Duration {
+        self.readiness_fail_delay
+    }
+
     /// How long Envoy gets to exit after SIGTERM.
     pub fn shutdown_margin(&self) -> Duration {
         self.shutdown_margin

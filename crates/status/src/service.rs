@@ -149,6 +149,7 @@ mod tests {
             unhealthy_threshold: 3,
             min_quiet_period: Duration::from_secs(1),
             checker_timeout: Duration::from_secs(20),
+            fails_after: Duration::ZERO,
             drain_deadline: Duration::from_secs(28),
             grace_period: Duration::from_secs(28) + Duration::from_secs(2),
             shutdown_margin: Duration::from_secs(2),
