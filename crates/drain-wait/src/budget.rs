@@ -76,14 +76,16 @@ pub(crate) fn slowest(checkers: &[Checker], needs: &Needs, now: Instant) -> Opti
     let (checker, takes) = slowest;
     let takes = tenths(takes);
     let needed = needs.fails_after + takes + needs.quiet + needs.shutdown_margin + needs.app_time;
-    let timeout_short = takes > needs.checker_timeout;
+    // The checker timeout counts from the drain's start; the checker fails
+    // from the 503, the readiness-fail delay later.
+    let timeout_short = needs.fails_after + takes > needs.checker_timeout;
     let budget = Budget {
         fits: needed <= needs.grace_period && !timeout_short,
         checker: checker.key.to_string(),
         checker_takes_seconds: takes.as_secs_f64(),
         needed_grace_period_seconds: round_up(needed).as_secs_f64(),
         grace_period_seconds: needs.grace_period.as_secs_f64(),
-        needed_checker_timeout_seconds: timeout_short.then(|| round_up(takes).as_secs_f64()),
+        needed_checker_timeout_seconds: timeout_short.then(|| round_up(needs.fails_after + takes).as_secs_f64()),
     };
     Some((checker.key, budget))
 }
@@ -213,6 +215,14 @@ mod tests {
         let (_, budget) = slowest(&checkers.snapshot(), &delayed, now).unwrap();
         assert!(!budget.fits);
         assert_eq!(budget.needed_grace_period_seconds, 33.0);
+        // The checker timeout (from the drain's start) must cover the
+        // delay and the checker: 20 s does not.
+        let short = Needs {
+            checker_timeout: Duration::from_secs(20),
+            ..delayed
+        };
+        let (_, budget) = slowest(&checkers.snapshot(), &short, now).unwrap();
+        assert_eq!(budget.needed_checker_timeout_seconds, Some(30.0));
         let checker = &checkers.snapshot()[0];
         let words = warning(&budget, checker, &delayed);
         assert!(words.contains("(the 10s readiness-fail delay + 20s + the "), "{words}");

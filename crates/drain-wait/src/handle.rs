@@ -41,8 +41,7 @@ pub struct DrainWaitStatus {
     pub unhealthy_threshold: u32,
     /// The shortest quiet period (`--drain-wait-min-quiet-period`).
     pub min_quiet_period_seconds: f64,
-    /// No checker holds the wait longer than this after readiness turned
-    /// 503.
+    /// No checker holds the wait longer than this after the drain began.
     pub checker_timeout_seconds: f64,
     /// The wait never lasts longer: the drain's deadline less the app's time.
     pub bound_seconds: f64,

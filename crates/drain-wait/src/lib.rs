@@ -28,9 +28,10 @@
 //! - [`task`]: the task that samples the traffic before the drain, fails
 //!   the load balancers' checks of Envoy's `health_check` filter when
 //!   readiness turns 503, applies the rule from the start of the drain and
-//!   publishes a [`DrainWaitStatus`] (`GET /drain` shows it), and the
-//!   [`DrainWait`] handle whose `wait` answers the hook, and whose verdict
-//!   a gateway's own drain (`out-of-rotation`) waits for;
+//!   publishes a [`DrainWaitStatus`] (`GET /drain` shows it);
+//! - [`handle`]: the [`DrainWait`] handle whose `wait` answers the hook,
+//!   and whose verdict a gateway's own drain (`out-of-rotation`) waits
+//!   for;
 //! - `settings`: the drain wait's settings and its [`DrainWaitPlan`].
 //!
 //! Nothing here starts a drain: the hook may come before the proxy's own
@@ -134,11 +135,11 @@ pub struct DrainWaitPlan {
     /// The shortest quiet period: no new request for this long at the
     /// least, however busy the pod was.
     pub min_quiet_period: Duration,
-    /// No checker holds the wait longer than this after readiness turned
-    /// 503 (`fails_after` after the drain began).
+    /// No checker holds the wait longer than this after the drain began.
     pub checker_timeout: Duration,
     /// Readiness answers 503 this long after the drain began: the drain's
-    /// readiness-fail delay (zero: at once). The checkers fail from then.
+    /// readiness-fail delay (zero: at once). The checkers fail from then,
+    /// which the budget counts.
     pub fails_after: Duration,
     /// Only probes from these ranges count as a checker's (empty: any
     /// peer but the kubelet).

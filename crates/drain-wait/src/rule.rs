@@ -1,7 +1,7 @@
 //! The rule that says the pod is out of rotation, in one place, free of
 //! I/O so it runs in virtual time in the tests.
 //!
-//! From the start of the drain (readiness 503), at each read:
+//! From the start of the drain, at each read:
 //!
 //! 1. **Every checker is done.** A checker counts once it has probed twice
 //!    (so it has an interval) and was still probing when the drain began.
@@ -124,12 +124,8 @@ pub(crate) struct Settings {
     /// Failed probes in a row that take the pod out, unless the checker's
     /// software fixes its own.
     pub(crate) threshold: u32,
-    /// No checker holds the wait longer than this after readiness turned
-    /// 503.
+    /// No checker holds the wait longer than this after the drain began.
     pub(crate) checker_timeout: Duration,
-    /// Readiness turned 503 this long after the drain began (the drain's
-    /// readiness-fail delay): the checkers fail from then on.
-    pub(crate) fails_after: Duration,
     /// No new request for this long: the traffic has stopped.
     pub(crate) quiet: Duration,
 }
@@ -286,7 +282,7 @@ impl Rule {
         if self.unfollowed_done {
             return None;
         }
-        let until = last.min(self.failing_from()) + self.settings.checker_timeout;
+        let until = last.min(self.began) + self.settings.checker_timeout;
         if now < until {
             return Some(until);
         }
@@ -362,12 +358,6 @@ impl Rule {
         key.fixed_threshold().unwrap_or(self.settings.threshold)
     }
 
-    /// When readiness turned 503: the drain's start, or its readiness-fail
-    /// delay later. The checker timeout counts from here.
-    fn failing_from(&self) -> Instant {
-        self.began + self.settings.fails_after
-    }
-
     fn done_of(&self, c: &Checker) -> Option<&Done> {
         self.done.iter().find(|d| d.key == c.key && d.counted == c.counted)
     }
@@ -395,7 +385,7 @@ impl Rule {
                 silent: now.saturating_duration_since(c.last_seen),
             });
             CheckerState::Vanished
-        } else if now.saturating_duration_since(self.failing_from()) >= self.settings.checker_timeout {
+        } else if now.saturating_duration_since(self.began) >= self.settings.checker_timeout {
             steps.push(Step::TimedOut {
                 checker: describe(c),
                 failures: c.failures_in_row,
@@ -473,7 +463,6 @@ pub(crate) fn before_drain(checkers: &[Checker], threshold: u32, now: Instant) -
         Settings {
             threshold,
             checker_timeout: Duration::MAX,
-            fails_after: Duration::ZERO,
             quiet: Duration::ZERO,
         },
         now,
@@ -520,7 +509,6 @@ mod tests {
     fn settings(threshold: u32, quiet: Duration) -> Settings {
         Settings {
             threshold,
-            fails_after: Duration::ZERO,
             checker_timeout: Duration::from_secs(20),
             quiet,
         }
@@ -823,33 +811,6 @@ mod tests {
         assert_eq!(
             rule.conclusion(),
             "1 checker held the wait for the checker timeout, and no new request came for 1s"
-        );
-    }
-
-    /// With a readiness-fail delay, the load balancers see the 503 only
-    /// after it: the checker timeout counts from then, so a checker that
-    /// takes the pod out within the timeout of the 503 is waited for.
-    #[tokio::test(start_paused = true)]
-    async fn the_checker_timeout_counts_from_the_503_after_a_readiness_fail_delay() {
-        let t0 = Instant::now();
-        let began = t0 + 100 * SEC;
-        let failing_from = began + 10 * SEC;
-        // Every 6 s, 3 failures in a row: out 26 s after the drain began,
-        // 16 s after the 503.
-        let lb = probes(key(7), 6 * SEC, t0, t0 + 400 * SEC, failing_from);
-        let delayed = Settings {
-            fails_after: 10 * SEC,
-            ..settings(3, SEC)
-        };
-        let mut rule = Rule::new(delayed, began);
-        let (out, steps) = run(&mut rule, lb, began, t0 + 400 * SEC, |_| Ok(1));
-        assert_eq!(out, Some(began + 26 * SEC));
-        assert_eq!(
-            steps[0],
-            Step::Failed {
-                checker: "10.0.0.7 (every 6s)".into(),
-                failures: 3
-            }
         );
     }
 

@@ -50,8 +50,7 @@ pub struct Settings {
     pub drain_wait_checker_ranges: Vec<IpNet>,
 
     /// The drain wait: no checker of the pod's readiness holds the wait
-    /// longer than this after readiness turned 503 (the drain's start, or
-    /// the readiness-fail delay after it; a prober that checks
+    /// longer than this after the drain began (a prober that checks
     /// rarely, or keeps probing without failing enough, cannot hold every
     /// rollout to the grace period).
     #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT", value_name = "DURATION", default_value = "20s", value_parser = positive::parse)]

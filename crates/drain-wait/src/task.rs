@@ -358,7 +358,6 @@ impl<T: Traffic> Watch<T> {
         let settings = Settings {
             threshold: plan.unhealthy_threshold,
             checker_timeout: plan.checker_timeout,
-            fails_after: plan.fails_after,
             quiet,
         };
         Rule::new(settings, began)
