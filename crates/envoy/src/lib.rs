@@ -22,7 +22,7 @@
 //! - [`version`]: Envoy's version, read once and logged, and why nothing
 //!   lifeguard sends depends on it.
 //!
-//! Arrows run one way: this module implements the drain's and the
+//! Arrows run one way: this crate implements the drain's and the
 //! drain wait's ports and never
 //! reaches the status server or the metrics (the poller reports through
 //! [`poller::ReadinessEvents`]).

@@ -246,7 +246,6 @@ impl EnvoyControl for Envoy {
     }
 }
 
-/// An admin error as the drain sees it: refused, or anything else.
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -172,8 +172,7 @@ mod tests {
     }
 
     /// Issue #41: the socket is never connectable by anyone but its owner,
-    /// not even for a moment. Bound where it is to be, it had the umask's
-    /// mode until chmod'ed; now it appears at its path whole, moved there
+    /// not even for a moment: it appears at its path whole, moved there
     /// with mode 0600 from a directory only its owner may enter.
     #[tokio::test]
     async fn the_control_socket_appears_at_its_path_with_mode_0600_never_before() {
