@@ -310,7 +310,7 @@ pub fn grpc_health_answer(
     body: Bytes,
 ) -> Result<Result<&'static str, Refused>, Refused> {
     match grpc::read_answer(head, trailers, body).map_err(Refused::of)? {
-        Health::Status(name) => Ok(Ok(name)),
+        Health::Status(status) => Ok(Ok(status.name())),
         Health::Failed(why) => Ok(Err(Refused::of(why))),
     }
 }

@@ -17,7 +17,7 @@ use lifeguard::drain_wait::{DrainWaitStatus, WaitState, WaitWhy};
 use lifeguard::envoy::admin::{CallOutcome, Endpoint};
 use lifeguard::envoy::poller::ReadinessEvents;
 use lifeguard::envoy::readiness::{Readiness, Verdict};
-use lifeguard::metrics::Metrics;
+use lifeguard::metrics::{Incomplete, Metrics};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -47,7 +47,7 @@ fn exported() -> BTreeSet<String> {
     metrics.envoy_read(true, true);
     metrics.envoy_read(true, false);
     metrics.app_probe("/app-health/web/readyz").duration.record(0.01);
-    metrics.app_scrape("8080/metrics")[0].increment(1);
+    metrics.app_scrape("8080/metrics").count(Incomplete::Timeout);
     metrics.drain_wait(WaitWhy::Out, Duration::from_millis(1500));
     let readiness = Readiness::standalone(Duration::from_secs(4));
     readiness.store(Verdict::ready(tokio::time::Instant::now()));

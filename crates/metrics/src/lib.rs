@@ -91,17 +91,88 @@ struct Inner {
     last_success: AtomicU64,
 }
 
+/// How one app probe ended, its series' `result` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppProbeResult {
+    /// The app said yes.
+    Success,
+    /// The app said no, or did not answer in time.
+    Failure,
+    /// Too many probes of the path were in flight.
+    Busy,
+}
+
+impl AppProbeResult {
+    /// Every result, each a series from the probe's start.
+    pub const ALL: [AppProbeResult; 3] = [AppProbeResult::Success, AppProbeResult::Failure, AppProbeResult::Busy];
+
+    /// The `result` label: `success`, `failure`, `busy`.
+    pub fn label(self) -> &'static str {
+        match self {
+            AppProbeResult::Success => "success",
+            AppProbeResult::Failure => "failure",
+            AppProbeResult::Busy => "busy",
+        }
+    }
+}
+
 /// One app probe's series.
 #[derive(Clone)]
 pub struct AppProbeMetrics {
     /// `result="success"`, `"failure"`, `"busy"`.
-    pub results: [Counter; 3],
+    success: Counter,
+    failure: Counter,
+    busy: Counter,
     pub duration: Histogram,
 }
 
-/// Why a merged scrape carries less than Envoy's whole body.
+impl AppProbeMetrics {
+    /// Counts one probe that ended with `result`, having taken `took`.
+    pub fn record(&self, result: AppProbeResult, took: Duration) {
+        let counter = match result {
+            AppProbeResult::Success => &self.success,
+            AppProbeResult::Failure => &self.failure,
+            AppProbeResult::Busy => &self.busy,
+        };
+        counter.increment(1);
+        self.duration.record(took.as_secs_f64());
+    }
+}
+
+/// One app metrics target's failures: `lifeguard_scrape_app_incomplete_total
+/// {target,reason}` by [`Incomplete`], each also counted in
+/// `lifeguard_scrape_failures_total{source="app"}`.
+#[derive(Clone)]
+pub struct AppScrapeFailures {
+    timeout: Counter,
+    error: Counter,
+    cap: Counter,
+    busy: Counter,
+    /// `lifeguard_scrape_failures_total{source="app"}` alone.
+    any: Counter,
+}
+
+impl AppScrapeFailures {
+    /// Counts one scrape whose part from the target is missing or cut
+    /// short, for `why`. An app read has no shared window, so it is never
+    /// let go as [`Incomplete::Slow`]; were it, it counts as a failure of
+    /// the app source, with no reason series of its own.
+    pub fn count(&self, why: Incomplete) {
+        match why {
+            Incomplete::Timeout => &self.timeout,
+            Incomplete::Error => &self.error,
+            Incomplete::Cap => &self.cap,
+            Incomplete::Busy => &self.busy,
+            Incomplete::Slow => &self.any,
+        }
+        .increment(1);
+    }
+}
+
+/// Why a merged scrape carries less than Envoy's (or an app target's)
+/// whole body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Incomplete {
+pub enum Incomplete {
     /// The scrape's time budget ran out first.
     Timeout = 0,
     /// Envoy could not be read, answered an error, or broke off.
@@ -116,8 +187,25 @@ pub(crate) enum Incomplete {
 }
 
 impl Incomplete {
-    pub(crate) fn label(self) -> &'static str {
-        ["timeout", "error", "cap", "busy", "slow"][self as usize]
+    /// Every reason, in the order of their values (the index of Envoy's
+    /// counters).
+    pub(crate) const ALL: [Incomplete; 5] = [
+        Incomplete::Timeout,
+        Incomplete::Error,
+        Incomplete::Cap,
+        Incomplete::Busy,
+        Incomplete::Slow,
+    ];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Incomplete::Timeout => "timeout",
+            Incomplete::Error => "error",
+            Incomplete::Cap => "cap",
+            Incomplete::Busy => "busy",
+            Incomplete::Slow => "slow",
+        }
     }
 }
 
@@ -157,14 +245,7 @@ impl Metrics {
                     "Merged scrapes by how they got Envoy's metrics: a new Envoy read, or one shared with other scrapes.",
                 )
             }),
-            scrape_incomplete: [
-                Incomplete::Timeout,
-                Incomplete::Error,
-                Incomplete::Cap,
-                Incomplete::Busy,
-                Incomplete::Slow,
-            ]
-            .map(|why| {
+            scrape_incomplete: Incomplete::ALL.map(|why| {
                 r.failure_counted("envoy", r.counter(
                     SCRAPE_ENVOY_INCOMPLETE,
                     &[("reason", why.label())],
@@ -247,9 +328,12 @@ impl Metrics {
             labels.extend(result.map(|r| Label::from_static_parts("result", r)));
             Key::from_parts(name, labels)
         };
+        let [success, failure, busy] =
+            AppProbeResult::ALL.map(|r| recorder.register_counter(&key(APP_PROBE_RESULTS, Some(r.label())), &META));
         AppProbeMetrics {
-            results: ["success", "failure", "busy"]
-                .map(|r| recorder.register_counter(&key(APP_PROBE_RESULTS, Some(r)), &META)),
+            success,
+            failure,
+            busy,
             duration: recorder.register_histogram(&key(APP_PROBE_DURATION, None), &META),
         }
     }
@@ -267,7 +351,7 @@ impl Metrics {
     /// The handles of one app target's failures
     /// (`lifeguard_scrape_app_incomplete_total{target,reason}`), by
     /// [`Incomplete`]; `target` is its port and path.
-    pub fn app_scrape(&self, target: &str) -> [Counter; 4] {
+    pub fn app_scrape(&self, target: &str) -> AppScrapeFailures {
         let recorder = &self.inner.recorder;
         recorder.describe_counter(
             SCRAPE_APP_INCOMPLETE.into(),
@@ -276,7 +360,8 @@ impl Metrics {
              reason (timeout, error, cap, busy)."
                 .into(),
         );
-        [
+        let registrar = Registrar { recorder };
+        let [timeout, error, cap, busy] = [
             Incomplete::Timeout,
             Incomplete::Error,
             Incomplete::Cap,
@@ -288,8 +373,15 @@ impl Metrics {
                 Label::from_static_parts("reason", why.label()),
             ];
             let counter = recorder.register_counter(&Key::from_parts(SCRAPE_APP_INCOMPLETE, labels), &META);
-            Registrar { recorder }.failure_counted("app", counter)
-        })
+            registrar.failure_counted("app", counter)
+        });
+        AppScrapeFailures {
+            timeout,
+            error,
+            cap,
+            busy,
+            any: registrar.source_failures("app"),
+        }
     }
 
     /// Renders lifeguard's families: the state read now, then the events.
@@ -388,12 +480,16 @@ impl Registrar<'_> {
     /// `counter`, also counting in `lifeguard_scrape_failures_total{source}`:
     /// every failure of a source of the merged scrape, whatever the reason.
     fn failure_counted(&self, source: &'static str, counter: Counter) -> Counter {
-        let all = self.counter(
+        Counter::from_arc(Arc::new(Both(counter, self.source_failures(source))))
+    }
+
+    /// `lifeguard_scrape_failures_total{source}`.
+    fn source_failures(&self, source: &'static str) -> Counter {
+        self.counter(
             SCRAPE_FAILURES,
             &[("source", source)],
             "Merged scrapes whose part from a source (envoy, app) is missing or cut short, whatever the reason.",
-        );
-        Counter::from_arc(Arc::new(Both(counter, all)))
+        )
     }
 
     fn key(name: &'static str, labels: &[(&'static str, &'static str)]) -> Key {
@@ -509,6 +605,66 @@ mod tests {
             let series = format!("lifeguard_drain_wait_probes_not_counted_total{{reason=\"{reason}\"}} 0\n");
             assert!(text.contains(&series), "{series}{text}");
         }
+    }
+
+    fn rendered(metrics: &Metrics) -> String {
+        let status = Status::initial(DrainUntil::Requests, String::new());
+        metrics.render(&Readiness::standalone(Duration::from_secs(4)), Some(&status), None)
+    }
+
+    /// Every reason counts for an app target, none panics: each of an app
+    /// read's own in its series; `slow` (never an app read's) in the app
+    /// source's total only, with no series of its own.
+    #[test]
+    fn every_reason_counts_for_an_app_target() {
+        let metrics = Metrics::new(Instant::now());
+        let failures = metrics.app_scrape("8080/metrics");
+        for why in Incomplete::ALL {
+            failures.count(why);
+        }
+        let text = rendered(&metrics);
+        for reason in ["timeout", "error", "cap", "busy"] {
+            let series = format!("{SCRAPE_APP_INCOMPLETE}{{target=\"8080/metrics\",reason=\"{reason}\"}} 1\n");
+            assert!(text.contains(&series), "{series}{text}");
+        }
+        let app_slow = |l: &str| l.starts_with(SCRAPE_APP_INCOMPLETE) && l.contains("reason=\"slow\"");
+        assert!(!text.lines().any(app_slow), "{text}");
+        let total = format!("{SCRAPE_FAILURES}{{source=\"app\"}} 5\n");
+        assert!(text.contains(&total), "{total}{text}");
+    }
+
+    /// Envoy's part counts every reason in its own series.
+    #[test]
+    fn every_reason_counts_for_envoy() {
+        let metrics = Metrics::new(Instant::now());
+        for why in Incomplete::ALL {
+            metrics.scrape_incomplete(why);
+        }
+        let text = rendered(&metrics);
+        for reason in ["timeout", "error", "cap", "busy", "slow"] {
+            let series = format!("{SCRAPE_ENVOY_INCOMPLETE}{{reason=\"{reason}\"}} 1\n");
+            assert!(text.contains(&series), "{series}{text}");
+        }
+        let total = format!("{SCRAPE_FAILURES}{{source=\"envoy\"}} 5\n");
+        assert!(text.contains(&total), "{total}{text}");
+    }
+
+    /// An app probe's result counts in the series of its label.
+    #[test]
+    fn app_probe_results_count_by_label() {
+        let metrics = Metrics::new(Instant::now());
+        let probe = metrics.app_probe("/app-health/web/readyz");
+        probe.record(AppProbeResult::Success, Duration::from_millis(5));
+        probe.record(AppProbeResult::Busy, Duration::from_millis(5));
+        probe.record(AppProbeResult::Busy, Duration::from_millis(5));
+        let text = rendered(&metrics);
+        for (result, count) in [("success", 1), ("failure", 0), ("busy", 2)] {
+            let series =
+                format!("{APP_PROBE_RESULTS}{{path=\"/app-health/web/readyz\",result=\"{result}\"}} {count}\n");
+            assert!(text.contains(&series), "{series}{text}");
+        }
+        let count = format!("{APP_PROBE_DURATION}_count{{path=\"/app-health/web/readyz\"}} 3\n");
+        assert!(text.contains(&count), "{count}{text}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use metrics::Counter;
 use tokio::time::Instant;
 
-use super::app_probe::AppProber;
+use super::app_probe::{AppProbe, AppProber};
 use super::response::{Body, ResponseFuture};
 use lifeguard_base::duration::DurationError;
 use lifeguard_drain::DrainHandle;
@@ -87,7 +87,8 @@ enum Handler {
     Drain(Control),
     Quit(Control),
     DrainWait(DrainWait),
-    AppProbe(AppProber),
+    /// One of the app's probes, on its path.
+    AppProbe(AppProbe),
     /// `/app-health/...` and `/app-lifecycle/...` paths no probe is
     /// configured for: 404, saying so.
     NoAppProbe,
@@ -217,8 +218,8 @@ impl RoutesBuilder {
             table.push(read(exact("/drain/wait"), Handler::DrainWait(drain_wait)));
         }
         if let Some(prober) = self.app_probes {
-            for path in prober.paths() {
-                table.push(read(exact(path), Handler::AppProbe(prober.clone())));
+            for probe in prober.probes() {
+                table.push(read(exact(probe.path()), Handler::AppProbe(probe.clone())));
             }
             for prefix in ["/app-health/", "/app-lifecycle/"] {
                 table.push(read(Path::Prefix(prefix), Handler::NoAppProbe));
@@ -279,7 +280,7 @@ impl Handler {
             Handler::Drain(control) => control.drain(caller, req),
             Handler::Quit(control) => control.quit(caller, req),
             Handler::DrainWait(wait) => drain_wait(wait, caller, req),
-            Handler::AppProbe(prober) => app_probe(prober, req),
+            Handler::AppProbe(probe) => app_probe(probe, req),
             Handler::NoAppProbe => {
                 let path = req.uri().path().to_owned();
                 let method = req.method().clone();
@@ -525,13 +526,12 @@ impl Control {
 /// `GET|HEAD /app-health/<container>/<kind>` and `/app-lifecycle/...`
 /// (the probes configured): the app's own probe, run now (see
 /// [`super::app_probe`]); the kubelet's headers are passed on to the app.
-fn app_probe<B>(prober: &AppProber, mut req: Request<B>) -> ResponseFuture {
-    let path = req.uri().path().to_owned();
+fn app_probe<B>(probe: &AppProbe, mut req: Request<B>) -> ResponseFuture {
     let method = req.method().clone();
     let request = std::mem::take(req.headers_mut());
-    let prober = prober.clone();
+    let probe = probe.clone();
     ResponseFuture::waiting(async move {
-        let answer = prober.answer(&path, &request).await;
+        let answer = probe.answer(&request).await;
         respond(HeaderMap::new(), &method, answer)
     })
 }

@@ -318,6 +318,43 @@ mod tests {
         }
     }
 
+    /// Each app probe's route runs its own probe; a path under the app's
+    /// prefixes that no probe is configured for is 404, saying so.
+    #[test]
+    fn each_app_probe_route_runs_its_own_probe() {
+        let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up = open.local_addr().unwrap().port();
+        let down = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let json = format!(
+            r#"{{"/app-health/up/livez":{{"tcpSocket":{{"port":{up}}}}},
+                "/app-lifecycle/down/prestopz":{{"tcpSocket":{{"port":{down}}}}}}}"#
+        );
+        let probes = lifeguard_istio::probers::AppProbes::parse(&json).unwrap();
+        let prober = crate::app_probe::AppProber::new(&probes, [127, 0, 0, 1].into(), 15020, None).unwrap();
+        let svc = StatusService::builder(Readiness::standalone(Duration::from_secs(4)))
+            .app_probes(prober)
+            .service();
+        assert_eq!(
+            call(&svc, Method::GET, "/app-health/up/livez"),
+            (StatusCode::OK, String::new())
+        );
+        let (code, body) = call(&svc, Method::GET, "/app-lifecycle/down/prestopz");
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body.starts_with("app probe failed: "), "{body}");
+        for path in ["/app-health/down/livez", "/app-lifecycle/up/prestopz"] {
+            let body = format!("no app probe is configured for {path}\n");
+            assert_eq!(call(&svc, Method::GET, path), (StatusCode::NOT_FOUND, body));
+        }
+        assert_eq!(
+            call(&svc, Method::POST, "/app-health/up/livez").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+    }
+
     /// Every known path with another method: 405, with `Allow` from the
     /// same table that routes it.
     #[test]

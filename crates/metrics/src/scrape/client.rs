@@ -202,7 +202,7 @@ impl Client {
             }
         }
         if let Some(why) = why {
-            source.failures[why as usize].increment(1);
+            source.failures.count(why);
             tracing::warn!(target = %source.label, reason = why.label(), error, "the app's metrics are missing from a scrape or cut short");
         }
     }

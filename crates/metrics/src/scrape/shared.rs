@@ -7,13 +7,12 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
-use metrics::Counter;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::read::Read;
 use crate::linger::Linger;
-use crate::Metrics;
+use crate::{AppScrapeFailures, Metrics};
 use lifeguard_drain::DrainHandle;
 use lifeguard_drain_wait::DrainWait;
 use lifeguard_envoy::admin::AdminClient;
@@ -49,7 +48,7 @@ pub(super) struct Shared {
 pub(super) struct AppSource {
     pub(super) target: Target,
     pub(super) label: String,
-    pub(super) failures: [Counter; 4],
+    pub(super) failures: AppScrapeFailures,
 }
 
 impl Shared {

@@ -19,10 +19,46 @@ const ANSWER_CAP: usize = 64 * 1024;
 /// The health service's answer to a Check, or why there is none.
 #[derive(Debug, PartialEq)]
 pub enum Health {
-    /// `SERVING`, `NOT_SERVING`, `UNKNOWN`, `SERVICE_UNKNOWN`.
-    Status(&'static str),
+    /// The status the service gave.
+    Status(ServingStatus),
     /// The call failed with this gRPC status (code name, message).
     Failed(String),
+}
+
+/// `grpc.health.v1.HealthCheckResponse.ServingStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServingStatus {
+    /// 0, and any value the protocol does not define.
+    Unknown,
+    /// 1.
+    Serving,
+    /// 2.
+    NotServing,
+    /// 3 (meant for `Watch`, but a server may answer it).
+    ServiceUnknown,
+}
+
+impl ServingStatus {
+    /// The status of its value on the wire.
+    fn of(value: u64) -> ServingStatus {
+        match value {
+            1 => ServingStatus::Serving,
+            2 => ServingStatus::NotServing,
+            3 => ServingStatus::ServiceUnknown,
+            _ => ServingStatus::Unknown,
+        }
+    }
+
+    /// Its name in the protocol: `SERVING`, `NOT_SERVING`, `UNKNOWN`,
+    /// `SERVICE_UNKNOWN`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServingStatus::Unknown => "UNKNOWN",
+            ServingStatus::Serving => "SERVING",
+            ServingStatus::NotServing => "NOT_SERVING",
+            ServingStatus::ServiceUnknown => "SERVICE_UNKNOWN",
+        }
+    }
 }
 
 /// Asks the app's health service on `port` about `service`; `user_agent`
@@ -145,12 +181,7 @@ pub fn read_answer(head: &HeaderMap, trailers: &HeaderMap, mut body: Bytes) -> R
             _ => return Err(ProbeError::NotProtobuf),
         }
     }
-    Ok(Health::Status(match status {
-        1 => "SERVING",
-        2 => "NOT_SERVING",
-        3 => "SERVICE_UNKNOWN",
-        _ => "UNKNOWN",
-    }))
+    Ok(Health::Status(ServingStatus::of(status)))
 }
 
 fn code_name(code: u32) -> &'static str {
@@ -203,9 +234,15 @@ mod tests {
         };
         let none = HeaderMap::new();
         let read = |head, trailers, body| read_answer(head, trailers, body).unwrap();
-        assert_eq!(read(&none, &ok, frame(&[0x08, 1])), Health::Status("SERVING"));
-        assert_eq!(read(&none, &ok, frame(&[0x08, 2])), Health::Status("NOT_SERVING"));
-        assert_eq!(read(&none, &ok, frame(&[])), Health::Status("UNKNOWN"));
+        let status = Health::Status;
+        assert_eq!(read(&none, &ok, frame(&[0x08, 1])), status(ServingStatus::Serving));
+        assert_eq!(read(&none, &ok, frame(&[0x08, 2])), status(ServingStatus::NotServing));
+        assert_eq!(
+            read(&none, &ok, frame(&[0x08, 3])),
+            status(ServingStatus::ServiceUnknown)
+        );
+        assert_eq!(read(&none, &ok, frame(&[0x08, 9])), status(ServingStatus::Unknown));
+        assert_eq!(read(&none, &ok, frame(&[])), status(ServingStatus::Unknown));
         let not_found: HeaderMap = [("grpc-status", "5"), ("grpc-message", "unknown service")]
             .iter()
             .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))

@@ -23,7 +23,6 @@
 //! `call` (the connection and HTTP
 //! exchange), `grpc` (the health check), `error` (why a call failed).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,8 +34,9 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use call::{HttpAnswer, HttpCall, Target};
+use grpc::{Health, ServingStatus};
 use lifeguard_istio::probers::{Action, AppProbes, Checked};
-use lifeguard_metrics::{AppProbeMetrics, Metrics};
+use lifeguard_metrics::{AppProbeMetrics, AppProbeResult, Metrics};
 
 pub mod call;
 mod error;
@@ -47,114 +47,119 @@ pub mod grpc;
 /// the app at once.
 pub const IN_FLIGHT: usize = 4;
 
-/// Runs the app's probes. Cloning shares them.
+/// The app's probes, each to be served on its own path. Cloning shares them.
 #[derive(Clone)]
 pub struct AppProber {
-    inner: Arc<Inner>,
+    probes: Vec<AppProbe>,
 }
 
-struct Inner {
-    probes: HashMap<String, Entry>,
-    target: Target,
-    /// The status port, to rewrite a Host that names it.
-    status_port: u16,
+/// One of the app's probes, with what running it needs: the route of its
+/// path holds it. Cloning shares it (and its slots).
+#[derive(Clone)]
+pub(crate) struct AppProbe {
+    inner: Arc<Entry>,
 }
 
 struct Entry {
+    /// The status port's path it is served on.
+    path: String,
     probe: Checked,
     slots: Arc<Semaphore>,
     metrics: Option<AppProbeMetrics>,
+    app: Arc<App>,
 }
 
-/// How one probe ended, for its counter.
-#[derive(Clone, Copy)]
-enum Outcome {
-    Success = 0,
-    Failure = 1,
-    Busy = 2,
+/// Where the probes reach the app, shared by them all.
+struct App {
+    target: Target,
+    /// The status port, to rewrite a Host that names it.
+    status_port: u16,
 }
 
 impl AppProber {
     /// The prober of `probes`, reaching the app at `dest` (the pod's
     /// address, or loopback); None when there are no probes.
     pub fn new(probes: &AppProbes, dest: IpAddr, status_port: u16, metrics: Option<&Metrics>) -> Option<AppProber> {
-        let probes: HashMap<_, _> = probes
+        let app = Arc::new(App {
+            target: Target::new(dest),
+            status_port,
+        });
+        let probes: Vec<_> = probes
             .checked()
             .into_iter()
-            .map(|(path, probe)| {
-                let metrics = metrics.map(|m| m.app_probe(&path));
-                let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-                (path, Entry { probe, slots, metrics })
+            .map(|(path, probe)| AppProbe {
+                inner: Arc::new(Entry {
+                    metrics: metrics.map(|m| m.app_probe(&path)),
+                    slots: Arc::new(Semaphore::new(IN_FLIGHT)),
+                    path,
+                    probe,
+                    app: app.clone(),
+                }),
             })
             .collect();
         if probes.is_empty() {
             return None;
         }
-        let target = Target::new(dest);
-        Some(AppProber {
-            inner: Arc::new(Inner {
-                probes,
-                target,
-                status_port,
-            }),
-        })
+        Some(AppProber { probes })
     }
 
-    /// Whether `path` is one of the probes.
-    pub fn knows(&self, path: &str) -> bool {
-        self.inner.probes.contains_key(path)
+    /// The probes, each a route of its own.
+    pub(crate) fn probes(&self) -> impl Iterator<Item = &AppProbe> {
+        self.probes.iter()
+    }
+}
+
+impl AppProbe {
+    /// The status port's path of the probe.
+    pub(crate) fn path(&self) -> &str {
+        &self.inner.path
     }
 
-    /// The status port's paths of the probes (each a route of its own).
-    pub(crate) fn paths(&self) -> impl Iterator<Item = &str> {
-        self.inner.probes.keys().map(String::as_str)
-    }
-
-    /// Runs the probe of `path` for a kubelet request with `headers`; the
-    /// answer for the kubelet. A call, once started, runs to its end or its
-    /// timeout even if the kubelet goes away, holding its slot: the app never
-    /// sees more than [`IN_FLIGHT`] calls of a path at once.
-    pub async fn answer(&self, path: &str, headers: &HeaderMap) -> (StatusCode, Bytes) {
-        let Some(entry) = self.inner.probes.get(path) else {
-            return (
-                StatusCode::NOT_FOUND,
-                Bytes::from(format!("no app probe is configured for {path}\n")),
-            );
-        };
+    /// Runs the probe for a kubelet request with `headers`; the answer for
+    /// the kubelet. A call, once started, runs to its end or its timeout
+    /// even if the kubelet goes away, holding its slot: the app never sees
+    /// more than [`IN_FLIGHT`] calls of a path at once.
+    pub(crate) async fn answer(&self, headers: &HeaderMap) -> (StatusCode, Bytes) {
+        let entry = &*self.inner;
         let started = Instant::now();
         let timeout = entry.probe.timeout;
         let (result, answer) = match tokio::time::timeout(timeout, entry.slots.clone().acquire_owned()).await {
             Ok(Ok(slot)) => {
-                let (prober, path, headers) = (self.clone(), path.to_owned(), headers.clone());
+                let (probe, headers) = (self.clone(), headers.clone());
                 let call = tokio::spawn(async move {
                     let _slot = slot;
-                    let entry = &prober.inner.probes[&path];
-                    tokio::time::timeout(timeout, prober.run(&entry.probe.action, &headers)).await
+                    tokio::time::timeout(timeout, probe.run(&headers)).await
                 });
                 match call.await {
-                    Ok(Ok(Ok(answer))) => (Outcome::Success, answer),
-                    Ok(Ok(Err(answer))) => (Outcome::Failure, answer),
-                    Ok(Err(_)) => (Outcome::Failure, failure(format!("no answer within {}", Secs(timeout)))),
-                    Err(e) => (Outcome::Failure, failure(format!("the probe's task failed: {e}"))),
+                    Ok(Ok(Ok(answer))) => (AppProbeResult::Success, answer),
+                    Ok(Ok(Err(answer))) => (AppProbeResult::Failure, answer),
+                    Ok(Err(_)) => (
+                        AppProbeResult::Failure,
+                        failure(format!("no answer within {}", Secs(timeout))),
+                    ),
+                    Err(e) => (
+                        AppProbeResult::Failure,
+                        failure(format!("the probe's task failed: {e}")),
+                    ),
                 }
             }
-            _ => (Outcome::Busy, busy(timeout)),
+            _ => (AppProbeResult::Busy, busy(timeout)),
         };
         if let Some(m) = &entry.metrics {
-            m.results[result as usize].increment(1);
-            m.duration.record(started.elapsed().as_secs_f64());
+            m.record(result, started.elapsed());
         }
-        if matches!(result, Outcome::Failure | Outcome::Busy) {
+        if result != AppProbeResult::Success {
             let reason = String::from_utf8_lossy(&answer.1);
-            tracing::debug!(path, status = answer.0.as_u16(), reason = %reason.trim_end(), "app probe failed");
+            let (path, status) = (&entry.path, answer.0.as_u16());
+            tracing::debug!(path, status, reason = %reason.trim_end(), "app probe failed");
         }
         answer
     }
 
     /// One probe; Ok: the app said yes, Err: it said no or did not answer.
-    async fn run(&self, action: &Action, incoming: &HeaderMap) -> Result<(StatusCode, Bytes), (StatusCode, Bytes)> {
-        let target = &self.inner.target;
-        match action {
+    async fn run(&self, incoming: &HeaderMap) -> Result<(StatusCode, Bytes), (StatusCode, Bytes)> {
+        let App { target, status_port } = &*self.inner.app;
+        match &self.inner.probe.action {
             Action::Http {
                 port,
                 https,
@@ -162,7 +167,7 @@ impl AppProber {
                 headers,
             } => {
                 let app = SocketAddr::new(target.dest, *port);
-                let headers = call::forwarded_headers(incoming, headers, self.inner.status_port, app);
+                let headers = call::forwarded_headers(incoming, headers, *status_port, app);
                 let call = HttpCall {
                     port: *port,
                     https: *https,
@@ -182,12 +187,20 @@ impl AppProber {
             },
             Action::Grpc { port, service } => match grpc::check(target, *port, service, incoming.get(USER_AGENT)).await
             {
-                Ok(grpc::Health::Status("SERVING")) => Ok((StatusCode::OK, Bytes::from_static(b"SERVING\n"))),
-                Ok(grpc::Health::Status(other)) => Err(failure(format!("the app's health service answered {other}"))),
-                Ok(grpc::Health::Failed(status)) => Err(failure(format!("the health check failed: {status}"))),
+                Ok(health) => grpc_answer(health),
                 Err(why) => Err(failure(why)),
             },
         }
+    }
+}
+
+/// The answer to a gRPC probe the app's health service answered: 200 when
+/// it is serving, else 500 naming its status or the failed call's.
+fn grpc_answer(health: Health) -> Result<(StatusCode, Bytes), (StatusCode, Bytes)> {
+    match health {
+        Health::Status(ServingStatus::Serving) => Ok((StatusCode::OK, Bytes::from_static(b"SERVING\n"))),
+        Health::Status(other) => Err(failure(format!("the app's health service answered {}", other.name()))),
+        Health::Failed(status) => Err(failure(format!("the health check failed: {status}"))),
     }
 }
 
@@ -215,5 +228,38 @@ struct Secs(Duration);
 impl std::fmt::Display for Secs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}s", self.0.as_secs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gRPC probe is 200 only when the service is serving; any other
+    /// status, or a failed call, is 500 naming it.
+    #[test]
+    fn a_grpc_status_gives_its_http_code() {
+        let answer = |health| match grpc_answer(health) {
+            Ok((code, body)) | Err((code, body)) => (code.as_u16(), String::from_utf8(body.to_vec()).unwrap()),
+        };
+        assert_eq!(
+            answer(Health::Status(ServingStatus::Serving)),
+            (200, "SERVING\n".into())
+        );
+        for (status, name) in [
+            (ServingStatus::NotServing, "NOT_SERVING"),
+            (ServingStatus::Unknown, "UNKNOWN"),
+            (ServingStatus::ServiceUnknown, "SERVICE_UNKNOWN"),
+        ] {
+            let body = format!("app probe failed: the app's health service answered {name}\n");
+            assert_eq!(answer(Health::Status(status)), (500, body));
+        }
+        assert_eq!(
+            answer(Health::Failed("NOT_FOUND unknown service".into())),
+            (
+                500,
+                "app probe failed: the health check failed: NOT_FOUND unknown service\n".into()
+            )
+        );
     }
 }
