@@ -10,7 +10,7 @@
 //! parent-death signal is tied to the thread that forks).
 //!
 //! What it runs ends in an [`Ended`], which [`crate::exit`] turns into the
-//! process exit code; a start-up step that fails is a [`StartError`].
+//! process exit code; a start-up step that fails is a `StartError`.
 //!
 //! - [`signals`]: process signals handed to the drain, and reaping as PID 1.
 

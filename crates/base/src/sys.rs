@@ -60,7 +60,7 @@ pub fn bind_address_no_port(socket: &impl AsRawFd) -> std::io::Result<()> {
 static THP_WAS_DISABLED: AtomicBool = AtomicBool::new(false);
 
 /// The process tuned for a run of the agent, once, before its runtime
-/// starts: its memory ([`tune_memory`]) and its open-files limit raised to
+/// starts: its memory (`tune_memory`) and its open-files limit raised to
 /// the hard one, so the status server's connection cap, not the kernel,
 /// bounds it. Returns the open-files limit now in force (None: unknown or
 /// unlimited).

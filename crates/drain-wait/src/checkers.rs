@@ -22,7 +22,7 @@
 //!   probes is never replaced: a new one takes a free entry, or the entry
 //!   of one that is not established or has stopped probing, the least
 //!   recently heard; when there is none, its probe is **not counted**;
-//! - one address has at most [`MAX_PER_ADDRESS`] checkers (agents): more
+//! - one address has at most `MAX_PER_ADDRESS` checkers (agents): more
 //!   agents from it replace only its own unestablished ones, or are not
 //!   counted;
 //! - with `--drain-wait-checker-ranges`, only probes from those ranges
@@ -36,16 +36,16 @@
 //! A probe not counted for lack of room is still evidence that someone
 //! checks the pod: a real load balancer may be among the probers the table
 //! could not take (a peer at its address, flooding under many agents).
-//! Such probes are kept apart, in a second table of [`MAX_UNPLACED`]
-//! entries ([`Checker::counted`] false), so that the rule holds the wait
+//! Such probes are kept apart, in a second table of `MAX_UNPLACED`
+//! entries (`Checker::counted` false), so that the rule holds the wait
 //! until each of those probers has failed its threshold or stopped, and
 //! never ends it for them; past that table too, the last such probe is
-//! remembered ([`Checkers::overflow`]), and holds the wait until the
+//! remembered (`Checkers::overflow`), and holds the wait until the
 //! checker timeout. Probes from outside `--drain-wait-checker-ranges` are
 //! not load balancers by the operator's word, and hold nothing.
 //!
 //! The table is on the probe's hot path: a lock held for a scan of at most
-//! [`MAX_CHECKERS`] small entries, no allocation (keys are fixed-size
+//! `MAX_CHECKERS` small entries, no allocation (keys are fixed-size
 //! copies, the table is allocated once).
 
 use std::net::{IpAddr, SocketAddr};
@@ -191,7 +191,7 @@ pub enum NotCounted {
     /// Every entry holds a checker that established an interval and still
     /// probes.
     TableFull = 0,
-    /// Its address already has [`MAX_PER_ADDRESS`] checkers, all established.
+    /// Its address already has `MAX_PER_ADDRESS` checkers, all established.
     TooManyAgents = 1,
     /// Not from `--drain-wait-checker-ranges`.
     OutsideRanges = 2,

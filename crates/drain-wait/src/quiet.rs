@@ -2,11 +2,11 @@
 //! stopped, rather than that a gap came by chance.
 //!
 //! Before the drain, the pod's inbound arrivals are sampled every
-//! [`SAMPLE_EVERY`] ([`History`]); when the drain begins, the rate over the
-//! last [`WINDOW`] gives the quiet period: requests arriving at random at
+//! `SAMPLE_EVERY` (`History`); when the drain begins, the rate over the
+//! last `WINDOW` gives the quiet period: requests arriving at random at
 //! `r` a second leave a gap of `t` seconds with probability `e^(-r·t)`, so
 //! a gap of `ln(1/CHANCE) / r` (6.9 / r) comes by chance at most once in
-//! [`CHANCE`]'s thousand. At 2 requests a second that is 3.5 s; at 200 a
+//! `CHANCE`'s thousand. At 2 requests a second that is 3.5 s; at 200 a
 //! second 35 ms, so the floor (`--drain-wait-min-quiet-period`, 0.5 s) decides; a pod
 //! with no request in the window has nothing to wait for, and gets the
 //! floor. The wait's own bound is the ceiling. A pod that had no request

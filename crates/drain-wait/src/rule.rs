@@ -13,7 +13,7 @@
 //!    went away), or when it has held the wait for the checker timeout (no
 //!    prober, real or not, holds the wait longer). Done stays done for the
 //!    drain. A prober whose probes the table had no room to count
-//!    ([`Checker::counted`] false) is waited for by the same rule: a probe
+//!    (`Checker::counted` false) is waited for by the same rule: a probe
 //!    not counted holds the wait, it never ends it; and while probes came
 //!    that not even the second table could follow ([`super::checkers`]),
 //!    the wait is held until the checker timeout.

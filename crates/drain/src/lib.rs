@@ -1,7 +1,7 @@
 //! The drain: one state machine that owns the phase, the deadline and the
 //! policy, and is the only place that decides when Envoy stops.
 //!
-//! It runs as one task ([`Drain::run`]) fed by [`handle::Event`]s — signals,
+//! It runs as one task ([`Drain::run`]) fed by `handle::Event`s — signals,
 //! `POST /drain`, `POST /quitquitquit` — through a [`DrainHandle`], and talks
 //! to Envoy only through [`EnvoyControl`] (drain the listeners, read the
 //! active counts, stop, notice an exit). Time is tokio's clock, so the whole

@@ -223,7 +223,7 @@ impl AdminClient {
         result
     }
 
-    /// Tells the observer of a call made outside [`AdminClient::call`]
+    /// Tells the observer of a call made outside `AdminClient::call`
     /// (a streamed read, timed by its caller).
     pub fn observe(&self, endpoint: Endpoint, outcome: CallOutcome, took: Duration) {
         if let Some(observer) = &self.observer {

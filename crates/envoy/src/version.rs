@@ -115,7 +115,7 @@ pub(crate) enum Tested {
 
 /// Reads Envoy's version once its admin answers and logs it: retried
 /// every `every` while the admin refuses (not up yet, as the poller's
-/// reads are), at most [`TIMEOUTS`] times when it does not answer in time
+/// reads are), at most `TIMEOUTS` times when it does not answer in time
 /// (a busy admin thread is not asked again and again), until `shutdown`.
 pub async fn log_once(admin: AdminClient, every: Duration, shutdown: CancellationToken) {
     let mut timeouts = 0;

@@ -306,7 +306,7 @@ fn millis(secs: f64) -> f64 {
 /// Where the exit summary goes (Kubernetes' termination message).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessagePath {
-    /// [`MessagePath::KUBERNETES_DEFAULT`] when that file exists (the
+    /// `MessagePath::KUBERNETES_DEFAULT` when that file exists (the
     /// kubelet mounts it), else nowhere.
     Auto,
     /// Nowhere.

@@ -21,8 +21,8 @@
 //! passes unchanged, as do other documents. Comments are not kept (the
 //! YAML is written anew).
 //!
-//! - [`proxy`]: which container is the proxy, and its status port.
-//! - [`rewrite`]: one container's probes and hooks.
+//! - `proxy`: which container is the proxy, and its status port.
+//! - `rewrite`: one container's probes and hooks.
 //! - [`error`]: why inject stopped ([`InjectError`]: where, and what).
 //! - `yaml`: reading the fields of a YAML value.
 

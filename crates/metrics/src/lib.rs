@@ -182,7 +182,7 @@ pub enum Incomplete {
     /// Too many Envoy reads were already held for slow clients.
     Busy = 3,
     /// The client held the shared window full while others waited, and
-    /// was let go (see [`crate::window`]).
+    /// was let go (see `crate::window`).
     Slow = 4,
 }
 

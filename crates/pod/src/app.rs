@@ -45,7 +45,7 @@
 //!   namespace the sockets are the only signal.
 //!
 //! A scan reads `/proc`; it is synchronous and takes a few milliseconds in a
-//! pod, so async callers run it on the blocking pool ([`Watcher::scan`]).
+//! pod, so async callers run it on the blocking pool (`Watcher::scan`).
 //!
 //! Whether an app was **ever seen** tells a sidecar's pod from one whose
 //! only container is the proxy (a gateway): until the drain, the pod is
@@ -418,8 +418,8 @@ impl AppControl for Watcher {
 /// after the proxy.
 const LOOKED_LONG_ENOUGH: Duration = Duration::from_secs(5);
 
-/// Looks at the pod every [`LOOK_EVERY`] (every [`LOOK_EVERY_AT_FIRST`]
-/// in its first [`FIRST_LOOKS`]: an app container starts beside or after
+/// Looks at the pod every `LOOK_EVERY` (every `LOOK_EVERY_AT_FIRST`
+/// in its first `FIRST_LOOKS`: an app container starts beside or after
 /// the proxy) until something of an app is seen, the drain begins or
 /// `shutdown`: whether the pod has an app is known when the drain begins.
 /// Costs a read of the socket table and of the proxy's descriptors a look.

@@ -1,6 +1,6 @@
 //! What one status connection may hold, and for how long.
 //!
-//! - [`ConnectionSlots`]: the connection slots of the status server, shared
+//! - `ConnectionSlots`: the connection slots of the status server, shared
 //!   fairly. Loopback peers (Envoy's `agent` cluster, the pod's hooks, the
 //!   app) may take any free slot; peers from other hosts share what is left
 //!   after a reserve kept for loopback, and each of them (an IPv4 address,

@@ -37,7 +37,7 @@
 //! - [`server`]: the listener(s) and hyper's connections: header-read and
 //!   write timeouts, `TCP_NODELAY`, a loopback accept queue of its own.
 //! - [`service`]: the tower service that routes each request.
-//! - [`routes`]: the route table: one match per request, each route naming its handler.
+//! - `routes`: the route table: one match per request, each route naming its handler.
 //! - `response`: the body of every answer and the future that yields it.
 //! - [`connections`]: connection slots shared fairly between peers, and the
 //!   write timeout of a connection.

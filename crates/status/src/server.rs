@@ -8,7 +8,7 @@
 //! connection open by trickling bytes; it also closes a keep-alive
 //! connection idle between requests), a write timeout (a peer that takes no
 //! bytes of its response for a while is closed), and a slot from
-//! [`ConnectionSlots`]: a cap per remote peer and a reserve only loopback
+//! `ConnectionSlots`: a cap per remote peer and a reserve only loopback
 //! peers may use, so no peer from another host can starve the probes that
 //! come through Envoy. A connection that gets no slot is closed at once.
 //! With a wildcard address (`0.0.0.0:15020`, as in a pod), loopback

@@ -2,7 +2,7 @@
 //! caller (its peer, or the control socket) and shares the routes; a tower
 //! `Service` that also serves hyper directly (no adapter, no allocation per
 //! request). It routes and counts the request as served on its connection;
-//! the route table is [`super::routes`]'s.
+//! the route table is `super::routes`'s.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -7,21 +7,21 @@
 //!
 //! - **Streamed through a bounded window, with back-pressure.** Each
 //!   chunk hyper reads from Envoy is pushed, as it is, onto a shared list
-//!   (a [`read::Read`], a [`crate::window`] list); clients walk it at their own pace and
+//!   (a `read::Read`, a `crate::window` list); clients walk it at their own pace and
 //!   send the same `Bytes` (a reference count, never a copy). At most
-//!   [`read::PLAIN_WINDOW`] (4 MiB) of the body is held: Envoy is read only as
+//!   `read::PLAIN_WINDOW` (4 MiB) of the body is held: Envoy is read only as
 //!   fast as the slowest client takes it, and a client that holds the
 //!   window full for 2 s while another waits is let go (its Envoy part ends
 //!   at a line, counted as `slow`; lifeguard's part follows), so a stalled
 //!   client stalls no one and grows nothing. Only the partial line at the
 //!   end of a chunk is copied (so every entry ends at a newline and a
 //!   scrape cut short is still valid text). The size cap
-//!   ([`envoy::ENVOY_BODY_CAP`], 1 GiB) is far above what a 20,000-cluster Envoy
+//!   (`envoy::ENVOY_BODY_CAP`, 1 GiB) is far above what a 20,000-cluster Envoy
 //!   sends; hitting it is logged and counted, never silent.
 //! - **One Envoy read for concurrent scrapes.** A scrape joins the newest
 //!   read for the same query string while the read still holds its start
 //!   (it runs and is within its first window, or it is whole), or, once a
-//!   whole read completed, for [`read::REUSE_MIN`] or as long as it took
+//!   whole read completed, for `read::REUSE_MIN` or as long as it took
 //!   (whichever is longer; the read is kept that long even with no client
 //!   on it). A body larger than the window is not kept after its read.
 //!   Under a scrape flood or a tight scrape loop on a small Envoy, Envoy's
@@ -29,7 +29,7 @@
 //!   time, however many clients there are.
 //! - **The client's query string is passed to Envoy** (`?usedonly`,
 //!   `?filter=...`), but for `prom_protobuf`, which makes Envoy 1.38 and
-//!   later answer protobuf (see [`request::envoy_query`]): reads are shared
+//!   later answer protobuf (see `request::envoy_query`): reads are shared
 //!   only between equal query strings.
 //! - **`X-Prometheus-Scrape-Timeout-Seconds` bounds the Envoy part**: each
 //!   client stops taking Envoy's chunks at its budget (the timeout less a
@@ -41,7 +41,7 @@
 //! - **gzip** when the client accepts it: one compressor per shared read
 //!   (started by the first client that wants gzip, and walking the same
 //!   list) produces a second shared list of deflate blocks, each ending on
-//!   a sync flush, itself windowed ([`read::GZIP_WINDOW`], 1 MiB). A client sends
+//!   a sync flush, itself windowed (`read::GZIP_WINDOW`, 1 MiB). A client sends
 //!   the gzip header, the shared blocks, then its own part compressed as
 //!   the final block, and a trailer whose CRC continues the shared
 //!   stream's: one gzip member, compressed once per read.
@@ -54,7 +54,7 @@
 //!
 //! Memory bound: a read holds at most its window of Envoy's body and of
 //! its compressed copy (5 MiB), whatever Envoy's size; at most
-//! [`registry::MAX_LIVE_READS`] reads are alive at once: past that, a read kept only
+//! `registry::MAX_LIVE_READS` reads are alive at once: past that, a read kept only
 //! to be shared (no client on it) is let go to make room; if none is, a
 //! scrape joins the newest read for its query if its start is still held,
 //! or gets lifeguard's part alone, counted as `busy`. A client holds a
@@ -64,13 +64,13 @@
 //!
 //! Files, one concern each:
 //!
-//! - [`request`]: what a scrape asks for (query, budget, gzip, format).
-//! - [`read`]: one shared read of Envoy's body, its window and its deadline.
-//! - [`registry`]: which read a scrape joins or starts, and its place in it.
-//! - [`envoy`]: the producer that reads Envoy into a shared read.
-//! - [`gzip`]: the shared compressor and each client's gzip tail.
-//! - [`client`]: one client's walk through its answer.
-//! - [`shared`]: what every scrape shares, and lifeguard's own part.
+//! - `request`: what a scrape asks for (query, budget, gzip, format).
+//! - `read`: one shared read of Envoy's body, its window and its deadline.
+//! - `registry`: which read a scrape joins or starts, and its place in it.
+//! - `envoy`: the producer that reads Envoy into a shared read.
+//! - `gzip`: the shared compressor and each client's gzip tail.
+//! - `client`: one client's walk through its answer.
+//! - `shared`: what every scrape shares, and lifeguard's own part.
 
 mod client;
 mod envoy;
