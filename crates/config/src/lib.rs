@@ -36,7 +36,7 @@ mod proxy_config;
 mod reference;
 mod sections;
 
-pub use layers::from_clap_error;
+pub(crate) use layers::from_clap_error;
 pub use reference::reference;
 
 /// Options of `lifeguard run` and `check`: the settings file, then the settings.

@@ -372,7 +372,7 @@ impl Checkers {
 
     /// Whether Envoy's status listener appends the prober's address to
     /// `x-forwarded-for`, as learned; true when that is news.
-    pub fn trust_forwarded(&self, trusted: bool) -> bool {
+    pub(crate) fn trust_forwarded(&self, trusted: bool) -> bool {
         let state = match trusted {
             true => Forwarded::Appended,
             false => Forwarded::NotAppended,
@@ -447,7 +447,7 @@ impl Checkers {
 
     /// Every checker heard from, as the rule reads them: the counted ones,
     /// then the probers not counted for lack of room.
-    pub fn snapshot(&self) -> Vec<Checker> {
+    pub(crate) fn snapshot(&self) -> Vec<Checker> {
         let table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
         let counted = table.entries.iter().map(|e| e.view(true));
         counted.chain(table.unplaced.iter().map(|e| e.view(false))).collect()

@@ -135,7 +135,7 @@ struct RemoteWaits {
 /// cap is shared with the kubelet's probes. No cap of all addresses: the
 /// kubelet's own hook comes from the node's address, and a peer must not
 /// be able to crowd it out.
-pub const MAX_REMOTE_WAITS_PER_ADDRESS: usize = 8;
+pub(crate) const MAX_REMOTE_WAITS_PER_ADDRESS: usize = 8;
 
 /// A wait from outside the pod, counted while it is held.
 #[derive(Debug)]
@@ -223,7 +223,7 @@ impl DrainWait {
     }
 
     /// Counts a wait from `address`, outside the pod; None when that
-    /// address holds [`MAX_REMOTE_WAITS_PER_ADDRESS`] already: a peer
+    /// address holds `MAX_REMOTE_WAITS_PER_ADDRESS` already: a peer
     /// cannot fill the connection cap with waits that last the drain.
     pub fn admit_remote(&self, address: std::net::IpAddr) -> Option<RemoteWait> {
         let address = PeerKey::of(address);

@@ -25,11 +25,11 @@
 //!   by `lifeguard_envoy::inbound`);
 //! - [`budget`]: whether the grace period leaves the slowest learned
 //!   checker its time, said once it is learned;
-//! - [`task`]: the task that samples the traffic before the drain, fails
+//! - `task`: the task that samples the traffic before the drain, fails
 //!   the load balancers' checks of Envoy's `health_check` filter when
 //!   readiness turns 503, applies the rule from the start of the drain and
 //!   publishes a [`DrainWaitStatus`] (`GET /drain` shows it);
-//! - [`handle`]: the [`DrainWait`] handle whose `wait` answers the hook,
+//! - `handle`: the [`DrainWait`] handle whose `wait` answers the hook,
 //!   and whose verdict a gateway's own drain (`out-of-rotation`) waits
 //!   for;
 //! - `settings`: the drain wait's settings and its [`DrainWaitPlan`].
@@ -42,11 +42,11 @@
 
 pub mod budget;
 pub mod checkers;
-pub mod handle;
+mod handle;
 pub mod quiet;
 pub mod rule;
 mod settings;
-pub mod task;
+mod task;
 
 use std::future::Future;
 use std::time::Duration;
@@ -60,6 +60,24 @@ pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, WaitEnd, WaitState, WaitWhy};
 pub use settings::{range, threshold, Settings, ValueError};
 pub use task::run;
+
+/// What other crates' tests read of the checker table (the `testing`
+/// feature; never in the binary).
+#[cfg(feature = "testing")]
+pub mod testing {
+    use super::checkers::{Checker, Checkers};
+
+    /// Every checker the table heard from, as the rule reads them.
+    pub fn checkers_seen(checkers: &Checkers) -> Vec<Checker> {
+        checkers.snapshot()
+    }
+
+    /// Tells the table whether Envoy's status listener appends the
+    /// prober's address to `x-forwarded-for`.
+    pub fn trust_forwarded(checkers: &Checkers, appended: bool) {
+        checkers.trust_forwarded(appended);
+    }
+}
 
 /// How often the rule looks at Envoy's inbound traffic while the wait goes
 /// on: the drain's own count reads serve when fresh, and a read made for

@@ -57,7 +57,7 @@ pub use plan::DrainUntil;
 pub use plan::{DrainScope, Plan};
 pub use ports::Active;
 pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
-pub use settings::{grace, PlanError, Reads, Settings, MIN_SHUTDOWN_MARGIN};
+pub use settings::{grace, PlanError, Reads, Settings};
 pub use status::Outcome;
 pub use status::{Awaiting, Phase, PhaseCell, Signal, Status, Trigger};
 

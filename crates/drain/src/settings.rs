@@ -24,7 +24,7 @@ fn grace_period(s: &str) -> Result<Duration, DurationError> {
 
 /// The shortest shutdown margin: the time Envoy gets between SIGTERM and
 /// SIGKILL, kept back from the grace period.
-pub const MIN_SHUTDOWN_MARGIN: Duration = Duration::from_millis(100);
+pub(crate) const MIN_SHUTDOWN_MARGIN: Duration = Duration::from_millis(100);
 
 /// The drain's settings. In the file: the section `[drain]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]

@@ -164,7 +164,7 @@ impl AdminClient {
     }
 
     /// `GET path`, expecting 200 and a UTF-8 body of at most `limit` bytes.
-    pub async fn get_text(&self, endpoint: Endpoint, path: &str, limit: usize) -> Result<String, AdminError> {
+    pub(crate) async fn get_text(&self, endpoint: Endpoint, path: &str, limit: usize) -> Result<String, AdminError> {
         let body = self.call(endpoint, Method::GET, path, limit).await?;
         String::from_utf8(body.into()).map_err(|_| AdminError::NotText { path: path.into() })
     }

@@ -54,7 +54,7 @@ const REWRITE_ANNOTATION: &str = "sidecar.istio.io/rewriteAppHTTPProbers";
 const INJECT_LABEL: &str = "sidecar.istio.io/inject";
 /// The pod annotation that gives (or not) the app containers the drain
 /// wait's preStop hook, whatever `--drain-wait` says.
-pub const DRAIN_WAIT_ANNOTATION: &str = "lifeguard.io/drain-wait";
+pub(crate) const DRAIN_WAIT_ANNOTATION: &str = "lifeguard.io/drain-wait";
 
 /// `lifeguard inject`'s options, as the command line declares them.
 #[derive(Debug, Clone, Default, clap::Args)]

@@ -194,7 +194,7 @@ impl Kind {
 }
 
 /// Whether `path` has the form `/app-health|app-lifecycle/<container>/<kind>`.
-pub fn is_probe_path(path: &str) -> bool {
+pub(crate) fn is_probe_path(path: &str) -> bool {
     let mut parts = path.strip_prefix('/').unwrap_or("-").split('/');
     let (Some(group), Some(container), Some(kind), None) = (parts.next(), parts.next(), parts.next(), parts.next())
     else {

@@ -259,7 +259,7 @@ mod tests {
         let checkers = Checkers::default();
         // As the drain wait learned: Envoy's status listener appends the
         // prober's address.
-        checkers.trust_forwarded(true);
+        lifeguard_drain_wait::testing::trust_forwarded(&checkers, true);
         let svc = StatusService::builder(r)
             .drain_wait(DrainWait::new(&wait_plan(), checkers.clone()).0)
             .service()
@@ -279,10 +279,13 @@ mod tests {
             probe(&[("user-agent", "kube-probe/1.31"), ("x-forwarded-for", "10.0.0.1")]),
             StatusCode::OK
         );
-        assert!(checkers.snapshot().is_empty(), "the kubelet is no checker");
+        assert!(
+            lifeguard_drain_wait::testing::checkers_seen(&checkers).is_empty(),
+            "the kubelet is no checker"
+        );
         probe(&[("x-forwarded-for", "10.0.0.9")]);
         probe(&[("x-forwarded-for", "10.0.0.9")]);
-        let seen = checkers.snapshot();
+        let seen = lifeguard_drain_wait::testing::checkers_seen(&checkers);
         assert_eq!(seen.len(), 1);
         assert_eq!(
             (seen[0].key.to_string(), seen[0].probes, seen[0].failures_in_row),

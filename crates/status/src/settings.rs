@@ -147,7 +147,7 @@ impl Settings {
 impl Plan {
     /// Where the app's probes reach the app: the pod's address (the
     /// `pod_ip` setting: INSTANCE_IP, else POD_IP), or loopback.
-    pub fn probe_destination(&self) -> IpAddr {
+    pub(crate) fn probe_destination(&self) -> IpAddr {
         self.pod_ip.probe_destination(self.app_probe_localhost)
     }
 

@@ -14,7 +14,7 @@
 //! | `grpc` | `SERVING` | 200 |
 //! | `grpc` | any other status, or a gRPC error | 500 naming it |
 //! | any | refused, reset, no answer within `timeoutSeconds` | 500 with the reason |
-//! | any | [`IN_FLIGHT`] of the path already running past the timeout | 503 |
+//! | any | `IN_FLIGHT` of the path already running past the timeout | 503 |
 //!
 //! An unknown path under those prefixes is 404. The probes are served for
 //! as long as the status port is (through the drain and the linger).
@@ -45,7 +45,7 @@ pub mod grpc;
 /// Calls of one path at once; more wait (within the probe's timeout) for
 /// one to end, so a flood of probes makes no more than this many calls to
 /// the app at once.
-pub const IN_FLIGHT: usize = 4;
+pub(crate) const IN_FLIGHT: usize = 4;
 
 /// The app's probes, each to be served on its own path. Cloning shares them.
 #[derive(Clone)]
