@@ -514,8 +514,9 @@ pub(crate) mod tests {
         assert_eq!(s.plan.envoy.ignored_listener_ports, vec![8081, 15021, 15090]);
     }
 
-    /// Issue #41: whatever margin is accepted, the drain's deadline and
-    /// Envoy's stop after it fit the grace period.
+    /// Whatever margin is accepted, the drain's deadline and Envoy's stop
+    /// after it fit the grace period (the drain's own tests show the stop
+    /// kept inside it when a read runs past the deadline).
     #[test]
     fn envoy_is_never_stopped_past_the_grace_period_at_any_accepted_margin() {
         for margin in ["0s", "1ms", "99ms", "100ms", "1s", "2s", "29s", "29900ms"] {
@@ -563,8 +564,8 @@ pub(crate) mod tests {
             "--shutdown-margin",
             "termination_grace_period",
         );
-        // Issue #41: a margin of 0 made the deadline the whole grace period,
-        // and Envoy's stop (given 100 ms at least) ran past it.
+        // Envoy needs a margin to exit in: none, and the deadline would be
+        // the whole grace period.
         refused(&["--shutdown-margin", "0s"], "--shutdown-margin", "at least 100ms");
         refused(&["--shutdown-margin", "50ms"], "--shutdown-margin", "at least 100ms");
         refused(

@@ -228,12 +228,16 @@ impl Rule {
 
     /// The rule's one decision, as docs/drain.md's "The rule" states it:
     /// out of rotation once, at the same read, (1) every checker is done
-    /// (none is still checking: each failed its threshold of probes in a
-    /// row, stopped probing, or held the wait for the checker timeout since
-    /// the drain began; nor do probers the tables could not follow still
-    /// hold it) and (2) no new request came for the quiet period: a read
-    /// that began a quiet period after the last one that saw a new request
-    /// found none (shown by the reads, not by the clock). Out stays out.
+    /// and (2) no new request came for the quiet period. Out stays out.
+    /// Its inputs come from three places, each checkable on its own:
+    /// `still_checking` counts the checkers [`Rule::state_of`] finds
+    /// neither failed (its threshold of probes in a row), nor gone (no
+    /// probe for its silence), nor timed out (the checker timeout since
+    /// the drain began); `unfollowed_hold` is [`Rule::unfollowed_holds`]'s
+    /// (probers no table could follow); and the quiet starts at the end of
+    /// the last read that saw a new request ([`Rule::take_arrivals`]), so a
+    /// read that began a quiet period later and found none shows it (the
+    /// reads say so, not the clock).
     fn decide(&self, still_checking: usize, unfollowed_hold: Option<Instant>) -> bool {
         let every_checker_done = still_checking == 0 && unfollowed_hold.is_none();
         let quiet_until = self.quiet_since + self.settings.quiet;

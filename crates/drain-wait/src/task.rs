@@ -680,8 +680,7 @@ mod tests {
             "{}",
             end.line
         );
-        // Issue #41: the bound is told from Envoy's stop (one `ended` state
-        // stood for both, and the hook guessed from the clock).
+        // The bound is told from Envoy's stop.
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(h.wait.status().state, WaitState::Bound);
         assert!(matches!(
@@ -790,9 +789,8 @@ mod tests {
         h.shutdown.cancel();
     }
 
-    /// Issue #41: with a readiness-fail delay, the rule began when readiness
-    /// turned 503, so the checker timeout and `took_seconds` counted from
-    /// there; both count from the drain's start.
+    /// With a readiness-fail delay, the checker timeout and `took_seconds`
+    /// count from the drain's start, not from the 503.
     #[tokio::test(start_paused = true)]
     async fn the_checker_timeout_and_took_seconds_count_from_the_drains_start() {
         let h = start(Duration::from_secs(28));

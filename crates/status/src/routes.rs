@@ -3,8 +3,9 @@
 //! per method; a request is matched against the table once, by its path,
 //! then by its method (405 with the path's `Allow` for another). A part
 //! that was not wired has no route (its path is not found, like any
-//! other), and costs the probe nothing. Every answer reuses the request's
-//! header map; the probe's allocates nothing.
+//! other), and costs the probe nothing. An answer reuses the request's
+//! header map (an app probe's passes it on to the app, and answers with a
+//! new one); the readiness probe's allocates nothing.
 
 use std::path::PathBuf;
 use std::pin::Pin;
