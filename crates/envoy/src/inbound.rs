@@ -143,6 +143,11 @@ impl Inbound {
     }
 
     /// Reads which listeners count, and asks the counts read for their lines.
+    /// Whether the last learning failed and its retry is due.
+    fn retry_due(&self) -> bool {
+        self.retry_at.is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+
     async fn relearn(&mut self) {
         let (counted, words) = match self.listeners().await {
             Ok(listeners) => {
@@ -255,16 +260,22 @@ impl Drop for Inbound {
 
 impl Traffic for Inbound {
     async fn learn(&mut self) -> String {
-        if self.generation == 0 {
+        if self.generation == 0 || self.retry_due() {
             self.relearn().await;
         }
         self.words.clone()
     }
 
     async fn arrivals(&mut self) -> Result<Arrivals, TrafficError> {
-        let retry = self.retry_at.is_some_and(|at| tokio::time::Instant::now() >= at);
-        if self.generation == 0 || retry {
+        if self.generation == 0 {
             self.relearn().await;
+        } else if self.retry_due() {
+            // Learned again after a failure: what is counted is news.
+            let words = std::mem::take(&mut self.words);
+            self.relearn().await;
+            if self.words != words {
+                tracing::info!("drain wait: counting {}", self.words);
+            }
         }
         let reading = self.counts.read_recent(READ_EVERY).await;
         let body = reading.body?;
