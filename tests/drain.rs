@@ -378,3 +378,64 @@ impl Conn {
         status
     }
 }
+
+/// A sidecar's bootstrap written the way users write theirs, not ours:
+/// the traffic listener named `public_web`, bound to 127.0.0.1, with no
+/// `traffic_direction` and no listener `stat_prefix`; the status listener
+/// named `health`. Admin on TCP (the listeners are what differ here).
+fn users_bootstrap(ports: &Ports) -> String {
+    let hcm = "envoy.filters.network.http_connection_manager";
+    let hcm_type =
+        "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+    let router = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+    let cluster = |name: &str, port: u16| {
+        format!(
+            "  - name: {name}\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: {name}\n      endpoints:\n      - lb_endpoints:\n        - endpoint:\n            address:\n              socket_address: {{ address: 127.0.0.1, port_value: {port} }}\n"
+        )
+    };
+    let listener = |name: &str, port: u16, prefix: &str, route: &str| {
+        format!(
+            "  - name: {name}\n    address:\n      socket_address: {{ address: 127.0.0.1, port_value: {port} }}\n    filter_chains:\n    - filters:\n      - name: {hcm}\n        typed_config:\n          \"@type\": {hcm_type}\n          stat_prefix: {prefix}\n          route_config:\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n              - match: {{ prefix: / }}\n                route: {{ cluster: {route}, timeout: 0s }}\n          http_filters:\n          - name: envoy.filters.http.router\n            typed_config:\n              \"@type\": {router}\n"
+        )
+    };
+    format!(
+        "admin:\n  address:\n    socket_address: {{ address: 127.0.0.1, port_value: {} }}\nstatic_resources:\n  listeners:\n{}{}  clusters:\n{}{}",
+        ports.admin.port,
+        listener("health", ports.status_listener.port, "health", "lifeguard"),
+        listener("public_web", ports.inbound.port, "ingress_http", "web_app"),
+        cluster("lifeguard", ports.agent.port),
+        cluster("web_app", ports.app.port),
+    )
+}
+
+/// With a bootstrap that is not ours, on the oldest and the newest Envoy
+/// (scripts/test runs this file against both): the request in flight at
+/// SIGTERM gets its answer, and lifeguard exits 0 once nothing is in flight.
+#[test]
+fn a_request_in_flight_at_sigterm_is_answered_through_a_bootstrap_users_write() {
+    let ports = Ports::with_admin_socket(false);
+    let _app = App::start(&ports.app);
+    let mut agent = Agent::builder().on(&ports).envoy(&users_bootstrap(&ports)).spawn();
+    wait_status(
+        ports.status_listener.addr(),
+        "/healthz/ready",
+        200,
+        Duration::from_secs(30),
+    );
+    let addr = ports.inbound.addr();
+    let req = std::thread::spawn(move || http_timeout("GET", addr, "/delay/3", Duration::from_secs(20)));
+    wait_for(
+        "the request in flight in Envoy",
+        Duration::from_secs(10),
+        || match ports.admin_get("/stats?filter=ingress_http.downstream_rq_active") {
+            Ok((200, body)) if body.contains("http.ingress_http.downstream_rq_active: 1") => Ok(()),
+            other => Err(other),
+        },
+    );
+    agent.signal(libc::SIGTERM);
+    assert_eq!(req.join().unwrap().unwrap(), (200, "done\n".to_owned()));
+    let code = agent.exit_code(Duration::from_secs(20));
+    let out = agent.output();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("outcome=\"drained\""), "{out}");
+}
