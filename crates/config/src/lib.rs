@@ -645,10 +645,7 @@ pub(crate) mod tests {
             let flag = format!("--{}", arg.get_long().unwrap());
             let env = arg.get_env().unwrap().to_str().unwrap();
             // Listed (or shown commented out) in its crate's section.
-            let section = sections::SECTIONS
-                .iter()
-                .find(|s| s.keys().iter().any(|k| k == key))
-                .unwrap();
+            let section = sections::Section::home(key).unwrap();
             let header = format!("\n[{}]\n", section.name);
             let body = toml
                 .split_once(&header)

@@ -4,6 +4,7 @@
 //! either way it is set once.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use clap::{Args, Command};
 
@@ -24,9 +25,20 @@ impl Section {
         (self.args)(Command::new("lifeguard"))
     }
 
-    /// The section's keys.
-    pub(crate) fn keys(&self) -> Vec<String> {
-        self.command().get_arguments().map(|a| a.get_id().to_string()).collect()
+    /// The section's keys (its clap arguments read once).
+    pub(crate) fn keys(&self) -> &'static [String] {
+        static KEYS: OnceLock<Vec<Vec<String>>> = OnceLock::new();
+        let all = KEYS.get_or_init(|| {
+            let ids = |s: &Section| s.command().get_arguments().map(|a| a.get_id().to_string()).collect();
+            SECTIONS.iter().map(ids).collect()
+        });
+        let at = SECTIONS.iter().position(|s| s.name == self.name).unwrap_or_default();
+        &all[at]
+    }
+
+    /// The section that owns `key`, if a setting has it.
+    pub(crate) fn home(key: &str) -> Option<&'static Section> {
+        SECTIONS.iter().find(|s| s.keys().iter().any(|k| k == key))
     }
 }
 
@@ -99,7 +111,7 @@ impl FileValues {
         let mut out = FileValues::default();
         for (key, value) in file {
             let Some(section) = SECTIONS.iter().find(|s| s.name == key) else {
-                if !SECTIONS.iter().any(|s| s.keys().contains(&key)) {
+                if Section::home(&key).is_none() {
                     return Err(unknown(&key));
                 }
                 out.insert(key.clone(), key, value)?;
@@ -111,7 +123,7 @@ impl FileValues {
             let keys = section.keys();
             for (inner, value) in table {
                 if !keys.contains(&inner) {
-                    return Err(misplaced(&inner, section.name, &keys));
+                    return Err(misplaced(&inner, section.name, keys));
                 }
                 out.insert(inner.clone(), format!("{key}.{inner}"), value)?;
             }
@@ -136,11 +148,11 @@ impl FileValues {
 
 /// Why the top-level `key` is refused: it is no setting and no section.
 fn unknown(key: &str) -> String {
-    let keys: Vec<String> = SECTIONS.iter().flat_map(Section::keys).collect();
+    let keys: Vec<&String> = SECTIONS.iter().flat_map(Section::keys).collect();
     let sections: Vec<String> = SECTIONS.iter().map(|s| format!("[{}]", s.name)).collect();
     format!(
         "unknown field `{key}`, expected one of {} (at the top level or in its section: {})",
-        keys.join(", "),
+        keys.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
         sections.join(", ")
     )
 }
@@ -148,7 +160,7 @@ fn unknown(key: &str) -> String {
 /// Why `key` may not sit in `[section]`: it belongs in another, or it is
 /// no setting at all.
 fn misplaced(key: &str, section: &str, keys: &[String]) -> String {
-    match SECTIONS.iter().find(|s| s.keys().iter().any(|k| k == key)) {
+    match Section::home(key) {
         Some(home) => format!("`{key}` belongs in [{}], not in [{section}]", home.name),
         None => format!(
             "unknown field `{key}` in [{section}], expected one of {}",
@@ -167,13 +179,13 @@ mod tests {
 
     #[test]
     fn no_section_shares_a_name_with_a_key_and_each_key_has_one_section() {
-        let mut every: Vec<String> = SECTIONS.iter().flat_map(Section::keys).collect();
+        let mut every: Vec<&String> = SECTIONS.iter().flat_map(Section::keys).collect();
         let count = every.len();
         every.sort();
         every.dedup();
         assert_eq!(every.len(), count, "a key in two sections");
         for section in &SECTIONS {
-            assert!(!every.iter().any(|k| k == section.name), "[{}] is a key", section.name);
+            assert!(!every.iter().any(|k| *k == section.name), "[{}] is a key", section.name);
         }
     }
 

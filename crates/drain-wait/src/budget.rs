@@ -78,14 +78,15 @@ pub(crate) fn slowest(checkers: &[Checker], needs: &Needs, now: Instant) -> Opti
     let needed = needs.fails_after + takes + needs.quiet + needs.shutdown_margin + needs.app_time;
     // The checker timeout counts from the drain's start; the checker fails
     // from the 503, the readiness-fail delay later.
-    let timeout_short = needs.fails_after + takes > needs.checker_timeout;
+    let from_start = needs.fails_after + takes;
+    let timeout_short = from_start > needs.checker_timeout;
     let budget = Budget {
         fits: needed <= needs.grace_period && !timeout_short,
         checker: checker.key.to_string(),
         checker_takes_seconds: takes.as_secs_f64(),
         needed_grace_period_seconds: round_up(needed).as_secs_f64(),
         grace_period_seconds: needs.grace_period.as_secs_f64(),
-        needed_checker_timeout_seconds: timeout_short.then(|| round_up(needs.fails_after + takes).as_secs_f64()),
+        needed_checker_timeout_seconds: timeout_short.then(|| round_up(from_start).as_secs_f64()),
     };
     Some((checker.key, budget))
 }

@@ -142,12 +142,22 @@ impl Inbound {
         }
     }
 
-    /// Reads which listeners count, and asks the counts read for their lines.
     /// Whether the last learning failed and its retry is due.
     fn retry_due(&self) -> bool {
         self.retry_at.is_some_and(|at| tokio::time::Instant::now() >= at)
     }
 
+    /// Learns the listeners again and says what is counted when that
+    /// changed: `why` it was learned again.
+    async fn relearn_saying(&mut self, why: &str) {
+        let words = std::mem::take(&mut self.words);
+        self.relearn().await;
+        if self.words != words {
+            tracing::info!("drain wait: {why}; counting {}", self.words);
+        }
+    }
+
+    /// Reads which listeners count, and asks the counts read for their lines.
     async fn relearn(&mut self) {
         let (counted, words) = match self.listeners().await {
             Ok(listeners) => {
@@ -270,12 +280,7 @@ impl Traffic for Inbound {
         if self.generation == 0 {
             self.relearn().await;
         } else if self.retry_due() {
-            // Learned again after a failure: what is counted is news.
-            let words = std::mem::take(&mut self.words);
-            self.relearn().await;
-            if self.words != words {
-                tracing::info!("drain wait: counting {}", self.words);
-            }
+            self.relearn_saying("Envoy's listeners learned after a failure").await;
         }
         let reading = self.counts.read_recent(READ_EVERY).await;
         let body = reading.body?;
@@ -292,11 +297,7 @@ impl Traffic for Inbound {
             Some(seen) if seen != changes => {
                 // Envoy's listeners changed: learn them again. This read's
                 // total is of the old ones; the next is of the new selection.
-                let words = std::mem::take(&mut self.words);
-                self.relearn().await;
-                if self.words != words {
-                    tracing::info!("drain wait: Envoy's listeners changed; counting {}", self.words);
-                }
+                self.relearn_saying("Envoy's listeners changed").await;
             }
             Some(_) => {}
         }
