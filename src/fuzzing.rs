@@ -480,15 +480,11 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
     };
     if opts.drain_wait {
         let plan = crate::drain_wait::DrainWaitPlan {
-            checker_ranges: Vec::new(),
-            unhealthy_threshold: 3,
             min_quiet_period: Duration::from_secs(1),
-            checker_timeout: Duration::from_secs(20),
-            fails_after: Duration::ZERO,
             drain_deadline: Duration::from_millis(1),
             grace_period: Duration::from_millis(1) + Duration::from_secs(2),
-            shutdown_margin: Duration::from_secs(2),
             app_time: Duration::ZERO,
+            ..crate::drain_wait::DrainWaitPlan::for_tests()
         };
         let (rotation, publish) = crate::drain_wait::DrainWait::new(&plan, crate::drain_wait::Checkers::default());
         // No drain wait task: its status stays "not started", for good.

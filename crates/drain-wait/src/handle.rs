@@ -375,17 +375,7 @@ mod tests {
 
     #[test]
     fn a_peer_outside_the_pod_holds_a_few_waits_and_no_more() {
-        let plan = DrainWaitPlan {
-            checker_ranges: Vec::new(),
-            unhealthy_threshold: 3,
-            min_quiet_period: Duration::from_millis(500),
-            checker_timeout: Duration::from_secs(20),
-            fails_after: Duration::ZERO,
-            drain_deadline: Duration::from_secs(28),
-            grace_period: Duration::from_secs(30),
-            shutdown_margin: Duration::from_secs(2),
-            app_time: Duration::from_secs(5),
-        };
+        let plan = DrainWaitPlan::for_tests();
         let (wait, _publish) = DrainWait::new(&plan, Checkers::default());
         let peer = |i: u8| std::net::IpAddr::from([10, 0, 0, i]);
         let held: Vec<RemoteWait> = (0..MAX_REMOTE_WAITS_PER_ADDRESS)

@@ -174,6 +174,26 @@ pub struct DrainWaitPlan {
     pub app_time: Duration,
 }
 
+#[cfg(any(test, feature = "testing"))]
+impl DrainWaitPlan {
+    /// The defaults' plan, for tests: threshold 3, a 500 ms quiet period,
+    /// a 20 s checker timeout, a 30 s grace period less a 2 s margin, 5 s
+    /// for the app.
+    pub fn for_tests() -> DrainWaitPlan {
+        DrainWaitPlan {
+            unhealthy_threshold: 3,
+            min_quiet_period: Duration::from_millis(500),
+            checker_timeout: Duration::from_secs(20),
+            fails_after: Duration::ZERO,
+            checker_ranges: Vec::new(),
+            drain_deadline: Duration::from_secs(28),
+            grace_period: Duration::from_secs(30),
+            shutdown_margin: Duration::from_secs(2),
+            app_time: Duration::from_secs(5),
+        }
+    }
+}
+
 impl DrainWaitPlan {
     /// How long the wait may last: the deadline less the app's time.
     pub(crate) fn bound(&self) -> Duration {

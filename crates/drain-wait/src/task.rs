@@ -467,15 +467,12 @@ mod tests {
     /// The wait of a drain with this deadline, keeping `app_time` for the app.
     fn start_with(deadline: Duration, app_time: Duration) -> Harness {
         let plan = DrainWaitPlan {
-            checker_ranges: Vec::new(),
             unhealthy_threshold: 2,
             min_quiet_period: SEC,
-            checker_timeout: Duration::from_secs(20),
-            fails_after: Duration::ZERO,
             drain_deadline: deadline,
             grace_period: deadline + Duration::from_secs(2),
-            shutdown_margin: Duration::from_secs(2),
             app_time,
+            ..DrainWaitPlan::for_tests()
         };
         let (drain, drain_rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
         let checkers = Checkers::default();

@@ -460,15 +460,8 @@ mod tests {
             done_after_seconds: done,
         };
         let plan = lifeguard_drain_wait::DrainWaitPlan {
-            checker_ranges: Vec::new(),
-            unhealthy_threshold: 3,
-            min_quiet_period: Duration::from_millis(500),
-            checker_timeout: Duration::from_secs(20),
-            fails_after: Duration::ZERO,
-            drain_deadline: Duration::from_secs(28),
-            grace_period: Duration::from_secs(30),
-            shutdown_margin: Duration::from_secs(2),
             app_time: Duration::ZERO,
+            ..lifeguard_drain_wait::DrainWaitPlan::for_tests()
         };
         let (wait, publish) = lifeguard_drain_wait::DrainWait::new(&plan, lifeguard_drain_wait::Checkers::default());
         publish.send_modify(|s| {

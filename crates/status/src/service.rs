@@ -145,15 +145,8 @@ mod tests {
 
     fn wait_plan() -> lifeguard_drain_wait::DrainWaitPlan {
         lifeguard_drain_wait::DrainWaitPlan {
-            checker_ranges: Vec::new(),
-            unhealthy_threshold: 3,
             min_quiet_period: Duration::from_secs(1),
-            checker_timeout: Duration::from_secs(20),
-            fails_after: Duration::ZERO,
-            drain_deadline: Duration::from_secs(28),
-            grace_period: Duration::from_secs(28) + Duration::from_secs(2),
-            shutdown_margin: Duration::from_secs(2),
-            app_time: Duration::from_secs(5),
+            ..lifeguard_drain_wait::DrainWaitPlan::for_tests()
         }
     }
 
