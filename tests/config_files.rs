@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use lifeguard::drain::DrainUntil;
-use lifeguard::drain::{Phase, Signal, Status, Trigger};
+use lifeguard::drain::{Kubelet, KubeletAnswer, Phase, Signal, Status, Trigger};
 use lifeguard::drain_wait::budget::Budget;
 use lifeguard::drain_wait::checkers::NotCountedReport;
 use lifeguard::drain_wait::rule::{CheckerReport, CheckerState};
@@ -64,6 +64,13 @@ fn exported() -> BTreeSet<String> {
     status.app_processes = Some(1);
     status.cut_by_deadline = true;
     status.left_at_stop = Some(2);
+    status.kubelet = Some(Kubelet {
+        answer: KubeletAnswer::FollowsEnvoy,
+        not_serving_after_seconds: Some(27.5),
+        ready_probes: 5,
+        not_ready_probes: 1,
+        last_ready_after_seconds: Some(25.0),
+    });
     let checker = CheckerReport {
         peer: "10.0.0.5".into(),
         user_agent: Some("ELB-HealthChecker/2.0".into()),
@@ -428,4 +435,41 @@ fn the_pods_address_is_instance_ip_else_pod_ip_and_check_shows_it() {
     let (code, text) = check(&[("POD_IP", "not-an-ip")]);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("invalid POD_IP = \"not-an-ip\" (from env)"), "{text}");
+}
+
+/// A log filter that does not parse (`[[[`: no level, no Rust path) is
+/// bad input: `check` and `run` alike refuse it at start-up, naming it,
+/// from the flag, the env variable and the settings file.
+#[test]
+fn a_log_filter_that_does_not_parse_is_refused_by_check_and_run_wherever_it_is_set() {
+    let dir = common::temp_dir("log-filter");
+    let file = dir.path().join("lifeguard.toml");
+    std::fs::write(&file, "[logging]\nlog = \"[[[\"\n").unwrap();
+    let file = file.to_str().unwrap();
+    /// Flags, env variables, and the name the refusal gives.
+    type Way<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let ways: [Way; 3] = [
+        (&["--log", "[[["], &[], "--log"),
+        (&[], &[("LIFEGUARD_LOG", "[[[")], "LIFEGUARD_LOG"),
+        (&["--config", file], &[], "log"),
+    ];
+    let ports = common::Ports::new();
+    let status = ports.agent.addr().to_string();
+    for command in ["check", "run"] {
+        for (args, env, named) in ways {
+            let mut argv = vec![command, "--status-addr", &status];
+            argv.extend_from_slice(args);
+            if command == "run" {
+                // Taken, it would run `true` as Envoy, and end: no hang.
+                argv.extend_from_slice(&["--", "true"]);
+            }
+            let (code, out) = common::run_lifeguard_env(&argv, env);
+            assert_eq!(code, 2, "{command} {args:?} {env:?}: {out}");
+            assert!(
+                out.contains(named) && out.contains("[[[") && out.contains("not a log filter"),
+                "{command} {args:?} {env:?}: {out}"
+            );
+            assert!(!out.contains("configuration OK"), "{out}");
+        }
+    }
 }

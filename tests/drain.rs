@@ -68,14 +68,14 @@ fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
     let sent = pod.sigterm();
     let body = wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
     eprintln!("SIGTERM -> 503 on the agent: {:?}", sent.elapsed());
-    assert_eq!(body, "not ready: draining\n");
+    assert_eq!(body, DRAINING_TERMINATING);
     let body = wait_status(
         pod.ports.status_listener.addr(),
         "/healthz/ready",
         503,
         Duration::from_secs(2),
     );
-    assert_eq!(body, "not ready: draining\n");
+    assert_eq!(body, DRAINING_TERMINATING);
 
     // Late in the drain (the request is still in flight): still answered.
     wait_for("2s into the drain", Duration::from_secs(5), || {
@@ -192,6 +192,94 @@ fn drain_until_connections_is_held_by_the_same_idle_connection_until_the_deadlin
     let code = pod.agent.exit_code(Duration::from_secs(10));
     assert_eq!(code, 3, "{}", pod.agent.output());
     drop(idle);
+}
+
+/// What a load balancer is told while the pod terminates.
+const DRAINING_TERMINATING: &str = "not ready: draining (the pod terminates: load balancers are answered 503; \
+the kubelet 200 while Envoy accepts new connections)\n";
+
+/// A readiness probe as the kubelet sends it: `(status, body)`.
+fn kubelet_probe(addr: std::net::SocketAddr) -> std::io::Result<(u16, String)> {
+    let answer = request(
+        addr,
+        "GET",
+        "/healthz/ready",
+        &[("user-agent", "kube-probe/1.34"), ("connection", "close")],
+        Duration::from_secs(2),
+    )?;
+    Ok((answer.status, answer.text()))
+}
+
+/// The pod terminates (SIGTERM): the kubelet, through Envoy's 15021 as it
+/// probes and on 15020, is answered 200 while Envoy accepts new
+/// connections, which it does (a new connection to the inbound listener
+/// is served); a load balancer 503 from the first moment. Once Envoy
+/// stops, the exit summary says how the kubelet was answered and when
+/// that changed.
+#[test]
+fn while_the_pod_terminates_the_kubelet_is_answered_as_envoy_is_and_load_balancers_get_503() {
+    let mut pod = Pod::start(Agent::builder().args(&["--drain-until", "time", "--termination-drain-duration", "3s"]));
+    let sent = pod.sigterm();
+    wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
+    for addr in [pod.ports.status_listener.addr(), pod.ports.agent.addr()] {
+        let (status, body) = kubelet_probe(addr).unwrap();
+        assert_eq!(status, 200, "{addr}: {body}");
+        assert!(
+            body.starts_with("ready: the pod terminates and Envoy accepts new connections"),
+            "{body}"
+        );
+        assert_eq!(get(addr, "/healthz/ready").unwrap(), (503, DRAINING_TERMINATING.into()));
+    }
+    // What the kubelet is told is true: a new connection is served.
+    assert_eq!(
+        get(pod.ports.inbound.addr(), "/delay/0").unwrap(),
+        (200, "done\n".into())
+    );
+    let (_, body) = get(pod.ports.agent.addr(), "/drain").unwrap();
+    let drain: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(drain["trigger"], "SIGTERM");
+    assert_eq!(drain["kubelet"]["answer"], "follows_envoy", "{body}");
+    assert!(drain["kubelet"]["ready_probes"].as_u64() >= Some(2), "{body}");
+    assert!(drain["kubelet"]["not_serving_after_seconds"].is_null(), "{body}");
+    assert_eq!(
+        pod.agent.exit_code(Duration::from_secs(15)),
+        0,
+        "{}",
+        pod.agent.output()
+    );
+    eprintln!("SIGTERM -> lifeguard exited: {:?}", sent.elapsed());
+    let out = pod.agent.output();
+    let summary = out
+        .lines()
+        .find(|l| l.contains("lifeguard exiting"))
+        .expect("the exit summary");
+    assert!(
+        summary.contains(r#"kubelet="{\"answer\":\"follows_envoy\",\"not_serving_after_seconds\":3"#),
+        "{summary}"
+    );
+}
+
+/// An operator's `POST /drain` (the pod not terminating) takes it out of
+/// its Service's endpoints: the kubelet is answered 503 too. The preStop
+/// hook's (`?prestop`) is the pod's termination.
+#[test]
+fn an_operators_drain_answers_the_kubelet_503_and_the_prestop_hooks_does_not() {
+    let pod = Pod::start(Agent::builder().args(&["--drain-until", "requests", "--minimum-drain-duration", "500ms"]));
+    let (status, body) = http("POST", pod.ports.agent.addr(), "/drain").unwrap();
+    assert_eq!(status, 200, "{body}");
+    for addr in [pod.ports.status_listener.addr(), pod.ports.agent.addr()] {
+        assert_eq!(kubelet_probe(addr).unwrap(), (503, "not ready: draining\n".into()));
+        assert_eq!(
+            get(addr, "/healthz/ready").unwrap(),
+            (503, "not ready: draining\n".into())
+        );
+    }
+    let pod = Pod::start(Agent::builder().args(&["--drain-until", "requests", "--minimum-drain-duration", "500ms"]));
+    let (status, body) = http("POST", pod.ports.agent.addr(), "/drain?nowait&prestop").unwrap();
+    assert_eq!(status, 202, "{body}");
+    assert!(body.contains(r#""trigger":"preStop hook""#), "{body}");
+    assert_eq!(kubelet_probe(pod.ports.status_listener.addr()).unwrap().0, 200);
+    assert_eq!(get(pod.ports.status_listener.addr(), "/healthz/ready").unwrap().0, 503);
 }
 
 #[test]

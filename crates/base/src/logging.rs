@@ -39,14 +39,44 @@ crate::shared_parser!(
     pub filter: String = log_filter, shown as |f: &String| f.clone()
 );
 
-/// A log filter that tracing's `Targets` does not read.
+/// A log filter that is not a level, nor targets and their levels.
 #[derive(Debug, thiserror::Error)]
-#[error("not a log filter: {0}")]
-pub struct FilterError(#[from] tracing_subscriber::filter::ParseError);
+pub enum FilterError {
+    #[error("not a log filter: {0}")]
+    Parse(#[from] tracing_subscriber::filter::ParseError),
+    #[error(
+        "not a log filter: {0:?} is neither a level (trace, debug, info, warn, error, off) nor a target \
+         (a Rust path such as lifeguard or lifeguard_drain::machine) with or without =LEVEL"
+    )]
+    Directive(String),
+}
 
+/// A filter as tracing's `Targets` reads it, each directive a level, a
+/// target, or `target=level`, a target being a Rust path: `Targets` takes
+/// any text for a target (`[[[`), which matches no line and silences the
+/// log, so a directive that could name none of ours is refused here.
 fn log_filter(s: &str) -> Result<String, FilterError> {
+    for directive in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let target = match directive.split_once('=') {
+            Some((target, _level)) => target,
+            None if directive.parse::<tracing_subscriber::filter::LevelFilter>().is_ok() => continue,
+            None => directive,
+        };
+        if !is_rust_path(target) {
+            return Err(FilterError::Directive(directive.to_owned()));
+        }
+    }
     s.parse::<Targets>()?;
     Ok(s.to_owned())
+}
+
+/// `lifeguard`, `lifeguard_drain::machine`: identifiers joined by `::`.
+fn is_rust_path(target: &str) -> bool {
+    target.split("::").all(|part| {
+        let mut chars = part.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 /// Starts logging with the filter the settings validated: a level, or
@@ -121,5 +151,35 @@ impl Throttle {
     /// How many occurrences were held back since the last line; resets.
     pub fn take_held(&mut self) -> u64 {
         std::mem::take(&mut self.held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_is_levels_and_rust_paths_or_it_is_refused() {
+        for good in [
+            "info",
+            "warn,lifeguard=debug",
+            "lifeguard_drain::machine=trace",
+            "off",
+            "lifeguard",
+        ] {
+            assert_eq!(log_filter(good).unwrap(), good);
+        }
+        for bad in [
+            "[[[",
+            "foo=bar",
+            "lifeguard=loud",
+            "a b",
+            "lifeguard::=info",
+            "=info",
+            "9lives",
+        ] {
+            let error = log_filter(bad).unwrap_err().to_string();
+            assert!(error.starts_with("not a log filter"), "{bad}: {error}");
+        }
     }
 }

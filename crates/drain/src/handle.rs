@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::status::{Phase, PhaseCell, Signal, Status};
+use super::status::{Asker, Phase, PhaseCell, Signal, Status};
 
 /// What the drain machine is told.
 #[derive(Debug)]
@@ -13,7 +13,7 @@ pub(crate) enum Event {
     /// SIGTERM, SIGINT or SIGQUIT.
     Signal(Signal),
     /// `POST /drain`: drain, answer when drained, keep Envoy running.
-    Drain(oneshot::Sender<Status>),
+    Drain(Asker, oneshot::Sender<Status>),
     /// `POST /quitquitquit`: stop Envoy now, answer, exit.
     Quit(oneshot::Sender<()>),
 }
@@ -35,27 +35,31 @@ impl DrainHandle {
         let _ = self.events.send(Event::Signal(signal)).await;
     }
 
-    /// Starts a drain (or joins the one under way) and waits until it is
-    /// drained. None when the drain machine has ended.
-    pub async fn drain(&self) -> Option<Status> {
+    /// Starts a drain asked for by `asker` (or joins the one under way)
+    /// and waits until it is drained. None when the drain machine has ended.
+    pub async fn drain(&self, asker: Asker) -> Option<Status> {
         let (tx, rx) = oneshot::channel();
-        self.events.send(Event::Drain(tx)).await.ok()?;
-        rx.await.ok()
+        self.events.send(Event::Drain(asker, tx)).await.ok()?;
+        let mut status = rx.await.ok()?;
+        self.phase.fill_kubelet(&mut status);
+        Some(status)
     }
 
-    /// Starts a drain (or joins the one under way) without waiting for it:
-    /// resolves once the phase has left `serving` (readiness is 503), with
-    /// the status then. None when the drain machine has ended.
-    pub async fn begin(&self) -> Option<Status> {
+    /// Starts a drain asked for by `asker` (or joins the one under way)
+    /// without waiting for it: resolves once the phase has left `serving`
+    /// (readiness is 503), with the status then. None when the drain
+    /// machine has ended.
+    pub async fn begin(&self, asker: Asker) -> Option<Status> {
         let (tx, _unanswered) = oneshot::channel();
-        self.events.send(Event::Drain(tx)).await.ok()?;
+        self.events.send(Event::Drain(asker, tx)).await.ok()?;
         let mut status = self.status.clone();
         let begun = status.wait_for(|s| s.phase != Phase::Serving);
-        let status = tokio::time::timeout(Duration::from_secs(1), begun)
+        let mut status = tokio::time::timeout(Duration::from_secs(1), begun)
             .await
             .ok()?
             .ok()?
             .clone();
+        self.phase.fill_kubelet(&mut status);
         Some(status)
     }
 
@@ -68,9 +72,12 @@ impl DrainHandle {
         rx.await.is_ok()
     }
 
-    /// The drain's latest published status.
+    /// The drain's latest published status, with what the probe answered
+    /// the kubelet so far.
     pub fn status(&self) -> Status {
-        self.status.borrow().clone()
+        let mut status = self.status.borrow().clone();
+        self.phase.fill_kubelet(&mut status);
+        status
     }
 
     /// The published status, to follow the drain by.

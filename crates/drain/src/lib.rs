@@ -33,7 +33,10 @@
 //!
 //! The phase is published once, in a `watch` channel ([`Status`]); readiness,
 //! `GET /drain` and the metrics all derive from it; the phase alone also
-//! in a [`PhaseCell`], which the probe reads without a lock.
+//! in a [`PhaseCell`], which the probe reads without a lock, with how the
+//! kubelet is answered in this drain (`kubelet`: in a drain the pod's
+//! termination started, the kubelet is answered as Envoy is, while every
+//! other prober gets 503).
 //!
 //! The drain's settings ([`Settings`]) make its [`Plan`], or a
 //! [`PlanError`] naming the rule that does not hold.
@@ -42,6 +45,7 @@
 #![warn(clippy::too_many_lines)]
 
 mod handle;
+mod kubelet;
 mod machine;
 mod plan;
 mod policy;
@@ -52,6 +56,7 @@ mod status;
 mod tests;
 
 pub use handle::DrainHandle;
+pub use kubelet::{Kubelet, KubeletAnswer, TerminatingReadiness};
 pub use machine::Drain;
 pub use plan::DrainUntil;
 pub use plan::{DrainScope, Plan};
@@ -59,7 +64,7 @@ pub use ports::Active;
 pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
 pub use settings::{grace, PlanError, Reads, Settings};
 pub use status::Outcome;
-pub use status::{Awaiting, Phase, PhaseCell, Signal, Status, Trigger};
+pub use status::{Asker, Awaiting, Phase, PhaseCell, Published, Signal, Status, Trigger};
 
 use std::time::Duration;
 

@@ -9,8 +9,10 @@ use tokio::time::Instant;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
+use super::kubelet::{KubeletAnswer, TerminatingReadiness};
 use super::ports::Active;
 pub use super::ports::DrainScope;
+use super::status::Trigger;
 use lifeguard_base::duration::GoDuration;
 
 /// What the drain does, and when.
@@ -41,6 +43,8 @@ pub struct Plan {
     pub(crate) shutdown_margin: Duration,
     /// How often the fixed policy reads the counts, for reporting.
     pub(crate) poll_interval: Duration,
+    /// How the kubelet is answered while the pod terminates.
+    pub(crate) terminating_readiness: TerminatingReadiness,
 }
 
 impl Plan {
@@ -61,6 +65,7 @@ impl Plan {
             admin_timeout: Duration::from_secs(1),
             shutdown_margin: Duration::from_secs(2),
             poll_interval: Duration::from_secs(1),
+            terminating_readiness: TerminatingReadiness::Serving,
         }
     }
 
@@ -112,6 +117,37 @@ impl Plan {
     /// How long Envoy gets to exit after SIGTERM.
     pub fn shutdown_margin(&self) -> Duration {
         self.shutdown_margin
+    }
+
+    /// How the kubelet is answered while the pod terminates.
+    pub fn terminating_readiness(&self) -> TerminatingReadiness {
+        self.terminating_readiness
+    }
+
+    /// How the kubelet's probe is answered in a drain started by
+    /// `trigger`: as Envoy is when the pod's termination started it (and
+    /// the setting says so), 503 otherwise.
+    pub(crate) fn kubelet_answer(&self, trigger: Trigger) -> KubeletAnswer {
+        match (self.terminating_readiness, trigger.is_termination()) {
+            (TerminatingReadiness::Serving, true) => KubeletAnswer::FollowsEnvoy,
+            _ => KubeletAnswer::NotServing,
+        }
+    }
+
+    /// Whether Envoy's stop waits for the load balancers' verdict (the
+    /// drain wait's) before the policy's own rule, when the kubelet
+    /// follows Envoy: kube-proxy keeps sending a node's new connections
+    /// to the pod until the node's load balancer lets the node go, so a
+    /// policy that ends by the clock or by an idle moment must not stop
+    /// Envoy before. Not `app-exit`: the app's own hook (`GET
+    /// /drain/wait`) holds the app, and Envoy, until then; not
+    /// `out-of-rotation`, which waits for the verdict first anyway.
+    pub(crate) fn stop_waits_for_verdict(&self, kubelet: KubeletAnswer) -> bool {
+        kubelet == KubeletAnswer::FollowsEnvoy
+            && matches!(
+                self.drain_until,
+                DrainUntil::Time | DrainUntil::Connections | DrainUntil::Requests
+            )
     }
 
     /// The durations that do not fit inside the drain's deadline, as

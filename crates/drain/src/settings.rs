@@ -9,7 +9,7 @@ use lifeguard_base::duration::{self, DurationError, GoDuration};
 use lifeguard_base::settings::{go_bool, span, SettingError};
 use serde::{Deserialize, Serialize};
 
-use crate::{DrainScope, DrainUntil, Plan};
+use crate::{DrainScope, DrainUntil, Plan, TerminatingReadiness};
 
 lifeguard_base::shared_parser!(
     /// The grace period: a duration, or a bare number of seconds as
@@ -87,6 +87,23 @@ pub struct Settings {
     /// listeners carry no traffic direction).
     #[arg(long, env = "LIFEGUARD_DRAIN_SCOPE", value_name = "SCOPE", default_value = "inbound")]
     pub drain_scope: DrainScope,
+
+    /// How the kubelet's readiness probe (User-Agent kube-probe/...) is
+    /// answered in a drain the pod's termination started (a signal, or
+    /// the preStop hook): serving (200 while Envoy is ready and accepts
+    /// new connections, so kube-proxy's terminating-endpoint fallback has
+    /// somewhere to go; Envoy is then not stopped before the load
+    /// balancers' verdict, whatever the policy but app-exit) or failing
+    /// (503 from the drain's start, as every other prober). Load
+    /// balancers get 503 from the drain's start either way; an operator's
+    /// POST /drain gives everyone 503.
+    #[arg(
+        long,
+        env = "LIFEGUARD_TERMINATING_READINESS",
+        value_name = "ANSWER",
+        default_value = "serving"
+    )]
+    pub terminating_readiness: TerminatingReadiness,
 }
 
 /// How the drain reads Envoy: one admin call's timeout, and the interval
@@ -165,6 +182,7 @@ impl Settings {
             admin_timeout: reads.admin_timeout,
             shutdown_margin: margin,
             poll_interval: reads.poll_interval,
+            terminating_readiness: self.terminating_readiness,
         })
     }
 }

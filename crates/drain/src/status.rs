@@ -8,6 +8,7 @@ use std::time::Duration;
 use lifeguard_base::duration::GoDuration;
 use serde::Serialize;
 
+use super::kubelet::{Kubelet, KubeletAnswer, KubeletRecord};
 use super::plan::DrainUntil;
 use super::ports::Exit;
 
@@ -37,19 +38,45 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// Whether readiness answers 503 `draining` in this phase, whatever
-    /// Envoy says.
+    /// Whether readiness answers the load balancers 503 `draining` in
+    /// this phase, whatever Envoy says (the kubelet: see
+    /// [`Phase::envoy_accepts`]).
     pub fn fails_readiness(self) -> bool {
         !matches!(self, Phase::Serving | Phase::DrainingReady)
     }
+
+    /// Whether Envoy still accepts new connections in this phase: until
+    /// the drain stops it (a drain the pod's termination started keeps
+    /// Envoy's listeners open: `drain_listeners?graceful&skip_exit`).
+    pub fn envoy_accepts(self) -> bool {
+        self < Phase::Stopping
+    }
 }
 
-/// The drain's phase, published on its own for the probe's path: an
-/// atomic the machine stores each time it publishes, read with one load,
-/// no lock shared with the machine's writes of the whole [`Status`].
-/// Cloning shares it.
+/// What readiness reads of the drain, published on its own for the
+/// probe's path: the phase and how the kubelet is answered in this drain,
+/// in one atomic the machine stores each time it publishes, read with one
+/// load, no lock shared with the machine's writes of the whole
+/// [`Status`]; and what the probe answered the kubelet since the drain
+/// began, written back by the probe. Cloning shares it.
 #[derive(Debug, Clone)]
-pub struct PhaseCell(std::sync::Arc<std::sync::atomic::AtomicU8>);
+pub struct PhaseCell(std::sync::Arc<Cell>);
+
+#[derive(Debug, Default)]
+struct Cell {
+    /// The phase's number in [`PhaseCell::PHASES`], and
+    /// [`PhaseCell::KUBELET_FOLLOWS_ENVOY`].
+    state: std::sync::atomic::AtomicU8,
+    kubelet: KubeletRecord,
+}
+
+/// The drain as the probe reads it: one load of a [`PhaseCell`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    pub phase: Phase,
+    /// The kubelet is answered as Envoy is ([`KubeletAnswer::FollowsEnvoy`]).
+    pub kubelet_follows_envoy: bool,
+}
 
 impl PhaseCell {
     /// The phases, by their number in the cell.
@@ -63,6 +90,8 @@ impl PhaseCell {
         Phase::Stopping,
         Phase::Stopped,
     ];
+    /// The bit beside the phase's number: the kubelet follows Envoy.
+    const KUBELET_FOLLOWS_ENVOY: u8 = 0x10;
 
     /// A cell that says `serving` (before any drain, and for good when no
     /// drain stands behind it).
@@ -70,15 +99,48 @@ impl PhaseCell {
         PhaseCell(std::sync::Arc::default())
     }
 
-    pub fn set(&self, phase: Phase) {
-        let n = Self::PHASES.iter().position(|p| *p == phase).unwrap_or(0);
-        self.0.store(n as u8, std::sync::atomic::Ordering::Release);
+    /// Publishes the phase, and how the kubelet is answered (None: no
+    /// drain yet).
+    pub fn set(&self, phase: Phase, kubelet: Option<KubeletAnswer>) {
+        let n = Self::PHASES.iter().position(|p| *p == phase).unwrap_or(0) as u8;
+        let follows = match kubelet {
+            Some(KubeletAnswer::FollowsEnvoy) => Self::KUBELET_FOLLOWS_ENVOY,
+            _ => 0,
+        };
+        self.0.state.store(n | follows, std::sync::atomic::Ordering::Release);
     }
 
     #[inline]
     pub fn get(&self) -> Phase {
-        let n = self.0.load(std::sync::atomic::Ordering::Acquire) as usize;
-        Self::PHASES.get(n).copied().unwrap_or(Phase::Serving)
+        self.load().phase
+    }
+
+    /// The phase and how the kubelet is answered, read together.
+    #[inline]
+    pub fn load(&self) -> Published {
+        let state = self.0.state.load(std::sync::atomic::Ordering::Acquire);
+        Published {
+            phase: Self::PHASES
+                .get(usize::from(state & 0x0f))
+                .copied()
+                .unwrap_or(Phase::Serving),
+            kubelet_follows_envoy: state & Self::KUBELET_FOLLOWS_ENVOY != 0,
+        }
+    }
+
+    /// The probe answered the kubelet during the drain: counted, and a 200
+    /// dated.
+    #[inline]
+    pub fn kubelet_answered(&self, ready: bool) {
+        self.0.kubelet.answered(ready);
+    }
+
+    /// Fills `status.kubelet` in with what the probe answered the kubelet.
+    pub fn fill_kubelet(&self, status: &mut Status) {
+        let started_at = status.started_at;
+        if let Some(kubelet) = &mut status.kubelet {
+            self.0.kubelet.fill(kubelet, started_at);
+        }
     }
 }
 
@@ -110,25 +172,65 @@ impl std::fmt::Display for Signal {
     }
 }
 
-/// What started a drain: a signal, or `POST /drain` (`lifeguard drain`,
-/// `wait-app-exit`).
+/// What started a drain: a signal, the proxy's preStop hook (`POST
+/// /drain?prestop`: `lifeguard drain`, `wait-app-exit`), or an operator's
+/// `POST /drain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Trigger {
     Signal(Signal),
+    #[serde(serialize_with = "pre_stop")]
+    PreStop,
     #[serde(serialize_with = "post_drain")]
     PostDrain,
 }
 
 fn post_drain<S: serde::Serializer>(s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str("POST /drain")
+    s.serialize_str(Trigger::PostDrain.name())
+}
+
+fn pre_stop<S: serde::Serializer>(s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(Trigger::PreStop.name())
+}
+
+impl Trigger {
+    /// `SIGTERM`, `preStop hook`, `POST /drain`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Trigger::Signal(signal) => signal.name(),
+            Trigger::PreStop => "preStop hook",
+            Trigger::PostDrain => "POST /drain",
+        }
+    }
+
+    /// Whether the pod's termination started the drain: a signal (the
+    /// kubelet stops a container with its stop signal) or the preStop hook.
+    pub fn is_termination(self) -> bool {
+        !matches!(self, Trigger::PostDrain)
+    }
 }
 
 impl std::fmt::Display for Trigger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Who asked for a drain through `POST /drain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asker {
+    /// The proxy container's preStop hook (`?prestop`): the pod terminates.
+    PreStop,
+    /// An operator: the pod is not terminating, and leaves its Service's
+    /// endpoints.
+    Operator,
+}
+
+impl Asker {
+    pub(crate) fn trigger(self) -> Trigger {
         match self {
-            Trigger::Signal(signal) => signal.fmt(f),
-            Trigger::PostDrain => f.write_str("POST /drain"),
+            Asker::PreStop => Trigger::PreStop,
+            Asker::Operator => Trigger::PostDrain,
         }
     }
 }
@@ -137,8 +239,12 @@ impl std::fmt::Display for Trigger {
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub phase: Phase,
-    /// What started the drain: `SIGTERM`, `SIGINT` or `POST /drain`.
+    /// What started the drain: `SIGTERM`, `SIGINT`, `preStop hook` or
+    /// `POST /drain`.
     pub trigger: Option<Trigger>,
+    /// How the kubelet's readiness probe is answered in this drain, and
+    /// what it was answered (None: no drain yet).
+    pub kubelet: Option<Kubelet>,
     /// Unix time (seconds) the drain began.
     pub started_at: Option<f64>,
     /// Unix time (seconds) by which Envoy is stopped.
@@ -193,6 +299,7 @@ impl Status {
         Status {
             phase: Phase::Serving,
             trigger: None,
+            kubelet: None,
             started_at: None,
             deadline: None,
             policy,
@@ -245,7 +352,9 @@ pub enum Awaiting {
     /// left`), and the end of the policy's own time (the fixed drain time,
     /// or the minimum) while it runs, unix seconds.
     Policy { words: String, own_time_ends: Option<f64> },
-    /// `out-of-rotation`, Envoy serving: what the drain wait still awaits.
+    /// The load balancers' verdict (`out-of-rotation`, Envoy serving; or
+    /// another policy while the kubelet follows Envoy): what the drain
+    /// wait still awaits.
     Rotation(String),
     /// Done before its time, and why.
     Said(&'static str),
@@ -259,9 +368,13 @@ impl Awaiting {
         let (own_left, to_deadline) = (tenths(own_left), tenths(to_deadline));
         match self {
             Awaiting::Said(words) => (*words).to_owned(),
-            Awaiting::Rotation(waiting) => {
+            Awaiting::Rotation(waiting) if policy == DrainUntil::OutOfRotation => {
                 format!("leaving rotation, Envoy serving: waiting for {waiting}; {to_deadline} to the deadline")
             }
+            Awaiting::Rotation(waiting) => format!(
+                "Envoy draining, accepting what kube-proxy still sends until the load balancers let go: \
+                 waiting for {waiting}; {to_deadline} to the deadline"
+            ),
             Awaiting::Policy { words, .. } if policy == DrainUntil::Time => {
                 format!("{own_left} of drain time left, {words}; {to_deadline} to the deadline")
             }

@@ -157,6 +157,9 @@ fn plan(policy: DrainUntil) -> Plan {
         admin_timeout: secs(1.0),
         shutdown_margin: secs(2.0),
         poll_interval: secs(1.0),
+        // The policies' own rules, as they stand when the kubelet is told
+        // what the load balancers are; `serving` below.
+        terminating_readiness: TerminatingReadiness::Failing,
     }
 }
 
@@ -380,7 +383,7 @@ async fn post_drain_answers_when_drained_and_envoy_runs_until_sigterm() {
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
     let h = handle.clone();
     let waiter = tokio::spawn(async move {
-        let status = h.drain().await;
+        let status = h.drain(Asker::Operator).await;
         (Instant::now(), status)
     });
     let (answered, status) = waiter.await.unwrap();
@@ -396,7 +399,7 @@ async fn post_drain_answers_when_drained_and_envoy_runs_until_sigterm() {
         Call::DrainListeners { skip_exit: true, .. }
     ));
     // A second POST /drain answers at once.
-    assert_eq!(handle.drain().await.unwrap().phase, Phase::Drained);
+    assert_eq!(handle.drain(Asker::Operator).await.unwrap().phase, Phase::Drained);
     at(&envoy, 20.0).await;
     assert_eq!(envoy.stops(), Vec::<Duration>::new());
     handle.signal(Signal::Term).await;
@@ -411,7 +414,7 @@ async fn sigterm_during_post_drain_stops_envoy_once_drained() {
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(7.0))));
     let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
     let h = handle.clone();
-    let waiter = tokio::spawn(async move { h.drain().await });
+    let waiter = tokio::spawn(async move { h.drain(Asker::Operator).await });
     at(&envoy, 2.0).await;
     handle.signal(Signal::Term).await;
     let mut status = handle.watch();
@@ -675,7 +678,7 @@ async fn a_hook_starts_the_pods_clock_before_sigterm() {
     let mut p = plan(DrainUntil::Connections);
     p.drain_deadline = secs(10.0);
     let (task, handle) = start(p, &envoy);
-    let status = handle.begin().await.expect("the drain began");
+    let status = handle.begin(Asker::Operator).await.expect("the drain began");
     assert_eq!(status.phase, Phase::Draining, "readiness is 503 when begin() answers");
     assert_eq!(status.trigger, Some(Trigger::PostDrain));
     at(&envoy, 5.0).await;
@@ -738,7 +741,7 @@ async fn what_envoy_is_stopped_with_is_read_at_the_stop_not_when_the_time_ran_ou
     // at 7.9 s. Envoy stops with nothing in flight: drained, exit 0.
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(7.8) { 9 } else { 0 }));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.begin().await.expect("the drain began");
+    handle.begin(Asker::Operator).await.expect("the drain began");
     at(&envoy, 5.5).await;
     assert_eq!(handle.status().phase, Phase::Drained);
     assert_eq!(handle.status().active_requests, Some(9));
@@ -756,7 +759,7 @@ async fn what_envoy_is_stopped_with_is_read_at_the_stop_not_when_the_time_ran_ou
 async fn the_fixed_policy_still_in_flight_at_the_signal_is_unfinished() {
     let envoy = FakeEnvoy::new(true, |_| conns(3));
     let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.begin().await.expect("the drain began");
+    handle.begin(Asker::Operator).await.expect("the drain began");
     at(&envoy, 7.0).await;
     handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
@@ -773,7 +776,7 @@ async fn work_that_came_after_post_drain_is_waited_for_at_the_signal() {
     });
     let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
     let h = handle.clone();
-    let waiter = tokio::spawn(async move { h.drain().await });
+    let waiter = tokio::spawn(async move { h.drain(Asker::Operator).await });
     assert_eq!(waiter.await.unwrap().expect("drained").phase, Phase::Drained);
     at(&envoy, 11.0).await;
     handle.signal(Signal::Term).await;
@@ -972,7 +975,7 @@ async fn a_signal_behind_a_full_queue_of_drain_requests_is_not_dropped() {
     let floods: Vec<_> = (0..100)
         .map(|_| {
             let handle = handle.clone();
-            tokio::spawn(async move { handle.drain().await })
+            tokio::spawn(async move { handle.drain(Asker::Operator).await })
         })
         .collect();
     // Every flood request is queued or waiting for room before the signal.
@@ -1007,7 +1010,7 @@ async fn the_read_at_a_stop_past_the_deadline_gets_a_quarter_of_the_shutdown_mar
     (p.minimum_drain_duration, p.drain_deadline, p.shutdown_margin) = (secs(0.5), secs(3.0), secs(1.0));
     assert_eq!(p.last_read_timeout(), secs(0.25));
     let (task, handle) = start(p, &envoy);
-    handle.begin().await.expect("the drain began");
+    handle.begin(Asker::Operator).await.expect("the drain began");
     at(&envoy, 4.0).await;
     assert_eq!(handle.status().phase, Phase::Drained);
     handle.signal(Signal::Term).await;
@@ -1188,4 +1191,150 @@ async fn app_exit_by_default_in_a_pod_without_an_app_drains_out_of_rotation() {
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     assert_eq!(handle.status().policy, DrainUntil::AppExit);
     assert_between(envoy.stops()[0], 5.0, 5.2);
+}
+
+// ---------------------------------------------------------------------------
+// Readiness told to each audience while the pod terminates
+
+/// `plan(policy)` with the kubelet answered as Envoy is while the pod
+/// terminates (the default).
+fn serving(policy: DrainUntil) -> Plan {
+    Plan {
+        terminating_readiness: TerminatingReadiness::Serving,
+        ..plan(policy)
+    }
+}
+
+/// Any policy's machine, its verdict given by `rotation`.
+fn start_with_rotation(
+    plan: Plan,
+    envoy: &FakeEnvoy,
+    rotation: &FakeRotation,
+) -> (tokio::task::JoinHandle<Outcome>, DrainHandle) {
+    start_gateway(plan, envoy, (), rotation)
+}
+
+/// The fixed policy, the pod terminating: Envoy's listeners stay open
+/// (`skip_exit`), the kubelet follows Envoy, and Envoy is not stopped at
+/// the 5 s drain time but once the load balancers let go (kube-proxy
+/// sends the node's new connections until then); the kubelet's answer
+/// turns at the stop.
+#[tokio::test(start_paused = true)]
+async fn while_the_kubelet_follows_envoy_the_fixed_policy_stops_envoy_only_after_the_verdict() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let rotation = FakeRotation::new();
+    let (task, handle) = start_with_rotation(serving(DrainUntil::Time), &envoy, &rotation);
+    let cell = handle.phase();
+    handle.signal(Signal::Term).await;
+    at(&envoy, 11.0).await;
+    let status = handle.status();
+    assert_eq!(status.phase, Phase::Draining);
+    assert_eq!(
+        status.kubelet.as_ref().map(|k| k.answer),
+        Some(KubeletAnswer::FollowsEnvoy)
+    );
+    assert!(cell.load().kubelet_follows_envoy);
+    assert!(envoy.stops().is_empty(), "Envoy serves past its 5 s until the verdict");
+    assert_eq!(
+        progress_at(&handle, 11.0).as_deref(),
+        Some(
+            "Envoy draining, accepting what kube-proxy still sends until the load balancers let go: \
+             waiting for 1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s); 17s to the deadline"
+        )
+    );
+    rotation.give(Verdict::Out("the traffic stopped".into()));
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    assert_eq!(
+        envoy.drain_calls(),
+        [(
+            Duration::ZERO,
+            Call::DrainListeners {
+                skip_exit: true,
+                phase: Phase::Draining
+            }
+        )]
+    );
+    assert_eq!(envoy.stops(), [secs(11.0)], "the drain time is over: at the verdict");
+    let kubelet = handle.status().kubelet.unwrap();
+    assert_eq!(kubelet.not_serving_after_seconds, Some(11.0));
+}
+
+/// Zero requests, the pod terminating: the verdict first (at 2 s), then the
+/// policy's own rule (its 5 s minimum, then no request).
+#[tokio::test(start_paused = true)]
+async fn while_the_kubelet_follows_envoy_an_exit_on_zero_policy_keeps_its_own_rule_after_the_verdict() {
+    let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(6.0))));
+    let rotation = FakeRotation::new();
+    rotation.give(Verdict::Out("no load balancer checks the pod".into()));
+    let (task, handle) = start_with_rotation(serving(DrainUntil::Requests), &envoy, &rotation);
+    handle.signal(Signal::Term).await;
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    assert_between(envoy.stops()[0], 6.0, 6.1);
+    // A verdict that never comes: cut at the deadline, with who held it.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let rotation = FakeRotation::new();
+    let (task, handle) = start_with_rotation(serving(DrainUntil::Connections), &envoy, &rotation);
+    handle.signal(Signal::Term).await;
+    at(&envoy, 27.9).await;
+    rotation.give(Verdict::NotOut("the node's traffic".into()));
+    assert!(matches!(task.await.unwrap(), Outcome::Cut { .. }));
+    assert_eq!(handle.status().held_by.as_deref(), Some("the node's traffic"));
+}
+
+/// An operator's `POST /drain` (the pod not terminating) takes the pod out
+/// of its endpoints: the kubelet is answered 503 from the start, and the
+/// policy needs no verdict. The preStop hook's is the pod's termination.
+#[tokio::test(start_paused = true)]
+async fn an_operators_drain_fails_the_kubelet_too_and_the_prestop_hooks_does_not() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start_with_rotation(serving(DrainUntil::Time), &envoy, &FakeRotation::new());
+    let status = handle.drain(Asker::Operator).await.unwrap();
+    assert_eq!(status.trigger, Some(Trigger::PostDrain));
+    let kubelet = status.kubelet.unwrap();
+    assert_eq!(kubelet.answer, KubeletAnswer::NotServing);
+    assert_eq!(kubelet.not_serving_after_seconds, Some(0.0));
+    assert!(!handle.phase().load().kubelet_follows_envoy);
+    assert_eq!(status.duration_seconds, Some(5.0), "no verdict awaited");
+    // A signal now: the drain stays the operator's (the kubelet's 503).
+    handle.signal(Signal::Term).await;
+    task.await.unwrap();
+    assert!(!handle.phase().load().kubelet_follows_envoy);
+
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let rotation = FakeRotation::new();
+    let (_task, handle) = start_with_rotation(serving(DrainUntil::Time), &envoy, &rotation);
+    let status = handle.begin(Asker::PreStop).await.unwrap();
+    assert_eq!(status.trigger, Some(Trigger::PreStop));
+    assert_eq!(status.trigger.unwrap().to_string(), "preStop hook");
+    assert_eq!(status.kubelet.unwrap().answer, KubeletAnswer::FollowsEnvoy);
+    assert!(handle.phase().load().kubelet_follows_envoy);
+}
+
+/// `app-exit`: the app's own hook holds the app (and so Envoy) until the
+/// verdict; the drain does not wait for it again, and Envoy's listeners
+/// stay open until the stop.
+#[tokio::test(start_paused = true)]
+async fn app_exit_while_the_kubelet_follows_envoy_stops_once_the_app_is_gone_without_a_verdict() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start_with_app(serving(DrainUntil::AppExit), &envoy, |t| usize::from(t < secs(7.0)));
+    handle.signal(Signal::Term).await;
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    assert_between(envoy.stops()[0], 7.0, 7.2);
+    assert!(matches!(
+        envoy.drain_calls()[0].1,
+        Call::DrainListeners { skip_exit: true, .. }
+    ));
+    assert_eq!(handle.status().kubelet.unwrap().answer, KubeletAnswer::FollowsEnvoy);
+}
+
+/// The older rule, by name: every prober 503 from the drain's start.
+#[tokio::test(start_paused = true)]
+async fn terminating_readiness_failing_answers_the_kubelet_503_from_the_start() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
+    handle.signal(Signal::Term).await;
+    task.await.unwrap();
+    let kubelet = handle.status().kubelet.unwrap();
+    assert_eq!(kubelet.answer, KubeletAnswer::NotServing);
+    assert_eq!(envoy.stops(), [secs(5.0)]);
 }

@@ -174,7 +174,7 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
         let previous = self.readiness.verdict();
         let was_ready = previous.is_ready();
         let found = match self.envoy.ready().await {
-            Ok(ReadyAnswer::State(ServerState::Live)) if was_ready => {
+            Ok(ReadyAnswer::State(state)) if was_ready && self.live(state) => {
                 Found::Verdict(Verdict::ready(Instant::now()), Some(ServerState::Live as u64))
             }
             Err(e) if was_ready && e.is_timeout() => Found::TimedOut(e),
@@ -234,11 +234,24 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
         }
     }
 
+    /// Whether `/ready`'s state says Envoy is live. Once a drain has
+    /// begun, DRAINING is the drain wait's own doing (`/healthcheck/fail`
+    /// fails the load balancers' checks; `server.state` stays LIVE): Envoy
+    /// still serves, which the kubelet's answer follows while the pod
+    /// terminates. A state the drain cannot cause (initializing) is not.
+    fn live(&self, state: ServerState) -> bool {
+        match state {
+            ServerState::Live => true,
+            ServerState::Draining => self.readiness.drain_begun(),
+            ServerState::PreInitializing | ServerState::Initializing => false,
+        }
+    }
+
     /// The full check: the readiness stats, with `/ready`'s answer.
     async fn full_check(&self, ready: Result<ReadyAnswer, AdminError>) -> Found {
         let xds = self.schedule.xds_check;
         let not_live = match &ready {
-            Ok(ReadyAnswer::State(s)) if *s != ServerState::Live => Some(*s),
+            Ok(ReadyAnswer::State(s)) if !self.live(*s) => Some(*s),
             _ => None,
         };
         let from_ready = |s: ServerState| {
@@ -283,8 +296,7 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
             if ready {
                 tracing::info!("Envoy is ready");
             } else if self.readiness.is_draining() {
-                // The drain made Envoy fail its health checks (its /ready
-                // then says DRAINING): news, not a fault.
+                // Envoy not ready while it drains: news, not a fault.
                 tracing::info!(reason = current.text(), "Envoy is not ready (the drain has begun)");
             } else {
                 tracing::warn!(reason = current.text(), "Envoy is NOT ready");
@@ -413,12 +425,18 @@ mod schedule_tests {
         /// Whether the probe says ready at `t` seconds since the start.
         async fn ready_at(&self, t: f64) -> bool {
             tokio::time::sleep_until(self.t0 + secs(t)).await;
-            self.readiness.answer().ready
+            self.readiness.answer(crate::readiness::Audience::LoadBalancer).ready
         }
 
         async fn body_at(&self, t: f64) -> String {
             tokio::time::sleep_until(self.t0 + secs(t)).await;
-            String::from_utf8(self.readiness.answer().body.to_vec()).unwrap()
+            String::from_utf8(
+                self.readiness
+                    .answer(crate::readiness::Audience::LoadBalancer)
+                    .body
+                    .to_vec(),
+            )
+            .unwrap()
         }
 
         async fn stop(self) {
@@ -428,7 +446,11 @@ mod schedule_tests {
     }
 
     fn start(envoy: &Envoy) -> Running {
-        let readiness = Readiness::standalone(STALE);
+        start_with(envoy, lifeguard_drain::PhaseCell::serving())
+    }
+
+    fn start_with(envoy: &Envoy, phase: lifeguard_drain::PhaseCell) -> Running {
+        let readiness = Readiness::new(STALE, phase);
         let heartbeat = Heartbeat::default();
         let shutdown = CancellationToken::new();
         let schedule = Schedule {
@@ -480,6 +502,36 @@ mod schedule_tests {
         // Steady state: 60 s of polls, not one stats read.
         assert!(p.ready_at(62.0).await);
         assert_eq!(envoy.stats_calls_between(2.2, 62.0), 0);
+        p.stop().await;
+    }
+
+    /// Once a drain has begun, Envoy's DRAINING is the drain wait's own
+    /// `/healthcheck/fail`: Envoy still serves, and the kubelet's answer
+    /// (while the pod terminates) says so, with no stats read.
+    #[tokio::test(start_paused = true)]
+    async fn draining_after_the_drain_began_is_the_drains_own_doing_and_keeps_envoy_ready() {
+        use lifeguard_drain::{KubeletAnswer, Phase};
+        let envoy = Envoy::new(
+            |t| {
+                state(if t < secs(10.0) {
+                    ServerState::Live
+                } else {
+                    ServerState::Draining
+                })
+            },
+            |_| live_stats(),
+        );
+        let cell = lifeguard_drain::PhaseCell::serving();
+        let p = start_with(&envoy, cell.clone());
+        assert!(p.ready_at(9.0).await);
+        cell.set(Phase::Draining, Some(KubeletAnswer::FollowsEnvoy));
+        let kubelet = crate::readiness::Audience::Kubelet;
+        for t in 10..20 {
+            tokio::time::sleep_until(p.t0 + secs(f64::from(t) + 0.5)).await;
+            assert!(p.readiness.answer(kubelet).ready, "{t}");
+            assert!(p.readiness.verdict().is_ready(), "{t}");
+        }
+        assert_eq!(envoy.stats_calls_between(9.0, 20.0), 0, "no stats read for it");
         p.stop().await;
     }
 

@@ -8,8 +8,12 @@
 //!
 //! - **draining**: read from the phase the drain publishes (its
 //!   [`PhaseCell`], one atomic load, no lock the drain's writes take): from
-//!   the moment the phase leaves `serving`, every probe answers 503
-//!   `draining`, whatever Envoy says.
+//!   the moment the phase leaves `serving`, the load balancers are answered
+//!   503 `draining`, whatever Envoy says. The kubelet ([`Audience`]) is
+//!   too, unless the pod's termination started the drain: then it is
+//!   answered as Envoy is until Envoy stops accepting new connections
+//!   (`lifeguard_drain`'s `kubelet` module says why), and its answers are
+//!   recorded in the cell.
 //! - **staleness**: a verdict older than the stale bound is not trusted. If
 //!   the poller stopped producing answers, a probe that reaches the agent
 //!   directly must not be told "ready" about an Envoy that may be gone.
@@ -24,7 +28,42 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use lifeguard_base::duration::GoDuration;
-use lifeguard_drain::PhaseCell;
+use lifeguard_drain::{Phase, PhaseCell};
+
+/// Who asks: the two audiences readiness tells apart while the pod
+/// terminates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// The kubelet (`User-Agent: kube-probe/…`): its answer is the
+    /// EndpointSlice's `serving`, which kube-proxy's fallback to a
+    /// terminating endpoint reads.
+    Kubelet,
+    /// Anyone else: the load balancers that check the pod.
+    LoadBalancer,
+}
+
+impl Audience {
+    /// The audience of a probe that sent this `User-Agent`.
+    #[inline]
+    pub fn of_agent(agent: Option<&[u8]>) -> Audience {
+        match agent {
+            Some(agent) if agent.starts_with(b"kube-probe/") => Audience::Kubelet,
+            _ => Audience::LoadBalancer,
+        }
+    }
+}
+
+/// The answers of a drain, each said once.
+static DRAINING: Bytes = Bytes::from_static(b"not ready: draining\n");
+static DRAINING_TERMINATING: Bytes = Bytes::from_static(
+    b"not ready: draining (the pod terminates: load balancers are answered 503; \
+the kubelet 200 while Envoy accepts new connections)\n",
+);
+static TERMINATING_SERVING: Bytes = Bytes::from_static(
+    b"ready: the pod terminates and Envoy accepts new connections (the kubelet's answer, \
+for kube-proxy's fallback to a terminating endpoint; load balancers are answered 503)\n",
+);
+static STOPPING: Bytes = Bytes::from_static(b"not ready: Envoy is stopping (the pod terminates)\n");
 
 /// What the probe answers: ready or not, and the body to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +148,6 @@ struct Inner {
     /// The drain's published phase: the only source of "draining".
     phase: PhaseCell,
     stale_after: Duration,
-    draining_body: Bytes,
     stale_body: Bytes,
 }
 
@@ -123,7 +161,6 @@ impl Readiness {
                 verdict: ArcSwap::from_pointee(Verdict::not_ready("no answer from Envoy admin yet", Instant::now())),
                 phase,
                 stale_after,
-                draining_body: Bytes::from_static(b"not ready: draining\n"),
                 stale_body: Bytes::from(format!(
                     "not ready: no successful Envoy admin read in the last {}\n",
                     GoDuration(stale_after)
@@ -138,16 +175,51 @@ impl Readiness {
         Self::new(stale_after, PhaseCell::serving())
     }
 
-    /// The probe's answer. Never blocks on Envoy, never allocates.
+    /// The probe's answer to `audience`. Never blocks on Envoy, never
+    /// allocates.
     #[inline]
-    pub fn answer(&self) -> Answer {
+    pub fn answer(&self, audience: Audience) -> Answer {
         let inner = &*self.inner;
-        if inner.phase.get().fails_readiness() {
-            return Answer {
-                ready: false,
-                body: inner.draining_body.clone(),
-            };
+        let published = inner.phase.load();
+        let phase = published.phase;
+        if phase == Phase::Serving {
+            return self.envoys_answer();
         }
+        let answer = match (audience, published.kubelet_follows_envoy) {
+            (Audience::Kubelet, true) if phase.envoy_accepts() => {
+                let answer = self.envoys_answer();
+                match answer.ready {
+                    true => Answer {
+                        ready: true,
+                        body: TERMINATING_SERVING.clone(),
+                    },
+                    false => answer,
+                }
+            }
+            (Audience::Kubelet, true) => Answer {
+                ready: false,
+                body: STOPPING.clone(),
+            },
+            (_, follows) if phase.fails_readiness() => Answer {
+                ready: false,
+                body: match follows {
+                    true => DRAINING_TERMINATING.clone(),
+                    false => DRAINING.clone(),
+                },
+            },
+            // The readiness-fail delay: Envoy's answer, for everyone.
+            _ => self.envoys_answer(),
+        };
+        if audience == Audience::Kubelet {
+            inner.phase.kubelet_answered(answer.ready);
+        }
+        answer
+    }
+
+    /// Envoy's own answer: the poller's verdict, unless it is too old.
+    #[inline]
+    fn envoys_answer(&self) -> Answer {
+        let inner = &*self.inner;
         let verdict = inner.verdict.load();
         if verdict.ready && verdict.at.elapsed() > inner.stale_after {
             return Answer {
@@ -176,16 +248,22 @@ impl Readiness {
         self.inner.stale_after
     }
 
-    /// Whether readiness answers 503 `draining`.
+    /// Whether readiness answers the load balancers 503 `draining`.
     pub fn is_draining(&self) -> bool {
         self.inner.phase.get().fails_readiness()
+    }
+
+    /// Whether a drain has begun (Envoy's `/ready` may then say DRAINING:
+    /// the drain wait made it fail its health checks).
+    pub(crate) fn drain_begun(&self) -> bool {
+        self.inner.phase.get() != Phase::Serving
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lifeguard_drain::Phase;
+    use lifeguard_drain::KubeletAnswer;
 
     fn readiness(stale_after: Duration) -> (PhaseCell, Readiness) {
         let phase = PhaseCell::serving();
@@ -195,7 +273,7 @@ mod tests {
     #[test]
     fn starts_not_ready_with_a_reason() {
         let (_tx, r) = readiness(Duration::from_secs(4));
-        let a = r.answer();
+        let a = r.answer(Audience::LoadBalancer);
         assert!(!a.ready);
         assert_eq!(a.body, "not ready: no answer from Envoy admin yet\n");
     }
@@ -205,14 +283,14 @@ mod tests {
         let (_tx, r) = readiness(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
         assert_eq!(
-            r.answer(),
+            r.answer(Audience::LoadBalancer),
             Answer {
                 ready: true,
                 body: Bytes::from_static(b"ready\n")
             }
         );
         r.store(Verdict::not_ready("server.state is INITIALIZING", Instant::now()));
-        let a = r.answer();
+        let a = r.answer(Audience::LoadBalancer);
         assert!(!a.ready);
         assert_eq!(a.body, "not ready: server.state is INITIALIZING\n");
     }
@@ -221,7 +299,7 @@ mod tests {
     fn the_published_drain_phase_wins_over_ready() {
         let (tx, r) = readiness(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
-        assert!(r.answer().ready);
+        assert!(r.answer(Audience::LoadBalancer).ready);
         for phase in [
             Phase::Delaying,
             Phase::Draining,
@@ -229,10 +307,14 @@ mod tests {
             Phase::Stopping,
             Phase::Stopped,
         ] {
-            tx.set(phase);
+            tx.set(phase, None);
             r.store(Verdict::ready(Instant::now()));
-            assert_eq!(r.answer().body, "not ready: draining\n", "{phase:?}");
-            assert!(!r.answer().ready);
+            assert_eq!(
+                r.answer(Audience::LoadBalancer).body,
+                "not ready: draining\n",
+                "{phase:?}"
+            );
+            assert!(!r.answer(Audience::LoadBalancer).ready);
             assert!(r.is_draining());
         }
     }
@@ -240,10 +322,10 @@ mod tests {
     #[test]
     fn during_the_readiness_fail_delay_envoys_verdict_is_answered() {
         let (tx, r) = readiness(Duration::from_secs(4));
-        tx.set(Phase::DrainingReady);
+        tx.set(Phase::DrainingReady, None);
         r.store(Verdict::ready(Instant::now()));
         assert_eq!(
-            r.answer(),
+            r.answer(Audience::LoadBalancer),
             Answer {
                 ready: true,
                 body: Bytes::from_static(b"ready\n")
@@ -254,10 +336,13 @@ mod tests {
             "server.state is 1 (DRAINING), not 0 (LIVE)",
             Instant::now(),
         ));
-        assert!(!r.answer().ready, "an Envoy that is not ready is still not ready");
-        tx.set(Phase::Draining);
+        assert!(
+            !r.answer(Audience::LoadBalancer).ready,
+            "an Envoy that is not ready is still not ready"
+        );
+        tx.set(Phase::Draining, None);
         r.store(Verdict::ready(Instant::now()));
-        assert_eq!(r.answer().body, "not ready: draining\n");
+        assert_eq!(r.answer(Audience::LoadBalancer).body, "not ready: draining\n");
     }
 
     #[tokio::test(start_paused = true)]
@@ -265,9 +350,12 @@ mod tests {
         let (_tx, r) = readiness(Duration::from_millis(50));
         r.store(Verdict::ready(Instant::now()));
         tokio::time::advance(Duration::from_millis(50)).await;
-        assert!(r.answer().ready, "exactly at the bound it is still trusted");
+        assert!(
+            r.answer(Audience::LoadBalancer).ready,
+            "exactly at the bound it is still trusted"
+        );
         tokio::time::advance(Duration::from_millis(1)).await;
-        let a = r.answer();
+        let a = r.answer(Audience::LoadBalancer);
         assert!(!a.ready);
         assert_eq!(a.body, "not ready: no successful Envoy admin read in the last 50ms\n");
     }
@@ -278,11 +366,85 @@ mod tests {
         r.store(Verdict::ready(Instant::now()));
         let kept = Verdict::kept(&r.verdict(), "timed out", r.stale_after(), r.verdict().at());
         r.store(kept);
-        assert!(r.answer().ready);
+        assert!(r.answer(Audience::LoadBalancer).ready);
         tokio::time::advance(Duration::from_millis(51)).await;
         assert_eq!(
-            r.answer().body,
+            r.answer(Audience::LoadBalancer).body,
             "not ready: no successful Envoy admin read in the last 50ms: timed out\n"
         );
+    }
+
+    /// A drain the pod's termination started: the load balancers get 503
+    /// from its first moment, the kubelet 200 for as long as Envoy is
+    /// ready and accepts new connections, then 503 once Envoy stops; and
+    /// the kubelet's answers are recorded.
+    #[test]
+    fn while_the_pod_terminates_the_kubelet_follows_envoy_and_load_balancers_get_503() {
+        let (cell, r) = readiness(Duration::from_secs(4));
+        r.store(Verdict::ready(Instant::now()));
+        let kubelet = Audience::of_agent(Some(b"kube-probe/1.34"));
+        assert_eq!(kubelet, Audience::Kubelet);
+        assert_eq!(
+            Audience::of_agent(Some(b"ELB-HealthChecker/2.0")),
+            Audience::LoadBalancer
+        );
+        assert_eq!(Audience::of_agent(None), Audience::LoadBalancer);
+        for phase in [Phase::Delaying, Phase::LeavingRotation, Phase::Draining, Phase::Drained] {
+            cell.set(phase, Some(KubeletAnswer::FollowsEnvoy));
+            let k = r.answer(kubelet);
+            assert!(k.ready, "{phase:?}");
+            assert!(
+                k.body.starts_with(b"ready: the pod terminates"),
+                "{phase:?}: {:?}",
+                k.body
+            );
+            let lb = r.answer(Audience::LoadBalancer);
+            assert!(!lb.ready, "{phase:?}");
+            assert!(
+                lb.body.starts_with(b"not ready: draining (the pod terminates"),
+                "{:?}",
+                lb.body
+            );
+        }
+        // Envoy not ready: the kubelet is told why.
+        r.store(Verdict::not_ready("cannot connect to Envoy admin", Instant::now()));
+        assert_eq!(r.answer(kubelet).body, "not ready: cannot connect to Envoy admin\n");
+        r.store(Verdict::ready(Instant::now()));
+        for phase in [Phase::Stopping, Phase::Stopped] {
+            cell.set(phase, Some(KubeletAnswer::FollowsEnvoy));
+            let k = r.answer(kubelet);
+            assert!(!k.ready);
+            assert_eq!(k.body, "not ready: Envoy is stopping (the pod terminates)\n");
+        }
+        let mut status = lifeguard_drain::Status::initial(lifeguard_drain::DrainUntil::Time, String::new());
+        status.kubelet = Some(lifeguard_drain::Kubelet {
+            answer: KubeletAnswer::FollowsEnvoy,
+            not_serving_after_seconds: None,
+            ready_probes: 0,
+            not_ready_probes: 0,
+            last_ready_after_seconds: None,
+        });
+        status.started_at = Some(lifeguard_base::duration::unix_now());
+        cell.fill_kubelet(&mut status);
+        let seen = status.kubelet.unwrap();
+        assert_eq!((seen.ready_probes, seen.not_ready_probes), (4, 3));
+    }
+
+    /// An operator's drain (the pod not terminating): 503 for everyone,
+    /// the kubelet too, so that the pod leaves its Service's endpoints.
+    #[test]
+    fn an_operators_drain_gives_the_kubelet_503_too() {
+        let (cell, r) = readiness(Duration::from_secs(4));
+        r.store(Verdict::ready(Instant::now()));
+        cell.set(Phase::Draining, Some(KubeletAnswer::NotServing));
+        for audience in [Audience::Kubelet, Audience::LoadBalancer] {
+            assert_eq!(
+                r.answer(audience),
+                Answer {
+                    ready: false,
+                    body: Bytes::from_static(b"not ready: draining\n")
+                }
+            );
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! `GET /drain` did not catch would be lost with the pod. On exit the
 //! agent writes a one-line JSON [`Summary`] — trigger, policy, duration,
 //! cut by the deadline or not, work left at stop, what it waited for last,
-//! when the load balancers let the pod go, exit code — to the container's
+//! how the kubelet was answered, when the load balancers let the pod go,
+//! exit code — to the container's
 //! termination-message file, which the
 //! kubelet copies into the pod's status (at most 4 KiB):
 //!
@@ -28,7 +29,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use lifeguard_drain::{DrainUntil, Exit, Outcome, Signal, Status, Trigger};
+use lifeguard_drain::{DrainUntil, Exit, Kubelet, Outcome, Signal, Status, Trigger};
 use lifeguard_drain_wait::rule::CheckerState;
 use lifeguard_drain_wait::{DrainWaitStatus, WaitState};
 
@@ -69,6 +70,9 @@ pub struct Summary {
     pub(crate) waited_for_last: Option<String>,
     /// How Envoy ended, e.g. `exit status: 0` or `signal: 9 (SIGKILL)`.
     pub(crate) envoy: String,
+    /// How the kubelet's readiness probe was answered during the drain,
+    /// and when the drain turned it to 503 (None: no drain).
+    pub(crate) kubelet: Option<Kubelet>,
     /// The load balancers, as the drain wait saw them: when each let the
     /// pod go, when the traffic stopped, when it was out of rotation (None:
     /// the drain wait never began).
@@ -203,6 +207,7 @@ impl Summary {
             left_at_stop,
             waited_for_last: status.waited_on_last.clone(),
             envoy,
+            kubelet: status.kubelet.clone(),
             load_balancers: wait.and_then(|w| LoadBalancers::of(w, status)),
         }
     }
@@ -263,6 +268,7 @@ impl Summary {
             left_at_stop = self.left_at_stop,
             waited_for_last = self.waited_for_last.as_deref(),
             envoy = %self.envoy,
+            kubelet = self.kubelet.as_ref().map(|k| serde_json::to_string(k).unwrap_or_default()),
             load_balancers = self.load_balancers.as_ref().map(|lb| serde_json::to_string(lb).unwrap_or_default()),
             "lifeguard exiting"
         );

@@ -8,7 +8,9 @@
 //!   connected) and, with a shared process namespace, no process; the proxy
 //!   is known by pid (replaces `netstat` loops that count the agent's own
 //!   port and never end, and trust process names).
-//! - [`drain`]: a client for `POST /drain`, the native-sidecar preStop hook.
+//! - [`drain`]: a client for `POST /drain?prestop`, the native-sidecar
+//!   preStop hook (`--operator`: an operator's drain of a pod that is not
+//!   terminating, which takes it out of its Service's endpoints).
 //!
 //! Each returns how it ended ([`HookEnd`]; `lifeguard_exit` makes it the
 //! exit code: 0 done, 1 otherwise), having said why on stderr. Every
@@ -124,12 +126,24 @@ pub struct DrainOptions {
     /// exists.
     #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
     pub(crate) control_socket: ControlSocket,
+    /// An operator's drain of a pod that is not terminating (run by hand,
+    /// not as the preStop hook): readiness answers the kubelet 503 too, so
+    /// the pod leaves its Service's endpoints. Without it, the drain is the
+    /// pod's termination: the kubelet is answered 200 while Envoy accepts
+    /// new connections (--terminating-readiness).
+    #[arg(long)]
+    pub(crate) operator: bool,
 }
 
-/// `POST /drain` on the agent; prints the drain's status on success.
+/// `POST /drain?prestop` on the agent (`POST /drain` with `--operator`);
+/// prints the drain's status on success.
 pub async fn drain(opts: &DrainOptions) -> HookEnd {
     let url = opts.control_socket.or(opts.url.clone());
-    let answer = tokio::time::timeout(opts.timeout, fetch(&url, Method::POST, "/drain", 64 * 1024)).await;
+    let path = match opts.operator {
+        true => "/drain",
+        false => "/drain?prestop",
+    };
+    let answer = tokio::time::timeout(opts.timeout, fetch(&url, Method::POST, path, 64 * 1024)).await;
     match answer {
         Ok(Ok((StatusCode::OK, body))) => {
             println!("{}", String::from_utf8_lossy(&body).trim());
@@ -187,11 +201,12 @@ pub struct AppExitOptions {
     pub(crate) control_socket: ControlSocket,
 }
 
-/// Tells the agent that termination began (`POST /drain?nowait`): readiness
-/// turns 503 and the pod's deadline clock starts now, not at SIGTERM.
-/// Best effort: a missing agent is reported, not fatal.
+/// Tells the agent that termination began (`POST /drain?nowait&prestop`):
+/// readiness turns 503 for the load balancers and the pod's deadline clock
+/// starts now, not at SIGTERM. Best effort: a missing agent is reported,
+/// not fatal.
 async fn tell_agent(agent: &LoopbackUrl) {
-    let call = fetch(agent, Method::POST, "/drain?nowait", 64 * 1024);
+    let call = fetch(agent, Method::POST, "/drain?nowait&prestop", 64 * 1024);
     match tokio::time::timeout(Duration::from_secs(1), call).await {
         Ok(Ok((status, _))) if status.is_success() => {
             eprintln!("lifeguard wait-app-exit: told the agent at {agent} that termination began")

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::names::*;
 use lifeguard_base::duration::unix_now;
-use lifeguard_drain::{DrainUntil, Phase, Status};
+use lifeguard_drain::{DrainUntil, Kubelet, KubeletAnswer, Phase, Status};
 use lifeguard_drain_wait::rule::CheckerState;
 use lifeguard_drain_wait::{DrainWaitStatus, WaitState};
 
@@ -61,6 +61,42 @@ pub(super) fn drain_families(out: &mut Exposition, status: &Status) {
     };
     drain_times(out, status, started);
     drain_counts(out, status);
+    if let Some(kubelet) = &status.kubelet {
+        drain_kubelet(out, kubelet);
+    }
+}
+
+/// How the kubelet's readiness probe is answered in the drain, what it
+/// was answered, and when the drain turned its answer to 503.
+fn drain_kubelet(out: &mut Exposition, kubelet: &Kubelet) {
+    out.gauge(
+        DRAIN_KUBELET_ANSWER,
+        "1 for how the kubelet's readiness probe is answered in the drain: follows_envoy (the pod terminates: 200 while Envoy is ready and accepts new connections, for kube-proxy's fallback to a terminating endpoint) or not_serving (503 from the drain's start, as the load balancers).",
+    );
+    for (answer, label) in [
+        (KubeletAnswer::FollowsEnvoy, "follows_envoy"),
+        (KubeletAnswer::NotServing, "not_serving"),
+    ] {
+        out.sample(
+            DRAIN_KUBELET_ANSWER,
+            &[("answer", label)],
+            f64::from(u8::from(kubelet.answer == answer)),
+        );
+    }
+    out.gauge(
+        DRAIN_KUBELET_PROBES,
+        "The kubelet's readiness probes answered since the drain began, by answer: ready (200) or not_ready (503).",
+    );
+    for (label, n) in [("ready", kubelet.ready_probes), ("not_ready", kubelet.not_ready_probes)] {
+        out.sample(DRAIN_KUBELET_PROBES, &[("answer", label)], n as f64);
+    }
+    if let Some(after) = kubelet.not_serving_after_seconds {
+        out.single(
+            DRAIN_KUBELET_NOT_SERVING_AFTER,
+            "Seconds from the drain's start to when the drain turned the kubelet's answer to 503 (0: at once; Envoy's stop while the pod terminates).",
+            after,
+        );
+    }
 }
 
 /// When the drain began, must end, and how long it has taken.

@@ -49,7 +49,7 @@ use lifeguard_drain_wait::DrainWaitStatus;
 use lifeguard_drain_wait::WaitWhy;
 use lifeguard_envoy::admin::{CallOutcome, Endpoint};
 use lifeguard_envoy::poller::ReadinessEvents;
-use lifeguard_envoy::readiness::Readiness;
+use lifeguard_envoy::readiness::{Audience, Readiness};
 
 pub mod app;
 pub mod exposition;
@@ -392,9 +392,10 @@ impl Metrics {
         out.sample(BUILD_INFO, &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
         out.gauge(
             READY,
-            "1 when the readiness probe answers 200 (Envoy ready and no drain), else 0.",
+            "1 when the readiness probe answers a load balancer 200 (Envoy ready and no drain), else 0.",
         );
-        out.sample(READY, &[], f64::from(u8::from(readiness.answer().ready)));
+        let ready = readiness.answer(Audience::LoadBalancer).ready;
+        out.sample(READY, &[], f64::from(u8::from(ready)));
         if let Some(&took) = inner.first_ready.get() {
             out.single(
                 TIME_TO_FIRST_READY,

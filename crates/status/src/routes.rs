@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::Stream;
-use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, VARY};
+use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, USER_AGENT, VARY};
 use hyper::{Method, Request, Response, StatusCode};
 use metrics::Counter;
 use tokio::time::Instant;
@@ -21,9 +21,9 @@ use tokio::time::Instant;
 use super::app_probe::{AppProbe, AppProber};
 use super::response::{Body, ResponseFuture};
 use lifeguard_base::duration::DurationError;
-use lifeguard_drain::DrainHandle;
+use lifeguard_drain::{Asker, DrainHandle};
 use lifeguard_drain_wait::{Checkers, DrainWait};
-use lifeguard_envoy::readiness::Readiness;
+use lifeguard_envoy::readiness::{Audience, Readiness};
 use lifeguard_metrics::linger;
 use lifeguard_metrics::scrape::{ScrapeRequest, Scraper};
 use lifeguard_metrics::Metrics;
@@ -293,7 +293,8 @@ impl Handler {
 }
 
 /// `GET|HEAD /healthz/ready`: from the readiness snapshot, never waiting
-/// on Envoy. The answer is recorded against its checker (a load balancer),
+/// on Envoy, to its audience (the kubelet, by its `User-Agent`, or a load
+/// balancer). A load balancer's answer is recorded against its checker,
 /// for the drain wait.
 struct Probe {
     readiness: Readiness,
@@ -307,12 +308,16 @@ struct Probe {
 impl Probe {
     fn answer<B>(&self, caller: &Caller, mut req: Request<B>) -> ResponseFuture {
         let mut headers = std::mem::take(req.headers_mut());
-        let checker = self
-            .checkers
-            .as_ref()
-            .and_then(|c| Some((c, c.key_of(caller.peer, &headers)?)));
+        let audience = Audience::of_agent(headers.get(USER_AGENT).map(HeaderValue::as_bytes));
+        let checker = match audience {
+            Audience::Kubelet => None,
+            Audience::LoadBalancer => self
+                .checkers
+                .as_ref()
+                .and_then(|c| Some((c, c.key_of(caller.peer, &headers)?))),
+        };
         headers.clear();
-        let answer = self.readiness.answer();
+        let answer = self.readiness.answer(audience);
         let status = if answer.ready {
             self.ok.increment(1);
             StatusCode::OK
@@ -498,10 +503,17 @@ impl Control {
         })
     }
 
-    /// `POST /drain[?nowait]`: drains; answers once drained, or once the
-    /// drain has begun (`nowait`).
+    /// `POST /drain[?nowait][&prestop]`: drains; answers once drained, or
+    /// once the drain has begun (`nowait`). `prestop`: the proxy's preStop
+    /// hook asks, the pod terminates (else an operator asks, and the pod
+    /// leaves its Service's endpoints: the kubelet is answered 503 too).
     fn drain<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
-        let nowait = req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "nowait"));
+        let has = |name: &str| req.uri().query().is_some_and(|q| q.split('&').any(|p| p == name));
+        let (nowait, prestop) = (has("nowait"), has("prestop"));
+        let asker = match prestop {
+            true => Asker::PreStop,
+            false => Asker::Operator,
+        };
         let mut headers = into_headers(req);
         if let Err(forbidden) = self.may(caller) {
             return finish(headers, &Method::POST, (StatusCode::FORBIDDEN, forbidden));
@@ -509,8 +521,8 @@ impl Control {
         let drain = self.drain.clone();
         ResponseFuture::waiting(async move {
             let (status, drained) = match nowait {
-                true => (StatusCode::ACCEPTED, drain.begin().await),
-                false => (StatusCode::OK, drain.drain().await),
+                true => (StatusCode::ACCEPTED, drain.begin(asker).await),
+                false => (StatusCode::OK, drain.drain(asker).await),
             };
             let answer = match drained {
                 Some(drained) => {

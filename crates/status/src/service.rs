@@ -286,6 +286,75 @@ mod tests {
         );
     }
 
+    /// While the pod terminates, the same probe is answered by its
+    /// `User-Agent`: the kubelet as Envoy is, load balancers 503, through
+    /// Envoy (a forwarded prober) or not; an operator's drain, 503 to both.
+    #[test]
+    fn while_the_pod_terminates_the_kubelet_and_the_load_balancers_get_their_own_answers() {
+        use lifeguard_drain::{Drain, KubeletAnswer, Phase, Plan};
+        let admin = AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
+        let envoy = lifeguard_envoy::process::Envoy::external(admin, vec![]);
+        let (_drain, handle) = Drain::new(Plan::for_status_tests(), envoy, ());
+        let phase = handle.phase();
+        let r = Readiness::new(Duration::from_secs(4), handle.phase());
+        r.store(Verdict::ready(Instant::now()));
+        let checkers = Checkers::default();
+        lifeguard_drain_wait::testing::trust_forwarded(&checkers, true);
+        let svc = StatusService::builder(r)
+            .drain(handle.clone(), ControlAccess::loopback())
+            .drain_wait(DrainWait::new(&wait_plan(), checkers.clone()).0)
+            .service()
+            .for_peer("127.0.0.1:40000".parse().unwrap());
+        let probe = |agent: &'static str| {
+            let req = Request::builder()
+                .uri("/healthz/ready")
+                .header("user-agent", agent)
+                .header("x-forwarded-for", "10.0.0.9")
+                .body(())
+                .unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                use http_body_util::BodyExt;
+                let resp = svc.tracked(req).await.unwrap();
+                let status = resp.status();
+                let body = resp.into_body().collect().await.unwrap().to_bytes();
+                (status, String::from_utf8(body.to_vec()).unwrap())
+            })
+        };
+        phase.set(Phase::Draining, Some(KubeletAnswer::FollowsEnvoy));
+        let (status, body) = probe("kube-probe/1.34");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.starts_with("ready: the pod terminates"), "{body}");
+        for agent in ["ELB-HealthChecker/2.0", "Envoy/HC", "GoogleHC/1.0"] {
+            let (status, body) = probe(agent);
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{agent}");
+            assert!(body.starts_with("not ready: draining (the pod terminates"), "{body}");
+        }
+        let seen = lifeguard_drain_wait::testing::checkers_seen(&checkers);
+        assert_eq!(seen.len(), 3, "each load balancer recorded, the kubelet not: {seen:?}");
+        let mut status = handle.status();
+        assert_eq!(status.kubelet, None, "no drain was published");
+        status.kubelet = Some(lifeguard_drain::Kubelet {
+            answer: KubeletAnswer::FollowsEnvoy,
+            not_serving_after_seconds: None,
+            ready_probes: 0,
+            not_ready_probes: 0,
+            last_ready_after_seconds: None,
+        });
+        phase.fill_kubelet(&mut status);
+        assert_eq!(status.kubelet.map(|k| k.ready_probes), Some(1));
+        phase.set(Phase::Stopping, Some(KubeletAnswer::FollowsEnvoy));
+        assert_eq!(probe("kube-probe/1.34").0, StatusCode::SERVICE_UNAVAILABLE);
+        phase.set(Phase::Draining, Some(KubeletAnswer::NotServing));
+        assert_eq!(
+            probe("kube-probe/1.34"),
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready: draining\n".into())
+        );
+    }
+
     #[test]
     fn routes_and_methods() {
         let r = Readiness::standalone(Duration::from_secs(4));

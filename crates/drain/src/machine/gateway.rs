@@ -63,10 +63,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     }
 
     /// Out of rotation: waits for the drain wait's verdict while Envoy
-    /// serves, or the deadline. What still held it when it did not come
-    /// (None: out of rotation).
+    /// serves (a gateway's) or drains and accepts (another policy's, while
+    /// the kubelet follows Envoy), or the deadline. What still held it
+    /// when it did not come (None: out of rotation).
     pub(super) async fn wait_for_rotation(&mut self, deadline: Instant) -> Result<Option<String>, Interrupt> {
         let (inbox, envoy, rotation) = (&mut self.inbox, &self.envoy, &self.rotation);
+        let policy = self.plan.drain_until;
         let verdict = rotation.verdict();
         tokio::pin!(verdict);
         // A progress line every few seconds while the load balancers let go
@@ -87,25 +89,31 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 None => {
                     let awaiting = Awaiting::Rotation(rotation.waiting_for());
                     let to_deadline = deadline.saturating_duration_since(Instant::now());
-                    let line = awaiting.line(DrainUntil::OutOfRotation, Duration::ZERO, to_deadline);
+                    let line = awaiting.line(policy, Duration::ZERO, to_deadline);
                     tracing::info!("draining: {line}");
                     inbox.publish(|s| s.awaiting = Some(awaiting));
                 }
             }
         };
         let took = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let then = match policy {
+            DrainUntil::OutOfRotation => {
+                "Envoy closes its connections at a request boundary, and stops once no request is in flight"
+            }
+            _ => "Envoy is stopped as the policy says",
+        };
         match verdict {
             Verdict::Out(why) => {
                 tracing::info!(
                     took = %GoDuration(Duration::from_millis((took * 1000.0) as u64)),
-                    "out of rotation ({why}): Envoy closes its connections at a request boundary, and stops once no request is in flight"
+                    "out of rotation ({why}): {then}"
                 );
                 self.inbox.publish(|s| s.out_of_rotation_after_seconds = Some(took));
                 Ok(None)
             }
             Verdict::NotOut(waiting) => {
                 tracing::warn!(
-                    "NOT out of rotation by the wait's bound (was waiting for {waiting}): Envoy closes its connections and stops; \
+                    "NOT out of rotation by the wait's bound (was waiting for {waiting}): {then}; \
                      requests the load balancers still send are lost"
                 );
                 self.inbox.publish(|s| s.held_by = Some(waiting.clone()));

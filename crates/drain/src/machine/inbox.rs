@@ -79,7 +79,7 @@ impl Inbox {
                     });
                 }
             }
-            Some(Event::Drain(reply)) => {
+            Some(Event::Drain(_, reply)) => {
                 if self.drained {
                     let _ = reply.send(self.status.borrow().clone());
                 } else {
@@ -97,7 +97,7 @@ impl Inbox {
     pub(super) fn publish(&self, f: impl FnOnce(&mut Status)) {
         self.status.send_modify(|s| {
             f(s);
-            self.phase.set(s.phase);
+            self.phase.set(s.phase, s.kubelet.as_ref().map(|k| k.answer));
         });
     }
 }

@@ -3,10 +3,12 @@
 //!
 //! - [`gateway`]: the policy of a pod without an app, and the wait for the
 //!   load balancers' verdict (`out-of-rotation`);
-//! - [`inbox`]: the events that reach the machine while it waits.
+//! - [`inbox`]: the events that reach the machine while it waits;
+//! - [`reads`]: the reads of Envoy and the app while the policy waits.
 
 mod gateway;
 mod inbox;
+mod reads;
 
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -15,61 +17,15 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, Instant};
 
 use super::handle::{DrainHandle, Event};
+use super::kubelet::{Kubelet, KubeletAnswer};
 use super::plan::{DrainUntil, Plan};
-use super::policy::{log_done, waiting_on, DoneRule, Pacer, Progress, GONE_BEFORE};
-use super::ports::{Active, AppControl, ControlError, EnvoyControl, Exit, Rotation, Work};
+use super::policy::{log_done, waiting_on, DoneRule, Pacer, GONE_BEFORE};
+use super::ports::{AppControl, EnvoyControl, Exit, Rotation};
 use super::status::{Awaiting, Outcome, Phase, PhaseCell, Status, Trigger};
-use super::{DRAIN_CALL_TRIES, EXTERNAL_GONE_AFTER, WARN_EVERY};
+use super::DRAIN_CALL_TRIES;
 use inbox::{Inbox, Interrupt};
 use lifeguard_base::duration::GoDuration;
-use lifeguard_base::logging::Throttle;
-
-/// A read under a timeout: its answer, its failure, or no answer in time.
-enum Read<T, E = ControlError> {
-    Answered(T),
-    Failed(E),
-    TimedOut,
-}
-
-impl<T, E> Read<T, E> {
-    /// What `tokio::time::timeout` made of a read.
-    fn of(read: Result<Result<T, E>, tokio::time::error::Elapsed>) -> Read<T, E> {
-        match read {
-            Ok(Ok(answer)) => Read::Answered(answer),
-            Ok(Err(e)) => Read::Failed(e),
-            Err(_) => Read::TimedOut,
-        }
-    }
-
-    fn answered(&self) -> bool {
-        matches!(self, Read::Answered(_))
-    }
-}
-
-/// What the reads of one wait remember between them.
-struct Seen {
-    /// The count the policy counts at the last successful read.
-    left: Option<u64>,
-    /// Since when an external Envoy has refused connections.
-    refused_since: Option<Instant>,
-    progress: Progress,
-    read_warning: Throttle,
-    skipped_warning: Throttle,
-    app_warning: Throttle,
-}
-
-impl Default for Seen {
-    fn default() -> Self {
-        Self {
-            left: None,
-            refused_since: None,
-            progress: Progress::default(),
-            read_warning: Throttle::new(WARN_EVERY),
-            skipped_warning: Throttle::new(WARN_EVERY),
-            app_warning: Throttle::new(WARN_EVERY),
-        }
-    }
-}
+use reads::Seen;
 
 /// The drain state machine. Build it with [`Drain::new`] (and, for the
 /// `out-of-rotation` policy, [`Drain::with_rotation`]), run it with
@@ -81,6 +37,8 @@ pub struct Drain<E, A = (), R = ()> {
     rotation: R,
     /// Whether the drain's reads look at the app (decided when it begins).
     watch_app: bool,
+    /// How the kubelet is answered in this drain (decided when it begins).
+    kubelet: KubeletAnswer,
     inbox: Inbox,
     started: Option<Instant>,
 }
@@ -113,6 +71,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             app,
             rotation: (),
             watch_app: false,
+            kubelet: KubeletAnswer::NotServing,
             inbox,
             started: None,
         };
@@ -130,6 +89,7 @@ impl<E, A, R> Drain<E, A, R> {
             app: self.app,
             rotation,
             watch_app: self.watch_app,
+            kubelet: self.kubelet,
             inbox: self.inbox,
             started: self.started,
         }
@@ -151,9 +111,9 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                     self.inbox.publish(|s| s.stop_signal = Some(signal));
                     break Trigger::Signal(signal);
                 }
-                Some(Event::Drain(reply)) => {
+                Some(Event::Drain(asker, reply)) => {
                     self.inbox.waiters.push(reply);
-                    break Trigger::PostDrain;
+                    break asker.trigger();
                 }
                 Some(Event::Quit(reply)) => {
                     self.inbox.quit_reply = Some(reply);
@@ -190,35 +150,13 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         };
         // 1. Readiness derives from the phase: publishing it is the 503
         // (after the readiness-fail delay, when there is one).
-        let now_unix = lifeguard_base::duration::unix_now();
-        let stop_requested = self.inbox.stop_requested;
         let (delay, fail_delay) = (self.plan.drain_delay, self.plan.readiness_fail_delay);
         let first = match (delay.is_zero(), fail_delay.is_zero()) {
             (false, _) => Phase::Delaying,
             (true, false) => Phase::DrainingReady,
             (true, true) => waiting,
         };
-        let (policy, waiting_for) = (self.plan.drain_until, self.plan.waiting_for());
-        self.inbox.publish(|s| {
-            s.phase = first;
-            s.policy = policy;
-            s.waiting_for = waiting_for;
-            s.trigger = Some(trigger);
-            s.started_at = Some(now_unix);
-            s.deadline = Some(now_unix + self.plan.drain_deadline.as_secs_f64());
-            s.stop_requested = stop_requested;
-        });
-        let readiness = match first {
-            Phase::DrainingReady => format!("readiness fails in {}", GoDuration(fail_delay)),
-            _ => "readiness is 503".to_owned(),
-        };
-        tracing::info!(
-            %trigger,
-            policy = %self.plan.drain_until,
-            waiting_for = %self.plan.waiting_for(),
-            deadline_in = %GoDuration(self.plan.drain_deadline),
-            "drain started: {readiness}"
-        );
+        self.publish_start(trigger, first);
 
         // 2. Pre-drain delay.
         if !delay.is_zero() {
@@ -242,6 +180,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         if !gateway {
             self.fail_readiness_after(fail_delay, drain_began, deadline).await?;
         }
+        // The kubelet still sees the pod serving: kube-proxy may send the
+        // node's new connections here until the node's load balancer let
+        // the node go. Envoy, draining, accepts them until the verdict.
+        if self.plan.stop_waits_for_verdict(self.kubelet) {
+            held = self.wait_for_rotation(deadline).await?;
+        }
 
         // 4. The policy.
         let (mut left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
@@ -261,6 +205,45 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
 
         // 5. Stop Envoy.
         Ok(self.stop_and_conclude(left, cut, started).await)
+    }
+
+    /// Publishes the drain's start in its `first` phase, and how the
+    /// kubelet is answered in it (by what started it); logs it.
+    fn publish_start(&mut self, trigger: Trigger, first: Phase) {
+        let now_unix = lifeguard_base::duration::unix_now();
+        let stop_requested = self.inbox.stop_requested;
+        let (policy, waiting_for) = (self.plan.drain_until, self.plan.waiting_for());
+        self.kubelet = self.plan.kubelet_answer(trigger);
+        let kubelet = Kubelet::new(self.kubelet);
+        let deadline = now_unix + self.plan.drain_deadline.as_secs_f64();
+        self.inbox.publish(|s| {
+            s.phase = first;
+            s.policy = policy;
+            s.waiting_for = waiting_for;
+            s.trigger = Some(trigger);
+            s.kubelet = Some(kubelet);
+            s.started_at = Some(now_unix);
+            s.deadline = Some(deadline);
+            s.stop_requested = stop_requested;
+        });
+        let readiness = match (first, self.kubelet) {
+            (Phase::DrainingReady, _) => {
+                format!("readiness fails in {}", GoDuration(self.plan.readiness_fail_delay))
+            }
+            (_, KubeletAnswer::FollowsEnvoy) => {
+                "readiness is 503 for the load balancers; the kubelet's probe is answered 200 while Envoy \
+                 accepts new connections (the pod terminates: kube-proxy's fallback may still send here)"
+                    .to_owned()
+            }
+            _ => "readiness is 503".to_owned(),
+        };
+        tracing::info!(
+            %trigger,
+            policy = %self.plan.drain_until,
+            waiting_for = %self.plan.waiting_for(),
+            deadline_in = %GoDuration(self.plan.drain_deadline),
+            "drain started: {readiness}"
+        );
     }
 
     /// The policy is satisfied or the deadline came: publishes it and
@@ -323,8 +306,13 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
 
     /// Starts Envoy's graceful drain, retried within the deadline. A failure
     /// is logged; the drain goes on.
+    /// Envoy's listeners keep accepting until Envoy is stopped
+    /// (`skip_exit`) while Envoy keeps running after the drain (`POST
+    /// /drain`), and while the kubelet follows Envoy (its answer says Envoy
+    /// accepts new connections).
     async fn drain_listeners(&mut self, deadline: Instant) -> Result<(), Interrupt> {
-        let (skip_exit, scope) = (!self.inbox.stop_requested, self.plan.scope);
+        let skip_exit = !self.inbox.stop_requested || self.kubelet == KubeletAnswer::FollowsEnvoy;
+        let scope = self.plan.scope;
         for attempt in 1..=DRAIN_CALL_TRIES {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -428,101 +416,6 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         }
     }
 
-    /// One read of Envoy's active counts and, with `app-exit`, of the app's
-    /// work, side by side, each under `timeout`: Envoy's answer (Err: timed
-    /// out) and how long it took, and the app's (None: not watched).
-    async fn read_once(
-        &mut self,
-        timeout: Duration,
-    ) -> Result<(Read<Active>, Duration, Option<Read<Work, A::Error>>), Interrupt> {
-        let watch_app = self.watch_app;
-        let (envoy, app) = (&self.envoy, &self.app);
-        let envoy_read = async {
-            let started = Instant::now();
-            let read = tokio::time::timeout(timeout, envoy.active()).await;
-            (Read::of(read), started.elapsed())
-        };
-        let app_read = async {
-            match watch_app {
-                true => Some(Read::of(tokio::time::timeout(timeout, app.work()).await)),
-                false => None,
-            }
-        };
-        let ((read, took), app) = self
-            .inbox
-            .race(envoy, async { tokio::join!(envoy_read, app_read) })
-            .await?;
-        Ok((read, took, app))
-    }
-
-    /// Publishes what a read of Envoy found; the count the policy counts
-    /// in Envoy, when the read answered. An external Envoy that refuses
-    /// connections for [`EXTERNAL_GONE_AFTER`] is gone.
-    fn take_envoy_read(
-        &mut self,
-        read: Read<Active>,
-        timeout: Duration,
-        now: Instant,
-        seen: &mut Seen,
-    ) -> Result<Option<u64>, Interrupt> {
-        let error = match read {
-            Read::Answered(active) => {
-                seen.refused_since = None;
-                if !active.skipped.is_empty() && seen.skipped_warning.due(now) {
-                    for skipped in &active.skipped {
-                        tracing::warn!("not counted: {skipped}");
-                    }
-                }
-                self.inbox.publish(|s| {
-                    s.active_connections = Some(active.connections);
-                    s.active_requests = Some(active.requests);
-                    s.active_tcp = Some(active.tcp);
-                    s.last_read_error = None;
-                });
-                return Ok(Some(self.plan.count(&active)));
-            }
-            Read::Failed(e) => {
-                if matches!(e, ControlError::Refused(_)) && !self.envoy.is_child() {
-                    let since = *seen.refused_since.get_or_insert(now);
-                    if now.duration_since(since) >= EXTERNAL_GONE_AFTER {
-                        return Err(Interrupt::EnvoyGone);
-                    }
-                }
-                e.to_string()
-            }
-            Read::TimedOut => format!("the read did not finish within {}", GoDuration(timeout)),
-        };
-        if seen.read_warning.due(now) {
-            tracing::warn!(error = %error, "cannot read active counts; the drain goes on");
-        }
-        self.inbox.publish(|s| s.last_read_error = Some(error));
-        Ok(None)
-    }
-
-    /// Publishes what a look at the app found; the app's work, when known
-    /// (none, when the policy does not watch the app).
-    fn take_app_read(&mut self, read: Option<Read<Work, A::Error>>, now: Instant, seen: &mut Seen) -> Option<Work> {
-        let Some(read) = read else {
-            return Some(Work::default());
-        };
-        let work = match read {
-            Read::Answered(work) => work,
-            Read::Failed(e) => {
-                if seen.app_warning.due(now) {
-                    tracing::warn!(error = %e, "cannot see the app's sockets; the drain goes on");
-                }
-                return None;
-            }
-            Read::TimedOut => return None,
-        };
-        let (sockets, processes) = (work.sockets.len() as u64, work.processes.len() as u64);
-        self.inbox.publish(|s| {
-            s.app_sockets = Some(sockets);
-            s.app_processes = Some(processes);
-        });
-        Some(work)
-    }
-
     /// What the policy awaits (`words`), and the end of its own time while
     /// it runs (unix seconds, from the drain's published start).
     fn awaiting(&self, words: String, rule: &DoneRule, drain_began: Instant, now: Instant) -> Awaiting {
@@ -556,9 +449,14 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// Stops Envoy; `left` is what the policy counted still active, which
     /// is published with the `stopped` phase (one consistent final status).
     async fn stop_envoy(&mut self, left: Option<u64>) -> Exit {
+        let took = self.started.map(|t| t.elapsed().as_secs_f64());
         self.inbox.publish(|s| {
             s.phase = Phase::Stopping;
             s.left_at_stop = left;
+            // Envoy stops accepting: the kubelet's answer turns 503.
+            if let Some(kubelet) = &mut s.kubelet {
+                kubelet.not_serving_after_seconds = kubelet.not_serving_after_seconds.or(took);
+            }
         });
         let bound = self.plan.stop_bound(self.started, Instant::now());
         let exit = self.envoy.stop(bound).await;

@@ -1,0 +1,164 @@
+//! The drain's reads while it waits as the policy says: Envoy's active
+//! counts and the app's work, side by side, each under a timeout, and what
+//! a read found, published.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::inbox::Interrupt;
+use super::Drain;
+use crate::policy::Progress;
+use crate::ports::{Active, AppControl, ControlError, EnvoyControl, Rotation, Work};
+use crate::{EXTERNAL_GONE_AFTER, WARN_EVERY};
+use lifeguard_base::duration::GoDuration;
+use lifeguard_base::logging::Throttle;
+
+/// A read under a timeout: its answer, its failure, or no answer in time.
+pub(super) enum Read<T, E = ControlError> {
+    Answered(T),
+    Failed(E),
+    TimedOut,
+}
+
+impl<T, E> Read<T, E> {
+    /// What `tokio::time::timeout` made of a read.
+    pub(super) fn of(read: Result<Result<T, E>, tokio::time::error::Elapsed>) -> Read<T, E> {
+        match read {
+            Ok(Ok(answer)) => Read::Answered(answer),
+            Ok(Err(e)) => Read::Failed(e),
+            Err(_) => Read::TimedOut,
+        }
+    }
+
+    pub(super) fn answered(&self) -> bool {
+        matches!(self, Read::Answered(_))
+    }
+}
+
+/// What the reads of one wait remember between them.
+pub(super) struct Seen {
+    /// The count the policy counts at the last successful read.
+    pub(super) left: Option<u64>,
+    /// Since when an external Envoy has refused connections.
+    refused_since: Option<Instant>,
+    pub(super) progress: Progress,
+    read_warning: Throttle,
+    skipped_warning: Throttle,
+    app_warning: Throttle,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Self {
+            left: None,
+            refused_since: None,
+            progress: Progress::default(),
+            read_warning: Throttle::new(WARN_EVERY),
+            skipped_warning: Throttle::new(WARN_EVERY),
+            app_warning: Throttle::new(WARN_EVERY),
+        }
+    }
+}
+
+impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
+    /// One read of Envoy's active counts and, with `app-exit`, of the app's
+    /// work, side by side, each under `timeout`: Envoy's answer (Err: timed
+    /// out) and how long it took, and the app's (None: not watched).
+    pub(super) async fn read_once(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(Read<Active>, Duration, Option<Read<Work, A::Error>>), Interrupt> {
+        let watch_app = self.watch_app;
+        let (envoy, app) = (&self.envoy, &self.app);
+        let envoy_read = async {
+            let started = Instant::now();
+            let read = tokio::time::timeout(timeout, envoy.active()).await;
+            (Read::of(read), started.elapsed())
+        };
+        let app_read = async {
+            match watch_app {
+                true => Some(Read::of(tokio::time::timeout(timeout, app.work()).await)),
+                false => None,
+            }
+        };
+        let ((read, took), app) = self
+            .inbox
+            .race(envoy, async { tokio::join!(envoy_read, app_read) })
+            .await?;
+        Ok((read, took, app))
+    }
+
+    /// Publishes what a read of Envoy found; the count the policy counts
+    /// in Envoy, when the read answered. An external Envoy that refuses
+    /// connections for [`EXTERNAL_GONE_AFTER`] is gone.
+    pub(super) fn take_envoy_read(
+        &mut self,
+        read: Read<Active>,
+        timeout: Duration,
+        now: Instant,
+        seen: &mut Seen,
+    ) -> Result<Option<u64>, Interrupt> {
+        let error = match read {
+            Read::Answered(active) => {
+                seen.refused_since = None;
+                if !active.skipped.is_empty() && seen.skipped_warning.due(now) {
+                    for skipped in &active.skipped {
+                        tracing::warn!("not counted: {skipped}");
+                    }
+                }
+                self.inbox.publish(|s| {
+                    s.active_connections = Some(active.connections);
+                    s.active_requests = Some(active.requests);
+                    s.active_tcp = Some(active.tcp);
+                    s.last_read_error = None;
+                });
+                return Ok(Some(self.plan.count(&active)));
+            }
+            Read::Failed(e) => {
+                if matches!(e, ControlError::Refused(_)) && !self.envoy.is_child() {
+                    let since = *seen.refused_since.get_or_insert(now);
+                    if now.duration_since(since) >= EXTERNAL_GONE_AFTER {
+                        return Err(Interrupt::EnvoyGone);
+                    }
+                }
+                e.to_string()
+            }
+            Read::TimedOut => format!("the read did not finish within {}", GoDuration(timeout)),
+        };
+        if seen.read_warning.due(now) {
+            tracing::warn!(error = %error, "cannot read active counts; the drain goes on");
+        }
+        self.inbox.publish(|s| s.last_read_error = Some(error));
+        Ok(None)
+    }
+
+    /// Publishes what a look at the app found; the app's work, when known
+    /// (none, when the policy does not watch the app).
+    pub(super) fn take_app_read(
+        &mut self,
+        read: Option<Read<Work, A::Error>>,
+        now: Instant,
+        seen: &mut Seen,
+    ) -> Option<Work> {
+        let Some(read) = read else {
+            return Some(Work::default());
+        };
+        let work = match read {
+            Read::Answered(work) => work,
+            Read::Failed(e) => {
+                if seen.app_warning.due(now) {
+                    tracing::warn!(error = %e, "cannot see the app's sockets; the drain goes on");
+                }
+                return None;
+            }
+            Read::TimedOut => return None,
+        };
+        let (sockets, processes) = (work.sockets.len() as u64, work.processes.len() as u64);
+        self.inbox.publish(|s| {
+            s.app_sockets = Some(sockets);
+            s.app_processes = Some(processes);
+        });
+        Some(work)
+    }
+}
