@@ -21,7 +21,17 @@
 //!   the 5 s minimum (as Istio's exit on zero connections, counting
 //!   requests); the requests that failed, and how long each pod's Envoy
 //!   lived past its load balancer's removal (negative: it stopped while
-//!   still in rotation).
+//!   still in rotation). The fixed and zero-requests rows answer the
+//!   kubelet 503 from SIGTERM, as those peers do
+//!   (`--terminating-readiness failing`);
+//! - `nodes`: a load balancer that checks the node (kube-proxy's
+//!   health-check node port, `externalTrafficPolicy: Local`), kube-proxy's
+//!   rules modelled on each node (`tests/common/nodes.rs`), every 10 s and
+//!   every 5 s, out after 3; a gateway and a sidecar's pod (the app's hook
+//!   the drain wait), at 200 and 2 requests a second; the kubelet answered
+//!   as Envoy is while the pod terminates (lifeguard's default) or 503 from
+//!   SIGTERM (`failing`, as Istio); a gateway's fixed 10 s drain beside
+//!   them.
 //!
 //! For each: the requests that failed, and per pod the time from its
 //! deletion to its app's SIGTERM (the hook's return), to the pod gone
@@ -49,6 +59,9 @@ fn main() {
     let rounds: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(1);
     if args.iter().any(|a| a == "gateways") {
         return gateways(rounds);
+    }
+    if args.iter().any(|a| a == "nodes") {
+        return nodes(rounds);
     }
     let hooks_table = args.iter().any(|a| a == "hooks");
     let none = || ("none", Hook::Sleep(Duration::ZERO));
@@ -148,11 +161,20 @@ fn gateways(rounds: usize) {
                 "time",
                 "--termination-drain-duration",
                 "10s",
+                "--terminating-readiness",
+                "failing",
             ],
         ),
         (
             "zero requests after 5 s",
-            &["--drain-scope", "all", "--drain-until", "requests"],
+            &[
+                "--drain-scope",
+                "all",
+                "--drain-until",
+                "requests",
+                "--terminating-readiness",
+                "failing",
+            ],
         ),
     ];
     println!("| load balancer | rate | gateway's drain | requests failed (of sent) | Envoy stopped after its removal, median (min, max) |");
@@ -185,6 +207,101 @@ fn gateways(rounds: usize) {
                         balancer.name(),
                         run.sent.len(),
                         median(lived),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The table of load balancers that check the node: each check, each pod,
+/// each rate, each rule for the kubelet's answer.
+fn nodes(rounds: usize) {
+    use common::nodes::{node_rolling_restart, NodeRollout, ProbeSpec};
+    use common::pod::Gateway;
+    let every = |s: u64| Check {
+        inter: Duration::from_secs(s),
+        fall: 3,
+        rise: 1,
+    };
+    const GRACE_75: &[&str] = &["--termination-grace-period", "75s"];
+    let gateway: [(&str, &[&str]); 3] = [
+        (
+            "out-of-rotation, the kubelet answered as Envoy is (lifeguard)",
+            &["--drain-scope", "all", "--termination-grace-period", "75s"],
+        ),
+        (
+            "out-of-rotation, the kubelet answered 503 from SIGTERM",
+            &[
+                "--drain-scope",
+                "all",
+                "--termination-grace-period",
+                "75s",
+                "--terminating-readiness",
+                "failing",
+            ],
+        ),
+        (
+            "fixed 10 s, 503 from SIGTERM",
+            &[
+                "--drain-scope",
+                "all",
+                "--termination-grace-period",
+                "75s",
+                "--drain-until",
+                "time",
+                "--termination-drain-duration",
+                "10s",
+                "--terminating-readiness",
+                "failing",
+            ],
+        ),
+    ];
+    let sidecar: [(&str, &[&str]); 2] = [
+        (
+            "GET /drain/wait, the kubelet answered as Envoy is (lifeguard)",
+            GRACE_75,
+        ),
+        (
+            "GET /drain/wait, the kubelet answered 503 from SIGTERM",
+            &[
+                "--termination-grace-period",
+                "75s",
+                "--terminating-readiness",
+                "failing",
+            ],
+        ),
+    ];
+    println!("| node checks | pod | rate | rule | requests failed (of sent) | the node let go after SIGTERM | Envoy stopped after the node was let go |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for check in [every(10), every(5)] {
+        for rate in [200, 2] {
+            let pods = gateway
+                .iter()
+                .map(|(rule, args)| ("gateway", Some(Gateway::Shipped), *rule, *args))
+                .chain(sidecar.iter().map(|(rule, args)| ("sidecar", None, *rule, *args)));
+            for (pod, kind, rule, args) in pods {
+                for _ in 0..rounds {
+                    let run = node_rolling_restart(&NodeRollout {
+                        check,
+                        rate,
+                        steady: Duration::from_secs(20),
+                        gateway: kind,
+                        agent_args: args,
+                        grace: Duration::from_secs(75),
+                        kubelet: ProbeSpec::SHIPPED,
+                    });
+                    let failed = run.run.sent.iter().filter(|s| s.answer != Ok(200)).count();
+                    let l = &run.run.left[0];
+                    let let_go = secs(l.deletion.started, l.down[0]);
+                    let stopped = l
+                        .deletion
+                        .envoy_stopped
+                        .map_or("-".into(), |t| format!("{:.2} s", secs(l.down[0], t)));
+                    println!(
+                        "| every {}s, out after 3 | {pod} | {rate}/s | {rule} | {failed} (of {}) | {let_go:.2} s | {stopped} |",
+                        check.inter.as_secs(),
+                        run.run.sent.len(),
                     );
                 }
             }

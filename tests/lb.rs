@@ -753,3 +753,179 @@ fn sparse_traffic_to_a_gateway_behind_a_load_balancer_that_never_checks_loses_no
 fn sparse_traffic_to_a_gateway_behind_a_load_balancer_checking_the_traffic_port_loses_nothing() {
     sparse_gateway(Balancer::TrafficPort(FAST), Gateway::Shipped, SCOPE_ALL, GRACE);
 }
+
+// ---------------------------------------------------------------------------
+// Load balancers that check the node (`externalTrafficPolicy: Local`):
+// kube-proxy's rules between them and the pods (`common::nodes`). The node's
+// health-check port fails as soon as its only endpoint terminates; its load
+// balancer takes the node out at its own pace, and until then kube-proxy
+// sends the node's new connections to the terminating pod only while the
+// kubelet's readiness probe of it passes. lifeguard answers the kubelet as
+// Envoy is while the pod terminates, and Envoy serves until the traffic
+// has stopped.
+
+use common::nodes::{choose, node_rolling_restart, Choice, Conditions, NodeRollout, NodeRun, ProbeSpec};
+
+/// kube-proxy's rules as the model applies them: a ready endpoint first;
+/// else a terminating one only while it is serving; else the node drops
+/// the connection.
+#[test]
+fn the_models_kube_proxy_sends_to_ready_then_to_serving_terminating_else_drops() {
+    let ep = |port: u16, serving: bool, terminating: bool| {
+        let addr = std::net::SocketAddr::from(([10, 0, 0, 1], port));
+        (format!("pod{port}"), addr, Conditions { serving, terminating })
+    };
+    let both = [ep(1, true, true), ep(2, true, false)];
+    assert_eq!(choose(&both, 0), (Choice::Ready, Some(both[1].1)));
+    let old = [ep(1, true, true)];
+    assert_eq!(choose(&old, 0), (Choice::TerminatingServing, Some(old[0].1)));
+    let failed = [ep(1, false, true), ep(2, false, false)];
+    assert_eq!(choose(&failed, 0), (Choice::Dropped, None));
+    assert_eq!(choose(&[], 0), (Choice::Dropped, None));
+}
+
+/// The pod's Envoy stopped after the load balancer let its node go (it
+/// served until then), within the quiet period and 3 s of it; the kubelet
+/// was answered 200 while the pod terminated, until Envoy stopped;
+/// lifeguard exited 0.
+fn assert_node_left_in_time(run: &NodeRun) {
+    let l = &run.run.left[0];
+    let d = &l.deletion;
+    let let_go = l.down[0];
+    let stopped = d
+        .envoy_stopped
+        .unwrap_or_else(|| panic!("Envoy did not stop\n{}", l.log));
+    let summary = l
+        .summary
+        .as_ref()
+        .unwrap_or_else(|| panic!("no exit summary\n{}", l.log));
+    let quiet = summary["load_balancers"]["quiet_period_seconds"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let after = secs(let_go, stopped);
+    eprintln!(
+        "SIGTERM -> the load balancer let the node go {:.2} s, Envoy stopped {:.2} s ({after:.2} s after, \
+         the quiet period {quiet:.2} s); kubelet: {}; {}",
+        secs(d.started, let_go),
+        secs(d.started, stopped),
+        summary["kubelet"],
+        run.nodes.join("; ")
+    );
+    assert!(
+        after >= 0.0,
+        "Envoy stopped {:.3} s before the load balancer let the node go\n{}",
+        -after,
+        l.log
+    );
+    assert!(
+        after <= quiet + 3.0,
+        "Envoy stopped {after:.3} s after the load balancer let the node go (quiet period {quiet:.2} s)\n{}",
+        l.log
+    );
+    let kubelet = &summary["kubelet"];
+    assert_eq!(kubelet["answer"], "follows_envoy", "{summary}");
+    assert!(kubelet["ready_probes"].as_u64() >= Some(1), "{summary}");
+    assert!(
+        kubelet["not_serving_after_seconds"].as_f64() >= Some(secs(d.started, let_go) - 1.0),
+        "the kubelet's answer turned before the node was let go: {summary}"
+    );
+    assert_eq!(d.exit_code, 0, "lifeguard's exit code\n{}", l.log);
+}
+
+/// A pod (a gateway of `gateway`'s shape, or a sidecar's with the drain
+/// wait's hook) replaced behind a load balancer checking the nodes with
+/// `check`, at `rate` requests a second: nothing lost, Envoy gone in time.
+fn behind_nodes(check: Check, gateway: Option<Gateway>, rate: u32) -> NodeRun {
+    let busy = rate > 10;
+    let _one = busy.then(|| ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner()));
+    // The node's checks take up to interval x threshold (and a second's
+    // lag); the quiet period at 2 a second, some 16 s: 75 s fits both.
+    let grace = Duration::from_secs(75);
+    let args: &[&str] = match gateway {
+        Some(_) => &["--drain-scope", "all", "--termination-grace-period", "75s"],
+        None => &["--termination-grace-period", "75s"],
+    };
+    let run = node_rolling_restart(&NodeRollout {
+        check,
+        rate,
+        steady: match busy {
+            true => Duration::ZERO,
+            false => Duration::from_secs(20),
+        },
+        gateway,
+        agent_args: args,
+        grace,
+        kubelet: ProbeSpec::SHIPPED,
+    });
+    assert_nothing_lost(&run.run);
+    assert_node_left_in_time(&run);
+    run
+}
+
+/// An AWS NLB's defaults with instance targets: every 10 s, out after 3.
+const NODE_EVERY_10S: Check = Check {
+    inter: Duration::from_secs(10),
+    fall: 3,
+    rise: 1,
+};
+/// Every 5 s, out after 3.
+const NODE_EVERY_5S: Check = Check {
+    inter: Duration::from_secs(5),
+    fall: 3,
+    rise: 1,
+};
+
+#[test]
+fn a_gateway_behind_a_load_balancer_checking_its_node_every_10s_loses_nothing() {
+    behind_nodes(NODE_EVERY_10S, Some(Gateway::Shipped), 200);
+}
+
+#[test]
+fn a_sidecars_pod_behind_a_load_balancer_checking_its_node_every_5s_loses_nothing() {
+    behind_nodes(NODE_EVERY_5S, None, 200);
+}
+
+#[test]
+fn sparse_traffic_to_a_gateway_behind_a_load_balancer_checking_its_node_every_5s_loses_nothing() {
+    behind_nodes(NODE_EVERY_5S, Some(Gateway::IstioShaped), 2);
+}
+
+#[test]
+fn sparse_traffic_to_a_sidecars_pod_behind_a_load_balancer_checking_its_node_every_10s_loses_nothing() {
+    behind_nodes(NODE_EVERY_10S, None, 2);
+}
+
+/// The model tells the two rules apart: a pod that fails the kubelet's
+/// probe at SIGTERM (`--terminating-readiness failing`, the older rule;
+/// Istio's) has opted out of kube-proxy's fallback, and the node drops
+/// what its load balancer still sends once the kubelet has seen the
+/// failures (here every 2 s, 2 failures: before the load balancer's 5 s x
+/// 3), while Envoy itself would still serve.
+#[test]
+fn a_pod_failing_the_kubelets_probe_at_sigterm_loses_the_nodes_traffic() {
+    let _one = ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = node_rolling_restart(&NodeRollout {
+        check: NODE_EVERY_5S,
+        rate: 200,
+        steady: Duration::ZERO,
+        gateway: Some(Gateway::Shipped),
+        agent_args: &["--drain-scope", "all", "--terminating-readiness", "failing"],
+        grace: GRACE,
+        kubelet: ProbeSpec {
+            period: Duration::from_secs(2),
+            failure_threshold: 2,
+            timeout: Duration::from_secs(1),
+        },
+    });
+    let failed = run.run.sent.iter().filter(|s| s.answer != Ok(200)).count();
+    let l = &run.run.left[0];
+    eprintln!(
+        "{failed} of {} lost; {}; kubelet: {}",
+        run.run.sent.len(),
+        run.nodes.join("; "),
+        l.summary.as_ref().map_or("-".into(), |s| s["kubelet"].to_string())
+    );
+    assert!(failed > 0, "nothing lost\n{}", run.nodes.join("\n"));
+    assert!(run.dropped[0] > 0, "node0 dropped nothing: {}", run.nodes[0]);
+    assert_eq!(l.summary.as_ref().unwrap()["kubelet"]["answer"], "not_serving");
+}

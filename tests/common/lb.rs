@@ -89,6 +89,28 @@ impl Lan {
         Ipv4Addr::new(a, b, c, 10 + slot)
     }
 
+    /// Node `i`'s address on the LAN.
+    pub fn node_ip(&self, i: u8) -> Ipv4Addr {
+        let [a, b, c] = self.prefix;
+        Ipv4Addr::new(a, b, c, 50 + i)
+    }
+
+    /// Gives the LB host node `i`'s address, where its kube-proxy runs
+    /// (`common::nodes`).
+    pub fn add_node(&self, i: u8) -> Ipv4Addr {
+        let addr = self.node_ip(i);
+        ip(&[
+            "-n",
+            &self.host.name,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            BRIDGE,
+        ]);
+        addr
+    }
+
     /// Joins `pod` to the LAN at `slot`: a veth pair, one end in the pod's
     /// network namespace with the slot's address, the other on the bridge.
     /// Returns once the LB host reaches the pod there (Envoy's status
@@ -188,6 +210,11 @@ pub enum Balancer {
     /// host at once); with `http2`, its requests to the pods over HTTP/2
     /// connections it pools.
     Envoy { inter: Duration, http2: bool },
+    /// HAProxy in TCP mode (an L4 load balancer: a connection to a node
+    /// per client connection) in front of nodes, not pods: each node's
+    /// NodePort, health-checked on kube-proxy's health-check node port
+    /// (`common::nodes`), each node unhealthy until its first passed check.
+    Nodes(Check),
 }
 
 impl Balancer {
@@ -201,6 +228,7 @@ impl Balancer {
             Balancer::Envoy { inter, http2: true } => {
                 format!("Envoy checking 15021 every {inter:?}, HTTP/2 to the pods")
             }
+            Balancer::Nodes(c) => format!("HAProxy checking each node's health-check node port ({})", check(c)),
         }
     }
 }
@@ -288,7 +316,7 @@ impl Front {
                 sink.lock().unwrap().push((SystemTime::now(), line));
             }
         });
-        Front {
+        let front = Front {
             kind,
             child,
             events,
@@ -300,7 +328,20 @@ impl Front {
             source,
             frontend,
             _dir: dir,
+        };
+        if let Balancer::Nodes(_) = kind {
+            // A new target is unhealthy until it passes a check (as a
+            // cloud load balancer's target group); HAProxy starts servers
+            // up.
+            let socket = front.admin_socket.clone();
+            wait_for("HAProxy's runtime API", Duration::from_secs(10), || {
+                std::os::unix::net::UnixStream::connect(&socket).map(drop)
+            });
+            for (name, _) in servers {
+                front.runtime(&format!("set server be/{name} health down"));
+            }
         }
+        front
     }
 
     /// When this balancer last took `server` in (`up`) or out of rotation:
@@ -340,7 +381,7 @@ impl Front {
         let (group, up) = match self.kind {
             Balancer::Haproxy(_) | Balancer::TrafficPort(_) => ("new", false),
             Balancer::Envoy { .. } => ("old", true),
-            Balancer::Endpoints => return,
+            Balancer::Endpoints | Balancer::Nodes(_) => return,
         };
         for k in 0..3 {
             self.wait_marked(&format!("{group}{k}"), up, Duration::from_secs(10));
@@ -473,9 +514,13 @@ fn haproxy_config(
     admin_socket: &Path,
 ) -> String {
     let ms = |d: Duration| d.as_millis();
+    let mode = match kind {
+        Balancer::Nodes(_) => "tcp",
+        _ => "http",
+    };
     let mut cfg = format!(
         "global\n  maxconn 2000\n  stats socket {} level admin\n\
-         defaults\n  mode http\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n  retries 0\n\
+         defaults\n  mode {mode}\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n  retries 0\n\
          frontend fe\n  bind {frontend}\n  default_backend be\n\
          backend be\n  balance roundrobin\n  source {}\n",
         admin_socket.display(),
@@ -488,6 +533,13 @@ fn haproxy_config(
             ms(c.inter),
             c.fall,
             c.rise
+        ),
+        Balancer::Nodes(c) => format!(
+            "  option httpchk\n  http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host node\n\
+             \x20 default-server inter {}ms fall {} rise 1 check port {}\n",
+            ms(c.inter),
+            c.fall,
+            crate::nodes::HEALTH_CHECK_NODE_PORT,
         ),
         Balancer::TrafficPort(c) => format!(
             "  option httpchk\n  http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host pod hdr User-Agent ELB-HealthChecker/2.0\n\
@@ -801,8 +853,8 @@ pub struct Left {
     pub down: Vec<SystemTime>,
     /// lifeguard's log (what the drain wait said).
     pub log: String,
-    /// lifeguard's exit summary (the termination message of a gateway's
-    /// pod), when there is one.
+    /// lifeguard's exit summary (the pod's termination message), when
+    /// there is one.
     pub summary: Option<serde_json::Value>,
 }
 

@@ -20,9 +20,10 @@
 //! | `pod.rs` | a pod of namespaces and cgroups around the real Envoy (`common::pod`) |
 //! | `gateway.rs` | ingress gateways' bootstraps, shaped as users write them (`common::gateway`) |
 //! | `lb.rs` | HAProxy in front of such pods, rolling restarts (`common::lb`) |
+//! | `nodes.rs` | load balancers that check the node: kube-proxy's rules (KEP-1669) on each node, the kubelet's probes, the EndpointSlice's conditions (`common::nodes`) |
 //! | `container.rs` | the image under podman, a pod played from Kubernetes YAML (`common::container`) |
 //!
-//! Everything above but `netns`, `pod`, `gateway`, `lb` and `container` is
+//! Everything above but `netns`, `pod`, `gateway`, `lb`, `nodes` and `container` is
 //! re-exported here (`use common::*`); those are used by their path.
 //!
 //! Every process and server started here is stopped when its handle drops,
@@ -43,6 +44,7 @@ pub mod gateway;
 pub mod lb;
 pub mod local_pod;
 pub mod netns;
+pub mod nodes;
 pub mod pod;
 pub mod ports;
 pub mod procs;

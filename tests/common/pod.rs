@@ -686,7 +686,12 @@ impl TestPod {
             ]);
             sockets
         });
-        if spec.gateway.is_some() {
+        // The exit summary, kept as the kubelet keeps it.
+        if !spec
+            .agent_args
+            .iter()
+            .any(|a| a.starts_with("--termination-message-path"))
+        {
             let message = dir.path().join("termination-log");
             argv.extend(["--termination-message-path".into(), message.display().to_string()]);
         }
@@ -788,7 +793,7 @@ impl TestPod {
     }
 
     /// lifeguard's exit summary, as it wrote it to the termination message
-    /// (a gateway's pod writes one; None when there is none).
+    /// (None when there is none).
     pub fn termination_message(&self) -> Option<serde_json::Value> {
         let text = std::fs::read_to_string(self.dir.path().join("termination-log")).ok()?;
         serde_json::from_str(&text).ok()
