@@ -223,7 +223,7 @@ pub(crate) mod tests {
         assert_eq!(s.settings.log.log, "info");
         assert!(s.settings.metrics.merge_envoy_metrics && !s.settings.drain.exit_on_zero_active_connections);
         assert_eq!(s.plan.envoy.stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 34);
+        assert_eq!(eff.len(), 35);
         assert_eq!(
             (
                 s.settings.drain_wait.drain_wait_unhealthy_threshold,
@@ -247,6 +247,10 @@ pub(crate) mod tests {
         assert_eq!(s.settings.status.control_socket, ControlSocket(None));
         assert!(s.settings.status.loopback_control);
         assert_eq!(s.settings.drain.readiness_fail_delay, Duration::ZERO);
+        assert_eq!(
+            s.plan.drain.terminating_readiness(),
+            lifeguard_drain::TerminatingReadiness::Serving
+        );
         assert_eq!(s.settings.log.log_format, LogFormat::Text);
         assert_eq!(s.settings.metrics.linger, Duration::ZERO);
         assert_eq!(s.settings.exit.termination_message_path, MessagePath::Auto);

@@ -48,10 +48,10 @@ pub struct Settings {
     #[serde(with = "span")]
     pub drain_delay: Duration,
 
-    /// Start Envoy's drain at once but keep readiness answering as Envoy
-    /// does for this long (the opposite order of --drain-delay): a
-    /// terminating endpoint that still reports ready keeps the traffic that
-    /// falls back to it (KEP-1669), and Envoy closes it gracefully.
+    /// Start Envoy's drain at once but keep readiness answering the load
+    /// balancers as Envoy does for this long (the opposite order of
+    /// --drain-delay), as Envoy Gateway's healthCheckFailureDelay: they
+    /// see the 503 only then.
     #[arg(long, env = "LIFEGUARD_READINESS_FAIL_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
     #[serde(with = "span")]
     pub readiness_fail_delay: Duration,
