@@ -359,4 +359,10 @@ fn log_start(plan: &Plan, local: std::net::SocketAddr, drain_until: DrainUntil, 
         loopback_control = plan.status.access.loopback,
         "lifeguard listening"
     );
+    for (fits, words) in plan.drain_wait.declared_budgets(drain_until) {
+        match fits {
+            true => tracing::info!("{words}"),
+            false => tracing::warn!("{words}"),
+        }
+    }
 }

@@ -88,7 +88,13 @@ pub fn check_report(plan: &Plan, effective: &[Effective]) -> usize {
     if !plan.proxy_config_unused.is_empty() {
         println!("PROXY_CONFIG fields not used: {}", plan.proxy_config_unused.join(", "));
     }
-    let warnings = plan.drain.warnings();
+    let mut warnings = plan.drain.warnings();
+    for (fits, words) in plan.drain_wait.declared_budgets(plan.drain.drain_until()) {
+        match fits {
+            true => println!("{words}"),
+            false => warnings.push(words),
+        }
+    }
     for w in &warnings {
         eprintln!("lifeguard check: {w}");
     }

@@ -223,7 +223,7 @@ pub(crate) mod tests {
         assert_eq!(s.settings.log.log, "info");
         assert!(s.settings.metrics.merge_envoy_metrics && !s.settings.drain.exit_on_zero_active_connections);
         assert_eq!(s.plan.envoy.stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 35);
+        assert_eq!(eff.len(), 36);
         assert_eq!(
             (
                 s.settings.drain_wait.drain_wait_unhealthy_threshold,

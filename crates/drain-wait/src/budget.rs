@@ -18,8 +18,17 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::checkers::{Checker, CheckerKey};
+use super::quiet::{quiet_period, Rate};
 use super::rule::ms;
+use super::settings::Checks;
+use super::DrainWaitPlan;
 use lifeguard_base::duration::GoDuration;
+use lifeguard_drain::DrainUntil;
+
+/// How late a load balancer, or kube-proxy (for one that checks the
+/// node), learns of the pod's deletion: allowed for a declared load
+/// balancer's checks.
+pub const DECLARED_LAG: Duration = Duration::from_secs(1);
 
 /// The slowest learned checker against the grace period (`GET /drain`'s
 /// `drain_wait.budget`).
@@ -139,6 +148,98 @@ pub(crate) fn warning(budget: &Budget, checker: &Checker, needs: &Needs) -> Stri
     words
 }
 
+/// The quiet period a declared load balancer's budget assumes before any
+/// traffic is known (`lifeguard check`, start-up): one request a second's.
+pub(crate) fn assumed_quiet(plan: &DrainWaitPlan, policy: DrainUntil) -> Duration {
+    let one_a_second = Rate {
+        per_second: 1.0,
+        arrived: 60,
+        over: Duration::from_secs(60),
+    };
+    quiet_period(Some(one_a_second), plan.min_quiet_period, plan.bound_under(policy))
+}
+
+/// Each declared load balancer's checks (`--load-balancer-checks`)
+/// against the grace period under the drain's `policy`, with the quiet
+/// period `quiet`.
+pub(crate) fn declared(plan: &DrainWaitPlan, policy: DrainUntil, quiet: Duration) -> Vec<(Checks, Budget)> {
+    plan.load_balancer_checks
+        .iter()
+        .map(|checks| {
+            let needed = plan.fails_after
+                + checks.takes()
+                + DECLARED_LAG
+                + quiet
+                + plan.shutdown_margin
+                + plan.app_time_under(policy);
+            let budget = Budget {
+                fits: needed <= plan.grace_period,
+                checker: format!(
+                    "a load balancer checking every {}, out after {} (--load-balancer-checks)",
+                    GoDuration(checks.interval),
+                    checks.threshold
+                ),
+                checker_takes_seconds: checks.takes().as_secs_f64(),
+                needed_grace_period_seconds: round_up(needed).as_secs_f64(),
+                grace_period_seconds: plan.grace_period.as_secs_f64(),
+                needed_checker_timeout_seconds: None,
+            };
+            (*checks, budget)
+        })
+        .collect()
+}
+
+/// The words for a declared load balancer's budget: what it needs, of
+/// what, against the grace period.
+pub(crate) fn declared_words(
+    plan: &DrainWaitPlan,
+    policy: DrainUntil,
+    (quiet, of): (Duration, &str),
+    budget: &Budget,
+) -> String {
+    let app = plan.app_time_under(policy);
+    let app = match app.is_zero() {
+        true => String::new(),
+        false => format!(" + the app's {}", GoDuration(app)),
+    };
+    let delay = match plan.fails_after.is_zero() {
+        true => String::new(),
+        false => format!("the {} readiness-fail delay + ", GoDuration(plan.fails_after)),
+    };
+    format!(
+        "{} needs a grace period of {}s ({delay}{} + {} for the change to reach it + the {} quiet period{of} + the {} shutdown margin{app}), and the pod's is {}{}",
+        budget.checker,
+        budget.needed_grace_period_seconds,
+        GoDuration(ms(Duration::from_secs_f64(budget.checker_takes_seconds))),
+        GoDuration(DECLARED_LAG),
+        GoDuration(ms(quiet)),
+        GoDuration(plan.shutdown_margin),
+        GoDuration(plan.grace_period),
+        match budget.fits {
+            true => ": it fits",
+            false => ": set terminationGracePeriodSeconds to at least that, or requests it still sends are lost",
+        }
+    )
+}
+
+impl DrainWaitPlan {
+    /// What `lifeguard check` and start-up say of each declared load
+    /// balancer's checks under the drain's `policy`, the quiet period
+    /// assumed (one request a second's): whether it fits, and the words.
+    pub fn declared_budgets(&self, policy: DrainUntil) -> Vec<(bool, String)> {
+        let quiet = assumed_quiet(self, policy);
+        declared(self, policy, quiet)
+            .iter()
+            .map(|(_, b)| {
+                (
+                    b.fits,
+                    declared_words(self, policy, (quiet, " of a request a second"), b),
+                )
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,5 +343,48 @@ mod tests {
         assert!(budget.fits);
         // None learned: nothing to say.
         assert!(slowest(&Checkers::default().snapshot(), &sidecar, now).is_none());
+    }
+
+    /// A declared load balancer (one that checks the node, which no probe
+    /// shows) is weighed as a learned one is: its interval x threshold, a
+    /// second for the change to reach it, the quiet period and the margin.
+    #[test]
+    fn a_declared_load_balancers_checks_are_weighed_against_the_grace_period() {
+        use crate::settings::checks;
+        assert_eq!(
+            checks::parse("10sx3").unwrap(),
+            Checks {
+                interval: Duration::from_secs(10),
+                threshold: 3
+            }
+        );
+        for same in ["10s x 3", "10s*3", "10s×3"] {
+            assert_eq!(checks::parse(same).unwrap(), checks::parse("10sx3").unwrap(), "{same}");
+        }
+        for bad in ["10s", "x3", "10sx0", "0sx3", "tenx3"] {
+            assert!(checks::parse(bad).is_err(), "{bad}");
+        }
+        let mut plan = DrainWaitPlan::for_tests();
+        plan.grace_period = Duration::from_secs(60);
+        plan.load_balancer_checks = vec![checks::parse("10sx3").unwrap(), checks::parse("20sx3").unwrap()];
+        let quiet = Duration::from_secs(5);
+        let budgets = declared(&plan, DrainUntil::OutOfRotation, quiet);
+        // 30 + 1 + 5 + 2 = 38 s fits 60 s; 60 + 1 + 5 + 2 = 68 s does not.
+        assert_eq!(budgets[0].1.needed_grace_period_seconds, 38.0);
+        assert!(budgets[0].1.fits);
+        assert_eq!(budgets[1].1.needed_grace_period_seconds, 68.0);
+        assert!(!budgets[1].1.fits);
+        // A sidecar's keeps the app's time too.
+        assert_eq!(
+            declared(&plan, DrainUntil::AppExit, quiet)[0]
+                .1
+                .needed_grace_period_seconds,
+            43.0
+        );
+        let said = plan.declared_budgets(DrainUntil::OutOfRotation);
+        assert!(
+            said[1].1.contains("needs a grace period of 70s") && !said[1].0,
+            "{said:?}"
+        );
     }
 }

@@ -58,7 +58,7 @@ use lifeguard_drain::{ControlError, DrainUntil};
 
 pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, WaitEnd, WaitState, WaitWhy};
-pub use settings::{range, threshold, Settings, ValueError};
+pub use settings::{checks, range, threshold, Checks, Settings, ValueError};
 pub use task::run;
 
 /// What other crates' tests read of the checker table (the `testing`
@@ -172,6 +172,9 @@ pub struct DrainWaitPlan {
     /// wait never outlasts `drain_deadline - app_time`, counted from the
     /// drain's start or from the hook's arrival, whichever is first.
     pub app_time: Duration,
+    /// The load balancers' checks as configured (`--load-balancer-checks`),
+    /// for the budget: those the drain wait cannot learn (the node's).
+    pub load_balancer_checks: Vec<Checks>,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -190,6 +193,7 @@ impl DrainWaitPlan {
             grace_period: Duration::from_secs(30),
             shutdown_margin: Duration::from_secs(2),
             app_time: Duration::from_secs(5),
+            load_balancer_checks: Vec::new(),
         }
     }
 }

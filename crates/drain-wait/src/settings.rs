@@ -18,6 +18,8 @@ pub enum ValueError {
     NotARange,
     #[error("expected a whole number from 1 to 100")]
     NotAThreshold,
+    #[error("expected a load balancer's checks as INTERVALxTHRESHOLD, for example 10sx3 (every 10 s, out after 3 failures in a row)")]
+    NotAChecks,
 }
 
 /// The drain wait's settings. In the file: the section `[drain_wait]`, a key a field.
@@ -63,6 +65,75 @@ pub struct Settings {
     #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_APP_TIME", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
     #[serde(with = "span")]
     pub drain_wait_app_time: Duration,
+
+    /// The health checks of the load balancers in front of the pod, as they
+    /// are configured, each INTERVALxTHRESHOLD (10sx3: every 10 s, out
+    /// after 3 failures in a row), comma-separated: `lifeguard check` and
+    /// start-up say whether the grace period covers each (its interval x
+    /// threshold, a second for the change to reach it, the quiet period
+    /// and the shutdown margin). For a load balancer that checks the node
+    /// (externalTrafficPolicy: Local), which the drain wait cannot learn.
+    #[arg(long = "load-balancer-checks", env = "LIFEGUARD_LOAD_BALANCER_CHECKS", value_name = "INTERVALxTHRESHOLD", value_delimiter = ',', value_parser = checks::parse)]
+    #[serde(
+        default,
+        deserialize_with = "checks::deserialize_all",
+        serialize_with = "checks::serialize_all"
+    )]
+    pub load_balancer_checks: Vec<Checks>,
+}
+
+/// A load balancer's checks as configured: every `interval`, out after
+/// `threshold` failures in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checks {
+    pub interval: Duration,
+    pub threshold: u32,
+}
+
+impl Checks {
+    /// How long it takes to let the pod go once its checks fail.
+    pub fn takes(&self) -> Duration {
+        self.interval.saturating_mul(self.threshold)
+    }
+}
+
+impl std::fmt::Display for Checks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}x{}",
+            lifeguard_base::duration::GoDuration(self.interval),
+            self.threshold
+        )
+    }
+}
+
+/// A load balancer's checks: `10sx3`, `10s x 3`, `10s*3` or `10s×3`.
+pub mod checks {
+    use super::*;
+
+    pub fn parse(s: &str) -> Result<Checks, ValueError> {
+        let s = s.trim();
+        let (interval, threshold) = ['×', '*', 'x']
+            .into_iter()
+            .find_map(|sep| s.rsplit_once(sep))
+            .ok_or(ValueError::NotAChecks)?;
+        let interval = lifeguard_base::duration::positive(interval.trim()).map_err(|_| ValueError::NotAChecks)?;
+        let threshold = super::threshold::parse(threshold).map_err(|_| ValueError::NotAChecks)?;
+        Ok(Checks { interval, threshold })
+    }
+
+    pub fn deserialize_all<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<Checks>, De::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        texts
+            .iter()
+            .map(|t| parse(t).map_err(|e| de::Error::custom(format!("{t:?}: {e}"))))
+            .collect()
+    }
+
+    pub fn serialize_all<S: serde::Serializer>(v: &[Checks], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(ToString::to_string))
+    }
 }
 
 impl Settings {
@@ -81,6 +152,7 @@ impl Settings {
             // Never more than half the deadline: a short grace period
             // still leaves the wait half of it.
             app_time: self.drain_wait_app_time.min(deadline / 2),
+            load_balancer_checks: self.load_balancer_checks.clone(),
         }
     }
 }

@@ -183,7 +183,24 @@ impl<T: Traffic> Sampler<'_, T> {
                 }
             }
         }
-        let budget = slowest.map(|(_, b)| b);
+        // The load balancers declared (those that check the node, which no
+        // probe shows), with the quiet period the traffic calls for now.
+        let declared = budget::declared(plan, policy, needs.quiet);
+        for (checks, budget) in &declared {
+            if !budget.fits && !self.budget.declared_warned.contains(checks) {
+                self.budget.declared_warned.push(*checks);
+                tracing::warn!(
+                    "drain wait: {}",
+                    budget::declared_words(plan, policy, (needs.quiet, " of the traffic now"), budget)
+                );
+            }
+        }
+        // The published budget is the one that needs the most.
+        let budget = slowest
+            .map(|(_, b)| b)
+            .into_iter()
+            .chain(declared.into_iter().map(|(_, b)| b))
+            .max_by(|a, b| a.needed_grace_period_seconds.total_cmp(&b.needed_grace_period_seconds));
         if self.publish.borrow().budget != budget {
             self.publish.send_modify(|s| s.budget = budget);
         }
@@ -195,6 +212,8 @@ impl<T: Traffic> Sampler<'_, T> {
 struct BudgetWatch {
     /// The checker a warning was logged for.
     warned: Option<CheckerKey>,
+    /// The declared load balancers a warning was logged for.
+    declared_warned: Vec<super::Checks>,
 }
 
 /// The task's parts once the drain has begun.
