@@ -93,10 +93,12 @@ fn broken_admin_answers_are_reasons_in_the_503_never_a_panic() {
 fn a_slow_read_during_an_exit_on_zero_drain_does_not_end_it_early() {
     let admin = FakeAdmin::start(AdminMode::Live);
     *admin.active_body.lock().unwrap() = "listener.127.0.0.1_15006.downstream_cx_active: 1\n".into();
+    // The policy's own reads (not the load balancers' verdict first).
     let mut agent = Agent::builder()
         .admin_url(admin.url())
         .args(&EXIT_ON_ZERO)
         .args(&["--admin-timeout", "300ms", "--termination-grace-period", "20s"])
+        .args(&["--terminating-readiness", "failing"])
         .ready();
     *admin.slow_next_active.lock().unwrap() = Some(Duration::from_secs(1));
     agent.signal(libc::SIGTERM);
@@ -189,7 +191,12 @@ fn signals_during_the_pre_drain_delay_start_one_drain_and_one_exit() {
     });
     assert_eq!(
         get(agent.status, "/healthz/ready").unwrap(),
-        (503, "not ready: draining\n".into())
+        (
+            503,
+            "not ready: draining (the pod terminates: load balancers are answered 503; \
+             the kubelet 200 while Envoy accepts new connections)\n"
+                .into()
+        )
     );
     agent.signal(libc::SIGTERM);
     agent.signal(libc::SIGINT);

@@ -433,7 +433,8 @@ fn the_deadline_counts_from_the_hook_not_from_sigterm() {
     let last = seen.last().expect("GET /drain answered");
     let window = last["deadline"].as_f64().unwrap() - last["started_at"].as_f64().unwrap();
     assert!((window - 5.0).abs() < 0.01, "{last}");
-    assert_eq!(s(last, "trigger"), "POST /drain", "{last}");
+    // The hook's drain is the pod's termination.
+    assert_eq!(s(last, "trigger"), "preStop hook", "{last}");
     // What Envoy was stopped with, from the exit summary (a record that
     // stays, not the moment Envoy takes to exit).
     let last_line = summary(&pod.agent.output());
@@ -501,7 +502,7 @@ fn the_outcome_is_read_at_the_stop_not_when_the_drain_time_ran_out() {
         "{last}"
     );
     assert!(
-        last.contains("trigger=\"POST /drain\"") && last.contains("stop_signal=\"SIGTERM\""),
+        last.contains("trigger=\"preStop hook\"") && last.contains("stop_signal=\"SIGTERM\""),
         "{last}"
     );
 }
@@ -650,7 +651,7 @@ fn a_native_sidecar_is_drained_by_its_prestop_and_stopped_by_the_late_sigterm() 
         "{last}"
     );
     assert!(
-        last.contains("trigger=\"POST /drain\"") && last.contains("stop_signal=\"SIGTERM\""),
+        last.contains("trigger=\"preStop hook\"") && last.contains("stop_signal=\"SIGTERM\""),
         "{last}"
     );
 }

@@ -318,6 +318,8 @@ fn slow_active_count_reads_make_the_drain_read_less_often() {
     let mut agent = Agent::builder()
         .admin_url(fake.url())
         .args(&["--drain-until", "connections", "--minimum-drain-duration", "100ms"])
+        // The policy's own reads (not the load balancers' verdict first).
+        .args(&["--terminating-readiness", "failing"])
         .ready();
     agent.signal(libc::SIGTERM);
     let code = agent.wait_exit(Duration::from_secs(20)).expect("the drain ends").code();

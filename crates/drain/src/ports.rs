@@ -59,6 +59,10 @@ pub trait EnvoyControl {
     fn exited(&self) -> impl Future<Output = ExitStatus> + Send;
     /// Whether Envoy is lifeguard's child (its exit is seen directly).
     fn is_child(&self) -> bool;
+    /// Whether Envoy's admin answers at all (a cheap call): how an Envoy
+    /// that is not lifeguard's child is seen gone while the drain waits on
+    /// something else than Envoy's counts.
+    fn answering(&self) -> impl Future<Output = Result<(), ControlError>> + Send;
 }
 
 /// What the app still holds, for the `app-exit` policy. `lifeguard_pod::app::Watcher`

@@ -141,6 +141,13 @@ impl EnvoyControl for FakeEnvoy {
     fn is_child(&self) -> bool {
         self.0.child
     }
+
+    async fn answering(&self) -> Result<(), ControlError> {
+        match (self.0.reads.lock().unwrap())(self.since()).1 {
+            Err(e @ ControlError::Refused(_)) => Err(e),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn plan(policy: DrainUntil) -> Plan {
@@ -1337,4 +1344,18 @@ async fn terminating_readiness_failing_answers_the_kubelet_503_from_the_start() 
     let kubelet = handle.status().kubelet.unwrap();
     assert_eq!(kubelet.answer, KubeletAnswer::NotServing);
     assert_eq!(envoy.stops(), [secs(5.0)]);
+}
+
+/// An Envoy beside lifeguard (not its child) that stops answering while
+/// the drain waits for the load balancers' verdict is seen gone within
+/// about a second, as when the drain reads its counts.
+#[tokio::test(start_paused = true)]
+async fn an_external_envoy_gone_while_the_drain_waits_for_the_verdict_ends_it() {
+    let envoy = FakeEnvoy::new(false, |t| if t < secs(3.0) { conns(0) } else { refused() });
+    let (task, handle) = start_with_rotation(serving(DrainUntil::Time), &envoy, &FakeRotation::new());
+    handle.signal(Signal::Term).await;
+    let outcome = task.await.unwrap();
+    assert_eq!(outcome, Outcome::EnvoyGone);
+    assert_between(envoy.since(), 4.0, 4.3);
+    assert!(envoy.stops().is_empty(), "nothing to stop");
 }

@@ -9,9 +9,9 @@ use tokio::time::{sleep_until, Instant};
 use super::inbox::Interrupt;
 use super::Drain;
 use crate::plan::{DrainScope, DrainUntil};
-use crate::ports::{AppControl, EnvoyControl, Rotation, Verdict};
+use crate::ports::{AppControl, ControlError, EnvoyControl, Rotation, Verdict};
 use crate::status::{Awaiting, Phase};
-use crate::PROGRESS_HEARTBEAT;
+use crate::{EXTERNAL_GONE_AFTER, PROGRESS_HEARTBEAT};
 use lifeguard_base::duration::GoDuration;
 
 impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
@@ -71,28 +71,38 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let policy = self.plan.drain_until;
         let verdict = rotation.verdict();
         tokio::pin!(verdict);
+        // An Envoy not lifeguard's child is seen gone by its admin refusing
+        // connections: nothing is read of it meanwhile but this.
+        let mut gone = GoneWatch::new(!envoy.is_child());
         // A progress line every few seconds while the load balancers let go
         // (the drain wait logs each of their steps once).
+        let mut next_line = Instant::now() + PROGRESS_HEARTBEAT;
         let verdict = loop {
-            let heartbeat = deadline.min(Instant::now() + PROGRESS_HEARTBEAT);
+            let tick = deadline.min(next_line).min(gone.next_look());
             let next = async {
                 tokio::select! {
                     verdict = &mut verdict => Some(verdict),
-                    _ = sleep_until(heartbeat) => None,
+                    _ = sleep_until(tick) => None,
                 }
             };
-            match inbox.race(envoy, next).await? {
-                Some(verdict) => break verdict,
-                None if Instant::now() >= deadline => {
-                    break Verdict::NotOut("the drain wait's verdict, by the deadline".to_owned())
-                }
-                None => {
-                    let awaiting = Awaiting::Rotation(rotation.waiting_for());
-                    let to_deadline = deadline.saturating_duration_since(Instant::now());
-                    let line = awaiting.line(policy, Duration::ZERO, to_deadline);
-                    tracing::info!("draining: {line}");
-                    inbox.publish(|s| s.awaiting = Some(awaiting));
-                }
+            if let Some(verdict) = inbox.race(envoy, next).await? {
+                break verdict;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Verdict::NotOut("the drain wait's verdict, by the deadline".to_owned());
+            }
+            if gone.due(now) {
+                let look = tokio::time::timeout(self.plan.admin_timeout, envoy.answering());
+                gone.saw(inbox.race(envoy, look).await?, Instant::now())?;
+            }
+            if now >= next_line {
+                next_line = now + PROGRESS_HEARTBEAT;
+                let awaiting = Awaiting::Rotation(rotation.waiting_for());
+                let to_deadline = deadline.saturating_duration_since(now);
+                let line = awaiting.line(policy, Duration::ZERO, to_deadline);
+                tracing::info!("draining: {line}");
+                inbox.publish(|s| s.awaiting = Some(awaiting));
             }
         };
         let took = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
@@ -120,5 +130,59 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 Ok(Some(waiting))
             }
         }
+    }
+}
+
+/// How often the admin of an Envoy not lifeguard's child is looked at while
+/// the drain waits for the load balancers.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// Whether an Envoy that is not lifeguard's child has gone: its admin
+/// refusing connections for [`EXTERNAL_GONE_AFTER`].
+struct GoneWatch {
+    /// Whether to look (a child's exit is seen directly).
+    looks: bool,
+    next: Instant,
+    refused_since: Option<Instant>,
+}
+
+impl GoneWatch {
+    fn new(looks: bool) -> GoneWatch {
+        GoneWatch {
+            looks,
+            next: Instant::now() + LOOK_EVERY,
+            refused_since: None,
+        }
+    }
+
+    /// When to look next (far away when it does not look).
+    fn next_look(&self) -> Instant {
+        match self.looks {
+            true => self.next,
+            false => self.next + Duration::from_secs(86_400),
+        }
+    }
+
+    fn due(&self, now: Instant) -> bool {
+        self.looks && now >= self.next
+    }
+
+    /// What a look found (None: no answer in time, which says nothing).
+    fn saw(
+        &mut self,
+        look: Result<Result<(), ControlError>, tokio::time::error::Elapsed>,
+        now: Instant,
+    ) -> Result<(), Interrupt> {
+        self.next = now + LOOK_EVERY;
+        match look {
+            Ok(Err(ControlError::Refused(_))) => {
+                let since = *self.refused_since.get_or_insert(now);
+                if now.duration_since(since) >= EXTERNAL_GONE_AFTER {
+                    return Err(Interrupt::EnvoyGone);
+                }
+            }
+            _ => self.refused_since = None,
+        }
+        Ok(())
     }
 }
