@@ -22,7 +22,7 @@ use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use crate::admin::{AdminClient, Endpoint};
+use crate::admin::{AdminClient, AdminError, Endpoint};
 use crate::counts::{active, control_error, CountsReader};
 use lifeguard_drain::{Active, ControlError, DrainScope, EnvoyControl, Exit};
 
@@ -200,6 +200,29 @@ impl Child {
     }
 }
 
+impl Envoy {
+    /// After an external Envoy acknowledged `/quitquitquit`: waits, within
+    /// `bound`, until its admin refuses connections (it has exited), so
+    /// that "stopped" means stopped (a container beside lifeguard's gets the
+    /// kubelet's SIGTERM only then: `GET /drain/stopped`).
+    async fn gone_within(&self, bound: Duration) {
+        let gone = async {
+            loop {
+                match self.admin.get_any(Endpoint::Ready, "/ready", 64).await {
+                    Err(AdminError::Connect { .. }) => return,
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        };
+        if tokio::time::timeout(bound, gone).await.is_err() {
+            tracing::warn!(
+                "Envoy still answered {} after /quitquitquit",
+                lifeguard_base::duration::GoDuration(bound)
+            );
+        }
+    }
+}
+
 impl EnvoyControl for Envoy {
     async fn drain_listeners(&self, scope: DrainScope, skip_exit: bool) -> Result<(), ControlError> {
         let path = match (scope, skip_exit) {
@@ -224,7 +247,10 @@ impl EnvoyControl for Envoy {
         match &self.process {
             Some(child) => Exit::Status(child.stop(bound).await),
             None => match self.admin.post(Endpoint::Quit, "/quitquitquit").await {
-                Ok(_) => Exit::Quit,
+                Ok(_) => {
+                    self.gone_within(bound).await;
+                    Exit::Quit
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot stop Envoy through its admin API");
                     Exit::Unreachable
@@ -243,6 +269,14 @@ impl EnvoyControl for Envoy {
 
     fn is_child(&self) -> bool {
         self.process.is_some()
+    }
+
+    async fn answering(&self) -> Result<(), ControlError> {
+        self.admin
+            .get_any(Endpoint::Ready, "/ready", 64)
+            .await
+            .map(drop)
+            .map_err(control_error)
     }
 }
 

@@ -7,6 +7,8 @@
 //! header map (an app probe's passes it on to the app, and answers with a
 //! new one); the readiness probe's allocates nothing.
 
+mod drain;
+
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -20,8 +22,8 @@ use tokio::time::Instant;
 
 use super::app_probe::{AppProbe, AppProber};
 use super::response::{Body, ResponseFuture};
-use lifeguard_base::duration::DurationError;
-use lifeguard_drain::{Asker, DrainHandle};
+use drain::{drain_wait, Control, DrainStatus, DrainStopped};
+use lifeguard_drain::DrainHandle;
 use lifeguard_drain_wait::{Checkers, DrainWait};
 use lifeguard_envoy::readiness::{Audience, Readiness};
 use lifeguard_metrics::linger;
@@ -88,6 +90,7 @@ enum Handler {
     Drain(Control),
     Quit(Control),
     DrainWait(DrainWait),
+    DrainStopped(DrainStopped),
     /// One of the app's probes, on its path.
     AppProbe(AppProbe),
     /// `/app-health/...` and `/app-lifecycle/...` paths no probe is
@@ -189,6 +192,7 @@ impl RoutesBuilder {
         };
         let exact = |p: &str| Path::Exact(p.into());
         let mut table = vec![read(exact("/healthz/ready"), Handler::Probe(self.probe))];
+        let drain_handle = self.drain.as_ref().map(|(drain, _)| drain.clone());
         if let Some(scrape) = self.scrape {
             table.push(read(exact("/stats/prometheus"), Handler::Scrape(scrape.clone())));
             table.push(read(exact("/metrics"), Handler::Scrape(scrape)));
@@ -216,6 +220,13 @@ impl RoutesBuilder {
             });
         }
         if let Some(drain_wait) = self.drain_wait {
+            if let Some(drain) = drain_handle {
+                let stopped = DrainStopped {
+                    drain,
+                    admission: drain_wait.clone(),
+                };
+                table.push(read(exact("/drain/stopped"), Handler::DrainStopped(stopped)));
+            }
             table.push(read(exact("/drain/wait"), Handler::DrainWait(drain_wait)));
         }
         if let Some(prober) = self.app_probes {
@@ -281,6 +292,7 @@ impl Handler {
             Handler::Drain(control) => control.drain(caller, req),
             Handler::Quit(control) => control.quit(caller, req),
             Handler::DrainWait(wait) => drain_wait(wait, caller, req),
+            Handler::DrainStopped(stopped) => stopped.answer(caller, req),
             Handler::AppProbe(probe) => app_probe(probe, req),
             Handler::NoAppProbe => {
                 let path = req.uri().path().to_owned();
@@ -364,178 +376,6 @@ impl Scrape {
     }
 }
 
-/// `GET|HEAD /drain`: the drain's status as JSON, with the drain wait's
-/// (`drain_wait`).
-struct DrainStatus {
-    drain: DrainHandle,
-    drain_wait: Option<DrainWait>,
-}
-
-impl DrainStatus {
-    fn answer<B>(&self, req: Request<B>) -> ResponseFuture {
-        #[derive(serde::Serialize)]
-        struct View {
-            #[serde(flatten)]
-            drain: lifeguard_drain::Status,
-            /// The progress line, written now.
-            progress: Option<String>,
-            drain_wait: Option<lifeguard_drain_wait::DrainWaitStatus>,
-        }
-        let drain = self.drain.status();
-        let view = View {
-            progress: drain.progress(lifeguard_base::duration::unix_now()),
-            drain,
-            drain_wait: self.drain_wait.as_ref().map(DrainWait::status),
-        };
-        let mut body = serde_json::to_vec(&view).unwrap_or_default();
-        body.push(b'\n');
-        let method = req.method().clone();
-        let mut headers = into_headers(req);
-        headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
-        finish(headers, &method, (StatusCode::OK, Bytes::from(body)))
-    }
-}
-
-/// `GET|HEAD /drain/wait[?timeout=D]`: the app container's preStop hook.
-/// Answers 200 with one line once the pod is out of rotation, or at its
-/// bound (the timeout, the drain's deadline less the app's time, Envoy
-/// stopping), saying which; 400 for a timeout that is not a duration.
-/// Starts nothing; any caller, those outside the pod a few waits at a
-/// time (429 past them).
-fn drain_wait<B>(wait: &DrainWait, caller: &Caller, req: Request<B>) -> ResponseFuture {
-    let timeout = wait_timeout(req.uri().query());
-    let method = req.method().clone();
-    let headers = into_headers(req);
-    let held = match caller.peer {
-        Some(peer) if !caller.is_loopback() => match wait.admit_remote(peer.ip()) {
-            Some(held) => Some(held),
-            None => {
-                let body = Bytes::from_static(b"too many drain waits held open from outside the pod\n");
-                return finish(headers, &method, (StatusCode::TOO_MANY_REQUESTS, body));
-            }
-        },
-        _ => None,
-    };
-    let timeout = match timeout {
-        Ok(timeout) => timeout,
-        Err(why) => {
-            return finish(
-                headers,
-                &method,
-                (StatusCode::BAD_REQUEST, Bytes::from(format!("{why}\n"))),
-            )
-        }
-    };
-    let wait = wait.clone();
-    ResponseFuture::waiting(async move {
-        let end = wait.wait(timeout).await;
-        drop(held);
-        respond(headers, &method, (StatusCode::OK, Bytes::from(end.line + "\n")))
-    })
-}
-
-/// A drain wait's `timeout` that is no Go duration.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid timeout {value:?}: {why}")]
-struct TimeoutError {
-    value: String,
-    why: DurationError,
-}
-
-/// The `timeout` of a drain wait's query string, a Go duration.
-fn wait_timeout(query: Option<&str>) -> Result<Option<std::time::Duration>, TimeoutError> {
-    let Some(value) = query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .find_map(|p| p.strip_prefix("timeout="))
-    else {
-        return Ok(None);
-    };
-    match lifeguard_base::duration::parse(value) {
-        Ok(timeout) => Ok(Some(timeout)),
-        Err(why) => Err(TimeoutError {
-            value: value.to_owned(),
-            why,
-        }),
-    }
-}
-
-/// `POST /drain[?nowait]` and `POST /quitquitquit`, for the callers this
-/// lets through (loopback when allowed, or the control socket): answered
-/// once the drain has begun (`nowait`), is drained, or Envoy has stopped.
-#[derive(Clone)]
-struct Control {
-    drain: DrainHandle,
-    access: ControlAccess,
-}
-
-impl Control {
-    /// Whether `caller` may drain or stop; the 403 body when not.
-    fn may(&self, caller: &Caller) -> Result<(), Bytes> {
-        if caller.control_socket {
-            return Ok(());
-        }
-        if !self.access.loopback {
-            let on = self.access.socket.as_deref().map_or("nowhere on TCP".into(), |p| {
-                format!("on the control socket {}", p.display())
-            });
-            return Err(Bytes::from(format!("forbidden: drain and stop are served {on} only\n")));
-        }
-        match caller.is_loopback() {
-            true => Ok(()),
-            false => Err(Bytes::from_static(b"forbidden: only loopback callers may do this\n")),
-        }
-    }
-
-    /// `POST /quitquitquit`: stops Envoy now; answers once it has stopped.
-    fn quit<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
-        let headers = into_headers(req);
-        if let Err(forbidden) = self.may(caller) {
-            return finish(headers, &Method::POST, (StatusCode::FORBIDDEN, forbidden));
-        }
-        let drain = self.drain.clone();
-        ResponseFuture::waiting(async move {
-            let answer = match drain.quit().await {
-                true => (StatusCode::OK, Bytes::from_static(b"OK\n")),
-                false => stopping(),
-            };
-            respond(headers, &Method::POST, answer)
-        })
-    }
-
-    /// `POST /drain[?nowait][&prestop]`: drains; answers once drained, or
-    /// once the drain has begun (`nowait`). `prestop`: the proxy's preStop
-    /// hook asks, the pod terminates (else an operator asks, and the pod
-    /// leaves its Service's endpoints: the kubelet is answered 503 too).
-    fn drain<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
-        let has = |name: &str| req.uri().query().is_some_and(|q| q.split('&').any(|p| p == name));
-        let (nowait, prestop) = (has("nowait"), has("prestop"));
-        let asker = match prestop {
-            true => Asker::PreStop,
-            false => Asker::Operator,
-        };
-        let mut headers = into_headers(req);
-        if let Err(forbidden) = self.may(caller) {
-            return finish(headers, &Method::POST, (StatusCode::FORBIDDEN, forbidden));
-        }
-        let drain = self.drain.clone();
-        ResponseFuture::waiting(async move {
-            let (status, drained) = match nowait {
-                true => (StatusCode::ACCEPTED, drain.begin(asker).await),
-                false => (StatusCode::OK, drain.drain(asker).await),
-            };
-            let answer = match drained {
-                Some(drained) => {
-                    headers.insert(CONTENT_TYPE, APPLICATION_JSON.clone());
-                    (status, status_json(&drained))
-                }
-                None => stopping(),
-            };
-            respond(headers, &Method::POST, answer)
-        })
-    }
-}
-
 /// `GET|HEAD /app-health/<container>/<kind>` and `/app-lifecycle/...`
 /// (the probes configured): the app's own probe, run now (see
 /// [`super::app_probe`]); the kubelet's headers are passed on to the app.
@@ -588,17 +428,4 @@ fn respond(mut headers: HeaderMap, method: &Method, (status, body): (StatusCode,
         std::mem::forget(fresh);
     }
     response
-}
-
-fn status_json(status: &lifeguard_drain::Status) -> Bytes {
-    let mut body = serde_json::to_vec(status).unwrap_or_default();
-    body.push(b'\n');
-    Bytes::from(body)
-}
-
-fn stopping() -> (StatusCode, Bytes) {
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Bytes::from_static(b"lifeguard is stopping\n"),
-    )
 }
