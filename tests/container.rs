@@ -530,8 +530,8 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
     assert_eq!(written["cut_by_deadline"], false);
 }
 
-/// Issue #40: the ingress gateway's manifest played by podman, deleted with
-/// a request in flight. Its only container is the proxy; its upstream lives
+/// The ingress gateway's kustomize base (`config/k8s/gateway/base`, what
+/// every overlay shares) played by podman, deleted with a request in flight. Its only container is the proxy; its upstream lives
 /// outside the pod (a service in the peer namespace, slow to answer
 /// `/slow`). At the deletion (SIGTERM, no preStop hook) readiness turns
 /// 503 and Envoy keeps serving: no load balancer checks this pod (the
@@ -544,7 +544,12 @@ fn the_ingress_gateway_manifest_played_by_podman_answers_the_request_in_flight()
     let (pid, n) = unique();
     let name = format!("lifeguard-test-{pid}-{n}");
     let dir: TempDir = temp_dir("kube");
-    let mut docs = manifest("config/k8s/ingress-gateway.yaml");
+    // Rendered as an operator renders it; the pod's documents kept (podman
+    // plays a pod and its ConfigMaps).
+    let mut docs: Vec<Value> = common::kustomize(&common::root().join("config/k8s/gateway/base"))
+        .into_iter()
+        .filter(|d| d["kind"] == "ConfigMap" || d["kind"] == "Deployment")
+        .collect();
     container_of(&mut docs, "proxy")["image"] = Value::from(images.proxy.as_str());
     // The backend: the peer service, outside the pod (the test's one
     // change to the bootstrap, as a user points it at theirs).

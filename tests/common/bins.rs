@@ -113,3 +113,23 @@ pub fn promtool(text: &str) -> (i32, String) {
     let (code, out, err) = run_with_stdin(Path::new("promtool"), &["check", "metrics"], text);
     (code, format!("{out}{err}"))
 }
+
+/// A kustomization rendered as an operator renders it (`kubectl
+/// kustomize DIR`; kubectl, with kustomize v5.5 in it, is on every
+/// machine here): its YAML documents.
+pub fn kustomize(dir: &Path) -> Vec<serde_norway::Value> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run kubectl ({e}): the suite renders the manifests with it"));
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_norway::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}

@@ -1,0 +1,447 @@
+//! A gateway operator deploys from the repository: `config/k8s/gateway/`,
+//! a kustomize base and an overlay per kind of load balancer. Each overlay
+//! renders (`kubectl kustomize`, as the operator runs it), validates
+//! against the Kubernetes API's schemas, keeps the production defaults of
+//! the base, and has a grace period that covers its load balancer's
+//! checks: the same numbers its load balancer is given (annotations, a
+//! BackendConfig) are lifeguard's `--load-balancer-checks`, and `lifeguard
+//! check` says the grace period covers them. A manifest whose grace period
+//! cannot fails, naming the overlay and the numbers.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `lifeguard check` with a container's `env` (the values given inline):
+/// its exit code and what it said.
+fn check_with_env(container: &Value) -> (Option<i32>, String) {
+    let mut cmd = Command::new(lifeguard_bin());
+    cmd.arg("check").env_clear();
+    for e in container["env"].as_sequence().into_iter().flatten() {
+        if let Some(value) = e["value"].as_str() {
+            cmd.env(e["name"].as_str().unwrap(), value);
+        }
+    }
+    let out = cmd.output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), said)
+}
+
+use serde_norway::Value;
+
+use common::{kustomize, lifeguard_bin, root};
+
+/// Every overlay, by directory name.
+const OVERLAYS: [&str; 4] = ["aws-nlb-ip", "aws-nlb-instance", "gke-neg", "node-checked"];
+
+fn gateway_dir() -> PathBuf {
+    root().join("config/k8s/gateway")
+}
+
+/// The rendered document of `kind`.
+fn doc<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}"))
+}
+
+/// The proxy container of the rendered Deployment.
+fn proxy(docs: &[Value]) -> &Value {
+    let containers = doc(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+        .as_sequence()
+        .unwrap();
+    assert_eq!(containers.len(), 1, "the proxy is a gateway pod's only container");
+    &containers[0]
+}
+
+/// The proxy's env variable `name`, if set.
+fn env(docs: &[Value], name: &str) -> Option<String> {
+    proxy(docs)["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str().map(str::to_owned))
+}
+
+/// The load balancer's checks as its own configuration gives them:
+/// (interval seconds, unhealthy threshold).
+fn load_balancer_checks(overlay: &str, docs: &[Value]) -> (u64, u64) {
+    let number = |v: &Value| {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .unwrap_or_else(|| panic!("{overlay}: not a number: {v:?}"))
+    };
+    match overlay {
+        "aws-nlb-ip" | "aws-nlb-instance" => {
+            let annotations = &doc(docs, "Service")["metadata"]["annotations"];
+            let a = |key: &str| {
+                number(&annotations[format!("service.beta.kubernetes.io/aws-load-balancer-{key}").as_str()])
+            };
+            (a("healthcheck-interval"), a("healthcheck-unhealthy-threshold"))
+        }
+        "gke-neg" => {
+            let check = &doc(docs, "BackendConfig")["spec"]["healthCheck"];
+            (number(&check["checkIntervalSec"]), number(&check["unhealthyThreshold"]))
+        }
+        // GKE's L4 load balancer's own health check of the nodes (its
+        // controller's defaults); MetalLB's, Azure's, an F5's: the operator's.
+        "node-checked" => (8, 3),
+        other => panic!("no load balancer known for {other}"),
+    }
+}
+
+/// Whether `overlay`'s rendering `docs` has a grace period that covers its
+/// load balancer: lifeguard is told the load balancer's own numbers, reads
+/// the pod's grace period, and `lifeguard check` (run with the proxy's
+/// env) says each fits. The reason when not, naming the overlay and the
+/// numbers.
+fn grace_covers_its_load_balancer(overlay: &str, docs: &[Value]) -> Result<String, String> {
+    let grace = doc(docs, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .ok_or(format!("{overlay}: no terminationGracePeriodSeconds"))?;
+    let told = env(docs, "TERMINATION_GRACE_PERIOD");
+    if told.as_deref() != Some(grace.to_string().as_str()) {
+        return Err(format!(
+            "{overlay}: TERMINATION_GRACE_PERIOD is {told:?}, the pod's grace period {grace} s"
+        ));
+    }
+    let (interval, threshold) = load_balancer_checks(overlay, docs);
+    let checks = format!("{interval}sx{threshold}");
+    let declared = env(docs, "LIFEGUARD_LOAD_BALANCER_CHECKS");
+    if declared.as_deref() != Some(checks.as_str()) {
+        return Err(format!(
+            "{overlay}: LIFEGUARD_LOAD_BALANCER_CHECKS is {declared:?}, its load balancer checks every {interval} s, out after {threshold}"
+        ));
+    }
+    let (code, said) = check_with_env(proxy(docs));
+    let line = said
+        .lines()
+        .find(|l| l.contains("(--load-balancer-checks) needs a grace period"))
+        .unwrap_or_default()
+        .to_owned();
+    let policy = said.lines().find(|l| l.starts_with("drain_until ")).unwrap_or_default();
+    if !policy.contains("out-of-rotation") {
+        return Err(format!("{overlay}: the policy is not out-of-rotation: {policy}"));
+    }
+    // A checker of the pod is let go no sooner than it takes.
+    if let Some(timeout) = env(docs, "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT") {
+        let timeout: u64 = timeout
+            .trim_end_matches('s')
+            .parse()
+            .map_err(|_| format!("{overlay}: {timeout}"))?;
+        if timeout < interval * threshold {
+            return Err(format!(
+                "{overlay}: LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT ({timeout} s) lets its checker go before its {} s",
+                interval * threshold
+            ));
+        }
+    }
+    match code {
+        Some(0) if line.ends_with("it fits") => Ok(line),
+        code => Err(format!(
+            "{overlay}: its grace period ({grace} s) does not cover its load balancer's checks (every {interval} s, out after {threshold}): lifeguard check exited {code:?}: {said}"
+        )),
+    }
+}
+
+#[test]
+fn every_overlay_renders_validates_and_its_grace_period_covers_its_load_balancer() {
+    for overlay in OVERLAYS {
+        let dir = gateway_dir().join("overlays").join(overlay);
+        let docs = kustomize(&dir);
+        let line = grace_covers_its_load_balancer(overlay, &docs).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{overlay}: {line}");
+        // What every overlay keeps of the base: production defaults.
+        let pod = &doc(&docs, "Deployment")["spec"]["template"]["spec"];
+        let proxy = proxy(&docs);
+        let security = &proxy["securityContext"];
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{overlay}");
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+            "{overlay}"
+        );
+        assert_eq!(security["allowPrivilegeEscalation"], false, "{overlay}");
+        assert_eq!(security["readOnlyRootFilesystem"], true, "{overlay}");
+        assert_eq!(security["capabilities"]["drop"][0], "ALL", "{overlay}");
+        assert!(proxy["resources"]["requests"]["cpu"].is_string(), "{overlay}: requests");
+        assert!(proxy["resources"]["limits"]["memory"].is_string(), "{overlay}: limits");
+        assert_eq!(
+            doc(&docs, "PodDisruptionBudget")["spec"]["maxUnavailable"],
+            1,
+            "{overlay}"
+        );
+        assert_eq!(
+            pod["topologySpreadConstraints"].as_sequence().map(Vec::len),
+            Some(2),
+            "{overlay}"
+        );
+        assert!(
+            doc(&docs, "Deployment")["spec"]["minReadySeconds"].as_u64() > Some(0),
+            "{overlay}"
+        );
+        assert_eq!(
+            doc(&docs, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+            "restricted"
+        );
+        assert_eq!(env(&docs, "LIFEGUARD_DRAIN_SCOPE").as_deref(), Some("all"), "{overlay}");
+        for probe in ["readinessProbe", "startupProbe"] {
+            assert_eq!(proxy[probe]["httpGet"]["path"], "/healthz/ready", "{overlay}: {probe}");
+        }
+        // The status port is not published on the load balancer.
+        let ports = doc(&docs, "Service")["spec"]["ports"].as_sequence().unwrap();
+        assert!(
+            ports.iter().all(|p| p["port"].as_u64() != Some(15021)),
+            "{overlay}: 15021 published"
+        );
+        validate(overlay, &docs);
+    }
+}
+
+/// `kubernetes-validate` on the rendered documents; kinds of other APIs
+/// (GKE's BackendConfig) have no schema there and are checked above.
+fn validate(overlay: &str, docs: &[Value]) {
+    let dir = common::temp_dir("kustomized");
+    let file = dir.path().join(format!("{overlay}.yaml"));
+    std::fs::write(&file, common::container::yaml_documents(docs)).unwrap();
+    let out = Command::new("kubernetes-validate")
+        .args(["--strict", "--kubernetes-version", "1.30.0"])
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|e| panic!("kubernetes-validate ({e}): pip install kubernetes-validate (scripts/test does)"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{overlay}: kubernetes-validate:\n{text}");
+    let ours = docs.iter().filter(|d| d["apiVersion"] != "cloud.google.com/v1").count();
+    assert_eq!(text.matches("passed for resource").count(), ours, "{overlay}: {text}");
+}
+
+/// Bad input: an overlay whose grace period cannot cover its load balancer
+/// (an operator's overlay of the NLB's, its checks slowed to every 30 s)
+/// fails, the message naming the overlay and the numbers.
+#[test]
+fn an_overlay_whose_grace_period_cannot_cover_its_load_balancer_fails_naming_it() {
+    // An operator's overlay beside the shipped ones, over the NLB's.
+    let dir = common::temp_dir("overlay");
+    let tree = dir.path().join("gateway");
+    for part in ["base", "overlays/aws-nlb-instance"] {
+        copy_dir(&gateway_dir().join(part), &tree.join(part));
+    }
+    let overlay = tree.join("overlays/slow-nlb");
+    std::fs::create_dir(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "resources:\n- ../aws-nlb-instance\npatches:\n- target: {kind: Service, name: ingress-gateway}\n  patch: |-\n    - op: replace\n      path: /metadata/annotations/service.beta.kubernetes.io~1aws-load-balancer-healthcheck-interval\n      value: \"30\"\n- target: {kind: Deployment, name: ingress-gateway}\n  patch: |-\n    - op: replace\n      path: /spec/template/spec/containers/0/env/4/value\n      value: 30sx3\n",
+    )
+    .unwrap();
+    let docs = kustomize(&overlay);
+    assert_eq!(env(&docs, "LIFEGUARD_LOAD_BALANCER_CHECKS").as_deref(), Some("30sx3"));
+    let error = grace_covers_its_load_balancer("aws-nlb-instance", &docs).unwrap_err();
+    assert!(
+        error.starts_with("aws-nlb-instance: its grace period (60 s) does not cover its load balancer's checks (every 30 s, out after 3)")
+            && error.contains("needs a grace period of 100s"),
+        "{error}"
+    );
+    // Told numbers other than its load balancer's: named too.
+    let mut docs = docs;
+    let annotations = &mut docs.iter_mut().find(|d| d["kind"] == "Service").unwrap()["metadata"]["annotations"];
+    annotations["service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval"] = Value::from("10");
+    let error = grace_covers_its_load_balancer("aws-nlb-instance", &docs).unwrap_err();
+    assert!(
+        error.contains("LIFEGUARD_LOAD_BALANCER_CHECKS is Some(\"30sx3\"), its load balancer checks every 10 s"),
+        "{error}"
+    );
+}
+
+/// Copies the files of `from` (a directory of files) to `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// The base's bootstrap is `config/envoy-gateway.yaml`, the image's: the
+/// same file.
+#[test]
+fn the_bases_bootstrap_is_the_images() {
+    let image = std::fs::read_to_string(root().join("config/envoy-gateway.yaml")).unwrap();
+    let base = std::fs::read_to_string(gateway_dir().join("base/envoy.yaml")).unwrap();
+    assert_eq!(
+        base, image,
+        "config/k8s/gateway/base/envoy.yaml drifted from config/envoy-gateway.yaml"
+    );
+    let docs = kustomize(&gateway_dir().join("base"));
+    let config = doc(&docs, "ConfigMap");
+    assert_eq!(config["data"]["envoy.yaml"].as_str(), Some(image.as_str()));
+}
+
+/// The rendered documents of `path` (a file of YAML documents).
+fn documents(text: &str) -> Vec<Value> {
+    serde_norway::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+/// The containers of a rendered workload, by name, in their order.
+fn containers(workload: &Value) -> Vec<&Value> {
+    workload["spec"]["template"]["spec"]["containers"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .collect()
+}
+
+fn named<'a>(containers: &[&'a Value], name: &str) -> &'a Value {
+    containers
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+/// The value of `container`'s env variable `name`.
+fn env_of(container: &Value, name: &str) -> Option<String> {
+    container["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str().map(str::to_owned))
+}
+
+/// Envoy Gateway's proxy Deployment (its shape: `tests/fixtures/
+/// envoy-gateway-deployment.yaml`) patched as Envoy Gateway patches it
+/// with `config/k8s/envoy-gateway/envoyproxy.yaml` (a strategic merge, as
+/// `kubectl patch --type strategic` does it): the shutdown manager gone,
+/// lifeguard beside Envoy over its admin, the envoy container's readiness
+/// probe and preStop hook on lifeguard, Envoy first; valid against the
+/// API's schemas, lifeguard's settings good, its grace period Envoy
+/// Gateway's.
+#[test]
+fn the_envoyproxy_resource_puts_lifeguard_in_place_of_envoy_gateways_shutdown_manager() {
+    let resource = std::fs::read_to_string(root().join("config/k8s/envoy-gateway/envoyproxy.yaml")).unwrap();
+    let resource = &documents(&resource)[0];
+    assert_eq!(resource["apiVersion"], "gateway.envoyproxy.io/v1alpha1");
+    assert_eq!(resource["kind"], "EnvoyProxy");
+    let patch = &resource["spec"]["provider"]["kubernetes"]["envoyDeployment"]["patch"];
+    assert_eq!(patch["type"], "StrategicMerge");
+    let dir = common::temp_dir("envoy-gateway");
+    let patch_file = dir.path().join("patch.json");
+    std::fs::write(&patch_file, serde_json::to_string(&patch["value"]).unwrap()).unwrap();
+    let out = Command::new("kubectl")
+        .args(["patch", "--local", "--type", "strategic", "-o", "yaml", "-f"])
+        .arg(root().join("tests/fixtures/envoy-gateway-deployment.yaml"))
+        .arg("--patch-file")
+        .arg(&patch_file)
+        .output()
+        .unwrap_or_else(|e| panic!("kubectl ({e}): it is on every machine here"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl patch: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deployment = &documents(&text)[0];
+    let list = containers(deployment);
+    let names: Vec<&str> = list.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["envoy", "lifeguard"], "Envoy first, the shutdown manager gone");
+    let envoy = named(&list, "envoy");
+    assert_eq!(envoy["readinessProbe"]["httpGet"]["port"], 19002);
+    assert_eq!(envoy["readinessProbe"]["httpGet"]["path"], "/healthz/ready");
+    assert_eq!(envoy["lifecycle"]["preStop"]["httpGet"]["port"], 19002);
+    assert_eq!(envoy["lifecycle"]["preStop"]["httpGet"]["path"], "/drain/stopped");
+    assert!(
+        envoy["livenessProbe"].is_null(),
+        "Envoy's /ready fails during a drain: no liveness on it"
+    );
+    let rendered = std::fs::read_to_string(root().join("tests/fixtures/envoy-gateway-deployment.yaml")).unwrap();
+    let rendered = &documents(&rendered)[0];
+    assert_eq!(
+        envoy["args"],
+        named(&containers(rendered), "envoy")["args"],
+        "Envoy Gateway's own arguments kept"
+    );
+    let lifeguard = named(&list, "lifeguard");
+    assert_eq!(
+        env_of(lifeguard, "LIFEGUARD_ADMIN_URL").as_deref(),
+        Some("http://127.0.0.1:19000")
+    );
+    assert_eq!(
+        env_of(lifeguard, "LIFEGUARD_STATUS_ADDR").as_deref(),
+        Some("0.0.0.0:19002")
+    );
+    let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap();
+    let drain_timeout: u64 = resource["spec"]["shutdown"]["drainTimeout"]
+        .as_str()
+        .and_then(|d| d.strip_suffix('s'))
+        .and_then(|d| d.parse().ok())
+        .unwrap();
+    assert_eq!(
+        drain_timeout + 300,
+        grace,
+        "Envoy Gateway's grace period: drainTimeout + 300 s"
+    );
+    assert_eq!(
+        env_of(lifeguard, "TERMINATION_GRACE_PERIOD"),
+        Some(grace.to_string()),
+        "lifeguard is told Envoy Gateway's grace period"
+    );
+    let (code, said) = check_with_env(lifeguard);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("drain_until") && said.contains("out-of-rotation"),
+        "{said}"
+    );
+    validate("envoy-gateway", std::slice::from_ref(deployment));
+}
+
+/// Contour's Envoy DaemonSet (its shape: `tests/fixtures/contour-envoy.yaml`)
+/// with `config/k8s/contour`'s patch, rendered by kustomize: the shutdown
+/// manager gone, lifeguard beside Envoy on the admin's Unix socket, the
+/// envoy container's readiness probe and preStop hook on lifeguard.
+#[test]
+fn the_contour_patch_puts_lifeguard_in_place_of_contours_shutdown_manager() {
+    let dir = common::temp_dir("contour");
+    let contour = root().join("config/k8s/contour");
+    for file in ["kustomization.yaml", "lifeguard-patch.yaml"] {
+        std::fs::copy(contour.join(file), dir.path().join(file)).unwrap();
+    }
+    std::fs::copy(
+        root().join("tests/fixtures/contour-envoy.yaml"),
+        dir.path().join("contour.yaml"),
+    )
+    .unwrap();
+    let docs = kustomize(dir.path());
+    let daemonset = doc(&docs, "DaemonSet");
+    let list = containers(daemonset);
+    let names: Vec<&str> = list.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["envoy", "lifeguard"], "Envoy first, the shutdown manager gone");
+    let envoy = named(&list, "envoy");
+    assert_eq!(envoy["readinessProbe"]["httpGet"]["port"], 8090);
+    assert_eq!(envoy["lifecycle"]["preStop"]["httpGet"]["path"], "/drain/stopped");
+    let lifeguard = named(&list, "lifeguard");
+    assert_eq!(lifeguard["image"], "registry.example.com/lifeguard-envoy:0.1.0");
+    assert_eq!(
+        env_of(lifeguard, "LIFEGUARD_ADMIN_URL").as_deref(),
+        Some("unix:///admin/admin.sock")
+    );
+    assert_eq!(lifeguard["volumeMounts"][0]["name"], "envoy-admin");
+    assert_eq!(lifeguard["volumeMounts"][0]["mountPath"], "/admin");
+    assert_eq!(
+        lifeguard["securityContext"]["runAsUser"], 65534,
+        "the admin socket's owner"
+    );
+    let grace = daemonset["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(env_of(lifeguard, "TERMINATION_GRACE_PERIOD"), Some(grace.to_string()));
+    let (code, said) = check_with_env(lifeguard);
+    assert_eq!(code, Some(0), "{said}");
+    validate("contour", &docs);
+}
