@@ -929,3 +929,92 @@ fn a_pod_failing_the_kubelets_probe_at_sigterm_loses_the_nodes_traffic() {
     assert!(run.dropped[0] > 0, "node0 dropped nothing: {}", run.nodes[0]);
     assert_eq!(l.summary.as_ref().unwrap()["kubelet"]["answer"], "not_serving");
 }
+
+// ---------------------------------------------------------------------------
+// Envoy Gateway's pods with lifeguard in place of the shutdown manager
+// (`config/k8s/envoy-gateway/envoyproxy.yaml`): Envoy in a container of its
+// own, bootstrapped as Envoy Gateway bootstraps it (admin on 19000, the
+// stats and ready listeners, the traffic listener over xDS), lifeguard
+// beside it over the admin, on 19002. The kubelet's side of a deletion:
+// the envoy container's preStop hook `GET :19002/drain/stopped`, lifeguard's
+// SIGTERM at the same moment, Envoy's SIGTERM when the hook answers.
+
+/// lifeguard's status port in Envoy Gateway's pods.
+const EG_STATUS: u16 = common::pod::EG_STATUS;
+
+/// Envoy Gateway's pods rolled behind HAProxy checking lifeguard's 19002:
+/// nothing lost, each Envoy stopped once its load balancer took the pod
+/// out (by lifeguard, through its admin API, before the kubelet's SIGTERM)
+/// and within 3 s of it and the quiet period.
+#[test]
+fn envoy_gateways_pods_with_lifeguard_beside_envoy_roll_without_losing_a_request() {
+    let _one = ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let balancers = [Balancer::HaproxyOn(FAST, EG_STATUS)];
+    let run = rolling_restart(&Rollout {
+        hook: Hook::GetAt(EG_STATUS, "/drain/stopped".into()),
+        ..Rollout::gateway(&balancers, Gateway::EnvoyGatewayShaped)
+    });
+    assert_nothing_lost(&run);
+    assert_gateway_left_in_time(&run);
+    for (k, l) in run.left.iter().enumerate() {
+        let d = &l.deletion;
+        assert!(
+            d.hook_answer.starts_with("200 Envoy stopped"),
+            "old{k}: the envoy container's hook: {}\n{}",
+            d.hook_answer,
+            l.log
+        );
+        let stopped = d.envoy_stopped.unwrap();
+        assert!(
+            stopped <= d.hook_returned,
+            "old{k}: Envoy outlived the hook: the kubelet's SIGTERM stopped it\n{}",
+            l.log
+        );
+        assert_eq!(
+            l.summary.as_ref().unwrap()["envoy"],
+            "quit through the admin API",
+            "old{k}"
+        );
+    }
+}
+
+/// A request in flight when an Envoy Gateway pod is deleted is answered:
+/// the envoy container's hook holds Envoy's SIGTERM until lifeguard has
+/// drained and stopped it.
+#[test]
+fn a_request_in_flight_in_an_envoy_gateway_pod_is_answered() {
+    let lan = Lan::new();
+    let (mut pod, ip) = gateway_at(&lan, 0, Gateway::EnvoyGatewayShaped, &[]);
+    let traffic = std::net::SocketAddr::from((ip, common::pod::GATEWAY_PORT));
+    let request = lan.host.spawn(move || {
+        let r = common::http_timeout("GET", traffic, "/slow", Duration::from_secs(20));
+        (r, SystemTime::now())
+    });
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], common::pod::EG_ADMIN));
+    wait_for("the request to reach Envoy", Duration::from_secs(10), || {
+        let read = pod
+            .net
+            .pod
+            .run(move || common::get(admin, "/stats?filter=http-8080.downstream_rq_active"));
+        match read {
+            Ok((200, body)) if body.contains("downstream_rq_active: 1") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let hook = Hook::GetAt(EG_STATUS, "/drain/stopped".into());
+    let deletion = delete_pod(&mut pod, &lan.host, ip, &hook, GRACE, || {});
+    let (answer, _) = request.join().unwrap();
+    assert_eq!(answer.unwrap(), (200, "peer\n".to_owned()), "the request in flight");
+    eprintln!(
+        "deleted -> the hook answered {:.2} s, Envoy stopped {:.2} s: {}",
+        secs(deletion.started, deletion.hook_returned),
+        deletion.envoy_stopped.map_or(f64::NAN, |t| secs(deletion.started, t)),
+        deletion.hook_answer
+    );
+    assert_eq!(deletion.exit_code, 0, "{}", pod.agent.output());
+    assert!(
+        deletion.hook_answer.starts_with("200 Envoy stopped"),
+        "{}",
+        deletion.hook_answer
+    );
+}

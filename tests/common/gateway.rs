@@ -14,13 +14,25 @@
 //! - [`Gateway::FileXds`]: the traffic listener and its cluster from a
 //!   control plane (here files, LDS and CDS through `path_config_source`:
 //!   dynamic listeners, as Contour and Envoy Gateway feed theirs), named as
-//!   Contour names them.
+//!   Contour names them;
+//! - [`Gateway::EnvoyGatewayShaped`]: Envoy as Envoy Gateway 1.9 runs it,
+//!   in a container of its own beside lifeguard's (the pod
+//!   `config/k8s/envoy-gateway/envoyproxy.yaml` makes): admin on
+//!   127.0.0.1:19000, Prometheus stats on 19001, and from xDS (files here)
+//!   the ready listener on 19003 (Envoy's `health_check` filter on
+//!   `/ready`) and the traffic listener, named and prefixed as Envoy
+//!   Gateway names them. No status listener: the kubelet and the load
+//!   balancer probe lifeguard's status port, 19002 ([`EG_STATUS`]).
 
 use std::net::Ipv4Addr;
 use std::path::Path;
 
 /// The gateway's traffic port (Istio's ingress gateway's, 8080).
 pub const GATEWAY_PORT: u16 = 8080;
+/// Envoy Gateway's admin port.
+pub const EG_ADMIN: u16 = 19000;
+/// lifeguard's status port in Envoy Gateway's pods (the shutdown manager's).
+pub const EG_STATUS: u16 = 19002;
 
 /// A gateway's bootstrap, by shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +40,15 @@ pub enum Gateway {
     Shipped,
     IstioShaped,
     FileXds,
+    EnvoyGatewayShaped,
+}
+
+impl Gateway {
+    /// Whether Envoy runs in a container of its own beside lifeguard's
+    /// (lifeguard looks after it over its admin), not as lifeguard's child.
+    pub fn envoy_beside(self) -> bool {
+        self == Gateway::EnvoyGatewayShaped
+    }
 }
 
 /// The bootstrap of a `kind` gateway whose upstream is at `peer:port`;
@@ -37,6 +58,7 @@ pub fn gateway_bootstrap(kind: Gateway, peer: Ipv4Addr, port: u16, dir: &Path) -
         Gateway::Shipped => shipped(peer, port),
         Gateway::IstioShaped => istio_shaped(peer, port),
         Gateway::FileXds => file_xds(peer, port, dir),
+        Gateway::EnvoyGatewayShaped => envoy_gateway(peer, port, dir),
     }
 }
 
@@ -208,4 +230,138 @@ fn unindent(text: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
         + "\n"
+}
+
+/// Envoy as Envoy Gateway 1.9 configures it: its bootstrap's admin, stats
+/// listener and overload manager; its ready and traffic listeners and the
+/// route's cluster over xDS (here LDS and CDS files).
+fn envoy_gateway(peer: Ipv4Addr, port: u16, dir: &Path) -> String {
+    let cluster_name = "httproute/default/backend/rule/0";
+    let resource = |kind: &str, text: &str| {
+        text.replacen(
+            "- name:",
+            &format!(
+                "- \"@type\": type.googleapis.com/envoy.config.{kind}.v3.{}\n  name:",
+                capitalize(kind)
+            ),
+            1,
+        )
+    };
+    let ready = unindent(&format!(
+        r#"
+  - name: envoy-gateway-proxy-ready-0.0.0.0-19003
+    address: {{ socket_address: {{ address: 0.0.0.0, port_value: 19003 }} }}
+    bypass_overload_manager: true
+    filter_chains:
+    - filters:
+      - name: {HCM}
+          stat_prefix: eg-ready-http
+          route_config:
+            name: ready_route
+            virtual_hosts:
+            - name: ready_route
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: / }}
+                direct_response: {{ status: 500 }}
+          http_filters:
+          - name: envoy.filters.http.health_check
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck
+              pass_through_mode: false
+              headers:
+              - name: ":path"
+                string_match: {{ exact: /ready }}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+              suppress_envoy_headers: true
+"#
+    ));
+    let traffic = unindent(&traffic_listener("default/eg/http", None, "http-8080", cluster_name));
+    let lds = dir.join("lds.yaml");
+    std::fs::write(
+        &lds,
+        format!(
+            "resources:\n{}{}",
+            resource("listener", ready.trim_start_matches('\n')),
+            resource("listener", traffic.trim_start_matches('\n'))
+        ),
+    )
+    .unwrap();
+    let cds = dir.join("cds.yaml");
+    std::fs::write(
+        &cds,
+        format!(
+            "resources:\n{}",
+            resource("cluster", &cluster(cluster_name, peer, port, ""))
+        ),
+    )
+    .unwrap();
+    let source = |path: &Path| {
+        format!(
+            "{{ resource_api_version: V3, path_config_source: {{ path: {} }} }}",
+            path.display()
+        )
+    };
+    format!(
+        r#"node: {{ id: envoy-default-eg-6b8d9c7f5-x2v4z, cluster: default/eg }}
+admin:
+  access_log:
+  - name: envoy.access_loggers.file
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+      path: /dev/null
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {EG_ADMIN} }} }}
+dynamic_resources:
+  lds_config: {lds}
+  cds_config: {cds}
+static_resources:
+  listeners:
+  - name: envoy-gateway-proxy-stats-0.0.0.0-19001
+    address: {{ socket_address: {{ address: 0.0.0.0, port_value: 19001, protocol: TCP }} }}
+    bypass_overload_manager: true
+    filter_chains:
+    - filters:
+      - name: {HCM}
+          stat_prefix: eg-stats-http
+          normalize_path: true
+          route_config:
+            name: local_route
+            virtual_hosts:
+            - name: prometheus_stats
+              domains: ["*"]
+              routes:
+              - match:
+                  path: /stats/prometheus
+                  headers: [{{ name: ":method", string_match: {{ exact: GET }} }}]
+                route: {{ cluster: prometheus_stats }}{ROUTER}
+  clusters:
+  - name: prometheus_stats
+    connect_timeout: 0.250s
+    type: STATIC
+    load_assignment:
+      cluster_name: prometheus_stats
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {EG_ADMIN} }} }} }}
+overload_manager:
+  refresh_interval: 0.25s
+  resource_monitors:
+  - name: envoy.resource_monitors.global_downstream_max_connections
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig
+      max_active_downstream_connections: 50000
+"#,
+        lds = source(&lds),
+        cds = source(&cds),
+    )
+}
+
+fn capitalize(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
 }

@@ -120,7 +120,7 @@ impl Lan {
     pub fn attach(&self, pod: &TestPod, slot: u8) -> Ipv4Addr {
         let addr = self.slot_ip(slot);
         self.plug(&pod.net.pod.name, &format!("slot{slot}"), addr);
-        let status = SocketAddr::from((addr, STATUS));
+        let status = SocketAddr::from((addr, pod.status_port()));
         wait_for(
             &format!("the LB host to reach {status}"),
             Duration::from_secs(10),
@@ -196,6 +196,9 @@ pub enum Balancer {
     /// HAProxy health-checking each pod where the kubelet probes it:
     /// Envoy's status listener, 15021 `/healthz/ready`.
     Haproxy(Check),
+    /// HAProxy health-checking each pod's `/healthz/ready` on this port
+    /// (lifeguard's own status port, in a pod without Envoy's 15021).
+    HaproxyOn(Check, u16),
     /// HAProxy health-checking each pod's traffic port as an AWS ALB's
     /// target group does by default: `GET /healthz` on 15006 with the
     /// ELB's `User-Agent`, through Envoy's inbound listener to the app.
@@ -222,6 +225,7 @@ impl Balancer {
         let check = |c: &Check| format!("every {:?}, down after {}", c.inter, c.fall);
         match self {
             Balancer::Haproxy(c) => format!("HAProxy checking 15021 ({})", check(c)),
+            Balancer::HaproxyOn(c, port) => format!("HAProxy checking {port} ({})", check(c)),
             Balancer::TrafficPort(c) => format!("HAProxy checking the traffic port ({})", check(c)),
             Balancer::Endpoints => "HAProxy without checks, the pod removed 0.5-3 s after deletion".into(),
             Balancer::Envoy { inter, http2: false } => format!("Envoy checking 15021 every {inter:?}"),
@@ -361,11 +365,22 @@ impl Front {
 
     /// Waits until this balancer has taken `server` in (`up`) or out.
     pub fn wait_marked(&self, server: &str, up: bool, timeout: Duration) -> SystemTime {
+        self.wait_marked_since(server, up, SystemTime::UNIX_EPOCH, timeout)
+    }
+
+    /// Waits until this balancer has taken `server` in (`up`) or out at
+    /// `since` or later (an earlier change, a target made unhealthy at
+    /// the start, is not this one).
+    pub fn wait_marked_since(&self, server: &str, up: bool, since: SystemTime, timeout: Duration) -> SystemTime {
         let state = if up { "in" } else { "out" };
         wait_for(
             &format!("{} to take {server} {state}", self.kind.name()),
             timeout,
-            || self.marked(server, up).ok_or_else(|| self.log()),
+            || {
+                self.marked(server, up)
+                    .filter(|at| *at >= since)
+                    .ok_or_else(|| self.log())
+            },
         )
     }
 
@@ -379,7 +394,7 @@ impl Front {
             host.run(move || std::net::TcpStream::connect_timeout(&frontend, Duration::from_secs(1)).map(drop))
         });
         let (group, up) = match self.kind {
-            Balancer::Haproxy(_) | Balancer::TrafficPort(_) => ("new", false),
+            Balancer::Haproxy(_) | Balancer::HaproxyOn(..) | Balancer::TrafficPort(_) => ("new", false),
             Balancer::Envoy { .. } => ("old", true),
             Balancer::Endpoints | Balancer::Nodes(_) => return,
         };
@@ -527,12 +542,16 @@ fn haproxy_config(
         lan.host_ip(source),
     );
     let default_server = match kind {
-        Balancer::Haproxy(c) => format!(
+        Balancer::Haproxy(c) | Balancer::HaproxyOn(c, _) => format!(
             "  option httpchk\n  http-check send meth GET uri /healthz/ready ver HTTP/1.1 hdr Host pod\n\
-             \x20 default-server inter {}ms fall {} rise {} check port {STATUS}\n",
+             \x20 default-server inter {}ms fall {} rise {} check port {}\n",
             ms(c.inter),
             c.fall,
-            c.rise
+            c.rise,
+            match kind {
+                Balancer::HaproxyOn(_, port) => port,
+                _ => STATUS,
+            }
         ),
         Balancer::Nodes(c) => format!(
             "  option httpchk\n  http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host node\n\
@@ -736,13 +755,16 @@ impl Load {
     }
 }
 
-/// The app container's preStop hook.
+/// The preStop hook of the container the kubelet stops after it (the
+/// app's, or Envoy's own beside lifeguard's).
 #[derive(Debug, Clone)]
 pub enum Hook {
     /// No app container: an ingress gateway's pod.
     None,
     /// `httpGet` to the pod's address, port 15020, this path.
     Get(String),
+    /// `httpGet` to the pod's address, this port and path.
+    GetAt(u16, String),
     /// A fixed `sleep`.
     Sleep(Duration),
 }
@@ -781,8 +803,12 @@ pub fn delete_pod(
     signal(pod.agent_pid, libc::SIGTERM);
     deleted();
     let hook_answer = match hook {
-        Hook::Get(path) => {
-            let (addr, path) = (SocketAddr::from((pod_ip, AGENT)), path.clone());
+        Hook::Get(path) | Hook::GetAt(_, path) => {
+            let port = match hook {
+                Hook::GetAt(port, _) => *port,
+                _ => AGENT,
+            };
+            let (addr, path) = (SocketAddr::from((pod_ip, port)), path.clone());
             host.run(move || match http_timeout("GET", addr, &path, grace) {
                 Ok((status, body)) => format!("{status} {}", body.trim_end()),
                 Err(e) => format!("the hook failed: {e}"),
@@ -795,8 +821,8 @@ pub fn delete_pod(
         Hook::None => "no app container".to_owned(),
     };
     let hook_returned = SystemTime::now();
-    if let Some(app) = pod.app_pid {
-        signal(app, libc::SIGTERM);
+    if let Some(hooked) = pod.hooked_pid() {
+        signal(hooked, libc::SIGTERM);
     }
     let left = grace.saturating_sub(t0.elapsed());
     let exit_code = match pod.agent.wait_exit(left) {

@@ -507,7 +507,10 @@ pub fn node_rolling_restart(rollout: &NodeRollout) -> NodeRun {
     });
     cluster.gone("old0");
     drop(old_kubelet);
-    let down = front.wait_marked("node0", false, Duration::from_secs(10));
+    // The load balancer lets the node go at its own pace, perhaps after
+    // the pod is gone (when the node dropped its traffic before).
+    let fall = rollout.check.inter * rollout.check.fall + Duration::from_secs(10);
+    let down = front.wait_marked_since("node0", false, deletion.started, fall);
     let sent = load.stop();
     let mut events = front.events();
     events.extend(cluster.events());

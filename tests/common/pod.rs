@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use crate::gateway::{gateway_bootstrap, Gateway, GATEWAY_PORT};
+pub use crate::gateway::{gateway_bootstrap, Gateway, EG_ADMIN, EG_STATUS, GATEWAY_PORT};
 pub use crate::netns::{Net, Netns};
 use crate::{
     children, envoy_command, lifeguard_bin, reply, temp_dir, unique, wait_for, KeepAliveClient, Proc, TempDir,
@@ -412,7 +412,13 @@ impl AppMode {
 pub fn peer_service(net: &Net) -> TestServer {
     let addr = SocketAddr::from((net.peer_ip, PEER_PORT));
     let listener = net.peer.run(move || TcpListener::bind(addr).unwrap());
-    TestServer::serve(listener, |_| async { reply(200, "peer\n") })
+    // `/slow`: a request that is still in flight 3 s later.
+    TestServer::serve(listener, |req| async move {
+        if req.uri().path() == "/slow" {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        reply(200, "peer\n")
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -615,6 +621,9 @@ pub struct TestPod {
     proxy_cgroup: Cgroup,
     app_cgroup: Cgroup,
     _pause_cgroup: Option<Cgroup>,
+    /// Envoy's own container, when it runs beside lifeguard's (Envoy
+    /// Gateway's shape), and its process.
+    envoy_container: Option<(Cgroup, Proc)>,
     pub agent: Proc,
     /// lifeguard's pid (PID 1 of its pid namespace when not shared).
     pub agent_pid: i32,
@@ -695,16 +704,50 @@ impl TestPod {
             let message = dir.path().join("termination-log");
             argv.extend(["--termination-message-path".into(), message.display().to_string()]);
         }
-        argv.push("--".into());
-        argv.extend(envoy_command(&bootstrap, &dir));
+        // Envoy in a container of its own beside lifeguard's (which looks
+        // after it over its admin), or lifeguard's child.
+        let beside = spec.gateway.is_some_and(Gateway::envoy_beside);
+        let envoy_container = beside.then(|| {
+            let cgroup = Cgroup::new("envoy");
+            let (envoy, pid) = spawn_in(
+                "envoy",
+                &cgroup,
+                Enter::NewPidNs(&net.pod),
+                &envoy_command(&bootstrap, &dir),
+                &[],
+            );
+            (cgroup, envoy, pid)
+        });
+        match beside {
+            true => argv.extend(
+                [
+                    "--admin-url",
+                    &format!("http://127.0.0.1:{EG_ADMIN}"),
+                    "--status-addr",
+                    &format!("0.0.0.0:{EG_STATUS}"),
+                    "--drain-scope",
+                    "all",
+                    "--ignore-listener-port",
+                    "19001",
+                ]
+                .map(String::from),
+            ),
+            false => {
+                argv.push("--".into());
+                argv.extend(envoy_command(&bootstrap, &dir));
+            }
+        }
         let how = match &pause {
             Some((_, pid)) => Enter::Join(*pid),
             None => Enter::NewPidNs(&net.pod),
         };
         let env = [("LIFEGUARD_LOG", "info")];
         let (agent, agent_pid) = spawn_in("lifeguard", &proxy_cgroup, how, &argv, &env);
-        let envoy_pid = only_child(agent_pid, "Envoy");
-        let status = net.pod_addr(STATUS);
+        let (envoy_pid, envoy_container) = match envoy_container {
+            Some((cgroup, envoy, pid)) => (pid, Some((cgroup, envoy))),
+            None => (only_child(agent_pid, "Envoy"), None),
+        };
+        let status = net.pod_addr(if beside { EG_STATUS } else { STATUS });
         net.peer.run(move || {
             crate::wait_status(status, "/healthz/ready", 200, Duration::from_secs(30));
         });
@@ -712,6 +755,7 @@ impl TestPod {
             proxy_cgroup,
             app_cgroup,
             _pause_cgroup: pause_cgroup,
+            envoy_container,
             agent,
             agent_pid,
             envoy_pid,
@@ -830,6 +874,25 @@ impl TestPod {
     pub fn kubelet_sigkill(&self) {
         self.app_cgroup.kill_all();
         self.proxy_cgroup.kill_all();
+        if let Some((cgroup, _)) = &self.envoy_container {
+            cgroup.kill_all();
+        }
+    }
+
+    /// Where the kubelet probes the pod's readiness: Envoy's status
+    /// listener, or lifeguard's own status port when Envoy runs beside it.
+    pub fn status_port(&self) -> u16 {
+        match self.envoy_container {
+            Some(_) => EG_STATUS,
+            None => STATUS,
+        }
+    }
+
+    /// The pid of the container whose preStop hook the kubelet runs
+    /// before its SIGTERM, when there is one: the app's, or Envoy's own
+    /// container beside lifeguard's.
+    pub fn hooked_pid(&self) -> Option<i32> {
+        self.app_pid.or(self.envoy_container.as_ref().map(|_| self.envoy_pid))
     }
 
     /// `n` idle keep-alive connections from a client outside the pod to
