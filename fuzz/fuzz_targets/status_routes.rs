@@ -8,7 +8,8 @@
 //! ready or not), then NUL-separated: the method, the request target, the
 //! headers (`name: value` a line).
 //! Holds: each known path answers its methods and 405 (with `Allow`) for
-//! others, anything else 404; the probe says 200 exactly when ready; the
+//! others, anything else 404 whatever the method (an app probe's path
+//! that no probe is configured for too); the probe says 200 exactly when ready; the
 //! drain wait refuses a timeout that is no Go duration with 400; only
 //! a loopback caller (with loopback control) or the control socket may
 //! drain or stop, others get 403; HEAD has no body; every answer has a
@@ -75,6 +76,9 @@ fn expected(method: &Method, uri: &Uri, ready: bool, may_control: bool) -> (Stat
         "/drain/wait" if read && timeout.is_some_and(|t| go_duration(t).is_err()) => (StatusCode::BAD_REQUEST, None),
         "/drain/wait" if read => (StatusCode::OK, None),
         "/drain/wait" => (StatusCode::METHOD_NOT_ALLOWED, Some("GET, HEAD")),
+        "/drain/stopped" if read && timeout.is_some_and(|t| go_duration(t).is_err()) => (StatusCode::BAD_REQUEST, None),
+        "/drain/stopped" if read => (StatusCode::OK, None),
+        "/drain/stopped" => (StatusCode::METHOD_NOT_ALLOWED, Some("GET, HEAD")),
         "/healthz/ready" if read => (
             if ready {
                 StatusCode::OK

@@ -301,6 +301,8 @@ for i, (flags, method, target, headers) in enumerate([
     (0x29, "GET", "/healthz/ready", "user-agent: GoogleHC/1.0\n"),
     (0x01, "GET", "/drain/wait?timeout=10ms", ""), (0x01, "GET", "/drain/wait?timeout=soon", ""),
     (0x01, "HEAD", "/drain/wait", ""), (0x01, "POST", "/drain/wait", ""),
+    (0x09, "GET", "/drain/stopped?timeout=10ms", ""), (0x01, "GET", "/drain/stopped?timeout=soon", ""),
+    (0x01, "POST", "/drain/stopped", ""), (0x01, "POST", "/drain?prestop", ""),
 ]):
     put("status_routes", f"route{i}", bytes([flags]) + nul(method, target, headers))
 
@@ -363,7 +365,7 @@ dict_file("inject", ["kind: ", "Pod", "Deployment", "StatefulSet", "DaemonSet", 
                      "httpHeaders", "scheme", "HTTPS", "path", "value", "proxy", "15020", "15021", '"false"', "&a",
                      "lifeguard.io/drain-wait", "/drain/wait", "preStop",
                      "*a", "!!str", "? ", "- ", ": ", "{", "}", "[", "]"])
-dict_file("status_routes", ["/drain/wait", "?timeout=", "10ms", "user-agent: ", "kube-probe/1.34",
+dict_file("status_routes", ["/drain/wait", "/drain/stopped", "?prestop", "prestop", "?timeout=", "10ms", "user-agent: ", "kube-probe/1.34",
                             "x-forwarded-for: ", "10.0.0.9", "::1", ", ",
                             "/healthz/ready", "/drain", "/quitquitquit", "/stats/prometheus", "/metrics",
                             "/app-health/app/readyz", "/app-lifecycle/", "/app-health/", "?nowait", "nowait", "GET",

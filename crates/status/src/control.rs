@@ -171,7 +171,7 @@ mod tests {
         events
     }
 
-    /// Issue #41: the socket is never connectable by anyone but its owner,
+    /// The socket is never connectable by anyone but its owner,
     /// not even for a moment: it appears at its path whole, moved there
     /// with mode 0600 from a directory only its owner may enter.
     #[tokio::test]

@@ -79,6 +79,9 @@ struct Route {
     read: Option<Handler>,
     /// `POST`: the handler of changes.
     post: Option<Handler>,
+    /// Every method the two above do not take (a path no resource is at:
+    /// 404 whatever the method).
+    any: Option<Handler>,
 }
 
 /// What answers a route's method, with the parts it needs: each route
@@ -189,6 +192,7 @@ impl RoutesBuilder {
             allow: GET_HEAD.clone(),
             read: Some(handler),
             post: None,
+            any: None,
         };
         let exact = |p: &str| Path::Exact(p.into());
         let mut table = vec![read(exact("/healthz/ready"), Handler::Probe(self.probe))];
@@ -211,12 +215,14 @@ impl RoutesBuilder {
                 allow: HeaderValue::from_static("GET, HEAD, POST"),
                 read: Some(Handler::DrainStatus(status)),
                 post: Some(Handler::Drain(control.clone())),
+                any: None,
             });
             table.push(Route {
                 path: exact("/quitquitquit"),
                 allow: HeaderValue::from_static("POST"),
                 read: None,
                 post: Some(Handler::Quit(control)),
+                any: None,
             });
         }
         if let Some(drain_wait) = self.drain_wait {
@@ -233,8 +239,15 @@ impl RoutesBuilder {
             for probe in prober.probes() {
                 table.push(read(exact(probe.path()), Handler::AppProbe(probe.clone())));
             }
+            // No probe at the path: no resource, 404 for every method.
             for prefix in ["/app-health/", "/app-lifecycle/"] {
-                table.push(read(Path::Prefix(prefix), Handler::NoAppProbe));
+                table.push(Route {
+                    path: Path::Prefix(prefix),
+                    allow: GET_HEAD.clone(),
+                    read: None,
+                    post: None,
+                    any: Some(Handler::NoAppProbe),
+                });
             }
         }
         Routes { table }
@@ -254,7 +267,8 @@ impl Routes {
             Method::GET | Method::HEAD => route.read.as_ref(),
             Method::POST => route.post.as_ref(),
             _ => None,
-        };
+        }
+        .or(route.any.as_ref());
         match handler {
             Some(handler) => handler.answer(caller, req),
             None => refuse(req, StatusCode::METHOD_NOT_ALLOWED, Some(route.allow.clone())),
