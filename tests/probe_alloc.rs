@@ -1,0 +1,137 @@
+//! The probe's hot path allocates nothing: `GET /healthz/ready` answered
+//! by the status service, counted by a global allocator that counts every
+//! allocation of this process, for the kubelet's probe and a load
+//! balancer's (recorded against its checker), Envoy ready or not, outside
+//! a drain, while the pod terminates (the kubelet answered as Envoy is,
+//! its answers recorded) and in an operator's drain. A probe that starts
+//! allocating fails here (the figure is also printed by
+//! `cargo bench --bench probe`, with the timings).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use hyper::header::{HeaderValue, ACCEPT, HOST, USER_AGENT};
+use hyper::{Request, Uri};
+use lifeguard::drain::{Drain, KubeletAnswer, Phase, PhaseCell, Plan};
+use lifeguard::drain_wait::{Checkers, DrainWait, DrainWaitPlan};
+use lifeguard::envoy::admin::AdminClient;
+use lifeguard::envoy::process::Envoy;
+use lifeguard::envoy::readiness::{Readiness, Verdict};
+use lifeguard::metrics::scrape::Scraper;
+use lifeguard::metrics::Metrics;
+use lifeguard::status::service::StatusService;
+use tokio::time::Instant;
+use tower::Service;
+
+struct Counting;
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator, counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's layout, passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: a pointer this allocator gave, with its layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// A probe with this `User-Agent` (and, through Envoy, the prober's
+/// address appended), as hyper hands it to the service.
+fn probe(agent: &'static str) -> Request<()> {
+    let mut req = Request::new(());
+    *req.uri_mut() = Uri::from_static("/healthz/ready");
+    let h = req.headers_mut();
+    h.insert(HOST, HeaderValue::from_static("10.0.0.7:15021"));
+    h.insert(USER_AGENT, HeaderValue::from_static(agent));
+    h.insert(ACCEPT, HeaderValue::from_static("*/*"));
+    h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.9"));
+    req
+}
+
+/// Polls a future that is ready at once (the probe route's).
+fn now<F: Future>(fut: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(fut).poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the probe must answer without waiting"),
+    }
+}
+
+/// Heap allocations of the handler alone, a probe: requests built
+/// before, responses dropped after the count.
+fn per_probe(svc: &mut StatusService, agent: &'static str) -> (f64, u16) {
+    const N: usize = 2_000;
+    // The first probe of a checker makes its entry: not counted.
+    let status = now(svc.call(probe(agent))).unwrap().status().as_u16();
+    let requests: Vec<_> = (0..N).map(|_| probe(agent)).collect();
+    let mut responses = Vec::with_capacity(N);
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for req in requests {
+        responses.push(now(svc.call(req)).unwrap());
+    }
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    drop(responses);
+    (allocations as f64 / N as f64, status)
+}
+
+#[test]
+fn the_probe_allocates_nothing_for_the_kubelet_or_a_load_balancer_in_any_phase() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = runtime.enter();
+    let admin = AdminClient::new("http://127.0.0.1:1".parse().unwrap(), Duration::from_millis(100));
+    let (_drain, handle) = Drain::new(Plan::for_status_tests(), Envoy::external(admin, vec![]), ());
+    let cell: PhaseCell = handle.phase();
+    // Far from stale: the test runs longer than the default 4 s.
+    let readiness = Readiness::new(Duration::from_secs(3600), handle.phase());
+    let metrics = Metrics::new(Instant::now());
+    let scraper = Scraper::new(metrics.clone(), readiness.clone(), None);
+    let checkers = Checkers::default();
+    let wait = DrainWait::new(&DrainWaitPlan::for_tests(), checkers).0;
+    let mut svc = StatusService::builder(readiness.clone())
+        .drain_wait(wait)
+        .metrics(&metrics, scraper)
+        .service()
+        .for_peer("127.0.0.1:40000".parse().unwrap());
+    let phases = [
+        ("serving", Phase::Serving, None),
+        ("terminating", Phase::Draining, Some(KubeletAnswer::FollowsEnvoy)),
+        (
+            "terminating, Envoy stopping",
+            Phase::Stopping,
+            Some(KubeletAnswer::FollowsEnvoy),
+        ),
+        ("an operator's drain", Phase::Draining, Some(KubeletAnswer::NotServing)),
+    ];
+    let mut failures = Vec::new();
+    for ready in [true, false] {
+        readiness.store(match ready {
+            true => Verdict::ready(Instant::now()),
+            false => Verdict::not_ready("server.state is 3 (INITIALIZING), not 0 (LIVE)", Instant::now()),
+        });
+        for (name, phase, kubelet) in phases {
+            cell.set(phase, kubelet);
+            for agent in ["kube-probe/1.34", "ELB-HealthChecker/2.0"] {
+                let (allocations, status) = per_probe(&mut svc, agent);
+                eprintln!("{agent}, ready {ready}, {name}: {status}, {allocations} heap allocations a probe");
+                if allocations != 0.0 {
+                    failures.push(format!("{agent}, ready {ready}, {name}: {allocations}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "the probe allocated: {failures:#?}");
+}
