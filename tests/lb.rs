@@ -274,7 +274,7 @@ impl Drop for Prober {
 /// the pod out at its 3rd failure, 6-9 s into the drain), while a peer
 /// sends about 100 probes a second under 64 names with a forged
 /// `x-forwarded-for`, another does the same from the real load balancer's
-/// own address (issue #40: its probes crowded out of the address's
+/// own address (its probes crowded out of the address's
 /// share), and another peer probes every 8 s, as a slow checker would:
 /// the hook answers no earlier than the real checker's verdict, and the
 /// slow one is let go at the checker timeout (12 s here), not at its 3rd
@@ -398,7 +398,7 @@ fn listed_checkers(lan: &Lan, pod_ip: std::net::Ipv4Addr) -> Result<Vec<serde_js
     Ok(seen["drain_wait"]["checkers"].as_array().cloned().unwrap_or_default())
 }
 
-/// Issue #40's attack on a gateway: 64 `User-Agent`s probing 15021 from
+/// An attack on a gateway's probe table: 64 `User-Agent`s probing 15021 from
 /// the real checker's own address (an address's share of the table is 4)
 /// while that checker probes every 3 s and takes the pod out at its 3rd
 /// failure. Its probes, crowded out of the table, are followed apart: the
@@ -467,7 +467,7 @@ fn a_flood_of_agents_at_the_checkers_own_address_cannot_end_a_gateways_drain_ear
     assert_eq!(deletion.exit_code, 0, "{log}");
 }
 
-/// Issue #40's budget: a load balancer checking every 30 s and taking the
+/// The drain's budget, checked ahead: a load balancer checking every 30 s and taking the
 /// pod out after 2 failures (an ALB target group's defaults) needs 60 s,
 /// the quiet period and the shutdown margin (and a sidecar's app its
 /// time): said once it is learned, long before any drain, in the log,
@@ -578,7 +578,7 @@ gateway: {fits}"
 }
 
 // ---------------------------------------------------------------------------
-// The ingress gateway (issue #40): a pod whose only container is the
+// The ingress gateway: a pod whose only container is the
 // proxy, the load balancer's own target. Its drain is out-of-rotation:
 // Envoy serves until its load balancers have taken it out and the traffic
 // has stopped, then stops. The upstream lives outside the pods.
@@ -964,12 +964,7 @@ fn envoy_gateways_pods_with_lifeguard_beside_envoy_roll_without_losing_a_request
             d.hook_answer,
             l.log
         );
-        let stopped = d.envoy_stopped.unwrap();
-        assert!(
-            stopped <= d.hook_returned,
-            "old{k}: Envoy outlived the hook: the kubelet's SIGTERM stopped it\n{}",
-            l.log
-        );
+        envoy_quit_before_the_kubelets_sigterm(&format!("old{k}"), d, l.envoy_log.as_deref(), &l.log);
         assert_eq!(
             l.summary.as_ref().unwrap()["envoy"],
             "quit through the admin API",
@@ -1016,5 +1011,27 @@ fn a_request_in_flight_in_an_envoy_gateway_pod_is_answered() {
         deletion.hook_answer.starts_with("200 Envoy stopped"),
         "{}",
         deletion.hook_answer
+    );
+    envoy_quit_before_the_kubelets_sigterm("the pod", &deletion, pod.envoy_output().as_deref(), &pod.agent.output());
+}
+
+/// Envoy's own container, stopped by lifeguard through its admin before
+/// the hook returned: its main loop had ended (Envoy never handled the
+/// kubelet's SIGTERM, which it logs as "caught ENVOY_SIGTERM"), and its
+/// process was gone soon after the hook (the last milliseconds of its
+/// teardown may see the SIGTERM: admin closed is the last sign of Envoy
+/// a container beside it can read).
+fn envoy_quit_before_the_kubelets_sigterm(name: &str, d: &Deletion, envoy_log: Option<&str>, log: &str) {
+    let envoy_log = envoy_log.expect("Envoy in a container of its own");
+    assert!(
+        !envoy_log.contains("caught ENVOY_SIGTERM"),
+        "{name}: the kubelet's SIGTERM stopped a running Envoy:\n{envoy_log}\n{log}"
+    );
+    let stopped = d.envoy_stopped.expect("Envoy exited within the grace period");
+    let after = stopped.duration_since(d.hook_returned).map_or(0.0, |t| t.as_secs_f64());
+    eprintln!("{name}: Envoy's process gone {after:.3} s after the hook returned");
+    assert!(
+        after < 5.0,
+        "{name}: Envoy exited {after:.2} s after the hook\n{envoy_log}\n{log}"
     );
 }

@@ -879,6 +879,8 @@ pub struct Left {
     pub down: Vec<SystemTime>,
     /// lifeguard's log (what the drain wait said).
     pub log: String,
+    /// Envoy's own log, when it runs in a container of its own.
+    pub envoy_log: Option<String>,
     /// lifeguard's exit summary (the pod's termination message), when
     /// there is one.
     pub summary: Option<serde_json::Value>,
@@ -1001,6 +1003,7 @@ pub fn rolling_restart(rollout: &Rollout) -> Run {
             deletion,
             down,
             log: pod.agent.output(),
+            envoy_log: pod.envoy_output(),
             summary: pod.termination_message(),
         });
     }

@@ -519,6 +519,7 @@ pub fn node_rolling_restart(rollout: &NodeRollout) -> NodeRun {
         deletion,
         down: vec![down],
         log: old.agent.output(),
+        envoy_log: old.envoy_output(),
         summary: old.termination_message(),
     };
     NodeRun {

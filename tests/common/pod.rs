@@ -879,6 +879,13 @@ impl TestPod {
         }
     }
 
+    /// The output of Envoy's own container, when Envoy runs beside
+    /// lifeguard (its log, at warning level: a SIGTERM Envoy handles says
+    /// "caught ENVOY_SIGTERM").
+    pub fn envoy_output(&self) -> Option<String> {
+        self.envoy_container.as_ref().map(|(_, envoy)| envoy.output())
+    }
+
     /// Where the kubelet probes the pod's readiness: Envoy's status
     /// listener, or lifeguard's own status port when Envoy runs beside it.
     pub fn status_port(&self) -> u16 {
