@@ -10,7 +10,8 @@
 //! - [`settings`]: what every crate's settings are made of: the parsers
 //!   clap and the file share, Go's booleans, the bad value's error.
 //! - [`sys`]: the `unsafe` calls (a pre-exec hook, one socket option, the
-//!   allocator's collect) and the process's memory settings.
+//!   allocator's collect, a descriptor handed to the reactor) and the
+//!   process's memory settings.
 
 #![deny(unsafe_code)]
 #![warn(clippy::too_many_lines)]

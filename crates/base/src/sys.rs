@@ -1,12 +1,14 @@
-//! The three things lifeguard does that need `unsafe`: a hook that runs in
+//! The four things lifeguard does that need `unsafe`: a hook that runs in
 //! the forked child before Envoy's `exec` (`Command::pre_exec` is unsafe by
 //! its contract), one socket option no safe wrapper offers
-//! (`IP_BIND_ADDRESS_NO_PORT`), and asking the allocator to give freed
-//! memory back (a C call). Also the process's memory settings. The crate root denies `unsafe` everywhere
-//! else; the other system calls (signals, limits, reaping) go through
-//! `rustix`'s safe wrappers where they are used.
+//! (`IP_BIND_ADDRESS_NO_PORT`), asking the allocator to give freed memory
+//! back (a C call), and handing a descriptor to the runtime's reactor
+//! ([`readable`]: unsafe by its contract). Also the process's memory
+//! settings. The crate root denies `unsafe` everywhere else; the other
+//! system calls (signals, limits, reaping, pidfds) go through `rustix`'s
+//! safe wrappers where they are used.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::process::{getppid, set_parent_process_death_signal, Pid, Signal};
@@ -117,4 +119,14 @@ pub fn return_freed_memory() {
 pub fn coarse_monotonic() -> std::time::Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
     std::time::Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
+/// `fd`, owned, registered with the runtime's reactor for readability (a
+/// pidfd: readable once its process has exited). Must be called within
+/// the runtime.
+pub fn readable(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd's descriptor is open, and stays this file's, for
+    // as long as the AsyncFd owns it.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
 }

@@ -76,6 +76,12 @@ pub(crate) const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// an app between two steps of its shutdown may hold no socket for a
 /// moment (with a shared process namespace its processes still show).
 pub(crate) const APP_QUIET: Duration = Duration::from_millis(100);
+/// With `app-exit`, how often the app alone is looked at between two reads
+/// of Envoy while it still holds something (a look costs Envoy nothing:
+/// `/proc` only), so that its end is seen when it happens, not at Envoy's
+/// next paced read. Where its processes are seen, their exits wake the
+/// drain at once.
+pub const APP_SCAN: Duration = Duration::from_millis(25);
 /// A drain read starts this many times the recent reads' duration after the
 /// one before: Envoy's admin thread spends at most 1/PACE (about 9 %) of its
 /// time on the drain's reads, whatever the size of its config.

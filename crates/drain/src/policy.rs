@@ -120,7 +120,8 @@ impl DoneRule {
     /// Nothing-left is dated from the start of the read that saw it: a read
     /// of the app's sockets takes a while, and two reads that each found
     /// nothing, begun `APP_QUIET` apart, show as much as their ends do.
-    pub(crate) fn done(&mut self, read_began: Instant, now: Instant, count_now: Option<u64>) -> bool {
+    /// `app_gone`: that read saw the app's processes, and none is left.
+    pub(crate) fn done(&mut self, read_began: Instant, now: Instant, count_now: Option<u64>, app_gone: bool) -> bool {
         self.zero_since = match count_now {
             Some(0) => self.zero_since.or(Some(read_began)),
             _ => None,
@@ -135,9 +136,12 @@ impl DoneRule {
             // Out of rotation: the load balancers have let go; what is in
             // flight ends (and, where the app is watched, nothing of it
             // shows), as for app-exit, with no floor.
+            // An app whose processes are seen and all gone is not between
+            // two steps: nothing left in Envoy then is enough.
             DrainUntil::AppExit | DrainUntil::OutOfRotation => {
                 let quiet = self.zero_since.is_some_and(|t| now.duration_since(t) >= APP_QUIET);
-                quiet && (now >= self.min_end || self.gone())
+                let settled = quiet || (app_gone && count_now == Some(0));
+                settled && (now >= self.min_end || self.gone())
             }
             _ => now >= self.min_end && count_now == Some(0),
         }

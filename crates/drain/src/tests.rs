@@ -454,7 +454,7 @@ async fn quitquitquit_before_a_drain_stops_envoy_without_draining() {
     assert_eq!(envoy.stops(), [Duration::ZERO]);
 }
 
-/// Issue #41: at the smallest margin, with the read at the deadline as
+/// At the smallest margin, with the read at the deadline as
 /// slow as its timeout lets it be, Envoy's SIGKILL (its stop plus the bound
 /// it was given) comes by the end of the grace period, and Envoy still gets
 /// most of the margin to exit in.
@@ -591,6 +591,74 @@ fn start_with_fake_app(
     };
     let (drain, handle) = Drain::new(plan, envoy.clone(), app);
     (tokio::spawn(drain.run()), handle)
+}
+
+/// An app of one process, seen (the pod shares its process namespace),
+/// that exits at `exits_at`: its exit wakes the drain, as a pidfd does.
+#[derive(Clone)]
+struct OneProcessApp {
+    t0: Instant,
+    exits_at: Duration,
+}
+
+impl AppControl for OneProcessApp {
+    type Error = std::convert::Infallible;
+    async fn work(&self) -> Result<Work, Self::Error> {
+        let running = self.t0.elapsed() < self.exits_at;
+        let process = AppProcess {
+            pid: 42,
+            name: "app".into(),
+        };
+        Ok(Work {
+            sockets: Vec::new(),
+            processes: if running { vec![process] } else { Vec::new() },
+            processes_seen: true,
+        })
+    }
+    fn has_app(&self) -> Option<bool> {
+        Some(true)
+    }
+    async fn changed(&self, work: &Work) {
+        if !work.processes.is_empty() {
+            tokio::time::sleep_until(self.t0 + self.exits_at).await;
+        }
+    }
+}
+
+/// Envoy's reads slowed (40 ms each: paced 440 ms apart, to spare Envoy's
+/// admin thread) do not slow the drain's sight of the app's end: the app
+/// alone is looked at in between. Its last socket closes at 1 s (no
+/// shared process namespace): Envoy stops after the quiet period and a
+/// read, not at the next paced read.
+#[tokio::test(start_paused = true)]
+async fn app_exit_sees_the_apps_end_between_envoys_paced_reads() {
+    let envoy = FakeEnvoy::new(true, |_| (secs(0.04), conns(0).1));
+    let mut p = plan(DrainUntil::AppExit);
+    p.minimum_drain_duration = secs(0.5);
+    let (task, handle) = start_with_app(p, &envoy, |t| usize::from(t < secs(1.0)));
+    handle.signal(Signal::Term).await;
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    // Seen within APP_SCAN; nothing for APP_QUIET; one read (40 ms).
+    assert_between(envoy.stops()[0], 1.1, 1.2);
+}
+
+/// Where the app's processes are seen, its last exit wakes the drain at
+/// once, and nothing waits out a quiet period: Envoy stops one read
+/// after it, whatever the reads' pace.
+#[tokio::test(start_paused = true)]
+async fn app_exit_stops_envoy_one_read_after_the_apps_last_process_exits() {
+    let envoy = FakeEnvoy::new(true, |_| (secs(0.04), conns(0).1));
+    let mut p = plan(DrainUntil::AppExit);
+    p.minimum_drain_duration = secs(0.5);
+    let app = OneProcessApp {
+        t0: envoy.0.t0,
+        exits_at: secs(1.013),
+    };
+    let (drain, handle) = Drain::new(p, envoy.clone(), app);
+    let task = tokio::spawn(drain.run());
+    handle.signal(Signal::Term).await;
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    assert_between(envoy.stops()[0], 1.013, 1.06);
 }
 
 #[tokio::test(start_paused = true)]
@@ -884,7 +952,8 @@ async fn app_exit_stops_envoy_at_once_when_the_app_was_gone_before_the_drain() {
     handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
-    assert_between(envoy.stops()[0], 0.1, 0.15);
+    // No quiet period either: an exited process does not come back.
+    assert_between(envoy.stops()[0], 0.0, 0.05);
     let progress = progress_at(&handle, 0.0).unwrap();
     assert!(
         progress.starts_with("the app was already gone when the drain began"),
@@ -920,7 +989,7 @@ async fn app_exit_waives_the_minimum_only_when_the_apps_processes_are_seen_gone(
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
     handle.signal(Signal::Term).await;
     task.await.unwrap();
-    assert_between(envoy.stops()[0], 0.1, 0.15);
+    assert_between(envoy.stops()[0], 0.0, 0.05);
     let progress = progress_at(&handle, 0.0).unwrap();
     assert!(
         progress.starts_with(
@@ -931,7 +1000,7 @@ async fn app_exit_waives_the_minimum_only_when_the_apps_processes_are_seen_gone(
     );
 }
 
-/// Issue #41: the app gone at the drain's start, but one request in flight
+/// The app gone at the drain's start, but one request in flight
 /// then (a client still sending to the gone app; Envoy answers it 503 at
 /// once): Envoy waits for that request, not for the 5 s minimum.
 #[tokio::test(start_paused = true)]
@@ -940,8 +1009,9 @@ async fn a_gone_app_with_a_request_in_flight_at_the_drains_start_waits_for_the_r
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
     handle.signal(Signal::Term).await;
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
-    // The request ends at 0.3 s; nothing for 100 ms: one read later.
-    assert_between(envoy.stops()[0], 0.4, 0.45);
+    // The request ends at 0.3 s: the next read finds nothing left, and
+    // the app's processes are seen gone (no quiet period to wait out).
+    assert_between(envoy.stops()[0], 0.3, 0.35);
     assert!(progress_at(&handle, 0.0)
         .unwrap()
         .starts_with("the app was already gone"));
@@ -949,14 +1019,14 @@ async fn a_gone_app_with_a_request_in_flight_at_the_drains_start_waits_for_the_r
 
 #[tokio::test(start_paused = true)]
 async fn app_exit_decides_how_the_drain_began_from_its_first_reading_alone() {
-    // Gone at the first reading; a request in Envoy at 0.05-0.1 s (a load
-    // balancer's, to a gone app) does not bring the minimum back: Envoy
-    // stops 100 ms after it, not at 5 s.
-    let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t >= secs(0.05) && t < secs(0.1))));
+    // Gone at the first reading, a request in Envoy then (a load
+    // balancer's, to a gone app): the drain began with the app gone, and
+    // Envoy stops once the request ends, not at 5 s.
+    let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(0.1))));
     let (task, handle) = start_with_fake_app(plan(DrainUntil::AppExit), &envoy, true, |_| 0);
     handle.signal(Signal::Term).await;
     task.await.unwrap();
-    assert_between(envoy.stops()[0], 0.2, 0.25);
+    assert_between(envoy.stops()[0], 0.1, 0.15);
     assert!(progress_at(&handle, 0.0)
         .unwrap()
         .starts_with("the app was already gone"));

@@ -404,6 +404,9 @@ impl AppControl for Watcher {
     async fn work(&self) -> Result<Work, AppWatchError> {
         self.scan().await
     }
+    async fn changed(&self, work: &Work) {
+        crate::exits::one_exits(&work.processes).await;
+    }
     fn has_app(&self) -> Option<bool> {
         if self.seen.app.load(Ordering::Relaxed) {
             return Some(true);

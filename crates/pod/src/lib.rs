@@ -5,12 +5,15 @@
 //! - [`app`]: what the app still holds (sockets, processes by cgroup), the
 //!   proxy known by pid: the drain's real [`lifeguard_drain::AppControl`] and
 //!   `wait-app-exit`'s evidence.
+//! - `exits`: the app's processes' exits as they happen (pidfds), which
+//!   wake the drain.
 //! - [`reaper`]: reaping orphaned zombies as PID 1.
 
 #![deny(unsafe_code)]
 #![warn(clippy::too_many_lines)]
 
 pub mod app;
+mod exits;
 pub mod reaper;
 pub mod sockets;
 

@@ -370,6 +370,9 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             let now = Instant::now();
             let envoy_now = self.take_envoy_read(envoy_read, read_timeout, now, &mut seen)?;
             let app_now = self.take_app_read(app_read, now, &mut seen);
+            // The app's processes seen, none left: an app that exited does
+            // not come back, so no quiet period is waited out for it.
+            let app_gone = self.watch_app && app_now.as_ref().is_some_and(|w| w.processes_seen && w.is_done());
             // The count the policy counts, read now (None: unknown now).
             let count_now = match (envoy_now, &app_now) {
                 (Some(n), Some(work)) => {
@@ -400,7 +403,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 awaiting.line(plan.drain_until, own_left, to_deadline)
             });
             self.publish_awaiting(awaiting);
-            if rule.done(read_started, now, count_now) {
+            if rule.done(read_started, now, count_now, app_gone) {
                 let waived = rule.floor_waived(now);
                 if waived {
                     self.publish_awaiting(Awaiting::Said(GONE_BEFORE));
@@ -412,7 +415,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 return Ok((seen.left, false));
             }
             let next = rule.cap(deadline.min(read_started + pacer.gap(rule.period())).max(now));
-            self.inbox.race(&self.envoy, sleep_until(next)).await?;
+            match app_now.filter(|work| self.watch_app && !work.is_done()) {
+                // Envoy's reads are paced by their cost to Envoy; the app's
+                // end is looked for in between.
+                Some(work) => self.watch_app_until(next, work, read_timeout).await?,
+                None => self.inbox.race(&self.envoy, sleep_until(next)).await?,
+            }
         }
     }
 

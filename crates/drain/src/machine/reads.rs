@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use tokio::time::{sleep_until, Instant};
 
 use super::inbox::Interrupt;
 use super::Drain;
 use crate::policy::Progress;
 use crate::ports::{Active, AppControl, ControlError, EnvoyControl, Rotation, Work};
-use crate::{EXTERNAL_GONE_AFTER, WARN_EVERY};
+use crate::{APP_SCAN, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::logging::Throttle;
 
@@ -87,6 +87,40 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             .race(envoy, async { tokio::join!(envoy_read, app_read) })
             .await?;
         Ok((read, took, app))
+    }
+
+    /// Until `next` (the next read of Envoy), looks at the app alone every
+    /// [`APP_SCAN`], and at once when it says one of its processes exited;
+    /// returns early once a look finds it holds nothing: the next read of
+    /// both then begins at once. A look that fails or times out changes
+    /// nothing (the next read of both says it).
+    pub(super) async fn watch_app_until(
+        &mut self,
+        next: Instant,
+        mut work: Work,
+        timeout: Duration,
+    ) -> Result<(), Interrupt> {
+        loop {
+            let look_at = next.min(Instant::now() + APP_SCAN);
+            let (envoy, app) = (&self.envoy, &self.app);
+            let woken = async {
+                tokio::select! {
+                    () = sleep_until(look_at) => {}
+                    () = app.changed(&work) => {}
+                }
+            };
+            self.inbox.race(envoy, woken).await?;
+            if Instant::now() >= next {
+                return Ok(());
+            }
+            let look = tokio::time::timeout(timeout, app.work());
+            if let Ok(Ok(now)) = self.inbox.race(envoy, look).await? {
+                if now.is_done() {
+                    return Ok(());
+                }
+                work = now;
+            }
+        }
     }
 
     /// Publishes what a read of Envoy found; the count the policy counts
