@@ -1,4 +1,4 @@
-//! Issue #28: the image that ships, and the shipped manifest played by a
+//! The image that ships, and the shipped manifest played by a
 //! real container engine.
 //!
 //! The lifeguard-envoy image is built by `scripts/image --local-base` from

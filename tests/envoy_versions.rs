@@ -1,4 +1,4 @@
-//! Issue #28: what differs between the Envoy versions lifeguard supports
+//! What differs between the Envoy versions lifeguard supports
 //! (1.36 to 1.40), each difference shown on the Envoy the suite runs and
 //! lifeguard's request shown to mean the same there. `scripts/test` runs
 //! these (with every other Envoy-facing test) against the oldest supported

@@ -1,4 +1,4 @@
-//! Issue #11, item 4: no size cap a real config reaches on the drain's
+//! No size cap a real config reaches on the drain's
 //! active-count read. A real Envoy with 10,000 listeners, each of which has
 //! carried a connection once, answers that read with more than 1 MiB (the
 //! old cap, which a config of some 6,000 listeners already passed, so the

@@ -1,4 +1,4 @@
-//! Issue #11, "drain until the app is done", in a pod built from the
+//! "Drain until the app is done", in a pod built from the
 //! kernel's own pieces (see `common/pod.rs`): the real Envoy and lifeguard
 //! in the pod's network namespace, the app in a cgroup of its own, clients
 //! and the peer service in another namespace across a veth pair, and the
@@ -110,7 +110,8 @@ fn app_finishes_then_calls_out(shared_pids: bool, mode: AppMode, idle_client: bo
     seen
 }
 
-/// Issue #11, test 1.
+/// The app finishes its last request, which calls out through Envoy, and
+/// exits: the drain waits on that outbound call, then stops Envoy.
 #[test]
 fn app_exit_lets_the_app_finish_its_request_and_its_outbound_calls() {
     let seen = app_finishes_then_calls_out(false, AppMode::Pooled, false);
@@ -121,13 +122,14 @@ fn app_exit_lets_the_app_finish_its_request_and_its_outbound_calls() {
     );
 }
 
-/// Issue #11, test 2.
+/// An idle keep-alive client of the app does not hold the drain: the
+/// app exits, and Envoy stops.
 #[test]
 fn app_exit_is_not_held_by_an_idle_keepalive_client() {
     app_finishes_then_calls_out(false, AppMode::Pooled, true);
 }
 
-/// Issue #11, test 3: between two calls the app holds no socket at all;
+/// Between two calls the app holds no socket at all;
 /// with a shared process namespace its process still holds the drain.
 #[test]
 fn app_exit_with_a_shared_process_namespace_waits_for_an_app_between_calls() {
@@ -141,7 +143,7 @@ fn app_exit_with_a_shared_process_namespace_waits_for_an_app_between_calls() {
     );
 }
 
-/// Issue #11, test 4: `wait-app-exit` (which starts the drain) and
+/// `wait-app-exit` (which starts the drain) and
 /// `lifeguard drain` (connected to the agent until drained) run as hooks of
 /// the proxy container; neither holds the drain: it ends when the app is
 /// gone.
@@ -215,7 +217,7 @@ fn hooks_connected_to_the_agent_do_not_hold_the_drain() {
     }
 }
 
-/// Issue #11, test 5: a process named `envoy` that is not Envoy is the
+/// A process named `envoy` that is not Envoy is the
 /// app's, for the drain and for `wait-app-exit` alike.
 #[test]
 fn a_listener_of_a_process_named_envoy_that_is_not_envoy_is_the_apps() {
@@ -284,7 +286,7 @@ fn a_listener_of_a_process_named_envoy_that_is_not_envoy_is_the_apps() {
     assert_eq!(code, Some(0), "{}", hook.output());
 }
 
-/// Issue #11, test 6: an internal listener's connections are Envoy's own
+/// An internal listener's connections are Envoy's own
 /// plumbing; a pooled connection into one does not hold the drain.
 #[test]
 fn a_pooled_connection_into_an_internal_listener_does_not_hold_the_drain() {
@@ -330,7 +332,7 @@ fn a_pooled_connection_into_an_internal_listener_does_not_hold_the_drain() {
     );
 }
 
-/// Issue #11, test 7: the fixed policy stops Envoy with a request in
+/// The fixed policy stops Envoy with a request in
 /// flight, exits 3 and says how many it cut: in its log, and in `GET
 /// /drain` while it lingers after the stop (a record that stays, not the
 /// moment Envoy takes to exit).
@@ -381,7 +383,7 @@ fn the_fixed_policy_cutting_a_request_exits_3_with_left_at_stop() {
     assert!(pod.agent.output().contains("left_at_stop=1"), "{}", pod.agent.output());
 }
 
-/// Issue #11, test 8: `wait-app-exit` at t0 tells the agent termination
+/// `wait-app-exit` at t0 tells the agent termination
 /// began; SIGTERM comes 2 s later. With a 6 s grace period and a 1 s
 /// margin, Envoy is stopped at t0 + 5 s, not SIGTERM + 5 s, and lifeguard
 /// exits 3: the app still held its listener.
@@ -458,7 +460,7 @@ fn summary(agent_output: &str) -> String {
         .to_owned()
 }
 
-/// Issue #22, 1: the fixed policy's time runs out with a request in
+/// The fixed policy's time runs out with a request in
 /// flight, but the app finishes it and exits before the kubelet's SIGTERM
 /// reaches lifeguard (its preStop hook returned only then): Envoy stops
 /// with nothing in flight, and the outcome says so.
@@ -521,7 +523,7 @@ fn hook_without_the_agent(pod: &TestPod) -> common::Proc {
     pod.hook("wait-app-exit", &args)
 }
 
-/// Issue #22, 2: `wait-app-exit` that cannot reach the agent (a wrong
+/// `wait-app-exit` that cannot reach the agent (a wrong
 /// `--agent-url`) still knows the proxy: lifeguard's processes in its own
 /// container and their descendants. Their listeners are never the app's,
 /// and the message names the agent as the agent.
@@ -575,7 +577,7 @@ fn wait_app_exit_knows_the_proxy_without_the_agent() {
         app_gone.elapsed()
     );
     assert!(app_gone.elapsed() < PROMPT);
-    // Issue #29, 3, and #35: the kubelet's SIGTERM comes once the hook
+    // The kubelet's SIGTERM comes once the hook
     // returned. The app holds no socket, but without a shared process
     // namespace lifeguard cannot tell an app that exited from one between
     // two steps of its shutdown (its listener closed, its next call not yet
@@ -607,7 +609,7 @@ fn wait_app_exit_knows_the_proxy_without_the_agent() {
     );
 }
 
-/// Issue #22, 6: a native sidecar as the kubelet runs it now. The proxy's
+/// A native sidecar as the kubelet runs it now. The proxy's
 /// preStop `lifeguard drain` starts at T0, beside the app's shutdown; the
 /// app exits later; lifeguard's SIGTERM comes only then. Envoy serves the
 /// app to its end and stops at once; the outcome says what happened.
@@ -656,7 +658,7 @@ fn a_native_sidecar_is_drained_by_its_prestop_and_stopped_by_the_late_sigterm() 
     );
 }
 
-/// Issue #22, 6: the grace period runs out with the app still running (it
+/// The grace period runs out with the app still running (it
 /// ignores SIGTERM): the kubelet sends what is left SIGTERM, then SIGKILL
 /// 2 s later. Envoy is stopped between the two, and the outcome says the
 /// deadline cut the drain.
@@ -712,7 +714,7 @@ fn a_native_sidecar_at_grace_expiry_stops_envoy_before_the_sigkill() {
     assert!(last.contains("left_at_stop=2"), "{last}");
 }
 
-/// Issue #20: in the locked form (Envoy's admin and lifeguard's control on
+/// In the locked form (Envoy's admin and lifeguard's control on
 /// Unix sockets only the proxy's container may open, loopback control
 /// off), the app — another user, another cgroup, the same loopback —
 /// reaches neither Envoy's admin nor any way to drain or stop the proxy;
@@ -826,7 +828,7 @@ fn is_the_apps(socket: &str) -> bool {
         || socket.ends_with(&format!(" -> 127.0.0.1:{OUTBOUND}"))
 }
 
-/// Issue #35, 1: behind load balancers. Idle keep-alive connections from
+/// Behind load balancers. Idle keep-alive connections from
 /// outside the pod, a load of new connections to Envoy's inbound listener
 /// and probes through its status listener while the app finishes and calls
 /// out. `GET /drain`, read over and over, the progress lines and the exit
@@ -900,7 +902,7 @@ fn the_drain_names_only_the_apps_sockets_under_a_load_of_new_connections() {
     drop(idle);
 }
 
-/// Issue #35, 2: the issue's pod: a shared process namespace, idle
+/// A pod with a shared process namespace, idle
 /// keep-alive connections from a client outside the pod, probes through
 /// Envoy's status listener all along (a load balancer's, the kubelet's:
 /// connections Envoy accepts and closes while lifeguard reads the pod),
@@ -961,7 +963,7 @@ fn an_app_already_gone_is_recognised_with_idle_clients_and_probes() {
     drop(idle);
 }
 
-/// Issue #41: the app already gone at the drain's start (a shared process
+/// The app already gone at the drain's start (a shared process
 /// namespace shows no process of it left) while a client outside the pod
 /// still sends to it, each request answered 503 at once by Envoy: a
 /// request may be in flight at that instant. Envoy waits for the requests

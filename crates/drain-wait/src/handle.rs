@@ -382,7 +382,7 @@ mod tests {
             .map(|_| wait.admit_remote(peer(1)).expect("under the address's cap"))
             .collect();
         assert!(wait.admit_remote(peer(1)).is_none(), "one address past its cap");
-        // One peer key (issue #41): the same address mapped into IPv6, and
+        // One peer key: the same address mapped into IPv6, and
         // any address of one IPv6 /64, are the same peer.
         let mapped: std::net::IpAddr = "::ffff:10.0.0.1".parse().unwrap();
         assert!(
