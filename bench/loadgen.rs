@@ -9,6 +9,9 @@
 //! `sent=N errors=N rate=R p50_us=.. p90_us=.. p99_us=.. p999_us=.. max_us=..`.
 //! Loopback targets only.
 
+// poll(2) on the load's own sockets, each call with its SAFETY note.
+#![allow(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

@@ -8,6 +8,9 @@
 //! Run: `cargo bench --bench probe`. Prints the heap allocations per probe
 //! (counted by a wrapping global allocator) before the timings.
 
+// A counting global allocator: unsafe by GlobalAlloc's contract.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::pin::pin;

@@ -216,6 +216,7 @@ fn gateways(rounds: usize) {
 
 /// The table of load balancers that check the node: each check, each pod,
 /// each rate, each rule for the kubelet's answer.
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn nodes(rounds: usize) {
     use common::nodes::{node_rolling_restart, NodeRollout, ProbeSpec};
     use common::pod::Gateway;

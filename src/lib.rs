@@ -6,9 +6,6 @@
 //! re-exported here under its concern's name (`lifeguard::envoy` is
 //! `lifeguard_envoy`), for the tests, the benchmarks and the fuzz targets.
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 pub mod agent;
 #[cfg(feature = "testing")]
 #[doc(hidden)]

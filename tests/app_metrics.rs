@@ -57,6 +57,7 @@ fn first(body: &str, prefix: &str) -> usize {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn a_text_app_and_an_openmetrics_app_come_last_in_every_format() {
     let ports = Ports::new();
     let om = port();

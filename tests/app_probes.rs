@@ -81,6 +81,7 @@ fn http_probe(path: &str, port: u16) -> String {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn http_probes_answer_as_the_kubelet_would_have_seen_the_app() {
     let app_port = port();
     let _app = scripted_app(&app_port);

@@ -48,6 +48,7 @@ fn label(image: &str, key: &str) -> String {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn the_image_builds_from_the_containerfile_with_the_release_binary_the_bootstraps_and_its_labels() {
     let images = images();
     eprintln!(
@@ -272,6 +273,7 @@ fn prometheus(pod: &PlayedPod) -> std::thread::JoinHandle<usize> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() {
     let images = images();
     let (pid, n) = unique();
@@ -539,6 +541,7 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
 /// rotation after the quiet period; Envoy then closes its connections and
 /// stops once the request in flight is answered.
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn the_ingress_gateway_manifest_played_by_podman_answers_the_request_in_flight() {
     let images = images();
     let (pid, n) = unique();

@@ -150,10 +150,8 @@ fn envoy_killed_mid_drain_makes_lifeguard_exit_non_zero() {
             other => Err(other),
         }
     });
-    // SAFETY: killing the Envoy our lifeguard launched.
-    unsafe {
-        libc::kill(envoy, libc::SIGKILL);
-    }
+    // The Envoy our lifeguard launched.
+    common::pod::signal(envoy, libc::SIGKILL);
     let code = pod.agent.exit_code(Duration::from_secs(5));
     assert_eq!(code, 4, "{}", pod.agent.output());
     assert!(pod.agent.output().contains("Envoy exited on its own"));

@@ -124,10 +124,8 @@ fn wait_app_exit_names_the_app_socket_and_ends_when_it_closes() {
                 .ok()
                 .and_then(|p| p.trim().parse::<i32>().ok())
             {
-                // SAFETY: signalling the listener process this test started.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
+                // The listener process this test started.
+                common::pod::signal(pid, libc::SIGKILL);
             }
         }
     }
@@ -223,6 +221,7 @@ fn check_reports_bad_durations_and_drains_that_cannot_fit() {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn shipped_manifests_parse_and_keep_their_settings_in_step() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let bootstrap = std::fs::read_to_string(root.join("config/envoy-bootstrap-locked.yaml")).unwrap();

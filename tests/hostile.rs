@@ -8,6 +8,10 @@
 //! only inside the two. Both are removed at the end, also when the test
 //! fails. Needs root.
 
+// A socket with a tiny receive buffer (setsockopt before connect): its
+// SAFETY note says why it holds.
+#![allow(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -259,6 +263,7 @@ fn py_count(output: &str, key: &str) -> u64 {
 // Tests
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn a_peer_on_another_host_cannot_drain_starve_the_probes_or_grow_memory() {
     let net = Net::new();
     // Envoy and lifeguard inside the pod namespace, on the pod's real ports
@@ -756,10 +761,8 @@ fn as_pid_1_lifeguard_reaps_orphans_and_still_sees_envoy_exit() {
     );
     // Envoy's own exit is still seen by its waiter (not stolen by the
     // reaper): the drain stops it and lifeguard exits.
-    // SAFETY: our grandchild (unshare's only child), alive as checked.
-    unsafe {
-        libc::kill(lifeguard, libc::SIGTERM);
-    }
+    // Our grandchild (unshare's only child), alive as checked.
+    common::pod::signal(lifeguard, libc::SIGTERM);
     let exit = unshare.wait_exit(Duration::from_secs(20)).expect("lifeguard exits");
     let out = unshare.output();
     assert!(!out.contains("cannot wait for Envoy"), "{out}");

@@ -280,6 +280,7 @@ impl Drop for Prober {
 /// slow one is let go at the checker timeout (12 s here), not at its 3rd
 /// failure (16-24 s).
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn a_hostile_prober_can_neither_end_the_wait_early_nor_hold_it() {
     let _one = ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let lan = Lan::new();
@@ -474,6 +475,7 @@ fn a_flood_of_agents_at_the_checkers_own_address_cannot_end_a_gateways_drain_ear
 /// `GET /drain` and the metrics, for a sidecar with a 30 s grace period;
 /// silent for a gateway whose grace period (90 s) fits it.
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn the_budget_names_a_checker_the_grace_period_cannot_fit_and_is_silent_when_it_fits() {
     let lan = Lan::new();
     let threshold = ["--drain-wait-unhealthy-threshold", "2"];

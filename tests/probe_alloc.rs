@@ -7,6 +7,9 @@
 //! allocating fails here (the figure is also printed by
 //! `cargo bench --bench probe`, with the timings).
 
+// A counting global allocator: unsafe by GlobalAlloc's contract.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::pin::pin;

@@ -47,6 +47,7 @@ fn part_size(text: &str, prefix: &str) -> usize {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn a_2000_cluster_envoy_stays_ready_while_its_merged_scrape_is_read_in_a_loop() {
     let ports = Ports::new();
     let _envoy = start_envoy(&bootstrap_with_clusters(&ports, 2000));

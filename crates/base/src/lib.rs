@@ -13,9 +13,6 @@
 //!   allocator's collect, a descriptor handed to the reactor) and the
 //!   process's memory settings.
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 /// `Display` for a clap `ValueEnum`: the value as the user types it
 /// (`app-exit`, `inbound`, `json`). The crate that calls it names `clap`.
 #[macro_export]

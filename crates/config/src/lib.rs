@@ -21,9 +21,6 @@
 //! - `sections`: the file's sections, a crate's each.
 //! - [`reference()`]: docs/configuration.md, written from the settings.
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 use std::fmt;
 use std::path::PathBuf;
 

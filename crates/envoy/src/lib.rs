@@ -27,9 +27,6 @@
 //! reaches the status server or the metrics (the poller reports through
 //! [`poller::ReadinessEvents`]).
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 pub mod admin;
 pub mod counts;
 pub mod inbound;

@@ -19,9 +19,6 @@
 //! - [`mod@code`]: the process exit code of every run of the binary,
 //!   decided in one place from how it ended ([`Ended`], [`code()`]).
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};

@@ -26,9 +26,6 @@
 //! - [`error`]: why inject stopped ([`InjectError`]: where, and what).
 //! - `yaml`: reading the fields of a YAML value.
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 use std::io::Read;
 use std::path::PathBuf;
 

@@ -11,9 +11,6 @@
 //! - [`proxy_config`]: `PROXY_CONFIG`, the proxy's settings (read by
 //!   `config` as a settings layer).
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 pub mod annotations;
 pub mod probers;
 pub mod proxy_config;

@@ -30,9 +30,6 @@
 //! scrape; `settings` holds the scrape's settings ([`Settings`]: the app's
 //! metrics, Envoy's merged or not, the linger) and their [`Plan`].
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -9,9 +9,6 @@
 //!   wake the drain.
 //! - [`reaper`]: reaping orphaned zombies as PID 1.
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 pub mod app;
 mod exits;
 pub mod reaper;

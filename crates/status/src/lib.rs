@@ -47,9 +47,6 @@
 //! - `settings`: the port's address, who may drain and stop, the app's
 //!   probes ([`Settings`]), and the [`Plan`] they make.
 
-#![deny(unsafe_code)]
-#![warn(clippy::too_many_lines)]
-
 pub mod app_probe;
 pub mod connections;
 pub mod control;
