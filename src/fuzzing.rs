@@ -481,8 +481,9 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
     if opts.drain_wait {
         let plan = crate::drain_wait::DrainWaitPlan {
             min_quiet_period: Duration::from_secs(1),
-            drain_deadline: Duration::from_millis(1),
-            grace_period: Duration::from_millis(1) + Duration::from_secs(2),
+            // A deadline of 1ms.
+            grace: lifeguard_base::grace::Grace::new(Duration::from_millis(2001), Duration::from_secs(2))
+                .expect("a 2s margin under 2.001s"),
             app_time: Duration::ZERO,
             ..crate::drain_wait::DrainWaitPlan::for_tests()
         };

@@ -94,7 +94,7 @@ fn exported() -> BTreeSet<String> {
         requests_per_second_before_drain: Some(2.0),
         quiet_period_seconds: Some(3.45),
         inbound_listeners: None,
-        envoy_health_checks: "passing".into(),
+        envoy_health_checks: lifeguard::drain_wait::HealthChecks::Passing,
         checkers: vec![checker],
         probes_not_counted: NotCountedReport::default(),
         waiting_for: None,

@@ -7,11 +7,12 @@
 //! - [`local_http`]: one HTTP/1.1 request to such a URL.
 //! - [`peer`]: the one key of a peer, for every per-peer limit and table.
 //! - [`logging`]: log lines (text or JSON), their settings, a throttle.
+//! - [`grace`]: the pod's grace period and the shutdown margin, one
+//!   value the drain, the drain wait and the budget share.
 //! - [`settings`]: what every crate's settings are made of: the parsers
 //!   clap and the file share, Go's booleans, the bad value's error.
-//! - [`sys`]: the `unsafe` calls (a pre-exec hook, one socket option, the
-//!   allocator's collect, a descriptor handed to the reactor) and the
-//!   process's memory settings.
+//! - [`sys`]: the `unsafe` calls (a pre-exec hook, one socket option, a
+//!   descriptor handed to the reactor) and the process's memory settings.
 
 /// `Display` for a clap `ValueEnum`: the value as the user types it
 /// (`app-exit`, `inbound`, `json`). The crate that calls it names `clap`.
@@ -28,6 +29,7 @@ macro_rules! display_as_value {
 }
 
 pub mod duration;
+pub mod grace;
 pub mod local_http;
 pub mod logging;
 pub mod peer;

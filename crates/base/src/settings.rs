@@ -81,3 +81,14 @@ pub trait SettingError: std::error::Error {
     /// Its value, as a user writes it.
     fn value(&self) -> String;
 }
+
+/// A crate's settings at their defaults, as clap makes them with no flag
+/// and no environment variable: the plans tests build start from these,
+/// never from numbers restated by hand.
+pub fn defaults<S: clap::Args + clap::FromArgMatches>() -> S {
+    let cmd = S::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
+    let matches = cmd
+        .try_get_matches_from(["defaults"])
+        .expect("every setting has a default");
+    S::from_arg_matches(&matches).expect("the defaults parse")
+}

@@ -84,7 +84,11 @@ pub fn check_report(plan: &Plan, effective: &[Effective]) -> usize {
     for e in effective {
         println!("{:width$} = {:<24} ({})", e.key, e.value, e.source);
     }
-    println!("{:width$} = {}", "drain deadline", GoDuration(plan.drain.deadline()));
+    println!(
+        "{:width$} = {}",
+        "drain deadline",
+        GoDuration(plan.drain.grace().deadline())
+    );
     if !plan.proxy_config_unused.is_empty() {
         println!("PROXY_CONFIG fields not used: {}", plan.proxy_config_unused.join(", "));
     }

@@ -161,7 +161,7 @@ impl Settings {
         let metrics = self.metrics.plan(status_port, admin_port).map_err(|e| refused(&e))?;
         Ok(Plan {
             log: self.log.clone(),
-            envoy: self.envoy.plan(drain.grace_period()),
+            envoy: self.envoy.plan(drain.grace()),
             drain_wait: self.drain_wait.plan(&drain),
             drain,
             status,

@@ -25,7 +25,6 @@ use std::fmt;
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::{Deserialize, Serialize};
 
 pub mod cli;
 mod layers;
@@ -50,35 +49,22 @@ pub struct RunArgs {
     pub settings: Settings,
 }
 
-/// Every setting of a running agent, each crate's own flattened: one
-/// command line, one file with a section a crate.
-#[derive(Debug, Clone, Args, Serialize, Deserialize)]
-#[group(skip)]
-pub struct Settings {
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub status: lifeguard_status::Settings,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub envoy: lifeguard_envoy::Settings,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub log: lifeguard_base::logging::Settings,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub drain: lifeguard_drain::Settings,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub drain_wait: lifeguard_drain_wait::Settings,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub pod: lifeguard_pod::Settings,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub metrics: lifeguard_metrics::Settings,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub exit: lifeguard_exit::Settings,
+sections::sections! {
+    /// Every setting of a running agent, each crate's own flattened: one
+    /// command line, one file with a section a crate; declared once, with
+    /// the file's section, the owning crate and the reference's heading of
+    /// each, in the reference's order (`SECTIONS` is made from the same
+    /// list).
+    pub struct Settings {
+        status: lifeguard_status::Settings => "status", "lifeguard-status", "The status port";
+        envoy: lifeguard_envoy::Settings => "envoy", "lifeguard-envoy", "Envoy";
+        drain: lifeguard_drain::Settings => "drain", "lifeguard-drain", "The drain";
+        drain_wait: lifeguard_drain_wait::Settings => "drain_wait", "lifeguard-drain-wait", "The drain wait";
+        pod: lifeguard_pod::Settings => "pod", "lifeguard-pod", "The app in the pod";
+        metrics: lifeguard_metrics::Settings => "metrics", "lifeguard-metrics", "Metrics and the merged scrape";
+        log: lifeguard_base::logging::Settings => "logging", "lifeguard-base", "Logs";
+        exit: lifeguard_exit::Settings => "exit", "lifeguard-exit", "The exit summary";
+    }
 }
 
 /// What the agent runs with: each crate's plan, made from its settings
@@ -480,7 +466,7 @@ pub(crate) mod tests {
             settings(&["--config", file.arg()]).plan.drain.drain_until(),
             DrainUntil::AppExit
         );
-        assert_eq!(s.plan.drain.deadline(), Duration::from_secs(28));
+        assert_eq!(s.plan.drain.grace().deadline(), Duration::from_secs(28));
         assert_eq!(s.plan.envoy.ignored_listener_ports, ALWAYS_IGNORED_PORTS);
         assert!(s.plan.drain.warnings().is_empty());
         // A gateway: every listener drains, and no app to wait for.
@@ -525,11 +511,12 @@ pub(crate) mod tests {
                 continue;
             };
             let plan = &s.plan.drain;
-            let stopped_by = plan.deadline() + plan.shutdown_margin();
+            let grace = plan.grace();
+            let stopped_by = grace.deadline() + grace.margin();
             assert!(
-                stopped_by <= plan.grace_period(),
+                stopped_by <= grace.period(),
                 "margin {margin}: Envoy stopped by {stopped_by:?}, past the {:?} grace period",
-                plan.grace_period()
+                grace.period()
             );
         }
     }

@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use clap::{Args, Command};
+use clap::Command;
+
+use crate::SECTIONS;
 
 /// One crate's settings as the file and the reference group them.
 pub(crate) struct Section {
@@ -20,6 +22,20 @@ pub(crate) struct Section {
 }
 
 impl Section {
+    pub(crate) const fn new(
+        name: &'static str,
+        krate: &'static str,
+        heading: &'static str,
+        args: fn(Command) -> Command,
+    ) -> Section {
+        Section {
+            name,
+            krate,
+            heading,
+            args,
+        }
+    }
+
     /// The section's clap arguments.
     pub(crate) fn command(&self) -> Command {
         (self.args)(Command::new("lifeguard"))
@@ -42,57 +58,36 @@ impl Section {
     }
 }
 
-/// Every crate's settings, in the reference's order.
-pub(crate) const SECTIONS: [Section; 8] = [
-    Section {
-        name: "status",
-        krate: "lifeguard-status",
-        heading: "The status port",
-        args: lifeguard_status::Settings::augment_args,
-    },
-    Section {
-        name: "envoy",
-        krate: "lifeguard-envoy",
-        heading: "Envoy",
-        args: lifeguard_envoy::Settings::augment_args,
-    },
-    Section {
-        name: "drain",
-        krate: "lifeguard-drain",
-        heading: "The drain",
-        args: lifeguard_drain::Settings::augment_args,
-    },
-    Section {
-        name: "drain_wait",
-        krate: "lifeguard-drain-wait",
-        heading: "The drain wait",
-        args: lifeguard_drain_wait::Settings::augment_args,
-    },
-    Section {
-        name: "pod",
-        krate: "lifeguard-pod",
-        heading: "The app in the pod",
-        args: lifeguard_pod::Settings::augment_args,
-    },
-    Section {
-        name: "metrics",
-        krate: "lifeguard-metrics",
-        heading: "Metrics and the merged scrape",
-        args: lifeguard_metrics::Settings::augment_args,
-    },
-    Section {
-        name: "logging",
-        krate: "lifeguard-base",
-        heading: "Logs",
-        args: lifeguard_base::logging::Settings::augment_args,
-    },
-    Section {
-        name: "exit",
-        krate: "lifeguard-exit",
-        heading: "The exit summary",
-        args: lifeguard_exit::Settings::augment_args,
-    },
-];
+/// Declares the agent's settings once: a crate's settings a field, with
+/// its file section, its crate and its reference heading. Makes the
+/// flattened `Settings` (one command line, one file) and `SECTIONS` (the
+/// file's sections and the reference, in the same order) from that list.
+macro_rules! sections {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $field:ident : $ty:ty => $section:literal, $krate:literal, $heading:literal; )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+        #[group(skip)]
+        pub struct $name {
+            $(
+                #[command(flatten)]
+                #[serde(flatten)]
+                pub $field: $ty,
+            )*
+        }
+
+        /// Every crate's settings as the file and the reference group
+        /// them, in the order [`Settings`] declares them.
+        pub(crate) const SECTIONS: &[$crate::sections::Section] = &[
+            $( $crate::sections::Section::new($section, $krate, $heading, <$ty as clap::Args>::augment_args), )*
+        ];
+    };
+}
+pub(crate) use sections;
 
 /// The file's values as one flat table, and the name each key was written
 /// under: `poll_interval` at the top level, `envoy.poll_interval` in its
@@ -184,7 +179,7 @@ mod tests {
         every.sort();
         every.dedup();
         assert_eq!(every.len(), count, "a key in two sections");
-        for section in &SECTIONS {
+        for section in SECTIONS {
             assert!(!every.iter().any(|k| *k == section.name), "[{}] is a key", section.name);
         }
     }

@@ -23,6 +23,7 @@ use super::rule::ms;
 use super::settings::Checks;
 use super::DrainWaitPlan;
 use lifeguard_base::duration::GoDuration;
+use lifeguard_base::grace::Grace;
 use lifeguard_drain::DrainUntil;
 
 /// How late a load balancer, or kube-proxy (for one that checks the
@@ -56,10 +57,9 @@ pub(crate) struct Needs {
     pub(crate) threshold: u32,
     /// The quiet period the traffic before the drain calls for now.
     pub(crate) quiet: Duration,
-    pub(crate) shutdown_margin: Duration,
     /// The app's time after the wait (a sidecar's), or zero (a gateway).
     pub(crate) app_time: Duration,
-    pub(crate) grace_period: Duration,
+    pub(crate) grace: Grace,
     pub(crate) checker_timeout: Duration,
     /// The drain's readiness-fail delay: the checkers start failing only
     /// after it.
@@ -84,17 +84,17 @@ pub(crate) fn slowest(checkers: &[Checker], needs: &Needs, now: Instant) -> Opti
         .max_by_key(|(_, t)| *t)?;
     let (checker, takes) = slowest;
     let takes = tenths(takes);
-    let needed = needs.fails_after + takes + needs.quiet + needs.shutdown_margin + needs.app_time;
+    let needed = needs.fails_after + takes + needs.quiet + needs.grace.margin() + needs.app_time;
     // The checker timeout counts from the drain's start; the checker fails
     // from the 503, the readiness-fail delay later.
     let from_start = needs.fails_after + takes;
     let timeout_short = from_start > needs.checker_timeout;
     let budget = Budget {
-        fits: needed <= needs.grace_period && !timeout_short,
+        fits: needed <= needs.grace.period() && !timeout_short,
         checker: checker.key.to_string(),
         checker_takes_seconds: takes.as_secs_f64(),
         needed_grace_period_seconds: round_up(needed).as_secs_f64(),
-        grace_period_seconds: needs.grace_period.as_secs_f64(),
+        grace_period_seconds: needs.grace.period().as_secs_f64(),
         needed_checker_timeout_seconds: timeout_short.then(|| round_up(from_start).as_secs_f64()),
     };
     Some((checker.key, budget))
@@ -132,8 +132,8 @@ pub(crate) fn warning(budget: &Budget, checker: &Checker, needs: &Needs) -> Stri
         budget.checker,
         budget.needed_grace_period_seconds,
         GoDuration(ms(needs.quiet)),
-        GoDuration(needs.shutdown_margin),
-        GoDuration(needs.grace_period),
+        GoDuration(needs.grace.margin()),
+        GoDuration(needs.grace.period()),
     );
     if let Some(timeout) = budget.needed_checker_timeout_seconds {
         words.push_str(&format!(
@@ -170,10 +170,10 @@ pub(crate) fn declared(plan: &DrainWaitPlan, policy: DrainUntil, quiet: Duration
                 + checks.takes()
                 + DECLARED_LAG
                 + quiet
-                + plan.shutdown_margin
+                + plan.grace.margin()
                 + plan.app_time_under(policy);
             let budget = Budget {
-                fits: needed <= plan.grace_period,
+                fits: needed <= plan.grace.period(),
                 checker: format!(
                     "a load balancer checking every {}, out after {} (--load-balancer-checks)",
                     GoDuration(checks.interval),
@@ -181,7 +181,7 @@ pub(crate) fn declared(plan: &DrainWaitPlan, policy: DrainUntil, quiet: Duration
                 ),
                 checker_takes_seconds: checks.takes().as_secs_f64(),
                 needed_grace_period_seconds: round_up(needed).as_secs_f64(),
-                grace_period_seconds: plan.grace_period.as_secs_f64(),
+                grace_period_seconds: plan.grace.period().as_secs_f64(),
                 needed_checker_timeout_seconds: None,
             };
             (*checks, budget)
@@ -213,8 +213,8 @@ pub(crate) fn declared_words(
         GoDuration(ms(Duration::from_secs_f64(budget.checker_takes_seconds))),
         GoDuration(DECLARED_LAG),
         GoDuration(ms(quiet)),
-        GoDuration(plan.shutdown_margin),
-        GoDuration(plan.grace_period),
+        GoDuration(plan.grace.margin()),
+        GoDuration(plan.grace.period()),
         match budget.fits {
             true => ": it fits",
             false => ": set terminationGracePeriodSeconds to at least that, or requests it still sends are lost",
@@ -250,9 +250,8 @@ mod tests {
         Needs {
             threshold: 2,
             quiet: Duration::from_millis(500),
-            shutdown_margin: Duration::from_secs(2),
             app_time: Duration::ZERO,
-            grace_period: Duration::from_secs(grace),
+            grace: Grace::new(Duration::from_secs(grace), Duration::from_secs(2)).unwrap(),
             checker_timeout: Duration::from_secs(70),
             fails_after: Duration::ZERO,
         }
@@ -365,7 +364,7 @@ mod tests {
             assert!(checks::parse(bad).is_err(), "{bad}");
         }
         let mut plan = DrainWaitPlan::for_tests();
-        plan.grace_period = Duration::from_secs(60);
+        plan.grace = Grace::new(Duration::from_secs(60), Duration::from_secs(2)).unwrap();
         plan.load_balancer_checks = vec![checks::parse("10sx3").unwrap(), checks::parse("20sx3").unwrap()];
         let quiet = Duration::from_secs(5);
         let budgets = declared(&plan, DrainUntil::OutOfRotation, quiet);

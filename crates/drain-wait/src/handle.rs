@@ -13,6 +13,7 @@ use tokio::time::{sleep_until, Instant};
 use super::budget::Budget;
 use super::checkers::{Checkers, NotCountedReport};
 use super::rule::{ms, CheckerReport};
+use super::waiting::{HealthChecks, WaitingFor};
 use super::DrainWaitPlan;
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::peer::PeerKey;
@@ -53,13 +54,13 @@ pub struct DrainWaitStatus {
     pub inbound_listeners: Option<String>,
     /// Whether Envoy fails the checks its `health_check` filter recognises
     /// (`failing` from the moment readiness turns 503), or why it could not.
-    pub envoy_health_checks: String,
+    pub envoy_health_checks: HealthChecks,
     /// Every checker heard from, as of the last read.
     pub checkers: Vec<CheckerReport>,
     /// Readiness probes not counted as a load balancer's, by reason.
     pub probes_not_counted: NotCountedReport,
-    /// What the wait still waits for, in words.
-    pub waiting_for: Option<String>,
+    /// What the wait still waits for (in JSON, its words).
+    pub waiting_for: Option<WaitingFor>,
     /// Seconds from the last new inbound request (or the drain's start) to
     /// the last read.
     pub quiet_for_seconds: Option<f64>,
@@ -91,10 +92,10 @@ impl DrainWaitStatus {
             requests_per_second_before_drain: None,
             quiet_period_seconds: None,
             inbound_listeners: None,
-            envoy_health_checks: "passing".into(),
+            envoy_health_checks: HealthChecks::Passing,
             checkers: Vec::new(),
             probes_not_counted: NotCountedReport::default(),
-            waiting_for: Some("the drain to begin (the proxy's SIGTERM or POST /drain)".into()),
+            waiting_for: Some(WaitingFor::DrainToBegin),
             quiet_for_seconds: None,
             conclusion: None,
             took_seconds: None,
@@ -305,7 +306,7 @@ impl DrainWait {
                 WaitState::Stopped if !at_bound => {
                     let line = format!(
                         "Envoy is stopping; the pod was not yet out of rotation (was waiting for {})",
-                        status.waiting_for.unwrap_or_default()
+                        words(status.waiting_for.as_ref())
                     );
                     return WaitEnd {
                         why: WaitWhy::Stopped,
@@ -324,7 +325,7 @@ impl DrainWait {
                 };
                 let line = format!(
                     "NOT out of rotation, stopped waiting at {by}: was waiting for {}; new requests may still arrive",
-                    status.waiting_for.unwrap_or_default()
+                    words(status.waiting_for.as_ref())
                 );
                 return WaitEnd { why, line };
             }
@@ -347,7 +348,7 @@ impl Rotation for DrainWait {
         loop {
             {
                 let status = rx.borrow_and_update();
-                let waiting = || status.waiting_for.clone().unwrap_or_default();
+                let waiting = || words(status.waiting_for.as_ref());
                 match status.state {
                     WaitState::Out => return Verdict::Out(status.conclusion.clone().unwrap_or_default()),
                     WaitState::Bound | WaitState::Stopped => return Verdict::NotOut(waiting()),
@@ -361,12 +362,16 @@ impl Rotation for DrainWait {
     }
 
     fn waiting_for(&self) -> String {
-        let status = self.status.borrow();
-        status
-            .waiting_for
-            .clone()
-            .unwrap_or_else(|| "the drain wait's first read".into())
+        match &self.status.borrow().waiting_for {
+            Some(waiting) => waiting.to_string(),
+            None => "the drain wait's first read".into(),
+        }
     }
+}
+
+/// What the wait waited for, in words (empty: nothing).
+fn words(waiting: Option<&WaitingFor>) -> String {
+    waiting.map(ToString::to_string).unwrap_or_default()
 }
 
 #[cfg(test)]

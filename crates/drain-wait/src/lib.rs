@@ -44,6 +44,7 @@ pub mod quiet;
 pub mod rule;
 mod settings;
 mod task;
+mod waiting;
 
 use std::future::Future;
 use std::time::Duration;
@@ -51,12 +52,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use ipnet::IpNet;
+use lifeguard_base::grace::Grace;
 use lifeguard_drain::{ControlError, DrainUntil};
 
 pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, WaitEnd, WaitState, WaitWhy};
 pub use settings::{checks, range, threshold, Checks, Settings, ValueError};
 pub use task::run;
+pub use waiting::{HealthChecks, Pending, WaitingFor};
 
 /// What other crates' tests read of the checker table (the `testing`
 /// feature; never in the binary).
@@ -159,14 +162,12 @@ pub struct DrainWaitPlan {
     /// Only probes from these ranges count as a checker's (empty: any
     /// peer but the kubelet).
     pub checker_ranges: Vec<IpNet>,
-    /// The drain's deadline (grace period less the shutdown margin).
-    pub drain_deadline: Duration,
-    /// The pod's grace period and lifeguard's shutdown margin, for the
-    /// budget ([`budget`]).
-    pub grace_period: Duration,
-    pub shutdown_margin: Duration,
+    /// The pod's grace period and lifeguard's shutdown margin, the drain's
+    /// (its deadline bounds the wait; the budget weighs the checkers
+    /// against the period).
+    pub grace: Grace,
     /// Time kept for the app between the wait's end and the deadline: the
-    /// wait never outlasts `drain_deadline - app_time`, counted from the
+    /// wait never outlasts the deadline less `app_time`, counted from the
     /// drain's start or from the hook's arrival, whichever is first.
     pub app_time: Duration,
     /// The load balancers' checks as configured (`--load-balancer-checks`),
@@ -176,29 +177,19 @@ pub struct DrainWaitPlan {
 
 #[cfg(any(test, feature = "testing"))]
 impl DrainWaitPlan {
-    /// The defaults' plan, for tests: threshold 3, a 500 ms quiet period,
-    /// a 20 s checker timeout, a 30 s grace period less a 2 s margin, 5 s
-    /// for the app.
+    /// The defaults' plan, within the drain's defaults, for tests
+    /// (threshold 3, a 500 ms quiet period, a 20 s checker timeout, a 30 s
+    /// grace period less a 2 s margin, 5 s for the app).
     pub fn for_tests() -> DrainWaitPlan {
-        DrainWaitPlan {
-            unhealthy_threshold: 3,
-            min_quiet_period: Duration::from_millis(500),
-            checker_timeout: Duration::from_secs(20),
-            fails_after: Duration::ZERO,
-            checker_ranges: Vec::new(),
-            drain_deadline: Duration::from_secs(28),
-            grace_period: Duration::from_secs(30),
-            shutdown_margin: Duration::from_secs(2),
-            app_time: Duration::from_secs(5),
-            load_balancer_checks: Vec::new(),
-        }
+        let settings: Settings = lifeguard_base::settings::defaults();
+        settings.plan(&lifeguard_drain::Plan::for_status_tests())
     }
 }
 
 impl DrainWaitPlan {
     /// How long the wait may last: the deadline less the app's time.
     pub(crate) fn bound(&self) -> Duration {
-        self.drain_deadline.saturating_sub(self.app_time)
+        self.grace.deadline().saturating_sub(self.app_time)
     }
 
     /// The app's time under the drain's `policy`: none for a gateway
@@ -212,6 +203,6 @@ impl DrainWaitPlan {
 
     /// The wait's bound under the drain's `policy`.
     pub(crate) fn bound_under(&self, policy: DrainUntil) -> Duration {
-        self.drain_deadline.saturating_sub(self.app_time_under(policy))
+        self.grace.deadline().saturating_sub(self.app_time_under(policy))
     }
 }

@@ -38,6 +38,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::checkers::{Checker, CheckerKey};
+use super::waiting::{Pending, WaitingFor};
 use super::{Arrivals, TrafficError};
 use lifeguard_base::duration::GoDuration;
 
@@ -111,8 +112,8 @@ pub(crate) enum Step {
 pub(crate) struct Evaluation {
     pub(crate) out: bool,
     pub(crate) checkers: Vec<CheckerReport>,
-    /// What the wait still waits for, in words (None when out).
-    pub(crate) waiting_for: Option<String>,
+    /// What the wait still waits for (None when out).
+    pub(crate) waiting_for: Option<WaitingFor>,
     /// How long the reads have shown no new request.
     pub(crate) quiet_for: Duration,
     pub(crate) steps: Vec<Step>,
@@ -209,13 +210,17 @@ impl Rule {
         }
         self.out = out;
         let waiting_for = (!out).then(|| match (pending.is_empty(), unfollowed) {
-            (false, _) => self.words(&pending, unfollowed),
-            (true, Some(until)) => unfollowed_words(until, now),
-            (true, None) => format!(
-                "no new request for {} (none for {} so far)",
-                GoDuration(ms(self.settings.quiet)),
-                GoDuration(ms(self.quiet_for()))
-            ),
+            (false, _) => WaitingFor::Checkers {
+                pending: pending.iter().map(|c| self.pending(c)).collect(),
+                unfollowed: unfollowed.is_some(),
+            },
+            (true, Some(until)) => WaitingFor::Unfollowed {
+                left: until.saturating_duration_since(now),
+            },
+            (true, None) => WaitingFor::Quiet {
+                quiet: self.settings.quiet,
+                so_far: self.quiet_for(),
+            },
         });
         Evaluation {
             out,
@@ -409,26 +414,14 @@ impl Rule {
     }
 
     /// `checker 10.0.0.5 (1 of 3 failures, every 1s)` for each pending one.
-    fn words(&self, pending: &[&Checker], unfollowed: Option<Instant>) -> String {
-        let each: Vec<String> = pending
-            .iter()
-            .map(|c| {
-                format!(
-                    "{}{} ({} of {} failures in a row, every {})",
-                    c.key,
-                    if c.counted { "" } else { " [not counted: no room]" },
-                    c.failures_in_row,
-                    self.threshold_of(&c.key),
-                    GoDuration(ms(c.interval.unwrap_or_default()))
-                )
-            })
-            .collect();
-        let noun = if pending.len() == 1 { "checker" } else { "checkers" };
-        let mut words = format!("{} {noun}: {}", pending.len(), each.join(", "));
-        if unfollowed.is_some() {
-            words.push_str("; and probers too many to follow");
+    fn pending(&self, c: &Checker) -> Pending {
+        Pending {
+            key: c.key,
+            counted: c.counted,
+            failures_in_row: c.failures_in_row,
+            threshold: self.threshold_of(&c.key),
+            interval: c.interval.unwrap_or_default(),
         }
-        words
     }
 
     fn report(&self, c: &Checker, state: CheckerState, now: Instant) -> CheckerReport {
@@ -452,13 +445,6 @@ impl Rule {
 }
 
 /// The wait held for probers too many to follow, in words.
-fn unfollowed_words(until: Instant, now: Instant) -> String {
-    format!(
-        "probers whose probes were not counted and too many to follow (a flood of agents?): held until the checker timeout, {} from now",
-        GoDuration(ms(until.saturating_duration_since(now)))
-    )
-}
-
 /// The checkers as they stand before the drain, for `GET /drain`: each one
 /// with an interval is checking (or was, if it has stopped), the others
 /// were seen once.
@@ -742,7 +728,7 @@ mod tests {
         let eval = rule.observe(t0 + 2 * SEC, &checkers.snapshot(), None, arrived(0, t0 + 2 * SEC));
         assert!(!eval.out);
         assert_eq!(
-            eval.waiting_for.as_deref(),
+            eval.waiting_for.map(|w| w.to_string()).as_deref(),
             Some("1 checker: 10.0.0.5 (0 of 2 failures in a row, every 1s)")
         );
         checkers.record(key(5), t0 + 3 * SEC, false);
@@ -946,7 +932,7 @@ mod tests {
                 assert_eq!(eval.steps, [Step::UnfollowedTimedOut, Step::Out]);
                 break;
             }
-            assert!(eval.waiting_for.unwrap().contains("too many to follow"));
+            assert!(eval.waiting_for.unwrap().to_string().contains("too many to follow"));
             t += Duration::from_millis(100);
         }
         assert_eq!(out_at, Some(t0 + 20 * SEC));
@@ -954,7 +940,7 @@ mod tests {
         let mut rule = Rule::new(settings(3, SEC), t0 + 60 * SEC);
         let first = rule.observe(t0 + 60 * SEC, &[], Some(t0 + SEC), arrived(1, t0 + 60 * SEC));
         assert_eq!(
-            first.waiting_for.as_deref(),
+            first.waiting_for.map(|w| w.to_string()).as_deref(),
             Some("no new request for 1s (none for 0s so far)")
         );
         let eval = rule.observe(t0 + 61 * SEC, &[], Some(t0 + SEC), arrived(1, t0 + 61 * SEC));

@@ -139,16 +139,14 @@ pub mod checks {
 impl Settings {
     /// The drain wait's plan, within the drain's.
     pub fn plan(&self, drain: &lifeguard_drain::Plan) -> DrainWaitPlan {
-        let deadline = drain.deadline();
+        let deadline = drain.grace().deadline();
         DrainWaitPlan {
             unhealthy_threshold: self.drain_wait_unhealthy_threshold,
             min_quiet_period: self.drain_wait_min_quiet_period,
             checker_timeout: self.drain_wait_checker_timeout,
             fails_after: drain.readiness_fail_delay(),
             checker_ranges: self.drain_wait_checker_ranges.clone(),
-            drain_deadline: deadline,
-            grace_period: drain.grace_period(),
-            shutdown_margin: drain.shutdown_margin(),
+            grace: drain.grace(),
             // Never more than half the deadline: a short grace period
             // still leaves the wait half of it.
             app_time: self.drain_wait_app_time.min(deadline / 2),

@@ -16,8 +16,11 @@ use super::checkers::{CheckerKey, Checkers};
 use super::handle::{DrainWaitStatus, WaitState};
 use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
 use super::rule::{ms, Rule, Settings, Step};
+use super::waiting::{HealthChecks, WaitingFor};
 use super::{DrainWaitPlan, Traffic, READ_EVERY};
 use lifeguard_base::duration::GoDuration;
+#[cfg(test)]
+use lifeguard_base::grace::Grace;
 use lifeguard_base::logging::Throttle;
 use lifeguard_drain::{DrainUntil, Phase, Status};
 
@@ -57,7 +60,7 @@ pub async fn run<T: Traffic>(
     // With a readiness-fail delay, the load balancers are told only when
     // readiness turns 503: the rule starts then.
     if !drain.borrow().phase.fails_readiness() {
-        publish.send_modify(|s| s.waiting_for = Some("readiness to turn 503 (--readiness-fail-delay)".into()));
+        publish.send_modify(|s| s.waiting_for = Some(WaitingFor::ReadinessToFail));
         let told = |s: &Status| s.phase.fails_readiness() || s.phase >= Phase::Stopping;
         if sampler.sample_until(&mut drain, told, &shutdown).await.is_none() {
             return;
@@ -167,9 +170,8 @@ impl<T: Traffic> Sampler<'_, T> {
         let needs = Needs {
             threshold: plan.unhealthy_threshold,
             quiet: quiet_period(self.history.rate(), plan.min_quiet_period, plan.bound_under(policy)),
-            shutdown_margin: plan.shutdown_margin,
             app_time: plan.app_time_under(policy),
-            grace_period: plan.grace_period,
+            grace: plan.grace,
             checker_timeout: plan.checker_timeout,
             fails_after: plan.fails_after,
         };
@@ -259,18 +261,18 @@ impl<T: Traffic> Watch<T> {
                      (POST /healthcheck/fail), wherever they are sent"
                 );
                 self.checks = Checks::Done;
-                "failing".to_owned()
+                HealthChecks::Failing
             }
             Ok(false) => {
                 self.checks = Checks::Done;
-                "passing: no inbound listener has Envoy's health_check filter".to_owned()
+                HealthChecks::NoFilter
             }
             Err(why) => {
                 if self.checks_warning.due(Instant::now()) {
                     tracing::warn!(error = %why, "drain wait: could not make Envoy fail the load balancers' checks (POST /healthcheck/fail); trying again");
                 }
                 self.checks = Checks::Due(Instant::now() + CHECKS_RETRY);
-                format!("could not fail them yet: {why}")
+                HealthChecks::NotFailedYet(why.to_string())
             }
         };
         self.publish.send_modify(|s| s.envoy_health_checks = said);
@@ -488,8 +490,7 @@ mod tests {
         let plan = DrainWaitPlan {
             unhealthy_threshold: 2,
             min_quiet_period: SEC,
-            drain_deadline: deadline,
-            grace_period: deadline + Duration::from_secs(2),
+            grace: Grace::new(deadline + Duration::from_secs(2), Duration::from_secs(2)).unwrap(),
             app_time,
             ..DrainWaitPlan::for_tests()
         };
@@ -720,11 +721,11 @@ mod tests {
             !h.traffic.1.load(Ordering::Relaxed),
             "readiness still answers as Envoy does"
         );
-        assert_eq!(h.wait.status().envoy_health_checks, "passing");
+        assert_eq!(h.wait.status().envoy_health_checks, HealthChecks::Passing);
         h.phase(Phase::Draining);
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(h.traffic.1.load(Ordering::Relaxed));
-        assert_eq!(h.wait.status().envoy_health_checks, "failing");
+        assert_eq!(h.wait.status().envoy_health_checks, HealthChecks::Failing);
         h.shutdown.cancel();
     }
 

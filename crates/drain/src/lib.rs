@@ -61,7 +61,7 @@ pub use ports::Active;
 pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
 pub use settings::{grace, PlanError, Reads, Settings};
 pub use status::Outcome;
-pub use status::{Asker, Awaiting, Phase, PhaseCell, Published, Signal, Status, Trigger};
+pub use status::{Asker, Awaiting, Left, Phase, PhaseCell, Published, Signal, Status, Trigger, WaitingOn};
 
 use std::time::Duration;
 

@@ -14,6 +14,7 @@ use super::ports::Active;
 pub use super::ports::DrainScope;
 use super::status::Trigger;
 use lifeguard_base::duration::GoDuration;
+use lifeguard_base::grace::Grace;
 
 /// What the drain does, and when.
 #[derive(Debug, Clone)]
@@ -32,15 +33,12 @@ pub struct Plan {
     pub(crate) termination_drain_duration: Duration,
     /// The exit-on-zero policies' shortest drain.
     pub(crate) minimum_drain_duration: Duration,
-    /// The pod's grace period, counted from the drain's start.
-    pub(crate) grace_period: Duration,
-    /// From the start of the drain to Envoy's stop, at the latest: the
-    /// grace period less the shutdown margin.
-    pub(crate) drain_deadline: Duration,
+    /// The pod's grace period, counted from the drain's start, and the
+    /// margin kept back: the drain's deadline, how long Envoy gets to exit
+    /// after SIGTERM before SIGKILL.
+    pub(crate) grace: Grace,
     /// Timeout of one admin call.
     pub(crate) admin_timeout: Duration,
-    /// How long Envoy gets to exit after SIGTERM before SIGKILL.
-    pub(crate) shutdown_margin: Duration,
     /// How often the fixed policy reads the counts, for reporting.
     pub(crate) poll_interval: Duration,
     /// How the kubelet is answered while the pod terminates.
@@ -48,25 +46,18 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The time policy with the defaults' durations: for the status
-    /// service's tests and the fuzz targets, whose drain is never run.
+    /// The time policy, asked for, with every other setting at its
+    /// default (Envoy's reads: a 1 s timeout, every second): for the
+    /// status service's tests, the drain's own and the fuzz targets'.
     #[cfg(any(test, feature = "testing"))]
     pub fn for_status_tests() -> Plan {
-        Plan {
-            drain_until: DrainUntil::Time,
-            asked: true,
-            scope: DrainScope::Inbound,
-            drain_delay: Duration::ZERO,
-            readiness_fail_delay: Duration::ZERO,
-            termination_drain_duration: Duration::from_secs(5),
-            minimum_drain_duration: Duration::from_secs(5),
-            grace_period: Duration::from_secs(30),
-            drain_deadline: Duration::from_secs(28),
+        let settings: crate::Settings = lifeguard_base::settings::defaults();
+        let reads = crate::Reads {
             admin_timeout: Duration::from_secs(1),
-            shutdown_margin: Duration::from_secs(2),
             poll_interval: Duration::from_secs(1),
-            terminating_readiness: TerminatingReadiness::Serving,
-        }
+        };
+        let plan = settings.plan(&|key| key == "drain_until", reads);
+        plan.expect("the defaults hold").in_force(DrainUntil::Time)
     }
 
     /// The policy: asked for, or the default the settings made.
@@ -98,25 +89,16 @@ impl Plan {
         self.scope
     }
 
-    /// The pod's grace period.
-    pub fn grace_period(&self) -> Duration {
-        self.grace_period
-    }
-
-    /// From the start of the drain to Envoy's stop, at the latest.
-    pub fn deadline(&self) -> Duration {
-        self.drain_deadline
+    /// The pod's grace period and the margin kept back from it (the
+    /// drain's deadline: Envoy is stopped by then).
+    pub fn grace(&self) -> Grace {
+        self.grace
     }
 
     /// How long readiness keeps answering as Envoy does after the drain
     /// began: the load balancers see the 503 only then.
     pub fn readiness_fail_delay(&self) -> Duration {
         self.readiness_fail_delay
-    }
-
-    /// How long Envoy gets to exit after SIGTERM.
-    pub fn shutdown_margin(&self) -> Duration {
-        self.shutdown_margin
     }
 
     /// How the kubelet is answered while the pod terminates.
@@ -153,7 +135,7 @@ impl Plan {
     /// The durations that do not fit inside the drain's deadline, as
     /// warnings.
     pub fn warnings(&self) -> Vec<String> {
-        let budget = self.drain_deadline;
+        let budget = self.grace.deadline();
         let (what, wait) = match self.drain_until {
             DrainUntil::Time => ("termination_drain_duration", self.termination_drain_duration),
             // The load balancers' time is the drain wait's budget, said
@@ -176,8 +158,8 @@ impl Plan {
                 GoDuration(wait),
                 GoDuration(self.drain_delay + wait),
                 GoDuration(budget),
-                GoDuration(self.grace_period),
-                GoDuration(self.shutdown_margin),
+                GoDuration(self.grace.period()),
+                GoDuration(self.grace.margin()),
             ));
         }
         out
@@ -189,7 +171,7 @@ impl Plan {
     /// stop gets what is left of the grace period after it
     /// ([`Plan::stop_bound`]).
     pub(crate) fn last_read_timeout(&self) -> Duration {
-        (self.shutdown_margin / 4).min(self.admin_timeout)
+        (self.grace.margin() / 4).min(self.admin_timeout)
     }
 
     /// How long Envoy gets between SIGTERM and SIGKILL when stopped at
@@ -199,11 +181,11 @@ impl Plan {
     /// is never stopped past the grace period.
     pub(crate) fn stop_bound(&self, began: Option<Instant>, now: Instant) -> Duration {
         let Some(began) = began else {
-            return self.shutdown_margin;
+            return self.grace.margin();
         };
-        match began.checked_add(self.grace_period) {
-            Some(grace_end) => grace_end.saturating_duration_since(now).min(self.shutdown_margin),
-            None => self.shutdown_margin,
+        match began.checked_add(self.grace.period()) {
+            Some(grace_end) => grace_end.saturating_duration_since(now).min(self.grace.margin()),
+            None => self.grace.margin(),
         }
     }
 

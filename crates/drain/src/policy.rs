@@ -1,7 +1,6 @@
 //! The small pieces the drain's wait is made of, each named for its one
 //! rule: when the policy is satisfied ([`DoneRule`]), how far apart reads
-//! are ([`Pacer`]), what the drain waits on in words ([`waiting_on`]) and
-//! its progress log ([`Progress`]).
+//! are ([`Pacer`]) and its progress log ([`Progress`]).
 
 use std::time::Duration;
 
@@ -9,7 +8,7 @@ use tokio::time::Instant;
 
 use super::plan::{DrainUntil, Plan};
 use super::ports::Work;
-use super::status::Awaiting;
+use super::status::{Awaiting, WaitingOn};
 use super::{APP_QUIET, PACE, PROGRESS_EVERY, PROGRESS_HEARTBEAT, ZERO_POLL_INTERVAL};
 use lifeguard_base::duration::GoDuration;
 
@@ -62,8 +61,8 @@ impl Began {
         if work.processes_seen && work.is_done() {
             return Began::Gone;
         }
-        match waiting_on(plan, envoy, Some(work)) {
-            Some(what) => Began::Here(what),
+        match WaitingOn::of(envoy, plan.counted(), Some(work)) {
+            Some(what) => Began::Here(what.to_string()),
             None => Began::Unseen,
         }
     }
@@ -236,18 +235,6 @@ impl Progress {
             self.last_line = Some(now);
         }
     }
-}
-
-/// What the drain waits on now, in words; None when nothing.
-pub(crate) fn waiting_on(plan: &Plan, envoy: u64, app: Option<&Work>) -> Option<String> {
-    let mut parts = Vec::new();
-    if envoy > 0 {
-        parts.push(format!("{envoy} {}", plan.counted()));
-    }
-    if let Some(work) = app.filter(|w| !w.is_done()) {
-        parts.push(work.to_string());
-    }
-    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// The line that says the policy is satisfied; `waived`: before the

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 use lifeguard_base::duration::{self, DurationError, GoDuration};
+use lifeguard_base::grace::{Grace, GraceError};
 use lifeguard_base::settings::{go_bool, span, SettingError};
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +22,6 @@ fn grace_period(s: &str) -> Result<Duration, DurationError> {
     let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     duration::positive(&if bare { format!("{s}s") } else { s.to_owned() })
 }
-
-/// The shortest shutdown margin: the time Envoy gets between SIGTERM and
-/// SIGKILL, kept back from the grace period.
-pub(crate) const MIN_SHUTDOWN_MARGIN: Duration = Duration::from_millis(100);
 
 /// The drain's settings. In the file: the section `[drain]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
@@ -117,13 +114,8 @@ pub struct Reads {
 /// A rule across the drain's settings that does not hold.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    #[error(
-        "must be at least {}: Envoy gets this long to exit after SIGTERM, inside the grace period",
-        GoDuration(MIN_SHUTDOWN_MARGIN)
-    )]
-    MarginTooShort(Duration),
-    #[error("must be shorter than termination_grace_period ({})", GoDuration(*.grace))]
-    MarginNotUnderGrace { margin: Duration, grace: Duration },
+    #[error(transparent)]
+    Margin(#[from] GraceError),
     #[error("cannot be used with drain_delay: readiness fails first with drain_delay, last with readiness_fail_delay")]
     BothDelays(Duration),
 }
@@ -131,32 +123,31 @@ pub enum PlanError {
 impl SettingError for PlanError {
     fn key(&self) -> &'static str {
         match self {
-            PlanError::MarginTooShort(_) | PlanError::MarginNotUnderGrace { .. } => "shutdown_margin",
+            PlanError::Margin(_) => "shutdown_margin",
             PlanError::BothDelays(_) => "readiness_fail_delay",
         }
     }
 
     fn value(&self) -> String {
         let d = match self {
-            PlanError::MarginTooShort(d) | PlanError::BothDelays(d) => *d,
-            PlanError::MarginNotUnderGrace { margin, .. } => *margin,
+            PlanError::Margin(e) => e.margin(),
+            PlanError::BothDelays(d) => *d,
         };
         GoDuration(d).to_string()
     }
 }
 
 impl Settings {
+    /// The pod's grace period and the margin kept back from it.
+    pub fn grace(&self) -> Result<Grace, GraceError> {
+        Grace::new(self.termination_grace_period, self.shutdown_margin)
+    }
+
     /// The drain's plan. `given` tells whether the user set a key (the
     /// policy's default follows what was asked); `reads` are the Envoy
     /// crate's.
     pub fn plan(&self, given: &dyn Fn(&str) -> bool, reads: Reads) -> Result<Plan, PlanError> {
-        let (margin, grace) = (self.shutdown_margin, self.termination_grace_period);
-        if margin < MIN_SHUTDOWN_MARGIN {
-            return Err(PlanError::MarginTooShort(margin));
-        }
-        if margin >= grace {
-            return Err(PlanError::MarginNotUnderGrace { margin, grace });
-        }
+        let grace = self.grace()?;
         if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
             return Err(PlanError::BothDelays(self.readiness_fail_delay));
         }
@@ -177,10 +168,8 @@ impl Settings {
             readiness_fail_delay: self.readiness_fail_delay,
             termination_drain_duration: self.termination_drain_duration,
             minimum_drain_duration: self.minimum_drain_duration,
-            grace_period: grace,
-            drain_deadline: grace - margin,
+            grace,
             admin_timeout: reads.admin_timeout,
-            shutdown_margin: margin,
             poll_interval: reads.poll_interval,
             terminating_readiness: self.terminating_readiness,
         })

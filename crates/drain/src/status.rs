@@ -2,6 +2,7 @@
 //! readiness, `GET /drain` and the metrics all derive from, and how the
 //! agent ends ([`Outcome`]; `lifeguard_exit` makes it the exit code).
 
+use std::fmt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use serde::Serialize;
 
 use super::kubelet::{Kubelet, KubeletAnswer, KubeletRecord};
 use super::plan::DrainUntil;
-use super::ports::Exit;
+use super::ports::{Exit, Work};
 
 /// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -259,16 +260,16 @@ pub struct Status {
     /// Sockets and processes the app still holds (`app-exit`).
     pub app_sockets: Option<u64>,
     pub app_processes: Option<u64>,
-    /// What the drain waits on right now, e.g. `3 requests` or
-    /// `2 app sockets (127.0.0.1:8080 listening; ...)`.
-    pub waiting_on: Option<String>,
+    /// What the drain waits on right now (in JSON, its words: `3 requests
+    /// in flight` or `2 app sockets (127.0.0.1:8080 listening; ...)`).
+    pub waiting_on: Option<WaitingOn>,
     /// What the drain awaits, for its progress line ([`Status::progress`],
     /// written when asked).
     #[serde(skip)]
     pub awaiting: Option<Awaiting>,
     /// What the drain waited on last, kept once the count reached zero (the
     /// exit summary's "waited for last").
-    pub waited_on_last: Option<String>,
+    pub waited_on_last: Option<WaitingOn>,
     /// Why the last read of the active counts failed, if it did.
     pub last_read_error: Option<String>,
     /// Whether a signal asked for Envoy to be stopped once drained.
@@ -343,15 +344,75 @@ impl Status {
     }
 }
 
+/// What the drain waits on at one read: the count the policy counts in
+/// Envoy (`counted` names it) and what the app still holds. A value the
+/// drain compares as one; put in words only where it is shown (`GET
+/// /drain`, the progress line, the exit summary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingOn {
+    pub envoy: u64,
+    /// What the policy counts in Envoy (`requests in flight`, ...).
+    pub counted: &'static str,
+    /// What the app holds (None: nothing, or not watched).
+    pub app: Option<Work>,
+}
+
+impl WaitingOn {
+    /// What is left at a read (None: nothing).
+    pub(crate) fn of(envoy: u64, counted: &'static str, app: Option<&Work>) -> Option<WaitingOn> {
+        let app = app.filter(|w| !w.is_done()).cloned();
+        (envoy > 0 || app.is_some()).then_some(WaitingOn { envoy, counted, app })
+    }
+}
+
+/// `3 requests in flight; 2 app sockets (127.0.0.1:8080 listening; ...)`.
+impl fmt::Display for WaitingOn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.envoy > 0 {
+            write!(f, "{} {}", self.envoy, self.counted)?;
+        }
+        if let Some(app) = &self.app {
+            let sep = if self.envoy > 0 { "; " } else { "" };
+            write!(f, "{sep}{app}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for WaitingOn {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// What the policy has left at a read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Left {
+    Nothing,
+    On(WaitingOn),
+    /// The read failed: no count.
+    Unknown,
+}
+
+impl fmt::Display for Left {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Left::Nothing => f.write_str("nothing left"),
+            Left::On(on) => write!(f, "waiting for {on}"),
+            Left::Unknown => f.write_str("no count: the last read failed"),
+        }
+    }
+}
+
 /// What the drain awaits, as its progress line says it. The line itself,
 /// with the time left, is written when it is asked for ([`Status::progress`],
 /// `GET /drain`) or logged, not each time the drain reads Envoy.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Awaiting {
-    /// What the policy still awaits (`waiting for 2 requests`, `nothing
-    /// left`), and the end of the policy's own time (the fixed drain time,
-    /// or the minimum) while it runs, unix seconds.
-    Policy { words: String, own_time_ends: Option<f64> },
+    /// What the policy still awaits (in words `waiting for 2 requests`,
+    /// `nothing left`), and the end of the policy's own time (the fixed
+    /// drain time, or the minimum) while it runs, unix seconds.
+    Policy { left: Left, own_time_ends: Option<f64> },
     /// The load balancers' verdict (`out-of-rotation`, Envoy serving; or
     /// another policy while the kubelet follows Envoy): what the drain
     /// wait still awaits.
@@ -375,13 +436,13 @@ impl Awaiting {
                 "Envoy draining, accepting what kube-proxy still sends until the load balancers let go: \
                  waiting for {waiting}; {to_deadline} to the deadline"
             ),
-            Awaiting::Policy { words, .. } if policy == DrainUntil::Time => {
-                format!("{own_left} of drain time left, {words}; {to_deadline} to the deadline")
+            Awaiting::Policy { left, .. } if policy == DrainUntil::Time => {
+                format!("{own_left} of drain time left, {left}; {to_deadline} to the deadline")
             }
-            Awaiting::Policy { words, .. } if !own_left.0.is_zero() => {
-                format!("{words}; the minimum drain time ends in {own_left}; {to_deadline} to the deadline")
+            Awaiting::Policy { left, .. } if !own_left.0.is_zero() => {
+                format!("{left}; the minimum drain time ends in {own_left}; {to_deadline} to the deadline")
             }
-            Awaiting::Policy { words, .. } => format!("{words}; {to_deadline} to the deadline"),
+            Awaiting::Policy { left, .. } => format!("{left}; {to_deadline} to the deadline"),
         }
     }
 }

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::*;
+use lifeguard_base::grace::Grace;
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -151,23 +152,11 @@ impl EnvoyControl for FakeEnvoy {
 }
 
 fn plan(policy: DrainUntil) -> Plan {
-    Plan {
-        drain_until: policy,
-        asked: true,
-        scope: DrainScope::Inbound,
-        drain_delay: Duration::ZERO,
-        readiness_fail_delay: Duration::ZERO,
-        termination_drain_duration: secs(5.0),
-        minimum_drain_duration: secs(5.0),
-        grace_period: secs(30.0),
-        drain_deadline: secs(28.0),
-        admin_timeout: secs(1.0),
-        shutdown_margin: secs(2.0),
-        poll_interval: secs(1.0),
-        // The policies' own rules, as they stand when the kubelet is told
-        // what the load balancers are; `serving` below.
-        terminating_readiness: TerminatingReadiness::Failing,
-    }
+    let mut plan = Plan::for_status_tests().in_force(policy);
+    // The policies' own rules, as they stand when the kubelet is told
+    // what the load balancers are; `serving` below.
+    plan.terminating_readiness = TerminatingReadiness::Failing;
+    plan
 }
 
 /// Starts the drain machine on `envoy`; the fake sees the published phase.
@@ -180,6 +169,11 @@ fn start(plan: Plan, envoy: &FakeEnvoy) -> (tokio::task::JoinHandle<Outcome>, Dr
 /// Sleeps until `at` after the script's start.
 async fn at(envoy: &FakeEnvoy, at: f64) {
     tokio::time::sleep_until(envoy.0.t0 + secs(at)).await;
+}
+
+/// `grace` with its margin, shortened (or lengthened) to this deadline.
+fn with_deadline(grace: Grace, deadline: Duration) -> Grace {
+    Grace::new(deadline + grace.margin(), grace.margin()).unwrap()
 }
 
 fn assert_between(t: Duration, low: f64, high: f64) {
@@ -268,7 +262,7 @@ async fn a_failed_read_at_the_minimum_does_not_reuse_the_zero_read_before_it() {
 async fn the_deadline_cuts_a_drain_with_connections_left() {
     let envoy = FakeEnvoy::new(true, |_| conns(3));
     let mut p = plan(DrainUntil::Connections);
-    p.drain_deadline = secs(10.0);
+    p.grace = with_deadline(p.grace, secs(10.0));
     let (task, handle) = start(p, &envoy);
     handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
@@ -285,7 +279,7 @@ async fn a_deadline_inside_the_pre_drain_delay_stops_envoy_at_the_deadline() {
     let envoy = FakeEnvoy::new(true, |_| conns(2));
     let mut p = plan(DrainUntil::Connections);
     p.drain_delay = secs(20.0);
-    p.drain_deadline = secs(10.0);
+    p.grace = with_deadline(p.grace, secs(10.0));
     let (task, handle) = start(p, &envoy);
     handle.signal(Signal::Term).await;
     at(&envoy, 9.0).await;
@@ -361,7 +355,7 @@ async fn a_refusing_child_envoy_is_not_declared_gone() {
     // A child's exit is seen directly: refusals alone are read failures.
     let envoy = FakeEnvoy::new(true, |t| if t < secs(2.0) { conns(1) } else { refused() });
     let mut p = plan(DrainUntil::Connections);
-    p.drain_deadline = secs(6.0);
+    p.grace = with_deadline(p.grace, secs(6.0));
     let (task, handle) = start(p, &envoy);
     handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
@@ -472,8 +466,7 @@ async fn a_read_past_the_deadline_leaves_envoy_stopped_within_the_grace_period()
             }
         });
         let mut p = plan(DrainUntil::Connections);
-        p.shutdown_margin = secs(margin);
-        p.drain_deadline = p.grace_period - p.shutdown_margin;
+        p.grace = Grace::new(secs(30.0), secs(margin)).unwrap();
         let (task, handle) = start(p, &envoy);
         handle.signal(Signal::Term).await;
         let outcome = task.await.unwrap();
@@ -675,7 +668,7 @@ async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
     at(&envoy, 3.0).await;
     let status = handle.status();
     assert_eq!(
-        status.waiting_on.as_deref(),
+        status.waiting_on.map(|w| w.to_string()).as_deref(),
         Some("1 requests in flight; 1 app socket (127.0.0.1:41234 -> 127.0.0.1:15001)")
     );
     assert_eq!(status.app_sockets, Some(1));
@@ -693,7 +686,7 @@ async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
 async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let mut p = plan(DrainUntil::AppExit);
-    p.drain_deadline = secs(8.0);
+    p.grace = with_deadline(p.grace, secs(8.0));
     let (task, handle) = start_with_app(p, &envoy, |_| 2);
     handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
@@ -751,7 +744,7 @@ async fn a_hook_starts_the_pods_clock_before_sigterm() {
     // the hook returns). The deadline counts from the hook.
     let envoy = FakeEnvoy::new(true, |_| conns(1));
     let mut p = plan(DrainUntil::Connections);
-    p.drain_deadline = secs(10.0);
+    p.grace = with_deadline(p.grace, secs(10.0));
     let (task, handle) = start(p, &envoy);
     let status = handle.begin(Asker::Operator).await.expect("the drain began");
     assert_eq!(status.phase, Phase::Draining, "readiness is 503 when begin() answers");
@@ -858,7 +851,10 @@ async fn work_that_came_after_post_drain_is_waited_for_at_the_signal() {
     // Waiting for the new work is draining again, not drained.
     at(&envoy, 12.0).await;
     assert_eq!(handle.status().phase, Phase::Draining);
-    assert_eq!(handle.status().waiting_on.as_deref(), Some("1 requests"));
+    assert_eq!(
+        handle.status().waiting_on.map(|w| w.to_string()).as_deref(),
+        Some("1 requests")
+    );
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 12.5, 12.55);
@@ -900,7 +896,7 @@ async fn the_readiness_fail_delay_is_bounded_by_the_deadline() {
     let envoy = FakeEnvoy::new(true, |_| conns(1));
     let mut p = plan(DrainUntil::Requests);
     p.readiness_fail_delay = secs(60.0);
-    p.drain_deadline = secs(8.0);
+    p.grace = with_deadline(p.grace, secs(8.0));
     let (task, handle) = start(p, &envoy);
     handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
@@ -1084,7 +1080,8 @@ async fn the_read_at_a_stop_past_the_deadline_gets_a_quarter_of_the_shutdown_mar
         (Duration::from_millis(delay), conns(1).1)
     });
     let mut p = plan(DrainUntil::Connections);
-    (p.minimum_drain_duration, p.drain_deadline, p.shutdown_margin) = (secs(0.5), secs(3.0), secs(1.0));
+    p.minimum_drain_duration = secs(0.5);
+    p.grace = Grace::new(secs(4.0), secs(1.0)).unwrap();
     assert_eq!(p.last_read_timeout(), secs(0.25));
     let (task, handle) = start(p, &envoy);
     handle.begin(Asker::Operator).await.expect("the drain began");
@@ -1100,11 +1097,12 @@ async fn the_read_at_a_stop_past_the_deadline_gets_a_quarter_of_the_shutdown_mar
 #[test]
 fn the_last_read_gets_a_quarter_of_the_margin_and_at_most_an_admin_call() {
     let mut p = plan(DrainUntil::Connections);
-    p.shutdown_margin = secs(2.0);
+    p.grace = Grace::new(secs(30.0), secs(2.0)).unwrap();
     assert_eq!(p.last_read_timeout(), secs(0.5));
-    p.shutdown_margin = secs(0.1);
+    p.grace = Grace::new(secs(30.0), secs(0.1)).unwrap();
     assert_eq!(p.last_read_timeout(), Duration::from_millis(25), "the smallest margin");
-    (p.shutdown_margin, p.admin_timeout) = (secs(30.0), secs(1.0));
+    p.grace = Grace::new(secs(60.0), secs(30.0)).unwrap();
+    p.admin_timeout = secs(1.0);
     assert_eq!(p.last_read_timeout(), secs(1.0), "one admin call at most");
 }
 
@@ -1210,7 +1208,7 @@ async fn a_verdict_that_never_comes_ends_at_the_deadline_reported_as_cut_with_wh
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let rotation = FakeRotation::new();
     let mut p = plan(DrainUntil::OutOfRotation);
-    p.drain_deadline = secs(20.0);
+    p.grace = with_deadline(p.grace, secs(20.0));
     let (task, handle) = start_gateway(p, &envoy, (), &rotation);
     handle.signal(Signal::Term).await;
     at(&envoy, 19.9).await;
@@ -1238,7 +1236,7 @@ async fn a_verdict_that_never_comes_ends_at_the_deadline_reported_as_cut_with_wh
 
 fn p_with_deadline(deadline: f64) -> Plan {
     let mut p = plan(DrainUntil::OutOfRotation);
-    p.drain_deadline = secs(deadline);
+    p.grace = with_deadline(p.grace, secs(deadline));
     p
 }
 

@@ -3,6 +3,7 @@
 //! requires, Envoy's own drain time and the listeners the drain leaves out;
 //! the [`Plan`] they make.
 
+use lifeguard_base::grace::Grace;
 use std::time::Duration;
 
 use clap::Args;
@@ -101,9 +102,9 @@ impl Settings {
         }
     }
 
-    /// Envoy's plan, in a pod of `grace` period (Envoy's drain time when
-    /// none is set).
-    pub fn plan(&self, grace: Duration) -> Plan {
+    /// Envoy's plan, in a pod of this grace period (Envoy's drain time
+    /// when none is set).
+    pub fn plan(&self, grace: Grace) -> Plan {
         let mut ignored = self.ignore_listener_ports.clone();
         ignored.extend(ALWAYS_IGNORED_PORTS);
         ignored.sort_unstable();
@@ -118,7 +119,7 @@ impl Settings {
             },
             stale_after: self.poll_interval * 3 + self.admin_timeout,
             drain_time: match self.envoy_drain_time {
-                t if t.is_zero() => grace,
+                t if t.is_zero() => grace.period(),
                 t => t,
             },
             ignored_listener_ports: ignored,

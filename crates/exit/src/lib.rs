@@ -169,7 +169,10 @@ impl LoadBalancers {
             more_checkers: more,
             held_by: match out {
                 true => None,
-                false => status.held_by.clone().or_else(|| wait.waiting_for.clone()),
+                false => status
+                    .held_by
+                    .clone()
+                    .or_else(|| wait.waiting_for.as_ref().map(ToString::to_string)),
             },
         })
     }
@@ -202,7 +205,7 @@ impl Summary {
             duration_seconds: status.duration_seconds.map(millis),
             cut_by_deadline: status.cut_by_deadline || matches!(outcome, Outcome::Cut { .. }),
             left_at_stop,
-            waited_for_last: status.waited_on_last.clone(),
+            waited_for_last: status.waited_on_last.as_ref().map(ToString::to_string),
             envoy,
             kubelet: status.kubelet.clone(),
             load_balancers: wait.and_then(|w| LoadBalancers::of(w, status)),
@@ -385,6 +388,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use lifeguard_drain::{AppProcess, WaitingOn, Work};
 
     fn stopped() -> Status {
         let mut s = Status::initial(DrainUntil::Connections, "zero active connections".into());
@@ -394,8 +398,25 @@ mod tests {
         s.duration_seconds = Some(3.014_6);
         s.cut_by_deadline = true;
         s.left_at_stop = Some(1);
-        s.waited_on_last = Some("1 connections".into());
+        s.waited_on_last = Some(WaitingOn {
+            envoy: 1,
+            counted: "connections",
+            app: None,
+        });
         s
+    }
+
+    /// What the drain waited on last, an app process named `name`.
+    fn app_process(name: String) -> Option<WaitingOn> {
+        let work = Work {
+            processes: vec![AppProcess { pid: 7, name }],
+            ..Work::default()
+        };
+        Some(WaitingOn {
+            envoy: 0,
+            counted: "requests in flight",
+            app: Some(work),
+        })
     }
 
     #[test]
@@ -432,7 +453,7 @@ mod tests {
     fn a_long_summary_is_shortened_to_4_kib_and_stays_json() {
         let mut status = stopped();
         // Multi-byte characters and escapes, so cuts must respect both.
-        status.waited_on_last = Some("é\"sockét; ".repeat(2000));
+        status.waited_on_last = app_process("é\"sockét; ".repeat(2000));
         let exit = Exit::Status(ExitStatus::from_raw(0));
         let line = Summary::new(&Outcome::Cut { left: Some(1), exit }, &status, None).to_json();
         assert!(line.len() <= MESSAGE_LIMIT, "{}", line.len());
@@ -498,7 +519,7 @@ mod tests {
             s.checkers = (0..32).map(|i| checker(i, CheckerState::Failed, Some(1.0))).collect();
         });
         status.held_by = Some("x".repeat(10_000));
-        status.waited_on_last = Some("y".repeat(10_000));
+        status.waited_on_last = app_process("y".repeat(10_000));
         let summary = Summary::new(&Outcome::Cut { left: Some(0), exit }, &status, Some(&wait.published()));
         let line = summary.to_json();
         assert!(line.len() <= MESSAGE_LIMIT, "{}", line.len());

@@ -19,6 +19,7 @@
 //! that, so it is the final one): [`Linger::scrape_begins`] hands the route
 //! a [`Scrape`] ticket, and [`Scrape::served`] counts it.
 
+use lifeguard_base::grace::Grace;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,7 +87,7 @@ impl Linger {
     /// After Envoy stops: keeps the status port answering for a last scrape
     /// of the final state, `linger_for` at most and never past the grace
     /// period (counted from the drain's start in `status`).
-    pub async fn linger(&self, linger_for: Duration, status: &Status, grace: Duration) {
+    pub async fn linger(&self, linger_for: Duration, status: &Status, grace: Grace) {
         let bound = bound(linger_for, status, grace);
         if bound.is_zero() {
             return;
@@ -112,12 +113,12 @@ impl Scrape {
 
 /// How long to linger: `linger`, but never past the grace period counted
 /// from the start of the drain in `status` (if there was one).
-pub(crate) fn bound(linger: Duration, status: &Status, grace: Duration) -> Duration {
+pub(crate) fn bound(linger: Duration, status: &Status, grace: Grace) -> Duration {
     let Some(started) = status.started_at else {
         return linger;
     };
     let now = lifeguard_base::duration::unix_now();
-    let left = (started + grace.as_secs_f64() - now).max(0.0);
+    let left = (started + grace.period().as_secs_f64() - now).max(0.0);
     linger.min(Duration::from_secs_f64(left))
 }
 
@@ -167,19 +168,14 @@ mod tests {
 
     #[test]
     fn never_past_the_grace_period() {
+        let grace = Grace::new(Duration::from_secs(30), Duration::from_secs(2)).unwrap();
         let mut s = Status::initial(DrainUntil::Time, String::new());
-        assert_eq!(
-            bound(Duration::from_secs(20), &s, Duration::from_secs(30)),
-            Duration::from_secs(20)
-        );
+        assert_eq!(bound(Duration::from_secs(20), &s, grace), Duration::from_secs(20));
         let now = lifeguard_base::duration::unix_now();
         s.started_at = Some(now - 28.0);
-        let b = bound(Duration::from_secs(20), &s, Duration::from_secs(30));
+        let b = bound(Duration::from_secs(20), &s, grace);
         assert!(b <= Duration::from_secs(2) && b > Duration::from_millis(1900), "{b:?}");
         s.started_at = Some(now - 40.0);
-        assert_eq!(
-            bound(Duration::from_secs(20), &s, Duration::from_secs(30)),
-            Duration::ZERO
-        );
+        assert_eq!(bound(Duration::from_secs(20), &s, grace), Duration::ZERO);
     }
 }

@@ -19,9 +19,9 @@ use tokio::time::{sleep_until, Instant};
 use super::handle::{DrainHandle, Event};
 use super::kubelet::{Kubelet, KubeletAnswer};
 use super::plan::{DrainUntil, Plan};
-use super::policy::{log_done, waiting_on, DoneRule, Pacer, GONE_BEFORE};
+use super::policy::{log_done, DoneRule, Pacer, GONE_BEFORE};
 use super::ports::{AppControl, EnvoyControl, Exit, Rotation};
-use super::status::{Awaiting, Outcome, Phase, PhaseCell, Status, Trigger};
+use super::status::{Awaiting, Left, Outcome, Phase, PhaseCell, Status, Trigger, WaitingOn};
 use super::DRAIN_CALL_TRIES;
 use inbox::{Inbox, Interrupt};
 use lifeguard_base::duration::GoDuration;
@@ -137,7 +137,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let started = Instant::now();
         self.started = Some(started);
         let deadline = started
-            .checked_add(self.plan.drain_deadline)
+            .checked_add(self.plan.grace.deadline())
             .unwrap_or_else(|| started + Duration::from_secs(86400 * 365));
         self.resolve_policy().await;
         let gateway = self.plan.drain_until == DrainUntil::OutOfRotation;
@@ -215,7 +215,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let (policy, waiting_for) = (self.plan.drain_until, self.plan.waiting_for());
         self.kubelet = self.plan.kubelet_answer(trigger);
         let kubelet = Kubelet::new(self.kubelet);
-        let deadline = now_unix + self.plan.drain_deadline.as_secs_f64();
+        let deadline = now_unix + self.plan.grace.deadline().as_secs_f64();
         self.inbox.publish(|s| {
             s.phase = first;
             s.policy = policy;
@@ -241,7 +241,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             %trigger,
             policy = %self.plan.drain_until,
             waiting_for = %self.plan.waiting_for(),
-            deadline_in = %GoDuration(self.plan.drain_deadline),
+            deadline_in = %GoDuration(self.plan.grace.deadline()),
             "drain started: {readiness}"
         );
     }
@@ -384,19 +384,16 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 }
                 _ => None,
             };
-            let awaited = match count_now {
+            let left = match count_now {
                 Some(count) => {
                     seen.left = Some(count);
-                    let on = waiting_on(&plan, envoy_now.unwrap_or(0), app_now.as_ref());
-                    let awaited = on
-                        .as_ref()
-                        .map_or("nothing left".into(), |on| format!("waiting for {on}"));
-                    self.publish_waiting_on(on);
-                    awaited
+                    let on = WaitingOn::of(envoy_now.unwrap_or(0), plan.counted(), app_now.as_ref());
+                    self.publish_waiting_on(on.as_ref());
+                    on.map_or(Left::Nothing, Left::On)
                 }
-                None => "no count: the last read failed".to_owned(),
+                None => Left::Unknown,
             };
-            let awaiting = self.awaiting(awaited, &rule, drain_began, now);
+            let awaiting = self.awaiting(left, &rule, drain_began, now);
             let own_left = rule.min_end.saturating_duration_since(now);
             let to_deadline = deadline.saturating_duration_since(now);
             seen.progress.observe(now, &awaiting, || {
@@ -424,14 +421,14 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         }
     }
 
-    /// What the policy awaits (`words`), and the end of its own time while
+    /// What the policy awaits (`left`), and the end of its own time while
     /// it runs (unix seconds, from the drain's published start).
-    fn awaiting(&self, words: String, rule: &DoneRule, drain_began: Instant, now: Instant) -> Awaiting {
+    fn awaiting(&self, left: Left, rule: &DoneRule, drain_began: Instant, now: Instant) -> Awaiting {
         let started_at = self.inbox.status.borrow().started_at;
         let own_time_ends = started_at
             .filter(|_| rule.min_end > now)
             .map(|start| start + (rule.min_end - drain_began).as_secs_f64());
-        Awaiting::Policy { words, own_time_ends }
+        Awaiting::Policy { left, own_time_ends }
     }
 
     /// Publishes what the drain awaits, when it changed.
@@ -442,15 +439,15 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     }
 
     /// Publishes what the drain waits on, when it changed.
-    fn publish_waiting_on(&mut self, on: Option<String>) {
-        if self.inbox.status.borrow().waiting_on == on {
+    fn publish_waiting_on(&mut self, on: Option<&WaitingOn>) {
+        if self.inbox.status.borrow().waiting_on.as_ref() == on {
             return;
         }
         self.inbox.publish(|s| {
-            if on.is_some() {
-                s.waited_on_last.clone_from(&on);
+            if let Some(on) = on {
+                s.waited_on_last = Some(on.clone());
             }
-            s.waiting_on = on;
+            s.waiting_on = on.cloned();
         });
     }
 
