@@ -35,7 +35,6 @@ use crate::exit::Ended;
 use crate::metrics::linger::Linger;
 use crate::metrics::scrape::Scraper;
 use crate::metrics::Metrics;
-use crate::pod::app::{in_a_pod, Watcher};
 use crate::status::connections::connection_limit;
 use crate::status::control::{self, ControlServer};
 use crate::status::server::{self, StatusServer};
@@ -143,8 +142,19 @@ fn return_freed_memory_now_and_then() {
         .is_none_or(|last| now.saturating_sub(last) >= Duration::from_millis(100));
     if due {
         LAST.set(Some(now));
-        lifeguard_base::sys::return_freed_memory();
+        return_freed_memory();
     }
+}
+
+/// Gives the memory this thread's heap has freed back to the system.
+/// mimalloc (the binary's allocator, `src/main.rs`) returns freed pages
+/// only as the thread allocates again, so a worker that goes idle after a
+/// burst (a merged scrape) would keep them.
+#[allow(unsafe_code)]
+fn return_freed_memory() {
+    // SAFETY: mi_collect only walks and purges the calling thread's heap
+    // and mimalloc's own structures; it takes no pointer.
+    unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
 fn helper_runtime() -> tokio::runtime::Runtime {
@@ -173,7 +183,13 @@ pub(crate) async fn run(
     let inbound = Inbound::new(admin.clone(), envoy.counts(), plan.drain.scope(), ignored);
     // Children lifeguard waits for itself: never reaped as orphans.
     let own_children: Vec<i32> = envoy.pid().map(|p| p as i32).into_iter().collect();
-    let (app, drain_plan) = app_watcher(&plan, local.port(), envoy.pid());
+    let (app, drain_plan) = crate::pod::app::for_drain(
+        &plan.drain,
+        local.port(),
+        plan.envoy.admin_url.port(),
+        envoy.pid(),
+        plan.pod.ignore_app_ports.clone(),
+    );
     let drain_until = drain_plan.drain_until();
     let look_for_app = drain_plan.gateway_without_app().then(|| app.clone());
     let (drain, handle) = Drain::new(drain_plan, envoy, app);
@@ -223,9 +239,7 @@ pub(crate) async fn run(
         Some(&wait_status.published()),
         message_path.as_deref(),
     );
-    linger
-        .linger(plan.metrics.linger, &status, plan.drain.grace_period())
-        .await;
+    linger.linger(plan.metrics.linger, &status, plan.drain.grace()).await;
     summary.log();
     shutdown.cancel();
     for task in tasks.into_iter().chain(control) {
@@ -237,7 +251,7 @@ pub(crate) async fn run(
 /// With the default policy in a pod (app-exit), the task that looks for
 /// the app until the drain: a pod where none was ever seen is a gateway's.
 fn look_for_app_task(
-    app: Option<Watcher>,
+    app: Option<crate::pod::app::Watcher>,
     drain: &DrainHandle,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
@@ -309,51 +323,13 @@ fn admin_client(plan: &crate::envoy::Plan, metrics: &Metrics) -> AdminClient {
     AdminClient::new(plan.admin_url.clone(), plan.admin_timeout).observed(observer)
 }
 
-/// What the drain watches of the app, and the drain's plan under the
-/// policy in force: the one planned, except that `app-exit` falls back to
-/// `requests` (with a warning) when the app's sockets cannot be attributed
-/// here. The other policies watch nothing.
-fn app_watcher(plan: &Plan, status_port: u16, envoy: Option<u32>) -> (Watcher, crate::drain::Plan) {
-    let drain = plan.drain.clone();
-    if drain.drain_until() != DrainUntil::AppExit {
-        return (Watcher::inert(), drain);
-    }
-    let asked = drain.asked();
-    let instead = (Watcher::inert(), drain.clone().in_force(DrainUntil::Requests));
-    if let Err(why) = in_a_pod() {
-        if !asked {
-            tracing::info!("{why}: draining until zero requests (app-exit would wait on every socket of the machine)");
-            return instead;
-        }
-        tracing::warn!("{why}: app-exit, as asked, waits on every socket of this machine that is not the proxy's");
-    }
-    let admin_port = plan.envoy.admin_url.port();
-    let ignored = plan.pod.ignore_app_ports.clone();
-    match Watcher::for_pod(status_port, admin_port, envoy, ignored) {
-        Ok(app) => {
-            let processes = app.watches_processes();
-            let and = if processes {
-                " and processes (shared process namespace)"
-            } else {
-                ""
-            };
-            tracing::info!(processes, "app-exit: waiting for the app's sockets{and}");
-            (app, drain)
-        }
-        Err(why) => {
-            tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
-            instead
-        }
-    }
-}
-
 fn log_start(plan: &Plan, local: std::net::SocketAddr, drain_until: DrainUntil, message: Option<&std::path::Path>) {
     tracing::info!(
         status_addr = %local,
         admin_url = %plan.envoy.admin_url,
         poll_interval = %GoDuration(plan.envoy.schedule.poll_interval),
         drain_until = %drain_until,
-        deadline = %GoDuration(plan.drain.deadline()),
+        deadline = %GoDuration(plan.drain.grace().deadline()),
         termination_message = %message.map_or("none".into(), |p| p.display().to_string()),
         control_socket = %plan.status.control_socket.as_deref().map_or("none".into(), |p| p.display().to_string()),
         loopback_control = plan.status.access.loopback,

@@ -1,12 +1,12 @@
-//! The four things lifeguard does that need `unsafe`: a hook that runs in
-//! the forked child before Envoy's `exec` (`Command::pre_exec` is unsafe by
-//! its contract), one socket option no safe wrapper offers
-//! (`IP_BIND_ADDRESS_NO_PORT`), asking the allocator to give freed memory
-//! back (a C call), and handing a descriptor to the runtime's reactor
-//! ([`readable`]: unsafe by its contract). Also the process's memory
-//! settings. The crate root denies `unsafe` everywhere else; the other
-//! system calls (signals, limits, reaping, pidfds) go through `rustix`'s
-//! safe wrappers where they are used.
+//! Three of the four things lifeguard does that need `unsafe`: a hook
+//! that runs in the forked child before Envoy's `exec` (`Command::pre_exec`
+//! is unsafe by its contract), one socket option no safe wrapper offers
+//! (`IP_BIND_ADDRESS_NO_PORT`), and handing a descriptor to the runtime's
+//! reactor ([`readable`]: unsafe by its contract); the fourth, asking the
+//! binary's allocator to give freed memory back, is the binary's own
+//! (`src/agent`). Also the process's memory settings. `unsafe` is denied
+//! everywhere else; the other system calls (signals, limits, reaping,
+//! pidfds) go through `rustix`'s safe wrappers where they are used.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,16 +101,6 @@ fn tune_memory() {
         // Memory is larger, nothing else changes; logging is not up yet.
         eprintln!("lifeguard: cannot turn transparent huge pages off for itself: {e}");
     }
-}
-
-/// Gives the memory this thread's heap has freed back to the system.
-/// mimalloc returns freed pages only as the thread allocates again, so a
-/// worker that goes idle after a burst (a merged scrape) would keep them;
-/// the runtime calls this when a worker parks, at most every 100 ms.
-pub fn return_freed_memory() {
-    // SAFETY: mi_collect only walks and purges the calling thread's heap
-    // and mimalloc's own structures; it takes no pointer.
-    unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
 /// A monotonic clock read cheaply (`CLOCK_MONOTONIC_COARSE`: the kernel's

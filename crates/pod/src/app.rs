@@ -61,7 +61,7 @@ use std::time::Duration;
 use procfs::process::{Process, StatFlags};
 
 use crate::sockets::{self, Socket};
-use lifeguard_drain::{AppControl, AppProcess, AppSocket, Phase, Status, Work};
+use lifeguard_drain::{AppControl, AppProcess, AppSocket, DrainUntil, Phase, Plan as DrainPlan, Status, Work};
 
 /// Why the app cannot be watched here, or a look at it failed.
 #[derive(Debug, thiserror::Error)]
@@ -413,6 +413,50 @@ impl AppControl for Watcher {
         }
         let looked = self.seen.first_look.get().map(tokio::time::Instant::elapsed);
         looked.is_some_and(|l| l >= LOOKED_LONG_ENOUGH).then_some(false)
+    }
+}
+
+/// What the drain watches of the app, and the drain's plan under the
+/// policy in force: the one planned, except that `app-exit` falls back to
+/// `requests` (with a warning) when the app's sockets cannot be attributed
+/// here (`status_port`: lifeguard's; `admin_port`: Envoy's, when on TCP;
+/// `envoy`: Envoy's pid when lifeguard launched it; `ignored`: ports of
+/// other sidecars). The other policies watch nothing.
+pub fn for_drain(
+    drain: &DrainPlan,
+    status_port: u16,
+    admin_port: Option<u16>,
+    envoy: Option<u32>,
+    ignored: Vec<u16>,
+) -> (Watcher, DrainPlan) {
+    let drain = drain.clone();
+    if drain.drain_until() != DrainUntil::AppExit {
+        return (Watcher::inert(), drain);
+    }
+    let asked = drain.asked();
+    let instead = (Watcher::inert(), drain.clone().in_force(DrainUntil::Requests));
+    if let Err(why) = in_a_pod() {
+        if !asked {
+            tracing::info!("{why}: draining until zero requests (app-exit would wait on every socket of the machine)");
+            return instead;
+        }
+        tracing::warn!("{why}: app-exit, as asked, waits on every socket of this machine that is not the proxy's");
+    }
+    match Watcher::for_pod(status_port, admin_port, envoy, ignored) {
+        Ok(app) => {
+            let processes = app.watches_processes();
+            let and = if processes {
+                " and processes (shared process namespace)"
+            } else {
+                ""
+            };
+            tracing::info!(processes, "app-exit: waiting for the app's sockets{and}");
+            (app, drain)
+        }
+        Err(why) => {
+            tracing::warn!("the app's sockets cannot be attributed ({why}): draining until zero requests instead");
+            instead
+        }
     }
 }
 
