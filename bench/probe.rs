@@ -8,13 +8,8 @@
 //! Run: `cargo bench --bench probe`. Prints the heap allocations per probe
 //! (counted by a wrapping global allocator) before the timings.
 
-// A counting global allocator: unsafe by GlobalAlloc's contract.
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -32,21 +27,8 @@ use lifeguard::status::server::{HEADER_READ_TIMEOUT, RESPONSE_WRITE_TIMEOUT};
 use lifeguard::status::service::StatusService;
 use tower::Service;
 
-struct Counting;
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::alloc::Counting = common::alloc::Counting;
 
 /// A probe as the kubelet sends it (through Envoy, which adds a few
 /// headers): hyper parses these into the request's header map, which the
@@ -111,11 +93,11 @@ fn allocations_per_probe(svc: &mut StatusService, probe: MakeProbe) -> f64 {
     const N: usize = 10_000;
     let requests: Vec<_> = (0..N).map(|_| probe()).collect();
     let mut responses = Vec::with_capacity(N);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = common::alloc::allocations();
     for req in requests {
         responses.push(now(svc.call(req)).unwrap());
     }
-    let allocs = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocs = common::alloc::allocations() - before;
     drop(responses);
     allocs as f64 / N as f64
 }
@@ -169,11 +151,11 @@ fn over_hyper(c: &mut Criterion) {
         for _ in 0..100 {
             round_trip(&mut sender).await;
         }
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = common::alloc::allocations();
         for _ in 0..1000 {
             round_trip(&mut sender).await;
         }
-        let allocs = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / 1000.0;
+        let allocs = (common::alloc::allocations() - before) as f64 / 1000.0;
         (sender, allocs)
     });
     eprintln!("probe_hyper_duplex_keepalive: {allocs:.2} heap allocations per round trip (client + server)");

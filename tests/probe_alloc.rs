@@ -7,13 +7,8 @@
 //! allocating fails here (the figure is also printed by
 //! `cargo bench --bench probe`, with the timings).
 
-// A counting global allocator: unsafe by GlobalAlloc's contract.
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -30,24 +25,8 @@ use lifeguard::status::service::StatusService;
 use tokio::time::Instant;
 use tower::Service;
 
-struct Counting;
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator, counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's layout, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: a pointer this allocator gave, with its layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::alloc::Counting = common::alloc::Counting;
 
 /// A probe with this `User-Agent` (and, through Envoy, the prober's
 /// address appended), as hyper hands it to the service.
@@ -79,11 +58,11 @@ fn per_probe(svc: &mut StatusService, agent: &'static str) -> (f64, u16) {
     let status = now(svc.call(probe(agent))).unwrap().status().as_u16();
     let requests: Vec<_> = (0..N).map(|_| probe(agent)).collect();
     let mut responses = Vec::with_capacity(N);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = common::alloc::allocations();
     for req in requests {
         responses.push(now(svc.call(req)).unwrap());
     }
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = common::alloc::allocations() - before;
     drop(responses);
     (allocations as f64 / N as f64, status)
 }

@@ -9,6 +9,7 @@
 //! | `temp.rs` | temporary directories, names unique to a test, a lock every test process shares (`exclusive`) |
 //! | `ports.rs` | loopback ports leased to a test (`port`, `Port`), binding one (`bind_leased`) |
 //! | `wait.rs` | waiting on a condition with a deadline (`wait_for`, `wait_status`) |
+//! | `alloc.rs` | a global allocator that counts allocations (`common::alloc`), for the probe's allocation test and benchmark |
 //! | `procs.rs` | child processes (`Proc`), what /proc says about a process |
 //! | `envoy.rs` | the ports of one Envoy + agent pair (`Ports`), bootstraps, starting Envoy, its in-flight count |
 //! | `agent.rs` | starting `lifeguard run`: `Agent::builder()`, `Agent` |
@@ -39,6 +40,7 @@
 #![allow(unsafe_code, clippy::too_many_lines)]
 
 pub mod agent;
+pub mod alloc;
 pub mod bins;
 pub mod clients;
 pub mod container;
