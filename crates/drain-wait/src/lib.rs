@@ -56,7 +56,7 @@ use lifeguard_base::grace::Grace;
 use lifeguard_drain::{ControlError, DrainUntil};
 
 pub use checkers::Checkers;
-pub use handle::{DrainWait, DrainWaitStatus, WaitEnd, WaitState, WaitWhy};
+pub use handle::{DrainWait, DrainWaitStatus, RemoteWait, WaitEnd, WaitState, WaitWhy};
 pub use settings::{checks, range, threshold, Checks, Settings, ValueError};
 pub use task::run;
 pub use waiting::{HealthChecks, Pending, WaitingFor};

@@ -5,14 +5,14 @@
 //! stopped Envoy).
 
 use bytes::Bytes;
-use hyper::header::CONTENT_TYPE;
+use hyper::header::{HeaderMap, CONTENT_TYPE};
 use hyper::{Method, Request, StatusCode};
 
 use super::{finish, into_headers, respond, Caller, ControlAccess, APPLICATION_JSON};
 use crate::response::ResponseFuture;
 use lifeguard_base::duration::DurationError;
 use lifeguard_drain::{Asker, DrainHandle};
-use lifeguard_drain_wait::DrainWait;
+use lifeguard_drain_wait::{DrainWait, RemoteWait};
 
 /// `GET|HEAD /drain`: the drain's status as JSON, with the drain wait's
 /// (`drain_wait`).
@@ -53,28 +53,15 @@ impl DrainStatus {
 /// Starts nothing; any caller, those outside the pod a few waits at a
 /// time (429 past them).
 pub(super) fn drain_wait<B>(wait: &DrainWait, caller: &Caller, req: Request<B>) -> ResponseFuture {
-    let timeout = wait_timeout(req.uri().query());
-    let method = req.method().clone();
-    let headers = into_headers(req);
-    let held = match caller.peer {
-        Some(peer) if !caller.is_loopback() => match wait.admit_remote(peer.ip()) {
-            Some(held) => Some(held),
-            None => {
-                let body = Bytes::from_static(b"too many drain waits held open from outside the pod\n");
-                return finish(headers, &method, (StatusCode::TOO_MANY_REQUESTS, body));
-            }
-        },
-        _ => None,
-    };
-    let timeout = match timeout {
-        Ok(timeout) => timeout,
-        Err(why) => {
-            return finish(
-                headers,
-                &method,
-                (StatusCode::BAD_REQUEST, Bytes::from(format!("{why}\n"))),
-            )
-        }
+    let busy = b"too many drain waits held open from outside the pod\n";
+    let Hold {
+        held,
+        timeout,
+        headers,
+        method,
+    } = match Hold::admit(wait, caller, req, busy) {
+        Ok(hold) => hold,
+        Err(answer) => return *answer,
     };
     let wait = wait.clone();
     ResponseFuture::waiting(async move {
@@ -100,28 +87,15 @@ pub(super) struct DrainStopped {
 
 impl DrainStopped {
     pub(super) fn answer<B>(&self, caller: &Caller, req: Request<B>) -> ResponseFuture {
-        let timeout = wait_timeout(req.uri().query());
-        let method = req.method().clone();
-        let headers = into_headers(req);
-        let held = match caller.peer {
-            Some(peer) if !caller.is_loopback() => match self.admission.admit_remote(peer.ip()) {
-                Some(held) => Some(held),
-                None => {
-                    let body = Bytes::from_static(b"too many waits held open from outside the pod\n");
-                    return finish(headers, &method, (StatusCode::TOO_MANY_REQUESTS, body));
-                }
-            },
-            _ => None,
-        };
-        let timeout = match timeout {
-            Ok(timeout) => timeout,
-            Err(why) => {
-                return finish(
-                    headers,
-                    &method,
-                    (StatusCode::BAD_REQUEST, Bytes::from(format!("{why}\n"))),
-                )
-            }
+        let busy = b"too many waits held open from outside the pod\n";
+        let Hold {
+            held,
+            timeout,
+            headers,
+            method,
+        } = match Hold::admit(&self.admission, caller, req, busy) {
+            Ok(hold) => hold,
+            Err(answer) => return *answer,
         };
         let mut status = self.drain.watch();
         ResponseFuture::waiting(async move {
@@ -149,6 +123,58 @@ impl DrainStopped {
             });
             respond(headers, &method, (StatusCode::OK, Bytes::from(line)))
         })
+    }
+}
+
+/// A hook's wait, admitted: the place it holds (a caller outside the pod
+/// takes one of its address's few), its `?timeout=`, and what its answer
+/// is made of.
+struct Hold {
+    held: Option<RemoteWait>,
+    timeout: Option<std::time::Duration>,
+    headers: HeaderMap,
+    method: Method,
+}
+
+impl Hold {
+    /// Admits a wait: callers outside the pod a few at a time (429 past
+    /// them, `busy` saying so), a timeout that is a Go duration (400).
+    /// Err: the answer, at once (boxed: a ready answer is large).
+    fn admit<B>(
+        admission: &DrainWait,
+        caller: &Caller,
+        req: Request<B>,
+        busy: &'static [u8],
+    ) -> Result<Hold, Box<ResponseFuture>> {
+        let timeout = wait_timeout(req.uri().query());
+        let method = req.method().clone();
+        let headers = into_headers(req);
+        let held = match caller.peer {
+            Some(peer) if !caller.is_loopback() => match admission.admit_remote(peer.ip()) {
+                Some(held) => Some(held),
+                None => {
+                    let body = Bytes::from_static(busy);
+                    return Err(Box::new(finish(
+                        headers,
+                        &method,
+                        (StatusCode::TOO_MANY_REQUESTS, body),
+                    )));
+                }
+            },
+            _ => None,
+        };
+        match timeout {
+            Ok(timeout) => Ok(Hold {
+                held,
+                timeout,
+                headers,
+                method,
+            }),
+            Err(why) => {
+                let body = Bytes::from(format!("{why}\n"));
+                Err(Box::new(finish(headers, &method, (StatusCode::BAD_REQUEST, body))))
+            }
+        }
     }
 }
 
