@@ -1,19 +1,21 @@
 //! lifeguard: a sidecar agent that owns Envoy's readiness, drain and exit.
 //!
-//! This crate is the binary's: it parses nothing and decides nothing of
-//! its own, it wires the crates of the workspace (one per concern, drawn in
-//! docs/architecture.md) in [`agent`], its composition root. Each crate is
-//! re-exported here under its concern's name (`lifeguard::envoy` is
-//! `lifeguard_envoy`), for the tests, the benchmarks and the fuzz targets.
+//! This crate is the binary's: its command line ([`cli`]: the subcommands,
+//! each made of its crate's options, and `check`'s report), and [`agent`],
+//! its composition root, which wires the crates of the workspace (one per
+//! concern, drawn in docs/architecture.md) and decides nothing of its own.
+//! Each crate is re-exported here under its concern's name
+//! (`lifeguard::envoy` is `lifeguard_envoy`), for the tests, the
+//! benchmarks and the fuzz targets.
 
 pub mod agent;
+pub mod cli;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzzing;
 
 pub use lifeguard_base::{duration, local_http, logging, peer, url};
 pub use lifeguard_config as config;
-pub use lifeguard_config::cli;
 pub use lifeguard_drain as drain;
 pub use lifeguard_drain_wait as drain_wait;
 pub use lifeguard_envoy as envoy;

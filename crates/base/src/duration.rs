@@ -12,7 +12,7 @@
 //! setting moved over from Istio must mean what it meant there.
 //!
 //! The one parser of durations: the settings (`lifeguard_config`, from every
-//! layer), the hooks' flags (`lifeguard_config::cli`) and a drain wait's `?timeout=`
+//! layer), the hooks' flags (the binary's `lifeguard::cli`) and a drain wait's `?timeout=`
 //! read them here, each with its floor ([`at_least`], [`positive`]), and a
 //! refusal is a [`DurationError`].
 

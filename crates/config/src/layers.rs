@@ -223,7 +223,7 @@ fn shown(value: &toml::Value) -> String {
 /// The agent's message for clap's error about a bad setting value, naming
 /// the env variable when the value came from there (clap names the flag
 /// either way). `None` for any other error, which clap reports itself.
-pub(crate) fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
+pub fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
     if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
         return None;
     }

@@ -26,13 +26,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-pub mod cli;
 mod layers;
 mod proxy_config;
 mod reference;
 mod sections;
 
-pub(crate) use layers::from_clap_error;
+pub use layers::from_clap_error;
 pub use reference::reference;
 
 /// Options of `lifeguard run` and `check`: the settings file, then the settings.

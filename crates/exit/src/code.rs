@@ -28,7 +28,7 @@ pub(crate) const ENVOY_EXITED: u8 = 4;
 #[derive(Debug)]
 pub enum Ended {
     /// A setting from the command line, the environment or a file was
-    /// refused (`lifeguard_config::cli::BadSetting`): nothing ran.
+    /// refused (`lifeguard::cli::BadSetting`): nothing ran.
     BadSetting,
     /// `lifeguard run` could not start (the agent's `StartError`):
     /// nothing was left running.

@@ -1,13 +1,15 @@
-//! The command line of the `lifeguard` binary: clap's definition, and
-//! [`parse`], which turns `argv` into what to run ([`Invocation`]) or a
-//! bad setting ([`BadSetting`], naming the field as the user wrote it).
+//! The command line of the `lifeguard` binary: clap's definition (the
+//! agent's settings are the config crate's `RunArgs`; the hooks' and
+//! `inject`'s options their crates'), [`parse`], which turns `argv` into
+//! what to run ([`Invocation`]) or a bad setting ([`BadSetting`], naming
+//! the field as the user wrote it), and `lifeguard check`'s report.
 
 use std::ffi::OsString;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::{ConfigError, Effective, Plan, RunArgs};
 use lifeguard_base::duration::GoDuration;
+use lifeguard_config::{ConfigError, Effective, Plan, RunArgs};
 use lifeguard_hooks::{AppExitOptions, DrainOptions, WaitOptions};
 use lifeguard_inject::InjectOptions;
 
@@ -175,7 +177,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, BadSetting> {
     let check = argv.get(1).is_some_and(|a| a == "check");
     let matches = match Cli::command().try_get_matches_from(&argv) {
         Ok(matches) => matches,
-        Err(e) => match crate::from_clap_error(&e, &argv) {
+        Err(e) => match lifeguard_config::from_clap_error(&e, &argv) {
             Some(error) => return Err(BadSetting { check, error }),
             None => e.exit(),
         },
