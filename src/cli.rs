@@ -94,6 +94,10 @@ pub fn check_report(plan: &Plan, effective: &[Effective]) -> usize {
     if !plan.proxy_config_unused.is_empty() {
         println!("PROXY_CONFIG fields not used: {}", plan.proxy_config_unused.join(", "));
     }
+    // An old name is read as the new one: said, not a failed check.
+    for renamed in &plan.renamed_keys {
+        eprintln!("lifeguard check: {renamed}");
+    }
     let mut warnings = plan.drain.warnings();
     for (fits, words) in plan.drain_wait.declared_budgets(plan.drain.drain_until()) {
         match fits {

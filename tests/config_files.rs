@@ -471,3 +471,34 @@ fn a_log_filter_that_does_not_parse_is_refused_by_check_and_run_wherever_it_is_s
         }
     }
 }
+
+/// A settings file written with the drain wait's old key names (before
+/// they stopped repeating their section's name) still runs as written:
+/// `lifeguard check` reads each old name as the new one, says so, shows
+/// the value from the file, and passes.
+#[test]
+fn the_drain_waits_old_key_names_are_read_and_said() {
+    let dir = common::temp_dir("old-keys");
+    let file = dir.path().join("lifeguard.toml");
+    std::fs::write(
+        &file,
+        "[drain_wait]\ndrain_wait_app_time = \"3s\"\ndrain_wait_unhealthy_threshold = 2\n",
+    )
+    .unwrap();
+    let (code, out) = common::run_lifeguard(&["check", "--config", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("configuration OK"), "{out}");
+    for (old, new) in [("app_time", "3s"), ("unhealthy_threshold", "2")] {
+        assert!(
+            out.contains(&format!(
+                "`drain_wait.drain_wait_{old}` is now `drain_wait.{old}`: read as such; rename it in the file"
+            )),
+            "{out}"
+        );
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{old} ")))
+            .unwrap_or_default();
+        assert!(line.contains(new) && line.contains("file"), "{line}\n{out}");
+    }
+}

@@ -198,6 +198,8 @@ for i, (text, proxy) in enumerate([
     ('log = "debug"\n[envoy]\npoll_interval = "2s"\n[drain]\ndrain_scope = "all"\n', ""),
     ('drain.shutdown_margin = "50ms"\nenvoy.poll_interval = "5x"\n', ""),
     ('[drain]\npoll_interval = "2s"\n', ""),
+    # The drain wait's keys under their old names, read as the new ones.
+    ('drain_wait_app_time = "3s"\n[drain_wait]\ndrain_wait_checker_timeout = "9s"\napp_time = "1s"\n', ""),
     ('poll_interval = "1s"\n[envoy]\npoll_interval = "2s"\n', ""),
     ('drain = "5s"\n', '{"terminationDrainDuration":"30s"}'),
 ]):
@@ -317,6 +319,8 @@ def dict_file(target, words):
     (d / f"{target}.dict").write_text("\n".join(lines) + "\n")
 
 KEYS = [l.split(" =", 1)[0] for l in TOML.splitlines() if l and l[0].isalpha() and " = " in l]
+# Old names still read (crates/config/src/sections.rs, RENAMED).
+KEYS += ["drain_wait_" + k for k in ("unhealthy_threshold", "min_quiet_period", "checker_ranges", "checker_timeout", "app_time")]
 SECTIONS = [l for l in TOML.splitlines() if l.startswith("[")]
 ENVS = [w.strip(".") for l in TOML.splitlines() if l.startswith("# Env: ") for w in l[7:].split() if w.isupper()]
 ISTIO = ["terminationDrainDuration", "drainDuration", "statusPort", "proxyAdminPort", "proxyMetadata",

@@ -63,6 +63,9 @@ pub fn main(invocation: Result<Invocation, BadSetting>) -> Ended {
             for warning in plan.drain.warnings() {
                 tracing::warn!("{warning}");
             }
+            for renamed in &plan.renamed_keys {
+                tracing::warn!("settings file: {renamed}");
+            }
             if !plan.proxy_config_unused.is_empty() {
                 let fields = plan.proxy_config_unused.join(", ");
                 tracing::info!(

@@ -108,7 +108,7 @@ impl RunArgs {
             (source, _) => (field_name(key, source), source),
         };
         let given = |key: &str| source(key) != Source::Default;
-        let plan = settings.plan(&given, named, proxy.unused)?;
+        let plan = settings.plan(&given, named, proxy.unused, file.renamed.clone())?;
 
         let mut table = toml::Table::try_from(&settings).expect("settings serialize");
         // What the plans made of two settings is what runs: the policy the
@@ -145,6 +145,7 @@ impl Settings {
         given: &dyn Fn(&str) -> bool,
         named: impl Fn(&str) -> (String, Source),
         proxy_config_unused: Vec<String>,
+        renamed_keys: Vec<String>,
     ) -> Result<Plan, ConfigError> {
         let refused = |e: &dyn SettingError| {
             let (field, origin) = named(e.key());
@@ -169,6 +170,7 @@ impl Settings {
             pod: self.pod.clone(),
             exit: self.exit.clone(),
             proxy_config_unused,
+            renamed_keys,
         })
     }
 }

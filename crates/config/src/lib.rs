@@ -80,6 +80,9 @@ pub struct Plan {
     pub exit: lifeguard_exit::Settings,
     /// PROXY_CONFIG's fields lifeguard does not use, listed once at start-up.
     pub proxy_config_unused: Vec<String>,
+    /// The settings file's keys written under an old name (read as the
+    /// new one): said at start-up and by `lifeguard check`.
+    pub renamed_keys: Vec<String>,
 }
 
 /// Settings loaded: their values, the plan they make, and every effective
@@ -208,19 +211,16 @@ pub(crate) mod tests {
         assert_eq!(eff.len(), 36);
         assert_eq!(
             (
-                s.settings.drain_wait.drain_wait_unhealthy_threshold,
-                s.settings.drain_wait.drain_wait_min_quiet_period
+                s.settings.drain_wait.unhealthy_threshold,
+                s.settings.drain_wait.min_quiet_period
             ),
             (3, Duration::from_millis(500))
         );
         assert_eq!(
-            (
-                s.settings.drain_wait.drain_wait_checker_timeout,
-                s.settings.drain_wait.drain_wait_app_time
-            ),
+            (s.settings.drain_wait.checker_timeout, s.settings.drain_wait.app_time),
             (Duration::from_secs(20), Duration::from_secs(5))
         );
-        assert!(s.settings.drain_wait.drain_wait_checker_ranges.is_empty());
+        assert!(s.settings.drain_wait.checker_ranges.is_empty());
         assert!(
             s.settings.status.app_probers.0.is_empty()
                 && s.settings.status.pod_ip.0.is_none()

@@ -31,7 +31,9 @@ every effective value and where it came from.
   sit in its section (`[drain]`, `[envoy]`, ... named below), or at the
   top level as before the sections; a key set twice, a key in another
   crate's section and an unknown key are errors. `config/lifeguard.toml`
-  lists every key in its section with its default.
+  lists every key in its section with its default. The drain wait's keys
+  were once written `drain_wait_app_time` and so on: those names are
+  still read, with a warning at start-up and from `lifeguard check`.
 - **A bad value stops start-up** (exit code 2) with a message naming the
   field as it was given (flag, env variable, file key such as
   `drain.shutdown_margin`) and the value,

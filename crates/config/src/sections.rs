@@ -96,6 +96,27 @@ pub(crate) use sections;
 pub(crate) struct FileValues {
     pub(crate) values: toml::Table,
     pub(crate) written: HashMap<String, String>,
+    /// Keys written under a name they no longer have: read, and said.
+    pub(crate) renamed: Vec<String>,
+}
+
+/// Keys renamed, the old name first: the drain wait's keys no longer
+/// repeat their section's name (`[drain_wait] app_time`). The old names
+/// are still read, with a warning.
+const RENAMED: [(&str, &str); 5] = [
+    ("drain_wait_unhealthy_threshold", "unhealthy_threshold"),
+    ("drain_wait_min_quiet_period", "min_quiet_period"),
+    ("drain_wait_checker_ranges", "checker_ranges"),
+    ("drain_wait_checker_timeout", "checker_timeout"),
+    ("drain_wait_app_time", "app_time"),
+];
+
+/// `key` under its current name, and whether it was renamed.
+fn current(key: String) -> (String, bool) {
+    match RENAMED.iter().find(|(old, _)| *old == key) {
+        Some((_, new)) => ((*new).to_owned(), true),
+        None => (key, false),
+    }
 }
 
 impl FileValues {
@@ -106,10 +127,12 @@ impl FileValues {
         let mut out = FileValues::default();
         for (key, value) in file {
             let Some(section) = SECTIONS.iter().find(|s| s.name == key) else {
-                if Section::home(&key).is_none() {
+                let (now, renamed) = current(key.clone());
+                if Section::home(&now).is_none() {
                     return Err(unknown(&key));
                 }
-                out.insert(key.clone(), key, value)?;
+                out.note_renamed(renamed, &key, &now);
+                out.insert(now, key, value)?;
                 continue;
             };
             let toml::Value::Table(table) = value else {
@@ -117,13 +140,24 @@ impl FileValues {
             };
             let keys = section.keys();
             for (inner, value) in table {
-                if !keys.contains(&inner) {
+                let (now, renamed) = current(inner.clone());
+                if !keys.contains(&now) {
                     return Err(misplaced(&inner, section.name, keys));
                 }
-                out.insert(inner.clone(), format!("{key}.{inner}"), value)?;
+                let written = format!("{key}.{inner}");
+                out.note_renamed(renamed, &written, &format!("{key}.{now}"));
+                out.insert(now, written, value)?;
             }
         }
         Ok(out)
+    }
+
+    fn note_renamed(&mut self, renamed: bool, written: &str, now: &str) {
+        if renamed {
+            self.renamed.push(format!(
+                "`{written}` is now `{now}`: read as such; rename it in the file"
+            ));
+        }
     }
 
     fn insert(&mut self, key: String, written: String, value: toml::Value) -> Result<(), String> {
@@ -194,6 +228,27 @@ mod tests {
         assert_eq!(dotted.values, top.values);
         assert_eq!(sections.name("poll_interval"), "envoy.poll_interval");
         assert_eq!(top.name("poll_interval"), "poll_interval");
+    }
+
+    #[test]
+    fn an_old_key_name_is_read_as_the_new_one_and_said() {
+        let text = "drain_wait_app_time = \"3s\"\n[drain_wait]\ndrain_wait_checker_timeout = \"9s\"\n";
+        let file = FileValues::from_file(text.parse().unwrap()).unwrap();
+        assert_eq!(file.values["app_time"].as_str(), Some("3s"));
+        assert_eq!(file.values["checker_timeout"].as_str(), Some("9s"));
+        assert_eq!(
+            file.renamed,
+            [
+                "`drain_wait.drain_wait_checker_timeout` is now `drain_wait.checker_timeout`: read as such; rename it in the file",
+                "`drain_wait_app_time` is now `app_time`: read as such; rename it in the file",
+            ]
+        );
+        // The old name and the new one: set twice, refused.
+        let err = flat("[drain_wait]\napp_time = \"1s\"\ndrain_wait_app_time = \"2s\"\n").unwrap_err();
+        assert!(err.contains("`app_time` is set twice"), "{err}");
+        // The new names alone: nothing said.
+        let file = FileValues::from_file("[drain_wait]\napp_time = \"1s\"\n".parse().unwrap()).unwrap();
+        assert!(file.renamed.is_empty());
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub enum ValueError {
     NotAChecks,
 }
 
-/// The drain wait's settings. In the file: the section `[drain_wait]`, a key a field.
+/// The drain wait's settings. In the file: the section `[drain_wait]`, a key a field
+/// (the flags and variables keep `drain-wait` in their names: they share
+/// one namespace; the file's keys once did too, and are still read).
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[group(skip)]
 pub struct Settings {
@@ -30,18 +32,18 @@ pub struct Settings {
     /// (a load balancer) has taken the pod out once it has had this many
     /// failed probes in a row (HAProxy and the kubelet default to 3, AWS
     /// and GCP to 2).
-    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
+    #[arg(long = "drain-wait-unhealthy-threshold", env = "LIFEGUARD_DRAIN_WAIT_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
     #[serde(deserialize_with = "threshold::deserialize")]
-    pub drain_wait_unhealthy_threshold: u32,
+    pub unhealthy_threshold: u32,
 
     /// The drain wait: the shortest quiet period. Once every checker has
     /// taken the pod out, no new request on Envoy's inbound listeners for
     /// the quiet period means the traffic has stopped; the quiet period is
     /// derived from the traffic before the drain (a gap that comes by
     /// chance at most once in a thousand), never shorter than this.
-    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_MIN_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
+    #[arg(long = "drain-wait-min-quiet-period", env = "LIFEGUARD_DRAIN_WAIT_MIN_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
     #[serde(with = "positive")]
-    pub drain_wait_min_quiet_period: Duration,
+    pub min_quiet_period: Duration,
 
     /// The drain wait: only readiness probes from these address ranges
     /// (CIDR, comma-separated; cloud health checkers publish theirs, e.g.
@@ -49,22 +51,22 @@ pub struct Settings {
     /// checks; empty: probes from anywhere but the kubelet.
     #[arg(long = "drain-wait-checker-ranges", env = "LIFEGUARD_DRAIN_WAIT_CHECKER_RANGES", value_name = "CIDR", value_delimiter = ',', value_parser = range)]
     #[serde(deserialize_with = "ranges", serialize_with = "ranges_shown")]
-    pub drain_wait_checker_ranges: Vec<IpNet>,
+    pub checker_ranges: Vec<IpNet>,
 
     /// The drain wait: no checker of the pod's readiness holds the wait
     /// longer than this after the drain began (a prober that checks
     /// rarely, or keeps probing without failing enough, cannot hold every
     /// rollout to the grace period).
-    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT", value_name = "DURATION", default_value = "20s", value_parser = positive::parse)]
+    #[arg(long = "drain-wait-checker-timeout", env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT", value_name = "DURATION", default_value = "20s", value_parser = positive::parse)]
     #[serde(with = "positive")]
-    pub drain_wait_checker_timeout: Duration,
+    pub checker_timeout: Duration,
 
     /// The drain wait: time kept for the app between the wait's end and the
     /// drain's deadline, when the wait ends at its bound (at most half the
     /// deadline): the app gets its SIGTERM this long before Envoy is stopped.
-    #[arg(long, env = "LIFEGUARD_DRAIN_WAIT_APP_TIME", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
+    #[arg(long = "drain-wait-app-time", env = "LIFEGUARD_DRAIN_WAIT_APP_TIME", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
     #[serde(with = "span")]
-    pub drain_wait_app_time: Duration,
+    pub app_time: Duration,
 
     /// The health checks of the load balancers in front of the pod, as they
     /// are configured, each INTERVALxTHRESHOLD (10sx3: every 10 s, out
@@ -141,15 +143,15 @@ impl Settings {
     pub fn plan(&self, drain: &lifeguard_drain::Plan) -> DrainWaitPlan {
         let deadline = drain.grace().deadline();
         DrainWaitPlan {
-            unhealthy_threshold: self.drain_wait_unhealthy_threshold,
-            min_quiet_period: self.drain_wait_min_quiet_period,
-            checker_timeout: self.drain_wait_checker_timeout,
+            unhealthy_threshold: self.unhealthy_threshold,
+            min_quiet_period: self.min_quiet_period,
+            checker_timeout: self.checker_timeout,
             fails_after: drain.readiness_fail_delay(),
-            checker_ranges: self.drain_wait_checker_ranges.clone(),
+            checker_ranges: self.checker_ranges.clone(),
             grace: drain.grace(),
             // Never more than half the deadline: a short grace period
             // still leaves the wait half of it.
-            app_time: self.drain_wait_app_time.min(deadline / 2),
+            app_time: self.app_time.min(deadline / 2),
             load_balancer_checks: self.load_balancer_checks.clone(),
         }
     }
