@@ -9,6 +9,7 @@
 //! - [`logging`]: log lines (text or JSON), their settings, a throttle.
 //! - [`grace`]: the pod's grace period and the shutdown margin, one
 //!   value the drain, the drain wait and the budget share.
+//! - [`reason`]: counting by reason, one value per reason of a closed set.
 //! - [`settings`]: what every crate's settings are made of: the parsers
 //!   clap and the file share, Go's booleans, the bad value's error.
 //! - [`sys`]: the `unsafe` calls (a pre-exec hook, one socket option, a
@@ -33,6 +34,7 @@ pub mod grace;
 pub mod local_http;
 pub mod logging;
 pub mod peer;
+pub mod reason;
 pub mod settings;
 #[allow(unsafe_code)]
 pub mod sys;

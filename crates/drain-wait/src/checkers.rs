@@ -60,6 +60,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use lifeguard_base::peer::PeerKey;
+use lifeguard_base::reason::{ByReason, Reason};
 use lifeguard_base::url::is_loopback;
 
 /// At most this many checkers are remembered.
@@ -197,6 +198,16 @@ pub enum NotCounted {
     OutsideRanges = 2,
 }
 
+impl Reason for NotCounted {
+    const ALL: &'static [NotCounted] = &NotCounted::ALL;
+    fn label(self) -> &'static str {
+        NotCounted::label(self)
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 impl NotCounted {
     pub const ALL: [NotCounted; 3] = [
         NotCounted::TableFull,
@@ -282,9 +293,9 @@ struct Inner {
     table: Mutex<Table>,
     /// Only probes from these count (empty: from anywhere).
     ranges: Vec<IpNet>,
-    not_counted: [AtomicU64; 3],
-    counters: [Counter; 3],
-    logged: [AtomicBool; 3],
+    not_counted: ByReason<NotCounted, AtomicU64>,
+    counters: ByReason<NotCounted, Counter>,
+    logged: ByReason<NotCounted, AtomicBool>,
     /// Whether Envoy's status listener appends the prober's address to
     /// `x-forwarded-for`, learned from its config (only then is the header
     /// read).
@@ -340,14 +351,14 @@ struct Table {
 
 impl Default for Checkers {
     fn default() -> Self {
-        Checkers::new(Vec::new(), [Counter::noop(), Counter::noop(), Counter::noop()])
+        Checkers::new(Vec::new(), ByReason::new(|_| Counter::noop()))
     }
 }
 
 impl Checkers {
     /// A table counting only probes from `ranges` (empty: any), telling
     /// `counters` (by [`NotCounted`]) of each probe not counted.
-    pub fn new(ranges: Vec<IpNet>, counters: [Counter; 3]) -> Checkers {
+    pub fn new(ranges: Vec<IpNet>, counters: ByReason<NotCounted, Counter>) -> Checkers {
         Checkers {
             inner: Arc::new(Inner {
                 table: Mutex::new(Table {
@@ -432,10 +443,9 @@ impl Checkers {
     /// Counts a probe not counted; logs the first of each reason.
     fn refused(&self, key: CheckerKey, why: NotCounted) {
         let inner = &*self.inner;
-        let i = why as usize;
-        inner.not_counted[i].fetch_add(1, Ordering::Relaxed);
-        inner.counters[i].increment(1);
-        if !inner.logged[i].swap(true, Ordering::Relaxed) {
+        inner.not_counted.get(why).fetch_add(1, Ordering::Relaxed);
+        inner.counters.get(why).increment(1);
+        if !inner.logged.get(why).swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 reason = why.label(),
                 "drain wait: a readiness probe from {key} was not counted as a load balancer's: {}; \
@@ -461,7 +471,7 @@ impl Checkers {
 
     /// Probes not counted so far, by reason.
     pub(crate) fn not_counted(&self) -> NotCountedReport {
-        let n = |why: NotCounted| self.inner.not_counted[why as usize].load(Ordering::Relaxed);
+        let n = |why: NotCounted| self.inner.not_counted.get(why).load(Ordering::Relaxed);
         NotCountedReport {
             table_full: n(NotCounted::TableFull),
             too_many_agents: n(NotCounted::TooManyAgents),
@@ -812,7 +822,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn only_the_ranges_count_when_given() {
         let ranges = vec!["35.191.0.0/16".parse().unwrap(), "130.211.0.0/22".parse().unwrap()];
-        let checkers = Checkers::new(ranges, [Counter::noop(), Counter::noop(), Counter::noop()]);
+        let checkers = Checkers::new(ranges, ByReason::new(|_| Counter::noop()));
         let t0 = Instant::now();
         checkers.record(key_of([35, 191, 7, 1], "GoogleHC/1.0"), t0, true);
         checkers.record(key_of([10, 0, 0, 5], "GoogleHC/1.0"), t0, true);

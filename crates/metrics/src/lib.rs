@@ -40,6 +40,7 @@ use tokio::time::Instant;
 
 use exposition::{drain_families, drain_wait_families, process_families, Exposition};
 use lifeguard_base::duration::unix_now;
+use lifeguard_base::reason::{ByReason, Reason};
 use lifeguard_drain::Status;
 use lifeguard_drain_wait::checkers::NotCounted;
 use lifeguard_drain_wait::DrainWaitStatus;
@@ -76,12 +77,12 @@ struct Inner {
     /// `lifeguard_readiness_kept_total`.
     readiness_kept: Counter,
     /// `lifeguard_scrape_envoy_reads_total{read="new"}`, `{read="joined"}`.
-    scrape_reads: [Counter; 2],
+    scrape_reads: ByReason<ScrapeRead, Counter>,
     /// `lifeguard_scrape_envoy_incomplete_total{reason}`, by [`Incomplete`].
-    scrape_incomplete: [Counter; 5],
+    scrape_incomplete: ByReason<Incomplete, Counter>,
     /// `lifeguard_drain_wait_probes_not_counted_total{reason}`, by
     /// `lifeguard_drain_wait::checkers::NotCounted`.
-    probes_not_counted: [Counter; 3],
+    probes_not_counted: ByReason<NotCounted, Counter>,
     /// Seconds from start to the first ready read, once there was one.
     first_ready: OnceLock<f64>,
     /// Unix time of the last admin read Envoy answered, as f64 bits (0: none).
@@ -92,11 +93,11 @@ struct Inner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppProbeResult {
     /// The app said yes.
-    Success,
+    Success = 0,
     /// The app said no, or did not answer in time.
-    Failure,
+    Failure = 1,
     /// Too many probes of the path were in flight.
-    Busy,
+    Busy = 2,
 }
 
 impl AppProbeResult {
@@ -113,25 +114,28 @@ impl AppProbeResult {
     }
 }
 
+impl Reason for AppProbeResult {
+    const ALL: &'static [AppProbeResult] = &AppProbeResult::ALL;
+    fn label(self) -> &'static str {
+        AppProbeResult::label(self)
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// One app probe's series.
 #[derive(Clone)]
 pub struct AppProbeMetrics {
     /// `result="success"`, `"failure"`, `"busy"`.
-    success: Counter,
-    failure: Counter,
-    busy: Counter,
+    results: ByReason<AppProbeResult, Counter>,
     pub duration: Histogram,
 }
 
 impl AppProbeMetrics {
     /// Counts one probe that ended with `result`, having taken `took`.
     pub fn record(&self, result: AppProbeResult, took: Duration) {
-        let counter = match result {
-            AppProbeResult::Success => &self.success,
-            AppProbeResult::Failure => &self.failure,
-            AppProbeResult::Busy => &self.busy,
-        };
-        counter.increment(1);
+        self.results.get(result).increment(1);
         self.duration.record(took.as_secs_f64());
     }
 }
@@ -206,6 +210,35 @@ impl Incomplete {
     }
 }
 
+impl Reason for Incomplete {
+    const ALL: &'static [Incomplete] = &Incomplete::ALL;
+    fn label(self) -> &'static str {
+        Incomplete::label(self)
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How a merged scrape got Envoy's metrics: its `read` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScrapeRead {
+    /// A read of its own.
+    New = 0,
+    /// One shared with other scrapes already reading.
+    Joined = 1,
+}
+
+impl Reason for ScrapeRead {
+    const ALL: &'static [ScrapeRead] = &[ScrapeRead::New, ScrapeRead::Joined];
+    fn label(self) -> &'static str {
+        ["new", "joined"][self as usize]
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 pub mod names;
 
 use names::*;
@@ -235,21 +268,21 @@ impl Metrics {
                 &[],
                 "Readiness reads that timed out while the last answer was kept (it is trusted until older than the staleness bound).",
             ),
-            scrape_reads: ["new", "joined"].map(|read| {
+            scrape_reads: ByReason::new(|read: ScrapeRead| {
                 r.counter(
                     SCRAPE_ENVOY_READS,
-                    &[("read", read)],
+                    &[("read", read.label())],
                     "Merged scrapes by how they got Envoy's metrics: a new Envoy read, or one shared with other scrapes.",
                 )
             }),
-            scrape_incomplete: Incomplete::ALL.map(|why| {
+            scrape_incomplete: ByReason::new(|why: Incomplete| {
                 r.failure_counted("envoy", r.counter(
                     SCRAPE_ENVOY_INCOMPLETE,
                     &[("reason", why.label())],
                     "Merged scrapes whose Envoy part is missing or cut short, by reason (timeout, error, cap, busy, slow).",
                 ))
             }),
-            probes_not_counted: NotCounted::ALL.map(|why| {
+            probes_not_counted: ByReason::new(|why: NotCounted| {
                 r.counter(
                     DRAIN_WAIT_NOT_COUNTED,
                     &[("reason", why.label())],
@@ -272,7 +305,7 @@ impl Metrics {
 
     /// The counters of probes the drain wait did not count, by
     /// `lifeguard_drain_wait::checkers::NotCounted`.
-    pub fn probes_not_counted(&self) -> [Counter; 3] {
+    pub fn probes_not_counted(&self) -> ByReason<NotCounted, Counter> {
         self.inner.probes_not_counted.clone()
     }
 
@@ -325,24 +358,22 @@ impl Metrics {
             labels.extend(result.map(|r| Label::from_static_parts("result", r)));
             Key::from_parts(name, labels)
         };
-        let [success, failure, busy] =
-            AppProbeResult::ALL.map(|r| recorder.register_counter(&key(APP_PROBE_RESULTS, Some(r.label())), &META));
         AppProbeMetrics {
-            success,
-            failure,
-            busy,
+            results: ByReason::new(|r: AppProbeResult| {
+                recorder.register_counter(&key(APP_PROBE_RESULTS, Some(r.label())), &META)
+            }),
             duration: recorder.register_histogram(&key(APP_PROBE_DURATION, None), &META),
         }
     }
 
     /// A merged scrape got Envoy's metrics from a new read or a shared one.
-    pub(crate) fn scrape_read(&self, joined: bool) {
-        self.inner.scrape_reads[usize::from(joined)].increment(1);
+    pub(crate) fn scrape_read(&self, read: ScrapeRead) {
+        self.inner.scrape_reads.get(read).increment(1);
     }
 
     /// A merged scrape's Envoy part is missing or cut short.
     pub(crate) fn scrape_incomplete(&self, why: Incomplete) {
-        self.inner.scrape_incomplete[why as usize].increment(1);
+        self.inner.scrape_incomplete.get(why).increment(1);
     }
 
     /// The handles of one app target's failures

@@ -17,7 +17,7 @@ use super::gzip::compress;
 use super::read::{Live, Place, Read, GZIP_WINDOW, PLAIN_WINDOW};
 use super::shared::Shared;
 use crate::window::List;
-use crate::Incomplete;
+use crate::{Incomplete, ScrapeRead};
 
 /// How many Envoy reads may be held in memory at once.
 pub(crate) const MAX_LIVE_READS: usize = 2;
@@ -35,7 +35,7 @@ impl Shared {
         let shared = newest.as_ref().filter(|r| r.shareable(now));
         if let Some(joined) = shared.and_then(|r| Some((r.clone(), r.place(gzip, &inner.shutdown)?))) {
             joined.0.extend(deadline);
-            inner.metrics.scrape_read(true);
+            inner.metrics.scrape_read(ScrapeRead::Joined);
             return Some(joined);
         }
         if inner.live.load(Ordering::Relaxed) >= MAX_LIVE_READS && !release_idle(&reads) {
@@ -43,7 +43,7 @@ impl Shared {
             // still held, or lifeguard's part alone.
             if let Some(joined) = newest.and_then(|r| Some((r.clone(), r.place(gzip, &inner.shutdown)?))) {
                 joined.0.extend(deadline);
-                inner.metrics.scrape_read(true);
+                inner.metrics.scrape_read(ScrapeRead::Joined);
                 return Some(joined);
             }
             drop(reads);
@@ -66,7 +66,7 @@ impl Shared {
             _live: Live(inner.live.clone()),
         });
         reads.insert(query.to_owned(), Arc::downgrade(&read));
-        inner.metrics.scrape_read(false);
+        inner.metrics.scrape_read(ScrapeRead::New);
         // Its first reader joins before anything is read: nothing is dropped
         // before it has it.
         let place = read.place(gzip, &inner.shutdown).expect("a new read holds its start");
