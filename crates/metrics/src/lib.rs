@@ -145,12 +145,9 @@ impl AppProbeMetrics {
 /// `lifeguard_scrape_failures_total{source="app"}`.
 #[derive(Clone)]
 pub struct AppScrapeFailures {
-    timeout: Counter,
-    error: Counter,
-    cap: Counter,
-    busy: Counter,
-    /// `lifeguard_scrape_failures_total{source="app"}` alone.
-    any: Counter,
+    /// Each reason's series (counting in the source's total too); `slow`'s
+    /// is the total alone.
+    by_reason: ByReason<Incomplete, Counter>,
 }
 
 impl AppScrapeFailures {
@@ -159,14 +156,7 @@ impl AppScrapeFailures {
     /// let go as [`Incomplete::Slow`]; were it, it counts as a failure of
     /// the app source, with no reason series of its own.
     pub fn count(&self, why: Incomplete) {
-        match why {
-            Incomplete::Timeout => &self.timeout,
-            Incomplete::Error => &self.error,
-            Incomplete::Cap => &self.cap,
-            Incomplete::Busy => &self.busy,
-            Incomplete::Slow => &self.any,
-        }
-        .increment(1);
+        self.by_reason.get(why).increment(1);
     }
 }
 
@@ -389,27 +379,18 @@ impl Metrics {
                 .into(),
         );
         let registrar = Registrar { recorder };
-        let [timeout, error, cap, busy] = [
-            Incomplete::Timeout,
-            Incomplete::Error,
-            Incomplete::Cap,
-            Incomplete::Busy,
-        ]
-        .map(|why| {
-            let labels = vec![
-                Label::new("target", target.to_owned()),
-                Label::from_static_parts("reason", why.label()),
-            ];
-            let counter = recorder.register_counter(&Key::from_parts(SCRAPE_APP_INCOMPLETE, labels), &META);
-            registrar.failure_counted("app", counter)
+        let by_reason = ByReason::new(|why: Incomplete| match why {
+            Incomplete::Slow => registrar.source_failures("app"),
+            why => {
+                let labels = vec![
+                    Label::new("target", target.to_owned()),
+                    Label::from_static_parts("reason", why.label()),
+                ];
+                let counter = recorder.register_counter(&Key::from_parts(SCRAPE_APP_INCOMPLETE, labels), &META);
+                registrar.failure_counted("app", counter)
+            }
         });
-        AppScrapeFailures {
-            timeout,
-            error,
-            cap,
-            busy,
-            any: registrar.source_failures("app"),
-        }
+        AppScrapeFailures { by_reason }
     }
 
     /// Renders lifeguard's families: the state read now, then the events.
