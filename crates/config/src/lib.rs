@@ -1,4 +1,4 @@
-//! The command line and the settings: every crate's settings, flattened
+//! The settings: every crate's settings, flattened
 //! into one set that comes from a flag, an environment variable, Istio's
 //! `PROXY_CONFIG`, a TOML file given with `--config`, or its default — in
 //! that order of precedence — and checked once, here, before anything
@@ -15,10 +15,13 @@
 //! field (as the user wrote it: flag, env variable, file key or
 //! `PROXY_CONFIG`'s field) and the value.
 //!
-//! - [`cli`]: the command line, parsed into what to run.
+//! The command line that takes them, parsed into what to run, is the
+//! binary's (`lifeguard::cli`).
+//!
 //! - `layers`: the layers, the effective values and their sources.
 //! - `proxy_config`: `PROXY_CONFIG` as a layer.
-//! - `sections`: the file's sections, a crate's each.
+//! - `sections`: the file's sections, a crate's each, and the one list
+//!   `Settings` and the sections are made from.
 //! - [`reference()`]: docs/configuration.md, written from the settings.
 
 use std::fmt;
