@@ -49,11 +49,12 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
     let sent = pod.sigterm();
     let stopped = wait_stopped(&pod);
     // Written as Envoy stopped, before the linger (GET /drain may say
-    // "stopped" a moment before the file is there: wait for the file).
+    // "stopped" a moment before the line is in the file, which the write
+    // creates empty first: wait for the line).
     wait_for("the termination message", Duration::from_secs(10), || {
-        match msg.exists() {
-            true => Ok(()),
-            false => Err("no file yet"),
+        match std::fs::read_to_string(&msg) {
+            Ok(text) if !text.is_empty() => Ok(()),
+            other => Err(other.map_err(|e| e.kind())),
         }
     });
     let json = message(&msg);
