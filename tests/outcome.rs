@@ -51,12 +51,14 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
     // Written as Envoy stopped, before the linger (GET /drain may say
     // "stopped" a moment before the line is in the file, which the write
     // creates empty first: wait for the line).
-    wait_for("the termination message", Duration::from_secs(10), || {
-        match std::fs::read_to_string(&msg) {
+    wait_for(
+        "the termination message",
+        Duration::from_secs(10),
+        || match std::fs::read_to_string(&msg) {
             Ok(text) if !text.is_empty() => Ok(()),
             other => Err(other.map_err(|e| e.kind())),
-        }
-    });
+        },
+    );
     let json = message(&msg);
     let code = pod.agent.exit_code(Duration::from_secs(10));
     let took = sent.elapsed();
