@@ -181,9 +181,9 @@ pub fn parse(argv: Vec<OsString>) -> Result<Invocation, BadSetting> {
     let check = argv.get(1).is_some_and(|a| a == "check");
     let matches = match Cli::command().try_get_matches_from(&argv) {
         Ok(matches) => matches,
-        Err(e) => match lifeguard_config::from_clap_error(&e, &argv) {
-            Some(error) => return Err(BadSetting { check, error }),
-            None => e.exit(),
+        Err(e) => match lifeguard_config::from_clap_error(e, &argv) {
+            Ok(error) => return Err(BadSetting { check, error }),
+            Err(e) => e.exit(),
         },
     };
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

@@ -396,7 +396,7 @@ pub fn load_settings(
             field: field.clone(),
             value: value.clone(),
             origin: origin.to_string(),
-            why: why.clone(),
+            why: why.to_string(),
             message: e.to_string(),
         },
     })?;

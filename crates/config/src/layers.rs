@@ -1,8 +1,15 @@
-//! The layers under the settings: flags and env (clap), then the TOML
-//! file, then defaults; every effective value listed with its source; and
-//! clap's errors about a value rewritten to name the field as the user
-//! wrote it.
+//! The layers under the settings: flags and env (clap), then
+//! `PROXY_CONFIG`, then the TOML file, then defaults; every effective value
+//! listed with its source; and clap's errors about a value rewritten to
+//! name the field as the user wrote it.
+//!
+//! A lower layer is typed the way the command line is: each of its values
+//! is handed, as the text a user would type, to the setting's own clap
+//! argument (its parser, with no env variable and no default), and clap's
+//! derived update writes that one field. So a file's value is checked by
+//! exactly the parser that checks the flag, and nothing else moves.
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io::Read;
@@ -11,29 +18,31 @@ use std::path::Path;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Args};
+use clap::{ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
 use super::proxy_config::{EnvNames, ProxyLayer};
 use super::sections::FileValues;
-use super::{ConfigError, Effective, Loaded, Plan, RunArgs, Settings, Source};
+use super::{ConfigError, Effective, Loaded, Plan, RunArgs, Settings, Source, Why};
 use lifeguard_base::settings::SettingError;
 
-/// `POD_IP`, checked as the setting's own parser checks `INSTANCE_IP`.
-fn check_pod_ip(ip: &str) -> Result<(), ConfigError> {
-    match lifeguard_status::pod_ip::parse(ip) {
-        Ok(_) => Ok(()),
-        Err(why) => Err(ConfigError::Invalid {
-            field: "POD_IP".into(),
-            value: ip.to_owned(),
-            origin: Source::Env,
-            why: why.to_string(),
-        }),
-    }
+/// The settings' clap arguments, for their flags and env names.
+fn settings_command() -> Command {
+    Settings::augment_args(Command::new("lifeguard"))
 }
 
-/// The settings' clap arguments, for their flags and env names.
-fn settings_command() -> clap::Command {
-    Settings::augment_args(clap::Command::new("lifeguard"))
+/// The settings' arguments for a lower layer: no env variable and no
+/// default, so a parse holds the one value given and nothing else; a
+/// list may be given empty.
+fn layer_command() -> Command {
+    settings_command().mut_args(|arg| {
+        let list = matches!(arg.get_action(), ArgAction::Append);
+        let arg = arg.env(None).default_value(None::<&str>);
+        if list {
+            arg.num_args(0..)
+        } else {
+            arg
+        }
+    })
 }
 
 /// A key as the user wrote it for `source`: `--poll-interval`,
@@ -48,11 +57,120 @@ fn field_name(key: &str, source: Source) -> String {
     }
 }
 
+/// A value a lower layer gives, in the words a user types on the command
+/// line: one value, or a list (a TOML array).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Text {
+    One(String),
+    List(Vec<String>),
+}
+
+/// A list the way a user types it on the command line: comma-separated.
+impl fmt::Display for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Text::One(text) => f.write_str(text),
+            Text::List(items) => f.write_str(&items.join(",")),
+        }
+    }
+}
+
+impl Text {
+    /// A file's value: a string as written, a number or a boolean as a
+    /// user types it, an array as a list of those. A table (or an array in
+    /// an array) is no setting's value.
+    pub(crate) fn of_toml(value: &toml::Value) -> Result<Text, Why> {
+        let one = |value: &toml::Value| match value {
+            toml::Value::String(s) => Ok(s.clone()),
+            toml::Value::Integer(i) => Ok(i.to_string()),
+            toml::Value::Float(x) => Ok(x.to_string()),
+            toml::Value::Boolean(b) => Ok(b.to_string()),
+            toml::Value::Datetime(d) => Ok(d.to_string()),
+            toml::Value::Array(_) | toml::Value::Table(_) => Err(Why::Shape("a value or a list of values")),
+        };
+        match value {
+            toml::Value::Array(items) => items.iter().map(one).collect::<Result<_, _>>().map(Text::List),
+            other => one(other).map(Text::One),
+        }
+    }
+}
+
+/// One value of a lower layer: the setting's key, its text, and the name
+/// the user gave it under (`drain.shutdown_margin`, `PROXY_CONFIG
+/// drainDuration`, `POD_IP`).
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) key: String,
+    pub(crate) text: Text,
+    pub(crate) field: String,
+}
+
+/// The settings as the layers make them, and where each value that is no
+/// default came from, with the name it was given under.
+struct Layering {
+    settings: Settings,
+    cmd: Command,
+    from: HashMap<String, (Source, String)>,
+}
+
+impl Layering {
+    /// Lays `entry` over the settings through its setting's argument: its
+    /// parser checks the value, clap's update sets that field alone.
+    fn lay(&mut self, entry: &Entry, origin: Source) -> Result<(), ConfigError> {
+        let invalid = |why| ConfigError::Invalid {
+            field: entry.field.clone(),
+            value: entry.text.to_string(),
+            origin,
+            why,
+        };
+        let Some(arg) = self.cmd.get_arguments().find(|a| a.get_id() == entry.key.as_str()) else {
+            return Err(invalid(Why::Shape("a setting's key")));
+        };
+        let flag = format!("--{}", arg.get_long().unwrap_or(&entry.key));
+        let list = matches!(arg.get_action(), ArgAction::Append);
+        // A list in one text (an env variable's form: `9000, 9001`, or
+        // empty for none) is split here, each item trimmed.
+        let split;
+        let text = match &entry.text {
+            Text::One(text) if list => {
+                split = Text::List(
+                    text.split(',')
+                        .map(str::trim)
+                        .filter(|i| !i.is_empty())
+                        .map(Into::into)
+                        .collect(),
+                );
+                &split
+            }
+            text => text,
+        };
+        let argv: Vec<String> = match text {
+            Text::One(text) => vec![format!("{flag}={text}")],
+            Text::List(items) if !list => match items.as_slice() {
+                [one] => vec![format!("{flag}={one}")],
+                _ => return Err(invalid(Why::Shape("one value, not a list"))),
+            },
+            Text::List(items) if items.is_empty() => vec![flag],
+            Text::List(items) => items.iter().map(|item| format!("{flag}={item}")).collect(),
+        };
+        let argv = std::iter::once("lifeguard".to_owned()).chain(argv);
+        let matches = self
+            .cmd
+            .try_get_matches_from_mut(argv)
+            .map_err(|e| invalid(Why::Value(e)))?;
+        self.settings
+            .update_from_arg_matches(&matches)
+            .map_err(|e| invalid(Why::Value(e)))?;
+        self.from.insert(entry.key.clone(), (origin, entry.field.clone()));
+        Ok(())
+    }
+}
+
 impl RunArgs {
-    /// Lays the config file under the flags and env values clap parsed
-    /// (`matches`, of this subcommand, tells which were given), makes each
-    /// crate's plan (the rules across settings) and lists every effective
-    /// value with its source.
+    /// Lays the config file, then `PROXY_CONFIG`, under the flags and env
+    /// values clap parsed (`matches`, of this subcommand, tells which were
+    /// given), makes each crate's plan (the rules across settings) and
+    /// lists every effective value with its source.
     pub fn load(self, matches: &ArgMatches) -> Result<Loaded, ConfigError> {
         let file = match &self.config {
             Some(path) => read_file(path)?,
@@ -63,72 +181,50 @@ impl RunArgs {
             Some(ValueSource::EnvVariable) => Some(Source::Env),
             _ => None,
         };
-        let mut table = toml::Table::try_from(&self.settings).expect("settings serialize");
+        let mut layers = Layering {
+            settings: self.settings,
+            cmd: layer_command(),
+            from: HashMap::new(),
+        };
         // The layers under flags and env, lowest first: the file, then PROXY_CONFIG.
-        let with_file = layer(&table, &file.values, &given, |key| (file.name(key), Source::File))?;
+        for entry in file.entries.iter().filter(|e| given(&e.key).is_none()) {
+            layers.lay(entry, Source::File)?;
+        }
         let proxy = match &self.proxy_config {
-            Some(text) => ProxyLayer::parse(text, &with_file, &env_names()).map_err(|e| ConfigError::Invalid {
-                field: e.field,
-                value: text.trim().to_owned(),
-                origin: Source::ProxyConfig,
-                why: e.why,
-            })?,
+            Some(text) => {
+                ProxyLayer::parse(text, &layers.settings, &env_names()).map_err(|e| ConfigError::Invalid {
+                    field: e.field.clone(),
+                    value: text.trim().to_owned(),
+                    origin: Source::ProxyConfig,
+                    why: Why::Rule(Box::new(e)),
+                })?
+            }
             None => ProxyLayer::default(),
         };
-        let named = |key: &str| (proxy.fields.get(key).cloned().unwrap_or_default(), Source::ProxyConfig);
-        table = layer(&with_file, &proxy.values, &given, named)?;
+        for entry in proxy.entries.iter().filter(|e| given(&e.key).is_none()) {
+            layers.lay(entry, Source::ProxyConfig)?;
+        }
         // The pod's address: INSTANCE_IP (the setting's env), else POD_IP,
         // which Kubernetes manifests set too; an env variable either way.
-        let pod_ip_env = given("pod_ip")
-            .is_none()
-            .then(|| std::env::var("POD_IP").ok())
-            .flatten();
-        if let Some(ip) = &pod_ip_env {
-            check_pod_ip(ip)?;
-            table.insert("pod_ip".into(), ip.clone().into());
+        if let (None, Ok(ip)) = (given("pod_ip"), std::env::var("POD_IP")) {
+            let entry = Entry {
+                key: "pod_ip".into(),
+                text: Text::One(ip),
+                field: "POD_IP".into(),
+            };
+            layers.lay(&entry, Source::Env)?;
         }
-        let source = |key: &str| {
-            if key == "pod_ip" && pod_ip_env.is_some() {
-                return Source::Env;
-            }
-            given(key).unwrap_or(if proxy.values.contains_key(key) {
-                Source::ProxyConfig
-            } else if file.values.contains_key(key) {
-                Source::File
-            } else {
-                Source::Default
-            })
+        let Layering { settings, from, .. } = layers;
+        // Each value as the user gave it: a flag, an env variable, a file
+        // key, PROXY_CONFIG's field; or its default.
+        let named = |key: &str| match (given(key), from.get(key)) {
+            (Some(source), _) => (field_name(key, source), source),
+            (None, Some((source, field))) => (field.clone(), *source),
+            (None, None) => (key.to_owned(), Source::Default),
         };
-        let settings: Settings = table.try_into().expect("every layered value was checked");
-        // A rule across settings names each value as the user wrote it:
-        // a flag, an env variable, a file key, or PROXY_CONFIG's field.
-        let named = |key: &str| match (source(key), proxy.fields.get(key)) {
-            (Source::ProxyConfig, Some(field)) => (field.clone(), Source::ProxyConfig),
-            (Source::File, _) => (file.name(key), Source::File),
-            (source, _) => (field_name(key, source), source),
-        };
-        let given = |key: &str| source(key) != Source::Default;
-        let plan = settings.plan(&given, named, proxy.unused, file.renamed.clone())?;
-
-        let mut table = toml::Table::try_from(&settings).expect("settings serialize");
-        // What the plans made of two settings is what runs: the policy the
-        // defaults chose, the listener ports always left out.
-        table.insert("drain_until".into(), plan.drain.drain_until().to_string().into());
-        let ports = plan.envoy.ignored_listener_ports.iter().map(|p| i64::from(*p).into());
-        table.insert("ignore_listener_ports".into(), toml::Value::Array(ports.collect()));
-        let effective = settings_command()
-            .get_arguments()
-            .map(|arg| {
-                let key = arg.get_id().as_str();
-                let value = table.get(key).map_or(String::new(), shown);
-                let source = source(key);
-                Effective {
-                    key: key.into(),
-                    value,
-                    source,
-                }
-            })
-            .collect();
+        let given = |key: &str| named(key).1 != Source::Default;
+        let plan = settings.plan(&given, &named, proxy.unused, file.renamed.clone())?;
+        let effective = effective(&settings, &plan, &named);
         Ok(Loaded {
             settings,
             plan,
@@ -137,29 +233,61 @@ impl RunArgs {
     }
 }
 
+/// Every setting's effective value as a user writes it, and its source.
+/// What the plans made of two settings is what runs: the policy the
+/// defaults chose, the listener ports always left out.
+fn effective(settings: &Settings, plan: &Plan, named: &dyn Fn(&str) -> (String, Source)) -> Vec<Effective> {
+    // Serialized only to be shown; every setting's type writes itself as
+    // its flag reads it, so this cannot fail (an empty table if it did).
+    let mut table = toml::Table::try_from(settings).unwrap_or_default();
+    table.insert("drain_until".into(), plan.drain.drain_until().to_string().into());
+    let ports = plan.envoy.ignored_listener_ports.iter().map(|p| i64::from(*p).into());
+    table.insert("ignore_listener_ports".into(), toml::Value::Array(ports.collect()));
+    settings_command()
+        .get_arguments()
+        .map(|arg| {
+            let key = arg.get_id().as_str();
+            let value = match table.get(key).map(Text::of_toml) {
+                Some(Ok(text)) => text.to_string(),
+                _ => String::new(),
+            };
+            Effective {
+                key: key.into(),
+                value,
+                source: named(key).1,
+            }
+        })
+        .collect()
+}
+
 impl Settings {
     /// Each crate's plan, each made from its settings (and the plans it
     /// needs); a rule that does not hold names its setting by `named`.
     fn plan(
         &self,
         given: &dyn Fn(&str) -> bool,
-        named: impl Fn(&str) -> (String, Source),
+        named: &dyn Fn(&str) -> (String, Source),
         proxy_config_unused: Vec<String>,
         renamed_keys: Vec<String>,
     ) -> Result<Plan, ConfigError> {
-        let refused = |e: &dyn SettingError| {
-            let (field, origin) = named(e.key());
-            ConfigError::Invalid {
-                field,
-                value: e.value(),
-                origin,
-                why: e.to_string(),
+        fn refused<E>(named: &dyn Fn(&str) -> (String, Source)) -> impl Fn(E) -> ConfigError + '_
+        where
+            E: SettingError + Send + Sync + 'static,
+        {
+            move |e: E| {
+                let (field, origin) = named(e.key());
+                ConfigError::Invalid {
+                    field,
+                    value: e.value(),
+                    origin,
+                    why: Why::Rule(Box::new(e)),
+                }
             }
-        };
-        let drain = self.drain.plan(given, self.envoy.reads()).map_err(|e| refused(&e))?;
-        let status = self.status.plan().map_err(|e| refused(&e))?;
+        }
+        let drain = self.drain.plan(given, self.envoy.reads()).map_err(refused(named))?;
+        let status = self.status.plan().map_err(refused(named))?;
         let (status_port, admin_port) = (self.status.status_addr.port(), self.envoy.admin_url.port());
-        let metrics = self.metrics.plan(status_port, admin_port).map_err(|e| refused(&e))?;
+        let metrics = self.metrics.plan(status_port, admin_port).map_err(refused(named))?;
         Ok(Plan {
             log: self.log.clone(),
             envoy: self.envoy.plan(drain.grace()),
@@ -175,36 +303,6 @@ impl Settings {
     }
 }
 
-/// `base` with the values of a lower layer laid in, each checked by the
-/// settings' own parsers, except where a flag or env variable was `given`.
-/// `named` says how the layer names a key in errors.
-fn layer(
-    base: &toml::Table,
-    values: &toml::Table,
-    given: &impl Fn(&str) -> Option<Source>,
-    named: impl Fn(&str) -> (String, Source),
-) -> Result<toml::Table, ConfigError> {
-    let mut table = base.clone();
-    for (key, value) in values {
-        if given(key).is_some() {
-            continue;
-        }
-        let mut trial = table.clone();
-        trial.insert(key.clone(), value.clone());
-        if let Err(e) = trial.try_into::<Settings>() {
-            let (field, origin) = named(key);
-            return Err(ConfigError::Invalid {
-                field,
-                value: shown(value),
-                origin,
-                why: e.message().to_owned(),
-            });
-        }
-        table.insert(key.clone(), value.clone());
-    }
-    Ok(table)
-}
-
 /// Every setting's env variable, and the setting's key.
 fn env_names() -> EnvNames {
     settings_command()
@@ -213,50 +311,54 @@ fn env_names() -> EnvNames {
         .collect()
 }
 
-/// A TOML value the way a user types it on the command line.
-fn shown(value: &toml::Value) -> String {
-    match value {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Array(items) => items.iter().map(shown).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
-    }
-}
-
 /// The agent's message for clap's error about a bad setting value, naming
 /// the env variable when the value came from there (clap names the flag
-/// either way). `None` for any other error, which clap reports itself.
-pub fn from_clap_error(err: &clap::Error, argv: &[OsString]) -> Option<ConfigError> {
+/// either way). Any other error is handed back, for clap to report.
+pub fn from_clap_error(err: clap::Error, argv: &[OsString]) -> Result<ConfigError, clap::Error> {
     if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
-        return None;
+        return Err(err);
     }
     let text = |kind| match err.get(kind) {
-        Some(ContextValue::String(s)) => Some(s.as_str()),
+        Some(ContextValue::String(s)) => Some(s.to_owned()),
         _ => None,
     };
-    let flag = text(ContextKind::InvalidArg)?.split(' ').next()?;
-    let value = text(ContextKind::InvalidValue)?.to_owned();
+    let (Some(invalid), Some(value)) = (text(ContextKind::InvalidArg), text(ContextKind::InvalidValue)) else {
+        return Err(err);
+    };
+    let flag = invalid.split(' ').next().unwrap_or_default().to_owned();
     let cmd = settings_command();
-    let arg = cmd
+    let Some(arg) = cmd
         .get_arguments()
-        .find(|a| a.get_long().is_some_and(|l| flag == format!("--{l}")))?;
+        .find(|a| a.get_long().is_some_and(|l| flag == format!("--{l}")))
+    else {
+        return Err(err);
+    };
     let on_command_line = argv
         .iter()
         .take_while(|a| a.as_os_str() != OsStr::new("--"))
         .filter_map(|a| a.to_str())
-        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|rest| rest.starts_with('=')));
+        .any(|a| a == flag || a.strip_prefix(flag.as_str()).is_some_and(|rest| rest.starts_with('=')));
     let origin = if on_command_line { Source::Flag } else { Source::Env };
-    let why = match (std::error::Error::source(err), err.get(ContextKind::ValidValue)) {
-        (Some(source), _) => source.to_string(),
-        (None, Some(ContextValue::Strings(valid))) => format!("expected one of {}", valid.join(", ")),
-        _ => "invalid value".into(),
-    };
     let field = field_name(arg.get_id().as_str(), origin);
-    Some(ConfigError::Invalid {
+    Ok(ConfigError::Invalid {
         field,
         value,
         origin,
-        why,
+        why: Why::Value(err),
     })
+}
+
+/// Why clap refused a value: the setting's parser's own error, else the
+/// values it takes.
+pub(crate) fn clap_why(err: &clap::Error, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match (std::error::Error::source(err), err.get(ContextKind::ValidValue)) {
+        (Some(source), _) => write!(f, "{source}"),
+        (None, Some(ContextValue::Strings(valid))) => write!(f, "expected one of {}", valid.join(", ")),
+        _ => match err.kind() {
+            ErrorKind::ArgumentConflict => f.write_str("set more than once"),
+            _ => f.write_str("invalid value"),
+        },
+    }
 }
 
 /// The longest config file read.

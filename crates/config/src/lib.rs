@@ -136,8 +136,32 @@ pub enum ConfigError {
         field: String,
         value: String,
         origin: Source,
-        why: String,
+        why: Why,
     },
+}
+
+/// Why a value was refused, kept as the error that refused it until the
+/// message is written.
+#[derive(Debug)]
+pub enum Why {
+    /// The setting's parser refused it: clap's error, whose cause is the
+    /// parser's own.
+    Value(clap::Error),
+    /// A file's value of a shape no setting takes: what it should be.
+    Shape(&'static str),
+    /// A rule across settings, or `PROXY_CONFIG` that cannot be read: the
+    /// owning crate's error.
+    Rule(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Why::Value(e) => layers::clap_why(e, f),
+            Why::Shape(expected) => write!(f, "expected {expected}"),
+            Why::Rule(e) => write!(f, "{e}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -164,7 +188,7 @@ pub(crate) mod tests {
         let cmd = RunArgs::augment_args(clap::Command::new("lifeguard")).mut_args(|a| a.env(None));
         let matches = match cmd.try_get_matches_from(&argv) {
             Ok(m) => m,
-            Err(e) => return Err(from_clap_error(&e, &argv).unwrap_or_else(|| panic!("{e}"))),
+            Err(e) => return Err(from_clap_error(e, &argv).unwrap_or_else(|e| panic!("{e}"))),
         };
         let loaded = RunArgs::from_arg_matches(&matches).unwrap().load(&matches)?;
         let effective = loaded.effective.clone();
@@ -279,7 +303,12 @@ pub(crate) mod tests {
             (
                 "ignore_listener_ports = [8081, 0]",
                 "ignore_listener_ports",
-                "not a port",
+                "0 is not in 1..=65535",
+            ),
+            (
+                "admin_timeout = [\"1s\", \"2s\"]",
+                "admin_timeout",
+                "one value, not a list",
             ),
             (
                 "exit_on_zero_active_connections = \"maybe\"",
@@ -307,13 +336,16 @@ pub(crate) mod tests {
         let err = cmd
             .try_get_matches_from(["lifeguard", "--drain-delay", "5"])
             .unwrap_err();
-        let msg = from_clap_error(&err, &["lifeguard".into()]).unwrap().to_string();
+        let msg = from_clap_error(err, &["lifeguard".into()]).unwrap().to_string();
         assert!(
             msg.starts_with("invalid LIFEGUARD_DRAIN_DELAY = \"5\" (from env): invalid duration"),
             "{msg}"
         );
         let argv = ["lifeguard".into(), "--drain-delay".into(), "5".into()];
-        let msg = from_clap_error(&err, &argv).unwrap().to_string();
+        let err = RunArgs::augment_args(clap::Command::new("lifeguard"))
+            .try_get_matches_from(&argv)
+            .unwrap_err();
+        let msg = from_clap_error(err, &argv).unwrap().to_string();
         assert!(msg.starts_with("invalid --drain-delay = \"5\" (from flag)"), "{msg}");
     }
 
@@ -613,6 +645,51 @@ pub(crate) mod tests {
         refused(&["--config", tight.arg()], "drain.shutdown_margin", "50ms");
         let misplaced = TempFile::new("misplaced.toml", "[drain]\npoll_interval = \"2s\"\n");
         refused(&["--config", misplaced.arg()], misplaced.arg(), "belongs in [envoy]");
+    }
+
+    /// A file's value and PROXY_CONFIG's are laid through the setting's
+    /// own argument: what its flag takes, they take, and nothing else moves.
+    #[test]
+    fn lower_layers_are_read_by_the_flags_parsers() {
+        let file = TempFile::new(
+            "typed.toml",
+            "[drain_wait]\nunhealthy_threshold = \"4\"\nchecker_ranges = [\"10.0.0.0/8\", \"35.191.0.0/16\"]\n\
+             load_balancer_checks = \"10sx3,5sx2\"\n[pod]\nignore_app_ports = []\n[status]\nloopback_control = \"F\"\n\
+             control_socket = \"/run/lifeguard/control.sock\"\n",
+        );
+        let (s, eff) = load(&["--config", file.arg()]).unwrap();
+        let (flags, _) = load(&[
+            "--drain-wait-unhealthy-threshold=4",
+            "--drain-wait-checker-ranges=10.0.0.0/8,35.191.0.0/16",
+            "--load-balancer-checks=10sx3",
+            "--load-balancer-checks=5sx2",
+            "--loopback-control=F",
+            "--control-socket=/run/lifeguard/control.sock",
+        ])
+        .unwrap();
+        assert_eq!(format!("{:?}", s.settings), format!("{:?}", flags.settings));
+        let shown = |key: &str| eff.iter().find(|e| e.key == key).unwrap().value.clone();
+        assert_eq!(shown("checker_ranges"), "10.0.0.0/8,35.191.0.0/16");
+        assert_eq!(shown("load_balancer_checks"), "10sx3,5sx2");
+        // PROXY_CONFIG's metadata over the file's list: empty is empty.
+        let file = TempFile::new("ports.toml", "ignore_app_ports = [9000, 9001]\n");
+        let metadata = r#"{"proxyMetadata":{"LIFEGUARD_IGNORE_APP_PORTS":""}}"#;
+        let (s, _) = load(&["--config", file.arg()]).unwrap();
+        assert_eq!(s.settings.pod.ignore_app_ports, [9000, 9001]);
+        let (s, eff) = load(&["--config", file.arg(), "--proxy-config", metadata]).unwrap();
+        assert!(s.settings.pod.ignore_app_ports.is_empty(), "{:?}", s.settings.pod);
+        let source = eff.iter().find(|e| e.key == "ignore_app_ports").unwrap().source;
+        assert_eq!(source, Source::ProxyConfig);
+        refused(
+            &[
+                "--proxy-config",
+                r#"{"proxyMetadata":{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS":"maybe"}}"#,
+            ],
+            "invalid PROXY_CONFIG proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS = \"maybe\" (from PROXY_CONFIG)",
+            "expected true or false",
+        );
+        let table = TempFile::new("table.toml", "[envoy]\npoll_interval = { s = 1 }\n");
+        refused(&["--config", table.arg()], "`envoy.poll_interval`", "a value or a list");
     }
 
     #[test]

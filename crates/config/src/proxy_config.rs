@@ -14,16 +14,19 @@
 //! through the same parsers as a flag's.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 use lifeguard_istio::proxy_config::{ProxyConfig, ProxyConfigError};
 
-/// What `PROXY_CONFIG` sets: file-layer values by setting key, the names
-/// the user wrote them under (for errors), and the fields left unused.
+use crate::layers::{Entry, Text};
+use crate::Settings;
+
+/// What `PROXY_CONFIG` sets: a value by setting key, as a user types it,
+/// with the field it was written under (`PROXY_CONFIG
+/// terminationDrainDuration`); and the fields left unused.
 #[derive(Debug, Default)]
 pub(crate) struct ProxyLayer {
-    pub(crate) values: toml::Table,
-    /// Setting key → the field as written (`PROXY_CONFIG terminationDrainDuration`).
-    pub(crate) fields: BTreeMap<String, String>,
+    pub(crate) entries: Vec<Entry>,
     pub(crate) unused: Vec<String>,
 }
 
@@ -31,80 +34,57 @@ pub(crate) struct ProxyLayer {
 pub(crate) type EnvNames = BTreeMap<String, String>;
 
 impl ProxyLayer {
-    /// Reads `text` against `base`, the settings as the lower layers have
-    /// them (the type of each value, and the addresses the ports go into).
-    pub(crate) fn parse(text: &str, base: &toml::Table, env: &EnvNames) -> Result<ProxyLayer, ProxyConfigError> {
+    /// Reads `text` against `below`, the settings as the lower layers have
+    /// them (the addresses its ports go into). Each value is checked when
+    /// laid, by its setting's parser.
+    pub(crate) fn parse(text: &str, below: &Settings, env: &EnvNames) -> Result<ProxyLayer, ProxyConfigError> {
         let config = ProxyConfig::parse(text)?;
         let mut layer = ProxyLayer::default();
         let field = |name: &str| format!("PROXY_CONFIG {name}");
         if let Some(d) = config.termination_drain_duration {
-            layer.set(
-                "termination_drain_duration",
-                &field("terminationDrainDuration"),
-                d.into(),
-            );
+            layer.set("termination_drain_duration", field("terminationDrainDuration"), d);
         }
         if let Some(d) = config.drain_duration {
-            layer.set("envoy_drain_time", &field("drainDuration"), d.into());
+            layer.set("envoy_drain_time", field("drainDuration"), d);
         }
         if let Some(port) = config.status_port {
-            let addr = base
-                .get("status_addr")
-                .and_then(toml::Value::as_str)
-                .unwrap_or("0.0.0.0:15020");
-            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-            layer.set("status_addr", &field("statusPort"), format!("{host}:{port}").into());
+            let addr = SocketAddr::new(below.status.status_addr.ip(), port);
+            layer.set("status_addr", field("statusPort"), addr.to_string());
         }
         if let Some(port) = config.proxy_admin_port {
-            let url = base.get("admin_url").and_then(toml::Value::as_str).unwrap_or("");
-            match url.starts_with("http://") {
-                true => layer.set(
-                    "admin_url",
-                    &field("proxyAdminPort"),
-                    format!("http://127.0.0.1:{port}").into(),
-                ),
-                false => layer.unused.push("proxyAdminPort (admin_url is a Unix socket)".into()),
+            match below.envoy.admin_url.port() {
+                Some(_) => layer.set("admin_url", field("proxyAdminPort"), format!("http://127.0.0.1:{port}")),
+                None => layer.unused.push("proxyAdminPort (admin_url is a Unix socket)".into()),
             }
         }
         layer.unused.extend(config.other);
-        for (name, text) in &config.proxy_metadata {
-            layer.metadata(name, text, base, env)?;
+        // A `proxyMetadata` entry is a setting when it names one's env
+        // variable, its text read as that variable's would be.
+        for (name, text) in config.proxy_metadata {
+            match env.get(&name) {
+                Some(key) => layer.set(key, field(&format!("proxyMetadata.{name}")), text),
+                None => layer.unused.push(format!("proxyMetadata.{name}")),
+            }
         }
         Ok(layer)
     }
 
-    fn set(&mut self, key: &str, field: &str, value: toml::Value) {
-        self.values.insert(key.to_owned(), value);
-        self.fields.insert(key.to_owned(), field.to_owned());
+    fn set(&mut self, key: &str, field: String, text: String) {
+        self.entries.retain(|e| e.key != key);
+        self.entries.push(Entry {
+            key: key.to_owned(),
+            text: Text::One(text),
+            field,
+        });
     }
 
-    /// A `proxyMetadata` entry: a setting when it names one's env variable.
-    fn metadata(&mut self, name: &str, text: &str, base: &toml::Table, env: &EnvNames) -> Result<(), ProxyConfigError> {
-        let field = format!("PROXY_CONFIG proxyMetadata.{name}");
-        let Some(key) = env.get(name) else {
-            self.unused.push(format!("proxyMetadata.{name}"));
-            return Ok(());
-        };
-        let invalid = |why: String| ProxyConfigError {
-            field: field.clone(),
-            why,
-        };
-        let typed = match base.get(key) {
-            Some(toml::Value::Boolean(_)) => {
-                toml::Value::Boolean(lifeguard_base::settings::go_bool(text).map_err(|e| invalid(e.to_string()))?)
-            }
-            Some(toml::Value::Array(_)) => {
-                let ports: Result<Vec<toml::Value>, _> = text
-                    .split(',')
-                    .filter(|p| !p.trim().is_empty())
-                    .map(|p| p.trim().parse::<i64>().map(toml::Value::Integer))
-                    .collect();
-                toml::Value::Array(ports.map_err(|_| invalid(format!("{text:?} is not a list of ports")))?)
-            }
-            _ => toml::Value::String(text.to_owned()),
-        };
-        self.set(key, &field, typed);
-        Ok(())
+    #[cfg(test)]
+    fn value(&self, key: &str) -> Option<&str> {
+        let entry = self.entries.iter().find(|e| e.key == key)?;
+        match &entry.text {
+            Text::One(text) => Some(text),
+            Text::List(_) => None,
+        }
     }
 }
 
@@ -112,14 +92,8 @@ impl ProxyLayer {
 mod tests {
     use super::*;
 
-    fn base() -> toml::Table {
-        toml::toml! {
-            status_addr = "0.0.0.0:15020"
-            admin_url = "http://127.0.0.1:15000"
-            exit_on_zero_active_connections = false
-            ignore_app_ports = []
-            minimum_drain_duration = "5s"
-        }
+    fn below() -> Settings {
+        lifeguard_base::settings::defaults()
     }
 
     fn env() -> EnvNames {
@@ -139,49 +113,43 @@ mod tests {
             r#"{"terminationDrainDuration":"30s","drainDuration":"23s","statusPort":15120,"proxyAdminPort":"15100",
                 "discoveryAddress":"istiod:15012","proxyMetadata":{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS":"true",
                 "LIFEGUARD_IGNORE_APP_PORTS":"9000,9001","MINIMUM_DRAIN_DURATION":"10s","FOO":"bar"}}"#,
-            &base(),
+            &below(),
             &env(),
         )
         .unwrap();
-        let v = &layer.values;
-        assert_eq!(v["termination_drain_duration"].as_str(), Some("30s"));
-        assert_eq!(v["envoy_drain_time"].as_str(), Some("23s"));
-        assert_eq!(v["status_addr"].as_str(), Some("0.0.0.0:15120"));
-        assert_eq!(v["admin_url"].as_str(), Some("http://127.0.0.1:15100"));
-        assert_eq!(v["exit_on_zero_active_connections"].as_bool(), Some(true));
-        assert_eq!(v["ignore_app_ports"].as_array().unwrap().len(), 2);
-        assert_eq!(v["minimum_drain_duration"].as_str(), Some("10s"));
+        let v = |key| layer.value(key);
+        assert_eq!(v("termination_drain_duration"), Some("30s"));
+        assert_eq!(v("envoy_drain_time"), Some("23s"));
+        assert_eq!(v("status_addr"), Some("0.0.0.0:15120"));
+        assert_eq!(v("admin_url"), Some("http://127.0.0.1:15100"));
+        assert_eq!(v("exit_on_zero_active_connections"), Some("true"));
+        assert_eq!(v("ignore_app_ports"), Some("9000,9001"));
+        assert_eq!(v("minimum_drain_duration"), Some("10s"));
         assert_eq!(layer.unused, ["discoveryAddress", "proxyMetadata.FOO"]);
-        assert_eq!(layer.fields["status_addr"], "PROXY_CONFIG statusPort");
+        let status = layer.entries.iter().find(|e| e.key == "status_addr").unwrap();
+        assert_eq!(status.field, "PROXY_CONFIG statusPort");
     }
 
     #[test]
     fn yaml_as_istio_also_accepts_and_empty_is_nothing() {
         let layer = ProxyLayer::parse(
             "terminationDrainDuration: 45s\nholdApplicationUntilProxyStarts: true\n",
-            &base(),
+            &below(),
             &env(),
         )
         .unwrap();
-        assert_eq!(layer.values["termination_drain_duration"].as_str(), Some("45s"));
+        assert_eq!(layer.value("termination_drain_duration"), Some("45s"));
         assert_eq!(layer.unused, ["holdApplicationUntilProxyStarts"]);
-        assert!(ProxyLayer::parse("{}\n", &base(), &env()).unwrap().values.is_empty());
-        assert!(ProxyLayer::parse("", &base(), &env()).unwrap().values.is_empty());
+        assert!(ProxyLayer::parse("{}\n", &below(), &env()).unwrap().entries.is_empty());
+        assert!(ProxyLayer::parse("", &below(), &env()).unwrap().entries.is_empty());
     }
 
     #[test]
-    fn malformed_values_name_the_field() {
+    fn malformed_text_names_proxy_config() {
         // Istio's own fields are named by istio::proxy_config (its tests);
-        // here, that its errors pass through, and a setting's value.
-        for (text, field) in [
-            ("{not json", "PROXY_CONFIG"),
-            (
-                r#"{"proxyMetadata":{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS":"maybe"}}"#,
-                "PROXY_CONFIG proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS",
-            ),
-        ] {
-            let e = ProxyLayer::parse(text, &base(), &env()).unwrap_err();
-            assert_eq!(e.field, field, "{text}");
-        }
+        // here, that its errors pass through. A setting's bad value is
+        // refused when laid, by its parser (the crate's tests).
+        let e = ProxyLayer::parse("{not json", &below(), &env()).unwrap_err();
+        assert_eq!(e.field, "PROXY_CONFIG");
     }
 }

@@ -3,11 +3,11 @@
 //! may also sit at the top level, as files written before the sections do;
 //! either way it is set once.
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use clap::Command;
 
+use crate::layers::{Entry, Text};
 use crate::SECTIONS;
 
 /// One crate's settings as the file and the reference group them.
@@ -89,13 +89,12 @@ macro_rules! sections {
 }
 pub(crate) use sections;
 
-/// The file's values as one flat table, and the name each key was written
-/// under: `poll_interval` at the top level, `envoy.poll_interval` in its
-/// section.
+/// The file's values, each under its setting's key and the name it was
+/// written under: `poll_interval` at the top level, `envoy.poll_interval`
+/// in its section.
 #[derive(Debug, Default)]
 pub(crate) struct FileValues {
-    pub(crate) values: toml::Table,
-    pub(crate) written: HashMap<String, String>,
+    pub(crate) entries: Vec<Entry>,
     /// Keys written under a name they no longer have: read, and said.
     pub(crate) renamed: Vec<String>,
 }
@@ -161,17 +160,16 @@ impl FileValues {
     }
 
     fn insert(&mut self, key: String, written: String, value: toml::Value) -> Result<(), String> {
-        if let Some(first) = self.written.get(&key) {
-            return Err(format!("`{key}` is set twice: as `{first}` and as `{written}`"));
+        if let Some(first) = self.entries.iter().find(|e| e.key == key) {
+            return Err(format!("`{key}` is set twice: as `{}` and as `{written}`", first.field));
         }
-        self.values.insert(key.clone(), value);
-        self.written.insert(key, written);
+        let text = Text::of_toml(&value).map_err(|why| format!("`{written}`: {why}"))?;
+        self.entries.push(Entry {
+            key,
+            text,
+            field: written,
+        });
         Ok(())
-    }
-
-    /// How the file named `key`.
-    pub(crate) fn name(&self, key: &str) -> String {
-        self.written.get(key).cloned().unwrap_or_else(|| key.to_owned())
     }
 }
 
@@ -218,24 +216,42 @@ mod tests {
         }
     }
 
+    /// The file's values by key, sorted.
+    fn values(file: &FileValues) -> Vec<(&str, String)> {
+        let mut all: Vec<_> = file
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.text.to_string()))
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// How the file named `key`.
+    fn name<'a>(file: &'a FileValues, key: &str) -> &'a str {
+        &file.entries.iter().find(|e| e.key == key).unwrap().field
+    }
+
     #[test]
     fn sections_and_the_top_level_give_the_same_values() {
         let sections =
             flat("log = \"debug\"\n[envoy]\npoll_interval = \"2s\"\n[drain]\nshutdown_margin = \"1s\"\n").unwrap();
         let dotted = flat("envoy.poll_interval = \"2s\"\nlog = \"debug\"\ndrain.shutdown_margin = \"1s\"\n").unwrap();
         let top = flat("poll_interval = \"2s\"\nshutdown_margin = \"1s\"\nlog = \"debug\"\n").unwrap();
-        assert_eq!(sections.values, top.values);
-        assert_eq!(dotted.values, top.values);
-        assert_eq!(sections.name("poll_interval"), "envoy.poll_interval");
-        assert_eq!(top.name("poll_interval"), "poll_interval");
+        assert_eq!(values(&sections), values(&top));
+        assert_eq!(values(&dotted), values(&top));
+        assert_eq!(name(&sections, "poll_interval"), "envoy.poll_interval");
+        assert_eq!(name(&top, "poll_interval"), "poll_interval");
     }
 
     #[test]
     fn an_old_key_name_is_read_as_the_new_one_and_said() {
         let text = "drain_wait_app_time = \"3s\"\n[drain_wait]\ndrain_wait_checker_timeout = \"9s\"\n";
         let file = FileValues::from_file(text.parse().unwrap()).unwrap();
-        assert_eq!(file.values["app_time"].as_str(), Some("3s"));
-        assert_eq!(file.values["checker_timeout"].as_str(), Some("9s"));
+        assert_eq!(
+            values(&file),
+            [("app_time", "3s".to_owned()), ("checker_timeout", "9s".to_owned())]
+        );
         assert_eq!(
             file.renamed,
             [
