@@ -97,7 +97,7 @@ fn exported() -> BTreeSet<String> {
         envoy_health_checks: lifeguard::drain_wait::HealthChecks::Passing,
         checkers: vec![checker],
         probes_not_counted: NotCountedReport::default(),
-        waiting_for: None,
+        waiting_on: None,
         quiet_for_seconds: Some(3.5),
         conclusion: Some("out".into()),
         took_seconds: Some(64.0),

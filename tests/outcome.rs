@@ -98,7 +98,7 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
     assert_eq!(json["trigger"], "SIGTERM", "{json}");
     assert_eq!(json["policy"], "connections", "{json}");
     assert!(
-        json["waited_for_last"].as_str().unwrap().contains("connections"),
+        json["waited_on_last"].as_str().unwrap().contains("connections"),
         "{json}"
     );
     let duration = json["duration_seconds"].as_f64().unwrap();

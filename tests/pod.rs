@@ -958,7 +958,7 @@ fn an_app_already_gone_is_recognised_with_idle_clients_and_probes() {
         "{out}"
     );
     // Nothing was ever waited on: no probe's connection was the app's.
-    assert!(!last.contains("waited_for_last"), "{last}");
+    assert!(!last.contains("waited_on_last"), "{last}");
     assert!(after < PROMPT, "Envoy stopped {after:?} after the app exited");
     drop(idle);
 }

@@ -13,7 +13,7 @@ use tokio::time::{sleep_until, Instant};
 use super::budget::Budget;
 use super::checkers::{Checkers, NotCountedReport};
 use super::rule::{ms, CheckerReport};
-use super::waiting::{HealthChecks, WaitingFor};
+use super::waiting::{HealthChecks, WaitingOn};
 use super::DrainWaitPlan;
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::peer::PeerKey;
@@ -60,7 +60,7 @@ pub struct DrainWaitStatus {
     /// Readiness probes not counted as a load balancer's, by reason.
     pub probes_not_counted: NotCountedReport,
     /// What the wait still waits for (in JSON, its words).
-    pub waiting_for: Option<WaitingFor>,
+    pub waiting_on: Option<WaitingOn>,
     /// Seconds from the last new inbound request (or the drain's start) to
     /// the last read.
     pub quiet_for_seconds: Option<f64>,
@@ -95,7 +95,7 @@ impl DrainWaitStatus {
             envoy_health_checks: HealthChecks::Passing,
             checkers: Vec::new(),
             probes_not_counted: NotCountedReport::default(),
-            waiting_for: Some(WaitingFor::DrainToBegin),
+            waiting_on: Some(WaitingOn::DrainToBegin),
             quiet_for_seconds: None,
             conclusion: None,
             took_seconds: None,
@@ -306,7 +306,7 @@ impl DrainWait {
                 WaitState::Stopped if !at_bound => {
                     let line = format!(
                         "Envoy is stopping; the pod was not yet out of rotation (was waiting for {})",
-                        words(status.waiting_for.as_ref())
+                        words(status.waiting_on.as_ref())
                     );
                     return WaitEnd {
                         why: WaitWhy::Stopped,
@@ -325,7 +325,7 @@ impl DrainWait {
                 };
                 let line = format!(
                     "NOT out of rotation, stopped waiting at {by}: was waiting for {}; new requests may still arrive",
-                    words(status.waiting_for.as_ref())
+                    words(status.waiting_on.as_ref())
                 );
                 return WaitEnd { why, line };
             }
@@ -348,7 +348,7 @@ impl Rotation for DrainWait {
         loop {
             {
                 let status = rx.borrow_and_update();
-                let waiting = || words(status.waiting_for.as_ref());
+                let waiting = || words(status.waiting_on.as_ref());
                 match status.state {
                     WaitState::Out => return Verdict::Out(status.conclusion.clone().unwrap_or_default()),
                     WaitState::Bound | WaitState::Stopped => return Verdict::NotOut(waiting()),
@@ -361,8 +361,8 @@ impl Rotation for DrainWait {
         }
     }
 
-    fn waiting_for(&self) -> String {
-        match &self.status.borrow().waiting_for {
+    fn waiting_on(&self) -> String {
+        match &self.status.borrow().waiting_on {
             Some(waiting) => waiting.to_string(),
             None => "the drain wait's first read".into(),
         }
@@ -370,7 +370,7 @@ impl Rotation for DrainWait {
 }
 
 /// What the wait waited for, in words (empty: nothing).
-fn words(waiting: Option<&WaitingFor>) -> String {
+fn words(waiting: Option<&WaitingOn>) -> String {
     waiting.map(ToString::to_string).unwrap_or_default()
 }
 

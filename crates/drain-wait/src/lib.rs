@@ -59,7 +59,7 @@ pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, RemoteWait, WaitEnd, WaitState, WaitWhy};
 pub use settings::{checks, range, threshold, Checks, Settings, ValueError};
 pub use task::run;
-pub use waiting::{HealthChecks, Pending, WaitingFor};
+pub use waiting::{HealthChecks, Pending, WaitingOn};
 
 /// What other crates' tests read of the checker table (the `testing`
 /// feature; never in the binary).

@@ -38,7 +38,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::checkers::{Checker, CheckerKey};
-use super::waiting::{Pending, WaitingFor};
+use super::waiting::{Pending, WaitingOn};
 use super::{Arrivals, TrafficError};
 use lifeguard_base::duration::GoDuration;
 
@@ -113,7 +113,7 @@ pub(crate) struct Evaluation {
     pub(crate) out: bool,
     pub(crate) checkers: Vec<CheckerReport>,
     /// What the wait still waits for (None when out).
-    pub(crate) waiting_for: Option<WaitingFor>,
+    pub(crate) waiting_on: Option<WaitingOn>,
     /// How long the reads have shown no new request.
     pub(crate) quiet_for: Duration,
     pub(crate) steps: Vec<Step>,
@@ -209,15 +209,15 @@ impl Rule {
             (false, false) => {}
         }
         self.out = out;
-        let waiting_for = (!out).then(|| match (pending.is_empty(), unfollowed) {
-            (false, _) => WaitingFor::Checkers {
+        let waiting_on = (!out).then(|| match (pending.is_empty(), unfollowed) {
+            (false, _) => WaitingOn::Checkers {
                 pending: pending.iter().map(|c| self.pending(c)).collect(),
                 unfollowed: unfollowed.is_some(),
             },
-            (true, Some(until)) => WaitingFor::Unfollowed {
+            (true, Some(until)) => WaitingOn::Unfollowed {
                 left: until.saturating_duration_since(now),
             },
-            (true, None) => WaitingFor::Quiet {
+            (true, None) => WaitingOn::Quiet {
                 quiet: self.settings.quiet,
                 so_far: self.quiet_for(),
             },
@@ -225,7 +225,7 @@ impl Rule {
         Evaluation {
             out,
             checkers: reports,
-            waiting_for,
+            waiting_on,
             quiet_for: self.quiet_for(),
             steps,
         }
@@ -728,7 +728,7 @@ mod tests {
         let eval = rule.observe(t0 + 2 * SEC, &checkers.snapshot(), None, arrived(0, t0 + 2 * SEC));
         assert!(!eval.out);
         assert_eq!(
-            eval.waiting_for.map(|w| w.to_string()).as_deref(),
+            eval.waiting_on.map(|w| w.to_string()).as_deref(),
             Some("1 checker: 10.0.0.5 (0 of 2 failures in a row, every 1s)")
         );
         checkers.record(key(5), t0 + 3 * SEC, false);
@@ -932,7 +932,7 @@ mod tests {
                 assert_eq!(eval.steps, [Step::UnfollowedTimedOut, Step::Out]);
                 break;
             }
-            assert!(eval.waiting_for.unwrap().to_string().contains("too many to follow"));
+            assert!(eval.waiting_on.unwrap().to_string().contains("too many to follow"));
             t += Duration::from_millis(100);
         }
         assert_eq!(out_at, Some(t0 + 20 * SEC));
@@ -940,7 +940,7 @@ mod tests {
         let mut rule = Rule::new(settings(3, SEC), t0 + 60 * SEC);
         let first = rule.observe(t0 + 60 * SEC, &[], Some(t0 + SEC), arrived(1, t0 + 60 * SEC));
         assert_eq!(
-            first.waiting_for.map(|w| w.to_string()).as_deref(),
+            first.waiting_on.map(|w| w.to_string()).as_deref(),
             Some("no new request for 1s (none for 0s so far)")
         );
         let eval = rule.observe(t0 + 61 * SEC, &[], Some(t0 + SEC), arrived(1, t0 + 61 * SEC));

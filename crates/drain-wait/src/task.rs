@@ -16,7 +16,7 @@ use super::checkers::{CheckerKey, Checkers};
 use super::handle::{DrainWaitStatus, WaitState};
 use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
 use super::rule::{ms, Rule, Settings, Step};
-use super::waiting::{HealthChecks, WaitingFor};
+use super::waiting::{HealthChecks, WaitingOn};
 use super::{DrainWaitPlan, Traffic, READ_EVERY};
 use lifeguard_base::duration::GoDuration;
 #[cfg(test)]
@@ -60,7 +60,7 @@ pub async fn run<T: Traffic>(
     // With a readiness-fail delay, the load balancers are told only when
     // readiness turns 503: the rule starts then.
     if !drain.borrow().phase.fails_readiness() {
-        publish.send_modify(|s| s.waiting_for = Some(WaitingFor::ReadinessToFail));
+        publish.send_modify(|s| s.waiting_on = Some(WaitingOn::ReadinessToFail));
         let told = |s: &Status| s.phase.fails_readiness() || s.phase >= Phase::Stopping;
         if sampler.sample_until(&mut drain, told, &shutdown).await.is_none() {
             return;
@@ -318,7 +318,7 @@ impl<T: Traffic> Watch<T> {
             let after = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(began).as_secs_f64());
             self.publish.send_modify(|s| {
                 s.checkers = eval.checkers;
-                s.waiting_for = eval.waiting_for;
+                s.waiting_on = eval.waiting_on;
                 s.quiet_for_seconds = Some(eval.quiet_for.as_secs_f64());
                 s.traffic_stopped_after_seconds = after(rule.traffic_stopped());
                 s.last_checker_done_after_seconds = after(rule.last_checker_done());

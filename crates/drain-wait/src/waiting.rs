@@ -13,7 +13,7 @@ use lifeguard_base::duration::GoDuration;
 
 /// What the wait still waits for, as of its last read.
 #[derive(Debug, Clone, PartialEq)]
-pub enum WaitingFor {
+pub enum WaitingOn {
     /// Before the drain: its start.
     DrainToBegin,
     /// The readiness-fail delay: readiness to turn 503.
@@ -40,12 +40,12 @@ pub struct Pending {
     pub interval: Duration,
 }
 
-impl fmt::Display for WaitingFor {
+impl fmt::Display for WaitingOn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WaitingFor::DrainToBegin => f.write_str("the drain to begin (the proxy's SIGTERM or POST /drain)"),
-            WaitingFor::ReadinessToFail => f.write_str("readiness to turn 503 (--readiness-fail-delay)"),
-            WaitingFor::Checkers { pending, unfollowed } => {
+            WaitingOn::DrainToBegin => f.write_str("the drain to begin (the proxy's SIGTERM or POST /drain)"),
+            WaitingOn::ReadinessToFail => f.write_str("readiness to turn 503 (--readiness-fail-delay)"),
+            WaitingOn::Checkers { pending, unfollowed } => {
                 let noun = if pending.len() == 1 { "checker" } else { "checkers" };
                 write!(f, "{} {noun}: ", pending.len())?;
                 for (i, c) in pending.iter().enumerate() {
@@ -65,12 +65,12 @@ impl fmt::Display for WaitingFor {
                 }
                 Ok(())
             }
-            WaitingFor::Unfollowed { left } => write!(
+            WaitingOn::Unfollowed { left } => write!(
                 f,
                 "probers whose probes were not counted and too many to follow (a flood of agents?): held until the checker timeout, {} from now",
                 GoDuration(ms(*left))
             ),
-            WaitingFor::Quiet { quiet, so_far } => write!(
+            WaitingOn::Quiet { quiet, so_far } => write!(
                 f,
                 "no new request for {} (none for {} so far)",
                 GoDuration(ms(*quiet)),
@@ -80,7 +80,7 @@ impl fmt::Display for WaitingFor {
     }
 }
 
-impl Serialize for WaitingFor {
+impl Serialize for WaitingOn {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
     }

@@ -189,8 +189,8 @@ impl Plan {
         }
     }
 
-    /// What the drain waits for, in words.
-    pub(crate) fn waiting_for(&self) -> String {
+    /// When the drain is done under its policy, in words.
+    pub(crate) fn drained_when(&self) -> String {
         match self.drain_until {
             DrainUntil::Time => format!("{} of drain time", GoDuration(self.termination_drain_duration)),
             DrainUntil::AppExit => format!(

@@ -105,7 +105,7 @@ pub trait Rotation {
     /// at its bound.
     fn verdict(&self) -> impl Future<Output = Verdict> + Send;
     /// What the wait still waits for, in words (for the progress line).
-    fn waiting_for(&self) -> String;
+    fn waiting_on(&self) -> String;
 }
 
 /// How the wait for the load balancers ended.
@@ -126,7 +126,7 @@ impl Rotation for () {
     async fn verdict(&self) -> Verdict {
         std::future::pending().await
     }
-    fn waiting_for(&self) -> String {
+    fn waiting_on(&self) -> String {
         "a verdict no drain wait gives".to_owned()
     }
 }

@@ -251,8 +251,9 @@ pub struct Status {
     /// Unix time (seconds) by which Envoy is stopped.
     pub deadline: Option<f64>,
     pub policy: DrainUntil,
-    /// What the drain waits for, in words.
-    pub waiting_for: String,
+    /// When the drain is done under its policy, in words (`zero active
+    /// connections, after at least 5s`).
+    pub drained_when: String,
     pub active_connections: Option<u64>,
     pub active_requests: Option<u64>,
     /// TCP-proxy (non-HTTP) connections active in Envoy.
@@ -296,7 +297,7 @@ pub struct Status {
 
 impl Status {
     /// Before any drain.
-    pub fn initial(policy: DrainUntil, waiting_for: String) -> Status {
+    pub fn initial(policy: DrainUntil, drained_when: String) -> Status {
         Status {
             phase: Phase::Serving,
             trigger: None,
@@ -304,7 +305,7 @@ impl Status {
             started_at: None,
             deadline: None,
             policy,
-            waiting_for,
+            drained_when,
             active_connections: None,
             active_requests: None,
             active_tcp: None,

@@ -1125,7 +1125,7 @@ impl Rotation for FakeRotation {
         let verdict = rx.wait_for(Option::is_some).await.expect("sender kept");
         verdict.clone().unwrap()
     }
-    fn waiting_for(&self) -> String {
+    fn waiting_on(&self) -> String {
         "1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s)".to_owned()
     }
 }

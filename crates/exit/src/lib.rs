@@ -64,7 +64,7 @@ pub struct Summary {
     pub(crate) left_at_stop: Option<u64>,
     /// What the drain waited on last, e.g. `1 connections` or
     /// `2 app sockets (…)`; None when it never waited on anything.
-    pub(crate) waited_for_last: Option<String>,
+    pub(crate) waited_on_last: Option<String>,
     /// How Envoy ended, e.g. `exit status: 0` or `signal: 9 (SIGKILL)`.
     pub(crate) envoy: String,
     /// How the kubelet's readiness probe was answered during the drain,
@@ -172,7 +172,7 @@ impl LoadBalancers {
                 false => status
                     .held_by
                     .clone()
-                    .or_else(|| wait.waiting_for.as_ref().map(ToString::to_string)),
+                    .or_else(|| wait.waiting_on.as_ref().map(ToString::to_string)),
             },
         })
     }
@@ -205,7 +205,7 @@ impl Summary {
             duration_seconds: status.duration_seconds.map(millis),
             cut_by_deadline: status.cut_by_deadline || matches!(outcome, Outcome::Cut { .. }),
             left_at_stop,
-            waited_for_last: status.waited_on_last.as_ref().map(ToString::to_string),
+            waited_on_last: status.waited_on_last.as_ref().map(ToString::to_string),
             envoy,
             kubelet: status.kubelet.clone(),
             load_balancers: wait.and_then(|w| LoadBalancers::of(w, status)),
@@ -238,18 +238,18 @@ impl Summary {
         if json.len() <= MESSAGE_LIMIT {
             return json;
         }
-        let waited = self.waited_for_last.as_deref().unwrap_or("");
+        let waited = self.waited_on_last.as_deref().unwrap_or("");
         let over = json.len() - MESSAGE_LIMIT;
         // "…" is 3 bytes in UTF-8 (and in JSON, unescaped).
         let keep = waited.len().saturating_sub(over + 3);
         let cut = (0..=keep).rev().find(|&i| waited.is_char_boundary(i)).unwrap_or(0);
-        short.waited_for_last = Some(format!("{}…", &waited[..cut]));
+        short.waited_on_last = Some(format!("{}…", &waited[..cut]));
         let json = serde_json::to_string(&short).expect("a summary serializes");
         if json.len() <= MESSAGE_LIMIT {
             return json;
         }
         // Escapes made the text longer than counted: leave it out.
-        short.waited_for_last = None;
+        short.waited_on_last = None;
         serde_json::to_string(&short).expect("a summary serializes")
     }
 
@@ -266,7 +266,7 @@ impl Summary {
             duration_seconds = self.duration_seconds,
             cut_by_deadline = self.cut_by_deadline,
             left_at_stop = self.left_at_stop,
-            waited_for_last = self.waited_for_last.as_deref(),
+            waited_on_last = self.waited_on_last.as_deref(),
             envoy = %self.envoy,
             kubelet = self.kubelet.as_ref().map(|k| serde_json::to_string(k).unwrap_or_default()),
             load_balancers = self.load_balancers.as_ref().map(|lb| serde_json::to_string(lb).unwrap_or_default()),
@@ -433,7 +433,7 @@ mod tests {
         assert_eq!(json["duration_seconds"], 3.015);
         assert_eq!(json["cut_by_deadline"], true);
         assert_eq!(json["left_at_stop"], 1);
-        assert_eq!(json["waited_for_last"], "1 connections");
+        assert_eq!(json["waited_on_last"], "1 connections");
         assert_eq!(json["envoy"], "exit status: 0");
     }
 

@@ -98,7 +98,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             }
             if now >= next_line {
                 next_line = now + PROGRESS_HEARTBEAT;
-                let awaiting = Awaiting::Rotation(rotation.waiting_for());
+                let awaiting = Awaiting::Rotation(rotation.waiting_on());
                 let to_deadline = deadline.saturating_duration_since(now);
                 let line = awaiting.line(policy, Duration::ZERO, to_deadline);
                 tracing::info!("draining: {line}");

@@ -48,7 +48,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
     /// watches (`()` for the other policies).
     pub fn new(plan: Plan, envoy: E, app: A) -> (Drain<E, A>, DrainHandle) {
         let (events_tx, events) = mpsc::channel(64);
-        let (status, status_rx) = watch::channel(Status::initial(plan.drain_until, plan.waiting_for()));
+        let (status, status_rx) = watch::channel(Status::initial(plan.drain_until, plan.drained_when()));
         let phase = PhaseCell::serving();
         let handle = DrainHandle {
             events: events_tx,
@@ -212,14 +212,14 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     fn publish_start(&mut self, trigger: Trigger, first: Phase) {
         let now_unix = lifeguard_base::duration::unix_now();
         let stop_requested = self.inbox.stop_requested;
-        let (policy, waiting_for) = (self.plan.drain_until, self.plan.waiting_for());
+        let (policy, drained_when) = (self.plan.drain_until, self.plan.drained_when());
         self.kubelet = self.plan.kubelet_answer(trigger);
         let kubelet = Kubelet::new(self.kubelet);
         let deadline = now_unix + self.plan.grace.deadline().as_secs_f64();
         self.inbox.publish(|s| {
             s.phase = first;
             s.policy = policy;
-            s.waiting_for = waiting_for;
+            s.drained_when = drained_when;
             s.trigger = Some(trigger);
             s.kubelet = Some(kubelet);
             s.started_at = Some(now_unix);
@@ -240,7 +240,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         tracing::info!(
             %trigger,
             policy = %self.plan.drain_until,
-            waiting_for = %self.plan.waiting_for(),
+            drained_when = %self.plan.drained_when(),
             deadline_in = %GoDuration(self.plan.grace.deadline()),
             "drain started: {readiness}"
         );
