@@ -1,7 +1,6 @@
 //! The configuration reference (`docs/configuration.md`), written from the
 //! settings themselves, a table for each crate's: each setting's flag, env
-//! variable, file key, default and doc comment, as clap and serde read
-//! them. `tests/docs.rs` keeps the file in step
+//! variable, file key, default and doc comment, as clap reads them. `tests/docs.rs` keeps the file in step
 //! (`LIFEGUARD_UPDATE_DOCS=1 cargo test --test docs` rewrites it).
 
 use clap::{Args, Command};
@@ -25,8 +24,12 @@ every effective value and where it came from.
 
 - **Durations** are written the Go way: `500ms`, `5s`, `1m30s` (at most
   `8760h`).
-- **Booleans** take Go's forms from flags and env (`1 t T TRUE true True`,
-  `0 f F FALSE false False`) and TOML booleans in the file.
+- **Booleans** take Go's forms (`1 t T TRUE true True`,
+  `0 f F FALSE false False`), and TOML booleans in the file.
+- **The file's values** (and `PROXY_CONFIG`'s) are read by the flag's own
+  parser: a string, a number or a boolean as the flag takes it; a list as
+  a TOML array or as one comma-separated string, as its env variable
+  takes it (`checker_ranges = [\"35.191.0.0/16\", \"130.211.0.0/22\"]`).
 - **The file** must be a regular file of at most 1 MiB. Each crate's keys
   sit in its section (`[drain]`, `[envoy]`, ... named below), or at the
   top level as before the sections; a key set twice, a key in another
