@@ -19,13 +19,13 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 /// The log's settings. In the file: the section `[logging]`, a key a field.
-#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, clap::Args, Serialize)]
 #[group(skip)]
 pub struct Settings {
     /// Log filter: a level (`info`), or targets and their levels
     /// (`warn,lifeguard=debug`).
     #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER", default_value = "info", value_parser = filter::parse)]
-    #[serde(with = "filter")]
+    #[serde(serialize_with = "filter::serialize")]
     pub log: String,
 
     /// Log line format: text (for people) or json (one JSON object a line,

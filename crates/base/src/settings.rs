@@ -1,20 +1,20 @@
 //! What every crate's settings are made of. A crate owns its settings as a
-//! clap `Args` group that serde reads too (the settings file's keys are
-//! the fields' names); each value's parser is shared by both
-//! ([`crate::shared_parser`]), so a file value is checked exactly like a flag.
-//! The parsers of values every crate may take are here: durations
-//! ([`span`], [`positive`]), ports ([`ports`]) and Go's booleans
-//! ([`go_bool`]).
+//! clap `Args` group: each setting's flag, env variable, default and
+//! parser, declared once. The settings file and `PROXY_CONFIG` are read
+//! through the same arguments (the config crate lays them), so a file's
+//! value is checked by exactly the flag's parser; serde only writes the
+//! settings out, as `lifeguard check` shows them. The parsers of values
+//! every crate may take are here: durations ([`span`], [`positive`]) and
+//! Go's booleans ([`go_bool`]).
 
 use std::time::Duration;
 
-use serde::{de, Deserialize, Deserializer};
-
 use crate::duration::{self, GoDuration};
 
-/// Declares a parser that clap (`NAME::parse`) and serde (`with = "NAME"`)
-/// share: `shared_parser!(pub span: Duration = parse_fn, shown as show_fn)`.
-/// The calling crate names `serde`.
+/// Declares a setting's parser (`NAME::parse`, for clap's `value_parser`)
+/// and how its value is shown (`NAME::serialize`, for serde's
+/// `serialize_with`): `shared_parser!(pub span: Duration = parse_fn, shown
+/// as show_fn)`. The calling crate names `serde`.
 #[macro_export]
 macro_rules! shared_parser {
     ($(#[$doc:meta])* $vis:vis $name:ident: $ty:ty = $parse:expr, shown as $show:expr) => {
@@ -22,18 +22,13 @@ macro_rules! shared_parser {
         $vis mod $name {
             #[allow(unused_imports)]
             use super::*;
-            /// The value from its text (a flag, an env variable, a file's string).
+            /// The value from its text (a flag, an env variable, a file's value).
             pub fn parse(s: &str) -> Result<$ty, impl std::error::Error + Send + Sync + 'static> {
                 ($parse)(s)
             }
             /// The value as a user writes it.
             pub fn serialize<S: serde::Serializer>(v: &$ty, s: S) -> Result<S::Ok, S::Error> {
                 s.collect_str(&($show)(v))
-            }
-            /// The value from a file's string, checked by [`parse`].
-            pub fn deserialize<'de, De: serde::Deserializer<'de>>(d: De) -> Result<$ty, De::Error> {
-                let text = <String as serde::Deserialize>::deserialize(d)?;
-                parse(&text).map_err(<De::Error as serde::de::Error>::custom)
             }
         }
     };
@@ -59,15 +54,6 @@ pub fn go_bool(s: &str) -> Result<bool, NotABool> {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
         _ => Err(NotABool),
-    }
-}
-
-/// A file's list of ports: 1 to 65535 each (`deserialize_with`).
-pub fn ports<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<u16>, De::Error> {
-    let ports = Vec::<u16>::deserialize(d)?;
-    match ports.contains(&0) {
-        true => Err(de::Error::custom("0 is not a port (1-65535)")),
-        false => Ok(ports),
     }
 }
 

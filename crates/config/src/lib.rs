@@ -4,12 +4,14 @@
 //! that order of precedence — and checked once, here, before anything
 //! starts.
 //!
-//! Each crate owns its settings: a clap `Args` group that serde reads too
+//! Each crate owns its settings: a clap `Args` group
 //! (`lifeguard_envoy::Settings`, `lifeguard_drain::Settings`, ...), each
 //! setting declared once with its flag, env variable, default, parser and
 //! help; in the file, the crate's section (`[drain]`, `sections.rs`) with
 //! a key a field, or the key at the top level. [`Settings`] flattens them all;
-//! [`RunArgs::load`] lays the layers, and each crate turns its settings into
+//! [`RunArgs::load`] lays the layers (the file's values and `PROXY_CONFIG`'s
+//! through each setting's own argument, so its parser checks them and clap
+//! sets that field alone), and each crate turns its settings into
 //! its plan ([`Plan`]), refusing with a typed error a rule across them that
 //! does not hold. A bad value stops start-up with a message that names the
 //! field (as the user wrote it: flag, env variable, file key or

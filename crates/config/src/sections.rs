@@ -70,7 +70,7 @@ macro_rules! sections {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+        #[derive(Debug, Clone, clap::Args, serde::Serialize)]
         #[group(skip)]
         pub struct $name {
             $(

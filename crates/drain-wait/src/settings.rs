@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use ipnet::IpNet;
 use lifeguard_base::settings::{positive, span};
-use serde::{de, Deserialize, Deserializer, Serialize};
+use serde::Serialize;
 
 use crate::DrainWaitPlan;
 
@@ -25,7 +25,7 @@ pub enum ValueError {
 /// The drain wait's settings. In the file: the section `[drain_wait]`, a key a field
 /// (the flags and variables keep `drain-wait` in their names: they share
 /// one namespace; the file's keys once did too, and are still read).
-#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, Args, Serialize)]
 #[group(skip)]
 pub struct Settings {
     /// The drain wait (GET /drain/wait): a checker of the pod's readiness
@@ -33,7 +33,6 @@ pub struct Settings {
     /// failed probes in a row (HAProxy and the kubelet default to 3, AWS
     /// and GCP to 2).
     #[arg(long = "drain-wait-unhealthy-threshold", env = "LIFEGUARD_DRAIN_WAIT_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
-    #[serde(deserialize_with = "threshold::deserialize")]
     pub unhealthy_threshold: u32,
 
     /// The drain wait: the shortest quiet period. Once every checker has
@@ -42,7 +41,7 @@ pub struct Settings {
     /// derived from the traffic before the drain (a gap that comes by
     /// chance at most once in a thousand), never shorter than this.
     #[arg(long = "drain-wait-min-quiet-period", env = "LIFEGUARD_DRAIN_WAIT_MIN_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
-    #[serde(with = "positive")]
+    #[serde(serialize_with = "positive::serialize")]
     pub min_quiet_period: Duration,
 
     /// The drain wait: only readiness probes from these address ranges
@@ -50,7 +49,7 @@ pub struct Settings {
     /// GoogleHC's 35.191.0.0/16,130.211.0.0/22) count as a load balancer's
     /// checks; empty: probes from anywhere but the kubelet.
     #[arg(long = "drain-wait-checker-ranges", env = "LIFEGUARD_DRAIN_WAIT_CHECKER_RANGES", value_name = "CIDR", value_delimiter = ',', value_parser = range)]
-    #[serde(deserialize_with = "ranges", serialize_with = "ranges_shown")]
+    #[serde(serialize_with = "ranges_shown")]
     pub checker_ranges: Vec<IpNet>,
 
     /// The drain wait: no checker of the pod's readiness holds the wait
@@ -58,14 +57,14 @@ pub struct Settings {
     /// rarely, or keeps probing without failing enough, cannot hold every
     /// rollout to the grace period).
     #[arg(long = "drain-wait-checker-timeout", env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT", value_name = "DURATION", default_value = "20s", value_parser = positive::parse)]
-    #[serde(with = "positive")]
+    #[serde(serialize_with = "positive::serialize")]
     pub checker_timeout: Duration,
 
     /// The drain wait: time kept for the app between the wait's end and the
     /// drain's deadline, when the wait ends at its bound (at most half the
     /// deadline): the app gets its SIGTERM this long before Envoy is stopped.
     #[arg(long = "drain-wait-app-time", env = "LIFEGUARD_DRAIN_WAIT_APP_TIME", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
-    #[serde(with = "span")]
+    #[serde(serialize_with = "span::serialize")]
     pub app_time: Duration,
 
     /// The health checks of the load balancers in front of the pod, as they
@@ -76,11 +75,7 @@ pub struct Settings {
     /// and the shutdown margin). For a load balancer that checks the node
     /// (externalTrafficPolicy: Local), which the drain wait cannot learn.
     #[arg(long = "load-balancer-checks", env = "LIFEGUARD_LOAD_BALANCER_CHECKS", value_name = "INTERVALxTHRESHOLD", value_delimiter = ',', value_parser = checks::parse)]
-    #[serde(
-        default,
-        deserialize_with = "checks::deserialize_all",
-        serialize_with = "checks::serialize_all"
-    )]
+    #[serde(serialize_with = "checks::serialize_all")]
     pub load_balancer_checks: Vec<Checks>,
 }
 
@@ -125,14 +120,6 @@ pub mod checks {
         Ok(Checks { interval, threshold })
     }
 
-    pub fn deserialize_all<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<Checks>, De::Error> {
-        let texts = Vec::<String>::deserialize(d)?;
-        texts
-            .iter()
-            .map(|t| parse(t).map_err(|e| de::Error::custom(format!("{t:?}: {e}"))))
-            .collect()
-    }
-
     pub fn serialize_all<S: serde::Serializer>(v: &[Checks], s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(v.iter().map(ToString::to_string))
     }
@@ -157,12 +144,11 @@ impl Settings {
     }
 }
 
-/// A count of failed probes in a row, 1 to 100: a flag's text, or a
-/// file's integer.
+/// A count of failed probes in a row, 1 to 100.
 pub mod threshold {
     use super::*;
 
-    /// From a flag's or an env variable's text.
+    /// From its text (a flag's, an env variable's, a file's).
     pub fn parse(s: &str) -> Result<u32, ValueError> {
         let n: u32 = s.trim().parse().map_err(|_| ValueError::NotAThreshold)?;
         check(n)
@@ -173,11 +159,6 @@ pub mod threshold {
             1..=100 => Ok(n),
             _ => Err(ValueError::NotAThreshold),
         }
-    }
-
-    /// From a file's integer.
-    pub fn deserialize<'de, De: Deserializer<'de>>(d: De) -> Result<u32, De::Error> {
-        check(u32::deserialize(d)?).map_err(de::Error::custom)
     }
 }
 
@@ -193,14 +174,7 @@ pub fn range(s: &str) -> Result<IpNet, ValueError> {
         .map_err(|_| ValueError::NotARange)
 }
 
-fn ranges<'de, De: Deserializer<'de>>(d: De) -> Result<Vec<IpNet>, De::Error> {
-    let texts = Vec::<String>::deserialize(d)?;
-    texts
-        .iter()
-        .map(|t| range(t).map_err(|e| de::Error::custom(format!("{t:?}: {e}"))))
-        .collect()
-}
-
+/// Address ranges, as a user writes them.
 fn ranges_shown<S: serde::Serializer>(v: &[IpNet], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(v.iter().map(ToString::to_string))
 }

@@ -8,7 +8,7 @@ use clap::{ArgAction, Args};
 use lifeguard_base::duration::{self, DurationError, GoDuration};
 use lifeguard_base::grace::{Grace, GraceError};
 use lifeguard_base::settings::{go_bool, span, SettingError};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::{DrainScope, DrainUntil, Plan, TerminatingReadiness};
 
@@ -24,25 +24,25 @@ fn grace_period(s: &str) -> Result<Duration, DurationError> {
 }
 
 /// The drain's settings. In the file: the section `[drain]`, a key a field.
-#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, Args, Serialize)]
 #[group(skip)]
 pub struct Settings {
     /// The pod's terminationGracePeriodSeconds (a bare number counts as
     /// seconds); the drain ends by this minus the shutdown margin.
     #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION", default_value = "30s", value_parser = grace::parse)]
-    #[serde(with = "grace")]
+    #[serde(serialize_with = "grace::serialize")]
     pub termination_grace_period: Duration,
 
     /// Time kept back from the grace period to stop Envoy and exit; also
     /// how long Envoy gets between SIGTERM and SIGKILL (at least 100ms).
     #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s", value_parser = span::parse)]
-    #[serde(with = "span")]
+    #[serde(serialize_with = "span::serialize")]
     pub shutdown_margin: Duration,
 
     /// Pause after readiness turns 503 and before Envoy starts draining, so
     /// endpoint removal can propagate.
     #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
-    #[serde(with = "span")]
+    #[serde(serialize_with = "span::serialize")]
     pub drain_delay: Duration,
 
     /// Start Envoy's drain at once but keep readiness answering the load
@@ -50,12 +50,12 @@ pub struct Settings {
     /// --drain-delay), as Envoy Gateway's healthCheckFailureDelay: they
     /// see the 503 only then.
     #[arg(long, env = "LIFEGUARD_READINESS_FAIL_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
-    #[serde(with = "span")]
+    #[serde(serialize_with = "span::serialize")]
     pub readiness_fail_delay: Duration,
 
     /// Fixed policy: how long Envoy drains before it is stopped.
     #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
-    #[serde(with = "span")]
+    #[serde(serialize_with = "span::serialize")]
     pub termination_drain_duration: Duration,
 
     /// Stop Envoy once its active downstream connections reach zero (true
@@ -65,7 +65,7 @@ pub struct Settings {
 
     /// Exit-on-zero policies: the shortest drain.
     #[arg(long, env = "MINIMUM_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
-    #[serde(with = "span")]
+    #[serde(serialize_with = "span::serialize")]
     pub minimum_drain_duration: Duration,
 
     /// What the drain waits for: app-exit (Envoy idle and the app gone),

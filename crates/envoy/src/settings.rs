@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use clap::Args;
 use lifeguard_base::duration::{self, GoDuration};
-use lifeguard_base::settings::{ports, positive, span};
+use lifeguard_base::settings::{positive, span};
 use lifeguard_base::url::LoopbackUrl;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::poller::Schedule;
 use crate::state::XdsCheck;
@@ -29,31 +29,31 @@ lifeguard_base::shared_parser!(
 pub const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 
 /// Envoy's settings. In the file: the section `[envoy]`, a key a field.
-#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, Args, Serialize)]
 #[group(skip)]
 pub struct Settings {
     /// Envoy's admin API: a loopback URL, or a Unix socket
     /// (`unix:///PATH`, the locked form). Every admin call goes there:
     /// readiness, the drain, the counts, the merged scrape, the stop.
     #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL", default_value = "http://127.0.0.1:15000", value_parser = url::parse)]
-    #[serde(with = "url")]
+    #[serde(serialize_with = "url::serialize")]
     pub admin_url: LoopbackUrl,
 
     /// How often Envoy's admin is read once Envoy is ready (`/ready`; at
     /// least 10ms).
     #[arg(long, env = "LIFEGUARD_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = poll::parse)]
-    #[serde(with = "poll")]
+    #[serde(serialize_with = "poll::serialize")]
     pub poll_interval: Duration,
 
     /// How often Envoy's admin is read while Envoy is not ready (the full
     /// stats check; at least 10ms).
     #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION", default_value = "100ms", value_parser = poll::parse)]
-    #[serde(with = "poll")]
+    #[serde(serialize_with = "poll::serialize")]
     pub startup_poll_interval: Duration,
 
     /// Timeout of one admin API call: connect, request and body.
     #[arg(long, env = "LIFEGUARD_ADMIN_TIMEOUT", value_name = "DURATION", default_value = "1s", value_parser = positive::parse)]
-    #[serde(with = "positive")]
+    #[serde(serialize_with = "positive::serialize")]
     pub admin_timeout: Duration,
 
     /// Require the first CDS/LDS update: auto (when Envoy has those
@@ -66,13 +66,12 @@ pub struct Settings {
     /// (Istio's drainDuration). 0s: the grace period, so Envoy never closes
     /// them before lifeguard's deadline.
     #[arg(long, env = "LIFEGUARD_ENVOY_DRAIN_TIME", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
-    #[serde(with = "span")]
+    #[serde(serialize_with = "span::serialize")]
     pub envoy_drain_time: Duration,
 
     /// Listener port whose connections the drain does not wait for
     /// (repeatable; 15021 and 15090 are always left out).
     #[arg(long = "ignore-listener-port", env = "LIFEGUARD_IGNORE_LISTENER_PORTS", value_name = "PORT", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
-    #[serde(deserialize_with = "ports")]
     pub ignore_listener_ports: Vec<u16>,
 }
 

@@ -336,14 +336,14 @@ impl MessagePath {
 }
 
 /// Where the exit summary goes. In the file: the section `[exit]`, a key a field.
-#[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
 #[group(skip)]
 pub struct Settings {
     /// Where the exit summary (one line of JSON, at most 4 KiB) is written
     /// for Kubernetes to show as the container's termination message: auto
     /// (/dev/termination-log when that file exists), none, or a path.
     #[arg(long, env = "LIFEGUARD_TERMINATION_MESSAGE_PATH", value_name = "PATH", default_value = "auto", value_parser = message_path::parse)]
-    #[serde(with = "message_path")]
+    #[serde(serialize_with = "message_path::serialize")]
     pub termination_message_path: MessagePath,
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 use lifeguard_base::settings::{go_bool, span, SettingError};
 use lifeguard_istio::annotations::{AnnotationsError, AppMetrics};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 lifeguard_base::shared_parser!(
     /// `ISTIO_PROMETHEUS_ANNOTATIONS`: the app's metrics endpoints.
@@ -14,7 +14,7 @@ lifeguard_base::shared_parser!(
 );
 
 /// The merged scrape's settings. In the file: the section `[metrics]`, a key a field.
-#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, Args, Serialize)]
 #[group(skip)]
 pub struct Settings {
     /// The app's own metrics, served last in `/stats/prometheus`, as the
@@ -23,7 +23,7 @@ pub struct Settings {
     /// `"scrape":"false"` or empty: none. Read on 127.0.0.1; a target on a
     /// port of the proxy stops start-up, named.
     #[arg(long, env = "ISTIO_PROMETHEUS_ANNOTATIONS", value_name = "JSON", default_value = "", value_parser = app_metrics::parse)]
-    #[serde(with = "app_metrics")]
+    #[serde(serialize_with = "app_metrics::serialize")]
     pub app_metrics: AppMetrics,
 
     /// Append Envoy's own metrics to `/stats/prometheus` (true or false).
@@ -34,7 +34,7 @@ pub struct Settings {
     /// /stats/prometheus has seen the final state, or this long at most;
     /// never past the grace period.
     #[arg(long, env = "LIFEGUARD_LINGER", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
-    #[serde(with = "span")]
+    #[serde(serialize_with = "span::serialize")]
     pub linger: Duration,
 }
 

@@ -16,12 +16,11 @@ pub mod sockets;
 
 /// What the app-exit policy leaves out of the app. In the file: the
 /// section `[pod]`, a key a field.
-#[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
 #[group(skip)]
 pub struct Settings {
     /// Local port of another sidecar whose sockets the app-exit policy and
     /// wait-app-exit leave out (repeatable).
     #[arg(long = "ignore-app-port", env = "LIFEGUARD_IGNORE_APP_PORTS", value_name = "PORT", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
-    #[serde(deserialize_with = "lifeguard_base::settings::ports")]
     pub ignore_app_ports: Vec<u16>,
 }

@@ -10,7 +10,7 @@ use clap::{ArgAction, Args};
 use lifeguard_base::settings::{go_bool, SettingError};
 use lifeguard_base::url::ControlSocket;
 use lifeguard_istio::probers::{AppProbes, PodIp};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::app_probe::AppProber;
 use crate::service::ControlAccess;
@@ -50,19 +50,19 @@ fn status_addr(s: &str) -> Result<SocketAddr, AddrError> {
 }
 
 /// The status port's settings. In the file: the section `[status]`, a key a field.
-#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, Args, Serialize)]
 #[group(skip)]
 pub struct Settings {
     /// Address the status server (readiness, drain, metrics) listens on.
     #[arg(long, env = "LIFEGUARD_STATUS_ADDR", value_name = "ADDR", default_value = "0.0.0.0:15020", value_parser = addr::parse)]
-    #[serde(with = "addr")]
+    #[serde(serialize_with = "addr::serialize")]
     pub status_addr: SocketAddr,
 
     /// A Unix socket (mode 0600) serving POST /drain, POST /quitquitquit and
     /// GET /drain to whoever may open it; none by default. The hook
     /// commands use it too when the file exists.
     #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none", value_parser = control_socket::parse)]
-    #[serde(with = "control_socket")]
+    #[serde(serialize_with = "control_socket::serialize")]
     pub control_socket: ControlSocket,
 
     /// Whether loopback callers of the status port may drain and stop Envoy
@@ -77,14 +77,14 @@ pub struct Settings {
     /// probe (`httpGet`, `tcpSocket` or `grpc`, and `timeoutSeconds`). An
     /// entry that is wrong stops start-up, named.
     #[arg(long, env = "ISTIO_KUBE_APP_PROBERS", value_name = "JSON", default_value = "", value_parser = app_probes::parse)]
-    #[serde(with = "app_probes")]
+    #[serde(serialize_with = "app_probes::serialize")]
     pub app_probers: AppProbes,
 
     /// The pod's address, where the app probes reach the app (as the
     /// kubelet would); POD_IP is read when INSTANCE_IP is not set, and
     /// loopback when neither is.
     #[arg(long, env = "INSTANCE_IP", value_name = "IP", default_value = "", value_parser = pod_ip::parse)]
-    #[serde(with = "pod_ip")]
+    #[serde(serialize_with = "pod_ip::serialize")]
     pub pod_ip: PodIp,
 
     /// Send the app probes to loopback instead of the pod's address
