@@ -23,6 +23,7 @@ use clap::{ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use super::proxy_config::{EnvNames, ProxyLayer};
 use super::sections::FileValues;
 use super::{ConfigError, Effective, Loaded, Plan, RunArgs, Settings, Source, Why};
+use lifeguard_base::duration::GoDuration;
 use lifeguard_base::settings::SettingError;
 
 /// The settings' clap arguments, for their flags and env names.
@@ -222,8 +223,7 @@ impl RunArgs {
             (None, Some((source, field))) => (field.clone(), *source),
             (None, None) => (key.to_owned(), Source::Default),
         };
-        let given = |key: &str| named(key).1 != Source::Default;
-        let plan = settings.plan(&given, &named, proxy.unused, file.renamed.clone())?;
+        let plan = settings.plan(&named, proxy.unused, file.renamed.clone())?;
         let effective = effective(&settings, &plan, &named);
         Ok(Loaded {
             settings,
@@ -234,13 +234,16 @@ impl RunArgs {
 }
 
 /// Every setting's effective value as a user writes it, and its source.
-/// What the plans made of two settings is what runs: the policy the
-/// defaults chose, the listener ports always left out.
+/// What the plans made of three settings is what runs: the policy the
+/// defaults chose, the fixed drain's default, the listener ports always
+/// left out.
 fn effective(settings: &Settings, plan: &Plan, named: &dyn Fn(&str) -> (String, Source)) -> Vec<Effective> {
     // Serialized only to be shown; every setting's type writes itself as
     // its flag reads it, so this cannot fail (an empty table if it did).
     let mut table = toml::Table::try_from(settings).unwrap_or_default();
     table.insert("drain_until".into(), plan.drain.drain_until().to_string().into());
+    let fixed = GoDuration(plan.drain.termination_drain_duration()).to_string();
+    table.insert("termination_drain_duration".into(), fixed.into());
     let ports = plan.envoy.ignored_listener_ports.iter().map(|p| i64::from(*p).into());
     table.insert("ignore_listener_ports".into(), toml::Value::Array(ports.collect()));
     settings_command()
@@ -265,7 +268,6 @@ impl Settings {
     /// needs); a rule that does not hold names its setting by `named`.
     fn plan(
         &self,
-        given: &dyn Fn(&str) -> bool,
         named: &dyn Fn(&str) -> (String, Source),
         proxy_config_unused: Vec<String>,
         renamed_keys: Vec<String>,
@@ -284,7 +286,7 @@ impl Settings {
                 }
             }
         }
-        let drain = self.drain.plan(given, self.envoy.reads()).map_err(refused(named))?;
+        let drain = self.drain.plan(self.envoy.reads()).map_err(refused(named))?;
         let status = self.status.plan().map_err(refused(named))?;
         let (status_port, admin_port) = (self.status.status_addr.port(), self.envoy.admin_url.port());
         let metrics = self.metrics.plan(status_port, admin_port).map_err(refused(named))?;

@@ -483,7 +483,7 @@ pub(crate) mod tests {
         let s = settings(&[]);
         assert_eq!(s.plan.drain.drain_until(), DrainUntil::AppExit);
         assert_eq!(s.settings.drain.drain_scope, DrainScope::Inbound);
-        assert_eq!(s.settings.drain.termination_drain_duration, Duration::from_secs(5));
+        assert_eq!(s.plan.drain.termination_drain_duration(), Duration::from_secs(5));
         let s = settings(&["--termination-drain-duration", "5s"]);
         assert_eq!(s.plan.drain.drain_until(), DrainUntil::Time);
         let s = settings(&[

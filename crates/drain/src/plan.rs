@@ -51,13 +51,15 @@ impl Plan {
     /// status service's tests, the drain's own and the fuzz targets'.
     #[cfg(any(test, feature = "testing"))]
     pub fn for_status_tests() -> Plan {
-        let settings: crate::Settings = lifeguard_base::settings::defaults();
+        let settings = crate::Settings {
+            drain_until: Some(DrainUntil::Time),
+            ..lifeguard_base::settings::defaults()
+        };
         let reads = crate::Reads {
             admin_timeout: Duration::from_secs(1),
             poll_interval: Duration::from_secs(1),
         };
-        let plan = settings.plan(&|key| key == "drain_until", reads);
-        plan.expect("the defaults hold").in_force(DrainUntil::Time)
+        settings.plan(reads).expect("the defaults hold")
     }
 
     /// The policy: asked for, or the default the settings made.
@@ -82,6 +84,11 @@ impl Plan {
     /// only container is the proxy (a gateway), and drains `out-of-rotation`.
     pub fn gateway_without_app(&self) -> bool {
         self.drain_until == DrainUntil::AppExit && !self.asked
+    }
+
+    /// How long the fixed policy drains (given, or its default).
+    pub fn termination_drain_duration(&self) -> Duration {
+        self.termination_drain_duration
     }
 
     /// Which listeners Envoy drains.

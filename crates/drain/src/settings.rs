@@ -53,10 +53,11 @@ pub struct Settings {
     #[serde(serialize_with = "span::serialize")]
     pub readiness_fail_delay: Duration,
 
-    /// Fixed policy: how long Envoy drains before it is stopped.
-    #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
-    #[serde(serialize_with = "span::serialize")]
-    pub termination_drain_duration: Duration,
+    /// Fixed policy: how long Envoy drains before it is stopped (5s when
+    /// not given; given, it makes the fixed policy the default).
+    #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION", value_parser = span::parse)]
+    #[serde(skip)]
+    pub termination_drain_duration: Option<Duration>,
 
     /// Stop Envoy once its active downstream connections reach zero (true
     /// or false; makes --drain-until default to connections).
@@ -76,8 +77,9 @@ pub struct Settings {
     /// --termination-drain-duration is given, out-of-rotation with
     /// --drain-scope all, app-exit otherwise (and out-of-rotation when the
     /// drain begins in a pod where no app was ever seen).
-    #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT", default_value = "app-exit")]
-    pub drain_until: DrainUntil,
+    #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT")]
+    #[serde(skip)]
+    pub drain_until: Option<DrainUntil>,
 
     /// Which of Envoy's listeners drain: inbound (a sidecar:
     /// `drain_listeners?inboundonly`) or all (an ingress gateway, whose
@@ -102,6 +104,10 @@ pub struct Settings {
     )]
     pub terminating_readiness: TerminatingReadiness,
 }
+
+/// The fixed policy's drain when none is given (Istio's
+/// `terminationDrainDuration` default).
+pub(crate) const DEFAULT_TERMINATION_DRAIN_DURATION: Duration = Duration::from_secs(5);
 
 /// How the drain reads Envoy: one admin call's timeout, and the interval
 /// the fixed policy reads the counts at (the Envoy crate's settings).
@@ -143,30 +149,31 @@ impl Settings {
         Grace::new(self.termination_grace_period, self.shutdown_margin)
     }
 
-    /// The drain's plan. `given` tells whether the user set a key (the
-    /// policy's default follows what was asked); `reads` are the Envoy
-    /// crate's.
-    pub fn plan(&self, given: &dyn Fn(&str) -> bool, reads: Reads) -> Result<Plan, PlanError> {
+    /// The drain's plan; `reads` are the Envoy crate's. The policy not
+    /// given follows what was: the zero-connections flag, a fixed drain's
+    /// duration, the scope.
+    pub fn plan(&self, reads: Reads) -> Result<Plan, PlanError> {
         let grace = self.grace()?;
         if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
             return Err(PlanError::BothDelays(self.readiness_fail_delay));
         }
-        let asked = given("drain_until");
-        let drain_until = match asked {
-            true => self.drain_until,
-            false if self.exit_on_zero_active_connections => DrainUntil::Connections,
-            false if given("termination_drain_duration") => DrainUntil::Time,
+        let drain_until = match self.drain_until {
+            Some(asked) => asked,
+            None if self.exit_on_zero_active_connections => DrainUntil::Connections,
+            None if self.termination_drain_duration.is_some() => DrainUntil::Time,
             // A gateway: no app to wait for.
-            false if self.drain_scope == DrainScope::All => DrainUntil::OutOfRotation,
-            false => self.drain_until,
+            None if self.drain_scope == DrainScope::All => DrainUntil::OutOfRotation,
+            None => DrainUntil::AppExit,
         };
         Ok(Plan {
             drain_until,
-            asked,
+            asked: self.drain_until.is_some(),
             scope: self.drain_scope,
             drain_delay: self.drain_delay,
             readiness_fail_delay: self.readiness_fail_delay,
-            termination_drain_duration: self.termination_drain_duration,
+            termination_drain_duration: self
+                .termination_drain_duration
+                .unwrap_or(DEFAULT_TERMINATION_DRAIN_DURATION),
             minimum_drain_duration: self.minimum_drain_duration,
             grace,
             admin_timeout: reads.admin_timeout,
