@@ -19,7 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
 use crate::config::{ConfigError, RunArgs};
-use crate::metrics::app::lines::{Format, LineFilter};
+use crate::scrape::app::lines::{Format, LineFilter};
 use crate::status::app_probe::call::{self, HttpCall};
 use crate::status::app_probe::grpc::{self, Health};
 
@@ -161,7 +161,7 @@ pub fn inbound_total(body: &str, chosen: &Chosen, ignored_ports: &[u16]) -> (u64
     crate::envoy::inbound::total(body, &counted(chosen), ignored_ports)
 }
 
-// ---- The app's metrics and the merged scrape's formats (metrics/app/) ----
+// ---- The app's metrics and the merged scrape's formats (scrape/app/) ----
 
 /// An exposition format of the merged scrape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,7 +220,7 @@ pub fn exposition_of_content_type(value: &str) -> Exposition {
 
 /// The families declared (`# TYPE NAME ...`) in `text`, added to `into`.
 pub fn note_families(text: &[u8], into: &mut HashSet<String>) {
-    crate::metrics::app::lines::note_families(text, into)
+    crate::scrape::app::lines::note_families(text, into)
 }
 
 /// One app target's line filter.
@@ -505,7 +505,7 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
                 path: path.clone(),
             })
             .collect();
-        let scraper = crate::metrics::scrape::Scraper::new(metrics.clone(), readiness.clone(), admin)
+        let scraper = crate::scrape::Scraper::new(metrics.clone(), readiness.clone(), admin)
             .with_app_metrics(&AppMetrics(targets));
         svc = svc.metrics(&metrics, scraper);
     }

@@ -25,4 +25,5 @@ pub use lifeguard_inject as inject;
 pub use lifeguard_istio as istio;
 pub use lifeguard_metrics as metrics;
 pub use lifeguard_pod as pod;
+pub use lifeguard_scrape as scrape;
 pub use lifeguard_status as status;

@@ -1,4 +1,4 @@
-//! The merged scrape, end to end (metrics/scrape.rs, metrics/app/): a
+//! The merged scrape, end to end (crates/scrape): a
 //! `GET /stats/prometheus` through the status service, Envoy's part read
 //! from a fake admin on a Unix socket and the app's parts from fake targets
 //! on loopback, each body sent in chunks of the input's size.

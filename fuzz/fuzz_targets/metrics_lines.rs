@@ -1,5 +1,5 @@
 //! The app's metrics fitted into the merged scrape line by line
-//! (metrics/app/lines.rs): the line filter between text and OpenMetrics,
+//! (scrape/app/lines.rs): the line filter between text and OpenMetrics,
 //! the families already in the answer, the `# EOF` rule; the answer's
 //! format from the client's `Accept` and a source's `Content-Type`.
 //!

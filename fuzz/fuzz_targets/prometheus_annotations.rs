@@ -1,4 +1,4 @@
-//! `ISTIO_PROMETHEUS_ANNOTATIONS` (metrics/app/mod.rs): the app's metrics
+//! `ISTIO_PROMETHEUS_ANNOTATIONS` (istio/annotations.rs): the app's metrics
 //! endpoints as Istio's injector writes them, one or a list.
 //!
 //! Input: the JSON.

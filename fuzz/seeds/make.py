@@ -64,7 +64,7 @@ STATS = {
 for name, body in STATS.items():
     put("envoy_stats", name, body)
 
-# ---- The app's metrics (tests/app_metrics.rs, src/metrics/app/lines.rs)
+# ---- The app's metrics (tests/app_metrics.rs, crates/scrape/src/app/lines.rs)
 TEXT_APP = ("# HELP app_requests_total Requests served.\n# TYPE app_requests_total counter\n"
             "app_requests_total{code=\"200\"} 7\n# HELP envoy_server_state A copy of Envoy's.\n"
             "# TYPE envoy_server_state gauge\nenvoy_server_state 42\n# HELP process_open_fds The app's.\n"
@@ -157,7 +157,7 @@ probers += [
 for i, text in enumerate(probers):
     put("app_probers", f"probers{i}", text)
 
-# ---- ISTIO_PROMETHEUS_ANNOTATIONS (metrics/app/mod.rs tests, tests/app_metrics.rs)
+# ---- ISTIO_PROMETHEUS_ANNOTATIONS (istio/annotations.rs tests, tests/app_metrics.rs)
 for i, text in enumerate([
     '{"scrape":"true","path":"/metrics","port":"8080"}',
     '{"scrape":"true","port":"8080","targets":[{"port":"8080","path":"/metrics"},{"port":"9090","path":"/q"}]}',

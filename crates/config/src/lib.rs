@@ -65,7 +65,7 @@ sections::sections! {
         drain: lifeguard_drain::Settings => "drain", "lifeguard-drain", "The drain";
         drain_wait: lifeguard_drain_wait::Settings => "drain_wait", "lifeguard-drain-wait", "The drain wait";
         pod: lifeguard_pod::Settings => "pod", "lifeguard-pod", "The app in the pod";
-        metrics: lifeguard_metrics::Settings => "metrics", "lifeguard-metrics", "Metrics and the merged scrape";
+        metrics: lifeguard_scrape::Settings => "metrics", "lifeguard-scrape", "Metrics and the merged scrape";
         log: lifeguard_base::logging::Settings => "logging", "lifeguard-base", "Logs";
         exit: lifeguard_exit::Settings => "exit", "lifeguard-exit", "The exit summary";
     }
@@ -80,7 +80,7 @@ pub struct Plan {
     pub drain: lifeguard_drain::Plan,
     pub drain_wait: lifeguard_drain_wait::DrainWaitPlan,
     pub status: lifeguard_status::Plan,
-    pub metrics: lifeguard_metrics::Plan,
+    pub metrics: lifeguard_scrape::Plan,
     pub pod: lifeguard_pod::Settings,
     pub exit: lifeguard_exit::Settings,
     /// PROXY_CONFIG's fields lifeguard does not use, listed once at start-up.

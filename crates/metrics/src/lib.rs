@@ -1,12 +1,16 @@
-//! lifeguard's own Prometheus metrics, and the merged scrape.
+//! lifeguard's own Prometheus metrics: the families, their handles and
+//! their text.
 //!
 //! Two kinds of families, both named by the Prometheus conventions:
 //!
 //! - **Events**, counted as they happen on a recorder that belongs to the
 //!   agent (no global recorder), with handles registered once: probe
 //!   answers, admin requests and their durations (by `endpoint`), changes
-//!   of Envoy's readiness. The probe path increments a stored counter, with
-//!   no name lookup or label formatting per request.
+//!   of Envoy's readiness, the app's probes ([`AppProbeMetrics`]), and how
+//!   the merged scrape read its sources ([`Metrics::scrape_read`],
+//!   [`Metrics::scrape_incomplete`], [`AppScrapeFailures`], by
+//!   [`Incomplete`]). The probe path increments a stored counter, with no
+//!   name lookup or label formatting per request.
 //! - **State**, written at scrape time from what it describes, so it can
 //!   never disagree with it: the drain's published status (the same one
 //!   `GET /drain` shows), the readiness answer, build info and the process
@@ -16,19 +20,15 @@
 //!   that does not exist yet (no drain, never ready, nothing stopped) has no
 //!   series, rather than a 0 that reads as a real value.
 //!
-//! `GET /stats/prometheus` streams Envoy's own `/stats/prometheus`
-//! (families named `envoy_*`) and ends with our families (`lifeguard_*`,
-//! `process_*`, rendered here): the merge is [`scrape`]'s; the text format
-//! of our state families is [`exposition`]'s. Only the scrape reads Envoy
-//! (through the admin client); the families know nothing of the admin
-//! client, and the admin client knows nothing of metrics (the agent wires
-//! its call observer to [`Metrics::admin_call`]).
-//! If Envoy cannot be read, our part is still served and the failure is
-//! counted.
-//!
-//! [`linger`] keeps the port answering after Envoy stops, for a last
-//! scrape; `settings` holds the scrape's settings ([`Settings`]: the app's
-//! metrics, Envoy's merged or not, the linger) and their [`Plan`].
+//! [`Metrics::render`] writes them all, as the text format: the state
+//! families by [`exposition`], the events by the recorder; their names are
+//! [`names`]'. Serving them is another crate's: `lifeguard_scrape` (the
+//! merged scrape) streams Envoy's own `/stats/prometheus` (families named
+//! `envoy_*`) and the app's metrics around what [`Metrics::render`] writes
+//! (`lifeguard_*`, `process_*`). These families read nothing from Envoy:
+//! they know nothing of the admin client, and the admin client knows
+//! nothing of metrics (the agent wires its call observer to
+//! [`Metrics::admin_call`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -49,12 +49,7 @@ use lifeguard_envoy::admin::{CallOutcome, Endpoint};
 use lifeguard_envoy::poller::ReadinessEvents;
 use lifeguard_envoy::readiness::{Audience, Readiness};
 
-pub mod app;
 pub mod exposition;
-pub mod linger;
-pub mod scrape;
-mod settings;
-pub(crate) mod window;
 
 /// The metric handles, registered once. Cloning shares them.
 #[derive(Clone)]
@@ -173,7 +168,7 @@ pub enum Incomplete {
     /// Too many Envoy reads were already held for slow clients.
     Busy = 3,
     /// The client held the shared window full while others waited, and
-    /// was let go (see `crate::window`).
+    /// was let go (see the merged scrape's window, in `lifeguard_scrape`).
     Slow = 4,
 }
 
@@ -212,7 +207,7 @@ impl Reason for Incomplete {
 
 /// How a merged scrape got Envoy's metrics: its `read` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ScrapeRead {
+pub enum ScrapeRead {
     /// A read of its own.
     New = 0,
     /// One shared with other scrapes already reading.
@@ -232,7 +227,6 @@ impl Reason for ScrapeRead {
 pub mod names;
 
 use names::*;
-pub use settings::{app_metrics, Plan, PlanError, Settings};
 
 impl Metrics {
     /// A new set of metrics on its own recorder. `started` is the agent's
@@ -357,12 +351,12 @@ impl Metrics {
     }
 
     /// A merged scrape got Envoy's metrics from a new read or a shared one.
-    pub(crate) fn scrape_read(&self, read: ScrapeRead) {
+    pub fn scrape_read(&self, read: ScrapeRead) {
         self.inner.scrape_reads.get(read).increment(1);
     }
 
     /// A merged scrape's Envoy part is missing or cut short.
-    pub(crate) fn scrape_incomplete(&self, why: Incomplete) {
+    pub fn scrape_incomplete(&self, why: Incomplete) {
         self.inner.scrape_incomplete.get(why).increment(1);
     }
 

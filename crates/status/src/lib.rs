@@ -19,7 +19,7 @@
 //! - `POST /quitquitquit` — loopback only: stop Envoy now and exit cleanly.
 //! - `GET /stats/prometheus` (alias `/metrics`) — Envoy's own metrics,
 //!   streamed, then lifeguard's (any caller); the query string goes to
-//!   Envoy, gzip when accepted. The machinery is [`lifeguard_metrics::scrape`]'s.
+//!   Envoy, gzip when accepted. The machinery is [`lifeguard_scrape`]'s.
 //! - `GET|HEAD /app-health/<container>/livez|readyz|startupz` and
 //!   `/app-lifecycle/<container>/prestopz|poststartz` — the app's own probe
 //!   or hook, run now against the app ([`app_probe`]); any caller, through

@@ -26,9 +26,9 @@ use drain::{drain_wait, Control, DrainStatus, DrainStopped};
 use lifeguard_drain::DrainHandle;
 use lifeguard_drain_wait::{Checkers, DrainWait};
 use lifeguard_envoy::readiness::{Audience, Readiness};
-use lifeguard_metrics::linger;
-use lifeguard_metrics::scrape::{ScrapeRequest, Scraper};
 use lifeguard_metrics::Metrics;
+use lifeguard_scrape::linger;
+use lifeguard_scrape::{ScrapeRequest, Scraper};
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");

@@ -10,17 +10,17 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::gzip::{GzTail, GZIP_HEADER};
-use super::read::{Place, Read};
-use super::request::ScrapeRequest;
-use super::shared::Shared;
 use crate::app::fetch::{self, Piece};
 use crate::app::lines::{note_families, Format, LineFilter};
+use crate::gzip::{GzTail, GZIP_HEADER};
+use crate::read::{Place, Read};
+use crate::request::ScrapeRequest;
+use crate::shared::Shared;
 use crate::window::{End, Next};
-use crate::Incomplete;
+use lifeguard_metrics::Incomplete;
 
 /// Where one client's body is.
-pub(super) enum Step {
+pub(crate) enum Step {
     Start,
     Envoy,
     Ours,
@@ -30,7 +30,7 @@ pub(super) enum Step {
 }
 
 /// One app target's read, as a client takes it.
-pub(super) struct AppRead {
+pub(crate) struct AppRead {
     rx: mpsc::UnboundedReceiver<Piece>,
     filter: Option<LineFilter>,
     /// The read's memory slot, held until its part is sent.
@@ -38,28 +38,28 @@ pub(super) struct AppRead {
 }
 
 /// One client's walk through a scrape.
-pub(super) struct Client {
-    pub(super) shared: Arc<Shared>,
-    pub(super) req: ScrapeRequest,
-    pub(super) deadline: Instant,
-    pub(super) read: Option<Arc<Read>>,
-    pub(super) step: Step,
+pub(crate) struct Client {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) req: ScrapeRequest,
+    pub(crate) deadline: Instant,
+    pub(crate) read: Option<Arc<Read>>,
+    pub(crate) step: Step,
     /// This client's place in the read.
-    pub(super) place: Option<Place>,
+    pub(crate) place: Option<Place>,
     /// CRC-32 and length of the plain text sent compressed so far.
-    pub(super) crc: u32,
-    pub(super) len: u64,
+    pub(crate) crc: u32,
+    pub(crate) len: u64,
     /// The app targets' reads, in order.
-    pub(super) apps: Vec<AppRead>,
+    pub(crate) apps: Vec<AppRead>,
     /// The families already in this answer.
-    pub(super) taken: HashSet<String>,
+    pub(crate) taken: HashSet<String>,
     /// This client's own compressor, after Envoy's shared blocks.
-    pub(super) gz: Option<GzTail>,
+    pub(crate) gz: Option<GzTail>,
 }
 
 impl Client {
     /// The next piece of the body (possibly empty), or None at its end.
-    pub(super) async fn next(&mut self) -> Option<Bytes> {
+    pub(crate) async fn next(&mut self) -> Option<Bytes> {
         match self.step {
             Step::Start => {
                 self.start_apps();

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::window::{Cursor, End, List, Weight};
-use crate::Incomplete;
+use lifeguard_metrics::Incomplete;
 
 /// A completed read is shared for at least this long.
 pub(crate) const REUSE_MIN: Duration = Duration::from_secs(1);
@@ -26,10 +26,10 @@ pub(crate) const GZIP_WINDOW: usize = 1 << 20;
 /// A run of deflate blocks ending on a sync flush, with the CRC-32 and
 /// length of all the plain text compressed up to its end.
 #[derive(Clone)]
-pub(super) struct GzChunk {
-    pub(super) data: Bytes,
-    pub(super) crc: u32,
-    pub(super) len: u64,
+pub(crate) struct GzChunk {
+    pub(crate) data: Bytes,
+    pub(crate) crc: u32,
+    pub(crate) len: u64,
 }
 
 impl Weight for GzChunk {
@@ -40,35 +40,35 @@ impl Weight for GzChunk {
 
 /// One read of Envoy's `/stats/prometheus`, shared by the scrapes that
 /// join it, freed with the last of them.
-pub(super) struct Read {
-    pub(super) plain: Arc<List<Bytes>>,
-    pub(super) gzip: OnceLock<Arc<List<GzChunk>>>,
+pub(crate) struct Read {
+    pub(crate) plain: Arc<List<Bytes>>,
+    pub(crate) gzip: OnceLock<Arc<List<GzChunk>>>,
     /// The latest budget end among its clients: the read stops there.
-    pub(super) deadline: Mutex<Instant>,
-    pub(super) started: Instant,
+    pub(crate) deadline: Mutex<Instant>,
+    pub(crate) started: Instant,
     /// When the read ended (with `plain`'s end).
-    pub(super) finished: Mutex<Option<Instant>>,
+    pub(crate) finished: Mutex<Option<Instant>>,
     /// Cancelled to free a read kept only to be shared, when room is needed.
-    pub(super) release: CancellationToken,
+    pub(crate) release: CancellationToken,
     /// The families of Envoy's body so far (`# TYPE` lines), when app
     /// metrics follow it: the app's copies of them are left out.
-    pub(super) families: Option<Mutex<HashSet<String>>>,
-    pub(super) _live: Live,
+    pub(crate) families: Option<Mutex<HashSet<String>>>,
+    pub(crate) _live: Live,
 }
 
 impl Read {
-    pub(super) fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn extend(&self, deadline: Instant) {
+    pub(crate) fn extend(&self, deadline: Instant) {
         let mut d = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
         *d = (*d).max(deadline);
     }
 
     /// Whether a new scrape may share it: its start still held, and
     /// running, or complete and fresh.
-    pub(super) fn shareable(&self, now: Instant) -> bool {
+    pub(crate) fn shareable(&self, now: Instant) -> bool {
         if !self.plain.holds_start() {
             return false;
         }
@@ -87,7 +87,7 @@ impl Read {
 }
 
 /// Counts live reads: one per [`Read`] value.
-pub(super) struct Live(pub(super) Arc<AtomicUsize>);
+pub(crate) struct Live(pub(crate) Arc<AtomicUsize>);
 
 impl Drop for Live {
     fn drop(&mut self) {
@@ -96,13 +96,13 @@ impl Drop for Live {
 }
 
 /// A client's place in a read: in Envoy's body, or in its compressed copy.
-pub(super) enum Place {
+pub(crate) enum Place {
     Plain(Cursor<Bytes>),
     Gzip(Cursor<GzChunk>),
 }
 
 /// Runs `fut` until the read's deadline, which may move later meanwhile.
-pub(super) async fn bounded<F: std::future::Future>(read: &Read, fut: F) -> Option<F::Output> {
+pub(crate) async fn bounded<F: std::future::Future>(read: &Read, fut: F) -> Option<F::Output> {
     tokio::pin!(fut);
     loop {
         let deadline = read.deadline();

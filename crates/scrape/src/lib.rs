@@ -1,5 +1,18 @@
 //! The merged scrape (`GET /stats/prometheus` on the status port): Envoy's
-//! own `/stats/prometheus`, streamed through, then lifeguard's families.
+//! own `/stats/prometheus`, streamed through, then lifeguard's families,
+//! then the app's metrics, in one answer; and the linger that keeps the
+//! port up after Envoy stops for a last scrape of it.
+//!
+//! lifeguard's families themselves (their handles, names and text) are
+//! `lifeguard_metrics`'; this crate reads Envoy (through the admin client)
+//! and the app, and serves what [`Metrics::render`] writes between them.
+//! If Envoy or an app target cannot be read, lifeguard's part is still
+//! served and the failure is counted (by
+//! [`Incomplete`](lifeguard_metrics::Incomplete)). Its pieces: the
+//! scrape ([`Scraper`], below), the app's metrics ([`app`]), the
+//! [`linger`], and the `[metrics]` section of the settings ([`Settings`],
+//! and the [`Plan`] they make: the app's metrics, Envoy's merged or not,
+//! the linger).
 //!
 //! Envoy's body grows with its config (134 KB at 10 clusters, 63 MB at
 //! 5,000, about 250 MB at 20,000) and its admin thread is busy for the
@@ -7,7 +20,7 @@
 //!
 //! - **Streamed through a bounded window, with back-pressure.** Each
 //!   chunk hyper reads from Envoy is pushed, as it is, onto a shared list
-//!   (a `read::Read`, a `crate::window` list); clients walk it at their own pace and
+//!   (a `read::Read`, a `window` list); clients walk it at their own pace and
 //!   send the same `Bytes` (a reference count, never a copy). At most
 //!   `read::PLAIN_WINDOW` (4 MiB) of the body is held: Envoy is read only as
 //!   fast as the slowest client takes it, and a client that holds the
@@ -47,7 +60,7 @@
 //!   stream's: one gzip member, compressed once per read.
 //!
 //! - **The app's metrics** (`ISTIO_PROMETHEUS_ANNOTATIONS`, see
-//!   [`super::app`]) come last, one part per target in the given order:
+//!   [`app`]) come last, one part per target in the given order:
 //!   each target is read from the scrape's start, beside Envoy, within the
 //!   same budget, and fitted into the answer's format line by line; a
 //!   family already in the answer is left out of the app's part.
@@ -71,14 +84,22 @@
 //! - `gzip`: the shared compressor and each client's gzip tail.
 //! - `client`: one client's walk through its answer.
 //! - `shared`: what every scrape shares, and lifeguard's own part.
+//! - `window`: the bounded list a read's readers share.
+//! - [`app`]: the app's targets read and fitted into the answer.
+//! - [`linger`]: waiting for a last scrape after Envoy stops.
+//! - `settings`: the `[metrics]` settings and their [`Plan`].
 
+pub mod app;
 mod client;
 mod envoy;
 mod gzip;
+pub mod linger;
 mod read;
 mod registry;
 pub(crate) mod request;
+mod settings;
 mod shared;
+pub(crate) mod window;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicUsize;
@@ -92,7 +113,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::fetch::MAX_APP_READS;
 use crate::linger::Linger;
-use crate::Metrics;
 use client::{Client, Step};
 use lifeguard_drain::DrainHandle;
 use lifeguard_drain_wait::DrainWait;
@@ -100,7 +120,9 @@ use lifeguard_envoy::admin::AdminClient;
 use lifeguard_envoy::poller::Heartbeat;
 use lifeguard_envoy::readiness::Readiness;
 use lifeguard_istio::annotations::AppMetrics;
+use lifeguard_metrics::Metrics;
 pub use request::ScrapeRequest;
+pub use settings::{app_metrics, Plan, PlanError, Settings};
 use shared::{AppSource, Shared};
 
 /// The merged scrape's shared state. Cloning shares it.

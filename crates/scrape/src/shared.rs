@@ -10,50 +10,50 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::read::Read;
 use crate::linger::Linger;
-use crate::{AppScrapeFailures, Metrics};
+use crate::read::Read;
 use lifeguard_drain::DrainHandle;
 use lifeguard_drain_wait::DrainWait;
 use lifeguard_envoy::admin::AdminClient;
 use lifeguard_envoy::poller::Heartbeat;
 use lifeguard_envoy::readiness::Readiness;
 use lifeguard_istio::annotations::Target;
+use lifeguard_metrics::{AppScrapeFailures, Metrics};
 
-/// The merged scrape's state, shared by every scrape ([`super::Scraper`]
+/// The merged scrape's state, shared by every scrape ([`crate::Scraper`]
 /// holds it).
-pub(super) struct Shared {
+pub(crate) struct Shared {
     /// Envoy's admin (None: merging is off, lifeguard's part alone).
-    pub(super) admin: Option<AdminClient>,
-    pub(super) metrics: Metrics,
-    pub(super) readiness: Readiness,
-    pub(super) drain: Option<DrainHandle>,
-    pub(super) drain_wait: Option<DrainWait>,
+    pub(crate) admin: Option<AdminClient>,
+    pub(crate) metrics: Metrics,
+    pub(crate) readiness: Readiness,
+    pub(crate) drain: Option<DrainHandle>,
+    pub(crate) drain_wait: Option<DrainWait>,
     /// Told of each scrape, for the last one after Envoy stopped.
-    pub(super) linger: Option<Linger>,
-    pub(super) heartbeat: Heartbeat,
-    pub(super) shutdown: CancellationToken,
+    pub(crate) linger: Option<Linger>,
+    pub(crate) heartbeat: Heartbeat,
+    pub(crate) shutdown: CancellationToken,
     /// The newest read per query string.
-    pub(super) reads: Mutex<HashMap<String, Weak<Read>>>,
-    pub(super) live: Arc<AtomicUsize>,
+    pub(crate) reads: Mutex<HashMap<String, Weak<Read>>>,
+    pub(crate) live: Arc<AtomicUsize>,
     /// The app's metrics targets (none: no app part).
-    pub(super) apps: Vec<AppSource>,
+    pub(crate) apps: Vec<AppSource>,
     /// Memory slots for app reads, shared by all scrapes.
-    pub(super) app_slots: Arc<Semaphore>,
+    pub(crate) app_slots: Arc<Semaphore>,
     /// App families left out, logged once each (`target family`).
-    pub(super) logged_drops: Mutex<HashSet<String>>,
+    pub(crate) logged_drops: Mutex<HashSet<String>>,
 }
 
-/// One app metrics target and its failure counters (by [`crate::Incomplete`]).
-pub(super) struct AppSource {
-    pub(super) target: Target,
-    pub(super) label: String,
-    pub(super) failures: AppScrapeFailures,
+/// One app metrics target and its failure counters (by [`Incomplete`](lifeguard_metrics::Incomplete)).
+pub(crate) struct AppSource {
+    pub(crate) target: Target,
+    pub(crate) label: String,
+    pub(crate) failures: AppScrapeFailures,
 }
 
 impl Shared {
     /// Lifeguard's part, rendered now.
-    pub(super) fn ours(&self) -> Bytes {
+    pub(crate) fn ours(&self) -> Bytes {
         let inner = self;
         let status = inner.drain.as_ref().map(DrainHandle::status);
         let wait = inner.drain_wait.as_ref().map(DrainWait::published);

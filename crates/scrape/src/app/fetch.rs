@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::lines::Format;
-use crate::Incomplete;
 use lifeguard_istio::annotations::Target;
+use lifeguard_metrics::Incomplete;
 
 /// The largest body taken from one app target; the rest is left out
 /// (cut after the last whole line), logged and counted.
@@ -96,7 +96,7 @@ async fn read(
         .header(ACCEPT, format.accept_for_app())
         .header(USER_AGENT, concat!("lifeguard/", env!("CARGO_PKG_VERSION")))
         .header(
-            crate::scrape::request::SCRAPE_TIMEOUT_HEADER,
+            crate::request::SCRAPE_TIMEOUT_HEADER,
             format!("{:.3}", budget.as_secs_f64()),
         )
         .body(Empty::<Bytes>::new());

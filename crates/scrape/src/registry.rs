@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::envoy::produce;
-use super::gzip::compress;
-use super::read::{Live, Place, Read, GZIP_WINDOW, PLAIN_WINDOW};
-use super::shared::Shared;
+use crate::envoy::produce;
+use crate::gzip::compress;
+use crate::read::{Live, Place, Read, GZIP_WINDOW, PLAIN_WINDOW};
+use crate::shared::Shared;
 use crate::window::List;
-use crate::{Incomplete, ScrapeRead};
+use lifeguard_metrics::{Incomplete, ScrapeRead};
 
 /// How many Envoy reads may be held in memory at once.
 pub(crate) const MAX_LIVE_READS: usize = 2;
@@ -25,7 +25,7 @@ pub(crate) const MAX_LIVE_READS: usize = 2;
 impl Shared {
     /// The read this scrape takes Envoy's part from, and its place in it:
     /// joined, started, or none (merging off, or too many reads held).
-    pub(super) fn join(&self, query: &str, deadline: Instant, gzip: bool) -> Option<(Arc<Read>, Place)> {
+    pub(crate) fn join(&self, query: &str, deadline: Instant, gzip: bool) -> Option<(Arc<Read>, Place)> {
         let inner = self;
         let admin = inner.admin.as_ref()?;
         let now = Instant::now();
@@ -89,7 +89,7 @@ impl Shared {
 impl Read {
     /// A new reader's place from the start (of the compressed copy when
     /// `gzip`, started now if need be); None once the start is gone.
-    pub(super) fn place(self: &Arc<Self>, gzip: bool, shutdown: &CancellationToken) -> Option<Place> {
+    pub(crate) fn place(self: &Arc<Self>, gzip: bool, shutdown: &CancellationToken) -> Option<Place> {
         if !gzip {
             return self.plain.join().map(Place::Plain);
         }

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::Incomplete;
+use lifeguard_metrics::Incomplete;
 
 /// How long a reader may hold the window full while another waits.
 pub(crate) const STALL: Duration = Duration::from_secs(2);

@@ -12,12 +12,12 @@ use hyper::StatusCode;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::read::{bounded, Read, REUSE_MIN};
 use crate::app::lines::note_families;
+use crate::read::{bounded, Read, REUSE_MIN};
 use crate::window::{End, List};
-use crate::Incomplete;
 use lifeguard_envoy::admin::{AdminClient, CallOutcome, Endpoint};
 use lifeguard_envoy::poller::Heartbeat;
+use lifeguard_metrics::Incomplete;
 
 /// Largest Envoy body taken into a scrape: far above a 20,000-cluster
 /// Envoy's (about 250 MB). Past it the rest is left out, logged and counted.
@@ -27,7 +27,7 @@ pub(crate) const LINE_CAP: usize = 1 << 20;
 
 /// Reads Envoy's body into `read.plain` until it ends, the read's deadline
 /// passes, the cap is hit, or lifeguard shuts down.
-pub(super) async fn produce(
+pub(crate) async fn produce(
     read: Arc<Read>,
     admin: AdminClient,
     path: String,
@@ -164,7 +164,7 @@ async fn fill(
 /// `tail`) onto `list`; keeps the new partial line in `tail`. Whole lines
 /// are slices of `chunk`; only a line split across chunks is copied.
 /// False when a line is longer than [`LINE_CAP`].
-pub(super) fn push_lines(list: &List<Bytes>, tail: &mut BytesMut, mut chunk: Bytes) -> bool {
+pub(crate) fn push_lines(list: &List<Bytes>, tail: &mut BytesMut, mut chunk: Bytes) -> bool {
     if !tail.is_empty() {
         match chunk.iter().position(|&b| b == b'\n') {
             None => {
@@ -218,13 +218,13 @@ async fn beating<F: std::future::Future>(heartbeat: &Heartbeat, until: Instant, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scrape::read::PLAIN_WINDOW;
-    use crate::scrape::{ScrapeRequest, Scraper};
-    use crate::Metrics;
+    use crate::read::PLAIN_WINDOW;
+    use crate::{ScrapeRequest, Scraper};
     use futures_util::StreamExt;
     use hyper::header::HeaderMap;
     use lifeguard_envoy::readiness::Readiness;
     use lifeguard_istio::annotations::AppMetrics;
+    use lifeguard_metrics::Metrics;
 
     /// Serves `body` to every request on the connection `io`.
     fn serve<IO>(io: IO, body: &'static str)

@@ -12,16 +12,16 @@ use flate2::write::DeflateEncoder;
 use flate2::Compression;
 use tokio_util::sync::CancellationToken;
 
-use super::read::{bounded, GzChunk, Read};
+use crate::read::{bounded, GzChunk, Read};
 use crate::window::{Cursor, End, List, Next};
-use crate::Incomplete;
+use lifeguard_metrics::Incomplete;
 
 /// The gzip member header: deflate, no name, no time, unknown OS.
-pub(super) const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+pub(crate) const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
 
 /// Compresses `read.plain` into `out` as it grows, once for every client
 /// of the read that wants gzip.
-pub(super) async fn compress(
+pub(crate) async fn compress(
     read: Arc<Read>,
     mut source: Cursor<Bytes>,
     out: Arc<List<GzChunk>>,
@@ -67,7 +67,7 @@ pub(super) async fn compress(
 
 /// A client's own deflate blocks after the shared ones, and the gzip
 /// trailer whose CRC continues the shared stream's.
-pub(super) struct GzTail {
+pub(crate) struct GzTail {
     encoder: DeflateEncoder<Vec<u8>>,
     crc: crc32fast::Hasher,
     len: u64,
@@ -75,7 +75,7 @@ pub(super) struct GzTail {
 
 impl GzTail {
     /// After shared blocks of plain text of CRC `crc` and length `len`.
-    pub(super) fn new(crc: u32, len: u64) -> Self {
+    pub(crate) fn new(crc: u32, len: u64) -> Self {
         Self {
             encoder: DeflateEncoder::new(Vec::new(), Compression::default()),
             crc: crc32fast::Hasher::new_with_initial_len(crc, len),
@@ -84,7 +84,7 @@ impl GzTail {
     }
 
     /// `plain`, compressed up to a sync flush.
-    pub(super) fn write(&mut self, plain: &[u8]) -> Bytes {
+    pub(crate) fn write(&mut self, plain: &[u8]) -> Bytes {
         // Writing to a Vec cannot fail; flush() is a sync flush.
         let _ = self.encoder.write_all(plain);
         let _ = self.encoder.flush();
@@ -94,7 +94,7 @@ impl GzTail {
     }
 
     /// `plain` as the final block, and the trailer.
-    pub(super) fn finish(mut self, plain: &[u8]) -> Bytes {
+    pub(crate) fn finish(mut self, plain: &[u8]) -> Bytes {
         let _ = self.encoder.write_all(plain);
         self.crc.update(plain);
         let total = self.len + plain.len() as u64;
