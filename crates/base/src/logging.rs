@@ -16,7 +16,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The log's settings. In the file: the section `[logging]`, a key a field.
 #[derive(Debug, Clone, clap::Args, Serialize)]
@@ -34,7 +34,7 @@ pub struct Settings {
     pub log_format: LogFormat,
 }
 
-crate::shared_parser!(
+crate::setting_value!(
     /// A log filter, as tracing's `Targets` reads one.
     pub filter: String = log_filter, shown as |f: &String| f.clone()
 );
@@ -108,7 +108,7 @@ pub fn init(settings: &Settings) {
 }
 
 /// The format of log lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     /// `2026-11-22T05:21:00Z  INFO message key=value`, for people.

@@ -13,10 +13,10 @@ use crate::duration::{self, GoDuration};
 
 /// Declares a setting's parser (`NAME::parse`, for clap's `value_parser`)
 /// and how its value is shown (`NAME::serialize`, for serde's
-/// `serialize_with`): `shared_parser!(pub span: Duration = parse_fn, shown
+/// `serialize_with`): `setting_value!(pub span: Duration = parse_fn, shown
 /// as show_fn)`. The calling crate names `serde`.
 #[macro_export]
-macro_rules! shared_parser {
+macro_rules! setting_value {
     ($(#[$doc:meta])* $vis:vis $name:ident: $ty:ty = $parse:expr, shown as $show:expr) => {
         $(#[$doc])*
         $vis mod $name {
@@ -34,11 +34,11 @@ macro_rules! shared_parser {
     };
 }
 
-shared_parser!(
+setting_value!(
     /// Any duration, zero included.
     pub span: Duration = duration::parse, shown as |d: &Duration| GoDuration(*d)
 );
-shared_parser!(
+setting_value!(
     /// A duration greater than zero.
     pub positive: Duration = duration::positive, shown as |d: &Duration| GoDuration(*d)
 );

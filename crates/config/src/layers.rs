@@ -59,18 +59,20 @@ fn field_name(key: &str, source: Source) -> String {
 }
 
 /// A value a lower layer gives, in the words a user types on the command
-/// line: one value, or a list (a TOML array).
+/// line: one value, or a list (a TOML array); or a file's value of a shape
+/// no setting takes (a table, an array in an array), refused when laid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Text {
     One(String),
     List(Vec<String>),
+    Unfit(String),
 }
 
 /// A list the way a user types it on the command line: comma-separated.
 impl fmt::Display for Text {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Text::One(text) => f.write_str(text),
+            Text::One(text) | Text::Unfit(text) => f.write_str(text),
             Text::List(items) => f.write_str(&items.join(",")),
         }
     }
@@ -78,21 +80,21 @@ impl fmt::Display for Text {
 
 impl Text {
     /// A file's value: a string as written, a number or a boolean as a
-    /// user types it, an array as a list of those. A table (or an array in
-    /// an array) is no setting's value.
-    pub(crate) fn of_toml(value: &toml::Value) -> Result<Text, Why> {
+    /// user types it, an array as a list of those.
+    pub(crate) fn of_toml(value: &toml::Value) -> Text {
         let one = |value: &toml::Value| match value {
-            toml::Value::String(s) => Ok(s.clone()),
-            toml::Value::Integer(i) => Ok(i.to_string()),
-            toml::Value::Float(x) => Ok(x.to_string()),
-            toml::Value::Boolean(b) => Ok(b.to_string()),
-            toml::Value::Datetime(d) => Ok(d.to_string()),
-            toml::Value::Array(_) | toml::Value::Table(_) => Err(Why::Shape("a value or a list of values")),
+            toml::Value::String(s) => Some(s.clone()),
+            toml::Value::Integer(i) => Some(i.to_string()),
+            toml::Value::Float(x) => Some(x.to_string()),
+            toml::Value::Boolean(b) => Some(b.to_string()),
+            toml::Value::Datetime(d) => Some(d.to_string()),
+            toml::Value::Array(_) | toml::Value::Table(_) => None,
         };
-        match value {
-            toml::Value::Array(items) => items.iter().map(one).collect::<Result<_, _>>().map(Text::List),
+        let text = match value {
+            toml::Value::Array(items) => items.iter().map(one).collect::<Option<_>>().map(Text::List),
             other => one(other).map(Text::One),
-        }
+        };
+        text.unwrap_or_else(|| Text::Unfit(value.to_string()))
     }
 }
 
@@ -124,8 +126,9 @@ impl Layering {
             origin,
             why,
         };
+        // Every key was checked against the settings when read.
         let Some(arg) = self.cmd.get_arguments().find(|a| a.get_id() == entry.key.as_str()) else {
-            return Err(invalid(Why::Shape("a setting's key")));
+            return Err(invalid(Why::Shape("one of lifeguard's settings")));
         };
         let flag = format!("--{}", arg.get_long().unwrap_or(&entry.key));
         let list = matches!(arg.get_action(), ArgAction::Append);
@@ -153,6 +156,7 @@ impl Layering {
             },
             Text::List(items) if items.is_empty() => vec![flag],
             Text::List(items) => items.iter().map(|item| format!("{flag}={item}")).collect(),
+            Text::Unfit(_) => return Err(invalid(Why::Shape("a value or a list of values"))),
         };
         let argv = std::iter::once("lifeguard".to_owned()).chain(argv);
         let matches = self
@@ -197,7 +201,7 @@ impl RunArgs {
                     field: e.field.clone(),
                     value: text.trim().to_owned(),
                     origin: Source::ProxyConfig,
-                    why: Why::Rule(Box::new(e)),
+                    why: Why::ProxyConfig(e),
                 })?
             }
             None => ProxyLayer::default(),
@@ -238,9 +242,11 @@ impl RunArgs {
 /// defaults chose, the fixed drain's default, the listener ports always
 /// left out.
 fn effective(settings: &Settings, plan: &Plan, named: &dyn Fn(&str) -> (String, Source)) -> Vec<Effective> {
-    // Serialized only to be shown; every setting's type writes itself as
-    // its flag reads it, so this cannot fail (an empty table if it did).
-    let mut table = toml::Table::try_from(settings).unwrap_or_default();
+    // Serialized only to be shown, each value as its flag reads it.
+    let (mut table, unshown) = match toml::Table::try_from(settings) {
+        Ok(table) => (table, None),
+        Err(e) => (toml::Table::new(), Some(format!("(cannot be shown: {e})"))),
+    };
     table.insert("drain_until".into(), plan.drain.drain_until().to_string().into());
     let fixed = GoDuration(plan.drain.termination_drain_duration()).to_string();
     table.insert("termination_drain_duration".into(), fixed.into());
@@ -250,9 +256,10 @@ fn effective(settings: &Settings, plan: &Plan, named: &dyn Fn(&str) -> (String, 
         .get_arguments()
         .map(|arg| {
             let key = arg.get_id().as_str();
-            let value = match table.get(key).map(Text::of_toml) {
-                Some(Ok(text)) => text.to_string(),
-                _ => String::new(),
+            let value = match (table.get(key), &unshown) {
+                (Some(value), _) => Text::of_toml(value).to_string(),
+                (None, Some(why)) => why.clone(),
+                (None, None) => String::new(),
             };
             Effective {
                 key: key.into(),
@@ -356,10 +363,7 @@ pub(crate) fn clap_why(err: &clap::Error, f: &mut fmt::Formatter<'_>) -> fmt::Re
     match (std::error::Error::source(err), err.get(ContextKind::ValidValue)) {
         (Some(source), _) => write!(f, "{source}"),
         (None, Some(ContextValue::Strings(valid))) => write!(f, "expected one of {}", valid.join(", ")),
-        _ => match err.kind() {
-            ErrorKind::ArgumentConflict => f.write_str("set more than once"),
-            _ => f.write_str("invalid value"),
-        },
+        _ => f.write_str("invalid value"),
     }
 }
 

@@ -151,9 +151,10 @@ pub enum Why {
     Value(clap::Error),
     /// A file's value of a shape no setting takes: what it should be.
     Shape(&'static str),
-    /// A rule across settings, or `PROXY_CONFIG` that cannot be read: the
-    /// owning crate's error.
+    /// A rule across settings: the owning crate's error.
     Rule(Box<dyn std::error::Error + Send + Sync>),
+    /// `PROXY_CONFIG` that cannot be read (its field is the one named).
+    ProxyConfig(lifeguard_istio::proxy_config::ProxyConfigError),
 }
 
 impl fmt::Display for Why {
@@ -162,6 +163,7 @@ impl fmt::Display for Why {
             Why::Value(e) => layers::clap_why(e, f),
             Why::Shape(expected) => write!(f, "expected {expected}"),
             Why::Rule(e) => write!(f, "{e}"),
+            Why::ProxyConfig(e) => f.write_str(&e.why),
         }
     }
 }
@@ -690,8 +692,20 @@ pub(crate) mod tests {
             "invalid PROXY_CONFIG proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS = \"maybe\" (from PROXY_CONFIG)",
             "expected true or false",
         );
+        let bad = r#"{"statusPort":"none"}"#;
+        let msg = load(&["--proxy-config", bad]).map(|_| ()).unwrap_err().to_string();
+        assert!(!msg.contains("PROXY_CONFIG statusPort:"), "named twice: {msg}");
+        assert!(
+            msg.ends_with("(from PROXY_CONFIG): expected a port between 1 and 65535"),
+            "{msg}"
+        );
+        assert!(msg.starts_with("invalid PROXY_CONFIG statusPort = "), "{msg}");
         let table = TempFile::new("table.toml", "[envoy]\npoll_interval = { s = 1 }\n");
-        refused(&["--config", table.arg()], "`envoy.poll_interval`", "a value or a list");
+        refused(
+            &["--config", table.arg()],
+            "invalid envoy.poll_interval = \"{ s = 1 }\" (from file)",
+            "expected a value or a list",
+        );
     }
 
     #[test]

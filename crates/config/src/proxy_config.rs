@@ -14,7 +14,6 @@
 //! through the same parsers as a flag's.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 
 use lifeguard_istio::proxy_config::{ProxyConfig, ProxyConfigError};
 
@@ -48,7 +47,8 @@ impl ProxyLayer {
             layer.set("envoy_drain_time", field("drainDuration"), d);
         }
         if let Some(port) = config.status_port {
-            let addr = SocketAddr::new(below.status.status_addr.ip(), port);
+            let mut addr = below.status.status_addr;
+            addr.set_port(port);
             layer.set("status_addr", field("statusPort"), addr.to_string());
         }
         if let Some(port) = config.proxy_admin_port {
@@ -83,7 +83,7 @@ impl ProxyLayer {
         let entry = self.entries.iter().find(|e| e.key == key)?;
         match &entry.text {
             Text::One(text) => Some(text),
-            Text::List(_) => None,
+            Text::List(_) | Text::Unfit(_) => None,
         }
     }
 }

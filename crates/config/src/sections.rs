@@ -163,10 +163,9 @@ impl FileValues {
         if let Some(first) = self.entries.iter().find(|e| e.key == key) {
             return Err(format!("`{key}` is set twice: as `{}` and as `{written}`", first.field));
         }
-        let text = Text::of_toml(&value).map_err(|why| format!("`{written}`: {why}"))?;
         self.entries.push(Entry {
             key,
-            text,
+            text: Text::of_toml(&value),
             field: written,
         });
         Ok(())

@@ -33,11 +33,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// How readiness answers the kubelet while the pod terminates (the
 /// setting `terminating_readiness`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TerminatingReadiness {
     /// The kubelet is answered 200 while Envoy is ready and accepts new

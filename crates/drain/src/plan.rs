@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::kubelet::{KubeletAnswer, TerminatingReadiness};
 use super::ports::Active;
@@ -243,7 +243,7 @@ impl Plan {
 }
 
 /// What the drain waits for before Envoy is stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DrainUntil {
     /// A fixed time: `termination_drain_duration`.

@@ -13,7 +13,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// Why a call through [`EnvoyControl`] failed, with the adapter's reason
 /// (for the log and `GET /drain`): the drain knows no admin API, so the
@@ -30,7 +30,7 @@ pub enum ControlError {
 }
 
 /// Which listeners Envoy drains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DrainScope {
     /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.

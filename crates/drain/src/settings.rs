@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::{DrainScope, DrainUntil, Plan, TerminatingReadiness};
 
-lifeguard_base::shared_parser!(
+lifeguard_base::setting_value!(
     /// The grace period: a duration, or a bare number of seconds as
     /// Kubernetes writes terminationGracePeriodSeconds; greater than zero.
     pub grace: Duration = grace_period, shown as |d: &Duration| GoDuration(*d)
@@ -56,7 +56,7 @@ pub struct Settings {
     /// Fixed policy: how long Envoy drains before it is stopped (5s when
     /// not given; given, it makes the fixed policy the default).
     #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION", value_parser = span::parse)]
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "given_span")]
     pub termination_drain_duration: Option<Duration>,
 
     /// Stop Envoy once its active downstream connections reach zero (true
@@ -78,7 +78,7 @@ pub struct Settings {
     /// --drain-scope all, app-exit otherwise (and out-of-rotation when the
     /// drain begins in a pod where no app was ever seen).
     #[arg(long, env = "LIFEGUARD_DRAIN_UNTIL", value_name = "WHAT")]
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_until: Option<DrainUntil>,
 
     /// Which of Envoy's listeners drain: inbound (a sidecar:
@@ -103,6 +103,15 @@ pub struct Settings {
         default_value = "serving"
     )]
     pub terminating_readiness: TerminatingReadiness,
+}
+
+/// A duration given, as a user writes it (`skip_serializing_if` leaves
+/// out one not given).
+fn given_span<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => span::serialize(d, s),
+        None => s.serialize_none(),
+    }
 }
 
 /// The fixed policy's drain when none is given (Istio's

@@ -15,11 +15,11 @@ use serde::Serialize;
 use crate::poller::Schedule;
 use crate::state::XdsCheck;
 
-lifeguard_base::shared_parser!(
+lifeguard_base::setting_value!(
     /// A loopback URL or a Unix socket.
     pub url: LoopbackUrl = <LoopbackUrl as std::str::FromStr>::from_str, shown as |u: &LoopbackUrl| u.clone()
 );
-lifeguard_base::shared_parser!(
+lifeguard_base::setting_value!(
     /// A poll interval: at least 10ms.
     pub poll: Duration = |s| duration::at_least(s, Duration::from_millis(10)), shown as |d: &Duration| GoDuration(*d)
 );

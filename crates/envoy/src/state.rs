@@ -6,7 +6,7 @@
 
 use clap::ValueEnum;
 use hyper::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::readiness::Verdict;
@@ -181,7 +181,7 @@ fn bad_value(name: &str, value: Value<'_>) -> String {
 }
 
 /// When readiness also requires Envoy's first xDS (CDS and LDS) updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum XdsCheck {
     /// Required for each of CDS and LDS whose counters Envoy reports: a
@@ -189,11 +189,9 @@ pub enum XdsCheck {
     Auto,
     /// Always required (both CDS and LDS).
     #[value(alias = "on", alias = "true")]
-    #[serde(alias = "on", alias = "true")]
     Required,
     /// Never checked.
     #[value(alias = "false")]
-    #[serde(alias = "false")]
     Off,
 }
 

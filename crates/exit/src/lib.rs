@@ -347,7 +347,7 @@ pub struct Settings {
     pub termination_message_path: MessagePath,
 }
 
-lifeguard_base::shared_parser!(
+lifeguard_base::setting_value!(
     /// Where the exit summary goes: `auto`, `none`, or a path.
     pub message_path: MessagePath = MessagePath::from_str, shown as |p: &MessagePath| p.clone()
 );

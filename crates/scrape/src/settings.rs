@@ -8,7 +8,7 @@ use lifeguard_base::settings::{go_bool, span, SettingError};
 use lifeguard_istio::annotations::{AnnotationsError, AppMetrics};
 use serde::Serialize;
 
-lifeguard_base::shared_parser!(
+lifeguard_base::setting_value!(
     /// `ISTIO_PROMETHEUS_ANNOTATIONS`: the app's metrics endpoints.
     pub app_metrics: AppMetrics = AppMetrics::parse, shown as |m: &AppMetrics| m.to_json()
 );

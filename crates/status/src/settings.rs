@@ -15,19 +15,19 @@ use serde::Serialize;
 use crate::app_probe::AppProber;
 use crate::service::ControlAccess;
 
-lifeguard_base::shared_parser!(
+lifeguard_base::setting_value!(
     /// The status port's address: `IP:PORT`, the port not 0.
     pub addr: SocketAddr = status_addr, shown as |a: &SocketAddr| *a
 );
-lifeguard_base::shared_parser!(
+lifeguard_base::setting_value!(
     /// A control socket's absolute path, or `none`.
     pub control_socket: ControlSocket = ControlSocket::from_str, shown as |p: &ControlSocket| p.clone()
 );
-lifeguard_base::shared_parser!(
+lifeguard_base::setting_value!(
     /// `ISTIO_KUBE_APP_PROBERS`: the app's probes by status-port path.
     pub app_probes: AppProbes = AppProbes::parse, shown as |p: &AppProbes| p.to_json()
 );
-lifeguard_base::shared_parser!(
+lifeguard_base::setting_value!(
     /// The pod's address (`INSTANCE_IP`), or empty.
     pub pod_ip: PodIp = PodIp::from_str, shown as |p: &PodIp| *p
 );
