@@ -15,6 +15,37 @@ pub trait Reason: Copy + 'static {
     fn index(self) -> usize;
 }
 
+/// Declares a closed set of reasons, each with its label, and its
+/// [`Reason`] impl: `reasons! { pub enum Incomplete { Timeout =
+/// "timeout", ... } }`. A reason's place in the declaration is its index.
+#[macro_export]
+macro_rules! reasons {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $label:literal, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant, )*
+        }
+
+        impl $crate::reason::Reason for $name {
+            const ALL: &'static [$name] = &[$($name::$variant),*];
+            fn label(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label,)*
+                }
+            }
+            fn index(self) -> usize {
+                self as usize
+            }
+        }
+    };
+}
+
 /// One `T` per reason of `R`.
 #[derive(Debug)]
 pub struct ByReason<R, T> {
@@ -61,19 +92,10 @@ impl<R, T: Clone> Clone for ByReason<R, T> {
 mod tests {
     use super::*;
 
-    #[derive(Debug, Clone, Copy, PartialEq)]
-    enum Why {
-        Slow = 0,
-        Broken = 1,
-    }
-
-    impl Reason for Why {
-        const ALL: &'static [Why] = &[Why::Slow, Why::Broken];
-        fn label(self) -> &'static str {
-            ["slow", "broken"][self.index()]
-        }
-        fn index(self) -> usize {
-            self as usize
+    crate::reasons! {
+        enum Why {
+            Slow = "slow",
+            Broken = "broken",
         }
     }
 

@@ -186,40 +186,21 @@ impl Checker {
     }
 }
 
-/// Why a probe was not counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotCounted {
-    /// Every entry holds a checker that established an interval and still
-    /// probes.
-    TableFull = 0,
-    /// Its address already has `MAX_PER_ADDRESS` checkers, all established.
-    TooManyAgents = 1,
-    /// Not from `--drain-wait-checker-ranges`.
-    OutsideRanges = 2,
-}
-
-impl Reason for NotCounted {
-    const ALL: &'static [NotCounted] = &NotCounted::ALL;
-    fn label(self) -> &'static str {
-        NotCounted::label(self)
-    }
-    fn index(self) -> usize {
-        self as usize
+lifeguard_base::reasons! {
+    /// Why a probe was not counted: the `reason` label of the metric, and
+    /// the key in `GET /drain`.
+    pub enum NotCounted {
+        /// Every entry holds a checker that established an interval and still
+        /// probes.
+        TableFull = "table_full",
+        /// Its address already has `MAX_PER_ADDRESS` checkers, all established.
+        TooManyAgents = "too_many_agents",
+        /// Not from `--drain-wait-checker-ranges`.
+        OutsideRanges = "outside_ranges",
     }
 }
 
 impl NotCounted {
-    pub const ALL: [NotCounted; 3] = [
-        NotCounted::TableFull,
-        NotCounted::TooManyAgents,
-        NotCounted::OutsideRanges,
-    ];
-
-    /// The `reason` label of the metric, and the key in `GET /drain`.
-    pub fn label(self) -> &'static str {
-        ["table_full", "too_many_agents", "outside_ranges"][self as usize]
-    }
-
     fn words(self) -> String {
         match self {
             NotCounted::TableFull => {

@@ -84,38 +84,15 @@ struct Inner {
     last_success: AtomicU64,
 }
 
-/// How one app probe ended, its series' `result` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AppProbeResult {
-    /// The app said yes.
-    Success = 0,
-    /// The app said no, or did not answer in time.
-    Failure = 1,
-    /// Too many probes of the path were in flight.
-    Busy = 2,
-}
-
-impl AppProbeResult {
-    /// Every result, each a series from the probe's start.
-    pub const ALL: [AppProbeResult; 3] = [AppProbeResult::Success, AppProbeResult::Failure, AppProbeResult::Busy];
-
-    /// The `result` label: `success`, `failure`, `busy`.
-    pub fn label(self) -> &'static str {
-        match self {
-            AppProbeResult::Success => "success",
-            AppProbeResult::Failure => "failure",
-            AppProbeResult::Busy => "busy",
-        }
-    }
-}
-
-impl Reason for AppProbeResult {
-    const ALL: &'static [AppProbeResult] = &AppProbeResult::ALL;
-    fn label(self) -> &'static str {
-        AppProbeResult::label(self)
-    }
-    fn index(self) -> usize {
-        self as usize
+lifeguard_base::reasons! {
+    /// How one app probe ended, its series' `result` label.
+    pub enum AppProbeResult {
+        /// The app said yes.
+        Success = "success",
+        /// The app said no, or did not answer in time.
+        Failure = "failure",
+        /// Too many probes of the path were in flight.
+        Busy = "busy",
     }
 }
 
@@ -155,72 +132,31 @@ impl AppScrapeFailures {
     }
 }
 
-/// Why a merged scrape carries less than Envoy's (or an app target's)
-/// whole body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Incomplete {
-    /// The scrape's time budget ran out first.
-    Timeout = 0,
-    /// Envoy could not be read, answered an error, or broke off.
-    Error = 1,
-    /// Envoy's body passed the size cap.
-    Cap = 2,
-    /// Too many Envoy reads were already held for slow clients.
-    Busy = 3,
-    /// The client held the shared window full while others waited, and
-    /// was let go (see the merged scrape's window, in `lifeguard_scrape`).
-    Slow = 4,
-}
-
-impl Incomplete {
-    /// Every reason, in the order of their values (the index of Envoy's
-    /// counters).
-    pub(crate) const ALL: [Incomplete; 5] = [
-        Incomplete::Timeout,
-        Incomplete::Error,
-        Incomplete::Cap,
-        Incomplete::Busy,
-        Incomplete::Slow,
-    ];
-
-    /// The `reason` label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Incomplete::Timeout => "timeout",
-            Incomplete::Error => "error",
-            Incomplete::Cap => "cap",
-            Incomplete::Busy => "busy",
-            Incomplete::Slow => "slow",
-        }
+lifeguard_base::reasons! {
+    /// Why a merged scrape carries less than Envoy's (or an app target's)
+    /// whole body: its `reason` label.
+    pub enum Incomplete {
+        /// The scrape's time budget ran out first.
+        Timeout = "timeout",
+        /// Envoy could not be read, answered an error, or broke off.
+        Error = "error",
+        /// Envoy's body passed the size cap.
+        Cap = "cap",
+        /// Too many Envoy reads were already held for slow clients.
+        Busy = "busy",
+        /// The client held the shared window full while others waited, and
+        /// was let go (see the merged scrape's window, in `lifeguard_scrape`).
+        Slow = "slow",
     }
 }
 
-impl Reason for Incomplete {
-    const ALL: &'static [Incomplete] = &Incomplete::ALL;
-    fn label(self) -> &'static str {
-        Incomplete::label(self)
-    }
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// How a merged scrape got Envoy's metrics: its `read` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScrapeRead {
-    /// A read of its own.
-    New = 0,
-    /// One shared with other scrapes already reading.
-    Joined = 1,
-}
-
-impl Reason for ScrapeRead {
-    const ALL: &'static [ScrapeRead] = &[ScrapeRead::New, ScrapeRead::Joined];
-    fn label(self) -> &'static str {
-        ["new", "joined"][self as usize]
-    }
-    fn index(self) -> usize {
-        self as usize
+lifeguard_base::reasons! {
+    /// How a merged scrape got Envoy's metrics: its `read` label.
+    pub enum ScrapeRead {
+        /// A read of its own.
+        New = "new",
+        /// One shared with other scrapes already reading.
+        Joined = "joined",
     }
 }
 
@@ -623,7 +559,7 @@ mod tests {
     fn every_reason_counts_for_an_app_target() {
         let metrics = Metrics::new(Instant::now());
         let failures = metrics.app_scrape("8080/metrics");
-        for why in Incomplete::ALL {
+        for &why in <Incomplete as Reason>::ALL {
             failures.count(why);
         }
         let text = rendered(&metrics);
@@ -641,7 +577,7 @@ mod tests {
     #[test]
     fn every_reason_counts_for_envoy() {
         let metrics = Metrics::new(Instant::now());
-        for why in Incomplete::ALL {
+        for &why in <Incomplete as Reason>::ALL {
             metrics.scrape_incomplete(why);
         }
         let text = rendered(&metrics);
