@@ -8,13 +8,11 @@
 //! Run: `cargo bench --bench probe`. Prints the heap allocations per probe
 //! (counted by a wrapping global allocator) before the timings.
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::time::Instant;
 
 use bytes::Bytes;
+use common::alloc::{per_call, ready_now};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use http_body_util::{BodyExt, Empty};
 use hyper::{Request, Uri};
@@ -62,15 +60,6 @@ fn lb_probe() -> Request<()> {
 /// Builds one probe's request.
 type MakeProbe = fn() -> Request<()>;
 
-/// Polls a future that is ready at once (the probe route's).
-fn now<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("the probe route must answer without waiting"),
-    }
-}
-
 fn service(ready: bool) -> StatusService {
     // Stale bound far away: the bench runs longer than the default 4s.
     let readiness = Readiness::standalone(Duration::from_secs(3600));
@@ -87,21 +76,6 @@ fn service(ready: bool) -> StatusService {
     StatusService::builder(readiness).metrics(&metrics, scraper).service()
 }
 
-/// Heap allocations made by the handler alone (requests built before,
-/// responses dropped after the count).
-fn allocations_per_probe(svc: &mut StatusService, probe: MakeProbe) -> f64 {
-    const N: usize = 10_000;
-    let requests: Vec<_> = (0..N).map(|_| probe()).collect();
-    let mut responses = Vec::with_capacity(N);
-    let before = common::alloc::allocations();
-    for req in requests {
-        responses.push(now(svc.call(req)).unwrap());
-    }
-    let allocs = common::alloc::allocations() - before;
-    drop(responses);
-    allocs as f64 / N as f64
-}
-
 fn in_process(c: &mut Criterion) {
     let envoy = "127.0.0.1:40000".parse().unwrap();
     let cases: [(&str, bool, MakeProbe); 3] = [
@@ -112,13 +86,13 @@ fn in_process(c: &mut Criterion) {
     for (name, ready, make) in cases {
         let mut svc = service(ready).for_peer(envoy);
         // The first probe of a checker makes its entry; count the rest.
-        now(svc.call(make())).unwrap();
+        ready_now(svc.call(make())).unwrap();
         eprintln!(
             "{name}: {:.2} heap allocations per probe",
-            allocations_per_probe(&mut svc, make)
+            per_call(10_000, make, |req| ready_now(svc.call(req)).unwrap())
         );
         c.bench_function(name, |b| {
-            b.iter_batched(make, |req| now(svc.call(req)).unwrap(), BatchSize::SmallInput)
+            b.iter_batched(make, |req| ready_now(svc.call(req)).unwrap(), BatchSize::SmallInput)
         });
     }
 }

@@ -7,11 +7,9 @@
 //! allocating fails here (the figure is also printed by
 //! `cargo bench --bench probe`, with the timings).
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::alloc::{per_call, ready_now};
 use hyper::header::{HeaderValue, ACCEPT, HOST, USER_AGENT};
 use hyper::{Request, Uri};
 use lifeguard::drain::{Drain, KubeletAnswer, Phase, PhaseCell, Plan};
@@ -41,30 +39,13 @@ fn probe(agent: &'static str) -> Request<()> {
     req
 }
 
-/// Polls a future that is ready at once (the probe route's).
-fn now<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("the probe must answer without waiting"),
-    }
-}
-
 /// Heap allocations of the handler alone, a probe: requests built
 /// before, responses dropped after the count.
 fn per_probe(svc: &mut StatusService, agent: &'static str) -> (f64, u16) {
-    const N: usize = 2_000;
     // The first probe of a checker makes its entry: not counted.
-    let status = now(svc.call(probe(agent))).unwrap().status().as_u16();
-    let requests: Vec<_> = (0..N).map(|_| probe(agent)).collect();
-    let mut responses = Vec::with_capacity(N);
-    let before = common::alloc::allocations();
-    for req in requests {
-        responses.push(now(svc.call(req)).unwrap());
-    }
-    let allocations = common::alloc::allocations() - before;
-    drop(responses);
-    (allocations as f64 / N as f64, status)
+    let status = ready_now(svc.call(probe(agent))).unwrap().status().as_u16();
+    let allocations = per_call(2_000, || probe(agent), |req| ready_now(svc.call(req)).unwrap());
+    (allocations, status)
 }
 
 #[test]
