@@ -76,12 +76,12 @@ pub trait AppControl {
     /// looked at long enough (a pod whose only container is the proxy);
     /// None when it cannot be told yet.
     fn has_app(&self) -> Option<bool>;
-    /// Resolves once the app may hold less than `work` says: one of its
-    /// processes has exited (the pod shares its process namespace). Never
-    /// where nothing tells it (only its sockets are seen: the drain looks
-    /// again every [`APP_SCAN`](crate::APP_SCAN)).
-    fn changed(&self, work: &Work) -> impl Future<Output = ()> + Send {
-        let _ = work;
+    /// Resolves once one of the app's `processes` (a scan's) has exited
+    /// (the pod shares its process namespace). Never where nothing tells
+    /// it (only its sockets are seen: the drain looks again every
+    /// [`APP_SCAN`](crate::APP_SCAN)).
+    fn changed(&self, processes: Vec<AppProcess>) -> impl Future<Output = ()> + Send {
+        let _ = processes;
         std::future::pending()
     }
 }

@@ -611,8 +611,8 @@ impl AppControl for OneProcessApp {
     fn has_app(&self) -> Option<bool> {
         Some(true)
     }
-    async fn changed(&self, work: &Work) {
-        if !work.processes.is_empty() {
+    async fn changed(&self, processes: Vec<AppProcess>) {
+        if !processes.is_empty() {
             tokio::time::sleep_until(self.t0 + self.exits_at).await;
         }
     }

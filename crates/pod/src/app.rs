@@ -404,8 +404,8 @@ impl AppControl for Watcher {
     async fn work(&self) -> Result<Work, AppWatchError> {
         self.scan().await
     }
-    async fn changed(&self, work: &Work) {
-        crate::exits::one_exits(&work.processes).await;
+    async fn changed(&self, processes: Vec<AppProcess>) {
+        crate::exits::one_exits(&processes).await;
     }
     fn has_app(&self) -> Option<bool> {
         if self.seen.app.load(Ordering::Relaxed) {

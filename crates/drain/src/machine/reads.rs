@@ -2,6 +2,7 @@
 //! counts and the app's work, side by side, each under a timeout, and what
 //! a read found, published.
 
+use std::pin::pin;
 use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
@@ -93,20 +94,25 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// [`APP_SCAN`], and at once when it says one of its processes exited;
     /// returns early once a look finds it holds nothing: the next read of
     /// both then begins at once. A look that fails or times out changes
-    /// nothing (the next read of both says it).
+    /// nothing (the next read of both says it). The processes' exits are
+    /// watched once per set of processes a look found (a pidfd each, opened
+    /// once), and not again for the same set once they fired.
     pub(super) async fn watch_app_until(
         &mut self,
         next: Instant,
-        mut work: Work,
+        work: Work,
         timeout: Duration,
     ) -> Result<(), Interrupt> {
+        let (envoy, app) = (&self.envoy, &self.app);
+        let mut watched = work.processes;
+        let mut exits = pin!(app.changed(watched.clone()));
+        let mut armed = true;
         loop {
             let look_at = next.min(Instant::now() + APP_SCAN);
-            let (envoy, app) = (&self.envoy, &self.app);
             let woken = async {
                 tokio::select! {
                     () = sleep_until(look_at) => {}
-                    () = app.changed(&work) => {}
+                    () = exits.as_mut(), if armed => armed = false,
                 }
             };
             self.inbox.race(envoy, woken).await?;
@@ -118,7 +124,11 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 if now.is_done() {
                     return Ok(());
                 }
-                work = now;
+                if now.processes != watched {
+                    watched = now.processes;
+                    exits.set(app.changed(watched.clone()));
+                    armed = true;
+                }
             }
         }
     }
