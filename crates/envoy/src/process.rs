@@ -22,7 +22,7 @@ use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use crate::admin::{AdminClient, AdminError, Endpoint};
+use crate::admin::{AdminClient, Endpoint};
 use crate::counts::{active, control_error, CountsReader};
 use lifeguard_drain::{Active, ControlError, DrainScope, EnvoyControl, Exit};
 
@@ -207,11 +207,8 @@ impl Envoy {
     /// kubelet's SIGTERM only then: `GET /drain/stopped`).
     async fn gone_within(&self, bound: Duration) {
         let gone = async {
-            loop {
-                match self.admin.get_any(Endpoint::Ready, "/ready", 64).await {
-                    Err(AdminError::Connect { .. }) => return,
-                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
+            while !matches!(self.answering().await, Err(ControlError::Refused(_))) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         };
         if tokio::time::timeout(bound, gone).await.is_err() {

@@ -7,11 +7,12 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 
 use super::inbox::Interrupt;
+use super::reads::Refusals;
 use super::Drain;
 use crate::plan::{DrainScope, DrainUntil};
 use crate::ports::{AppControl, ControlError, EnvoyControl, Rotation, Verdict};
 use crate::status::{Awaiting, Phase};
-use crate::{EXTERNAL_GONE_AFTER, PROGRESS_HEARTBEAT};
+use crate::PROGRESS_HEARTBEAT;
 use lifeguard_base::duration::GoDuration;
 
 impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
@@ -138,12 +139,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// Whether an Envoy that is not lifeguard's child has gone: its admin
-/// refusing connections for [`EXTERNAL_GONE_AFTER`].
+/// refusing connections for [`EXTERNAL_GONE_AFTER`](crate::EXTERNAL_GONE_AFTER).
 struct GoneWatch {
     /// Whether to look (a child's exit is seen directly).
     looks: bool,
     next: Instant,
-    refused_since: Option<Instant>,
+    refusals: Refusals,
 }
 
 impl GoneWatch {
@@ -151,7 +152,7 @@ impl GoneWatch {
         GoneWatch {
             looks,
             next: Instant::now() + LOOK_EVERY,
-            refused_since: None,
+            refusals: Refusals::default(),
         }
     }
 
@@ -175,14 +176,11 @@ impl GoneWatch {
     ) -> Result<(), Interrupt> {
         self.next = now + LOOK_EVERY;
         match look {
-            Ok(Err(ControlError::Refused(_))) => {
-                let since = *self.refused_since.get_or_insert(now);
-                if now.duration_since(since) >= EXTERNAL_GONE_AFTER {
-                    return Err(Interrupt::EnvoyGone);
-                }
+            Ok(Err(ControlError::Refused(_))) => self.refusals.refused(now),
+            _ => {
+                self.refusals.reset();
+                Ok(())
             }
-            _ => self.refused_since = None,
         }
-        Ok(())
     }
 }

@@ -37,12 +37,37 @@ impl<T, E> Read<T, E> {
     }
 }
 
+/// Since when an Envoy that is not lifeguard's child has refused
+/// connections: gone once it has for [`EXTERNAL_GONE_AFTER`] (a child's
+/// exit is seen directly).
+#[derive(Debug, Default)]
+pub(super) struct Refusals {
+    since: Option<Instant>,
+}
+
+impl Refusals {
+    /// Envoy refused a connection at `now`: gone, once it has refused
+    /// them long enough.
+    pub(super) fn refused(&mut self, now: Instant) -> Result<(), Interrupt> {
+        let since = *self.since.get_or_insert(now);
+        match now.duration_since(since) >= EXTERNAL_GONE_AFTER {
+            true => Err(Interrupt::EnvoyGone),
+            false => Ok(()),
+        }
+    }
+
+    /// Envoy was heard from (or the look says nothing of it).
+    pub(super) fn reset(&mut self) {
+        self.since = None;
+    }
+}
+
 /// What the reads of one wait remember between them.
 pub(super) struct Seen {
     /// The count the policy counts at the last successful read.
     pub(super) left: Option<u64>,
-    /// Since when an external Envoy has refused connections.
-    refused_since: Option<Instant>,
+    /// An external Envoy's refusals.
+    refusals: Refusals,
     pub(super) progress: Progress,
     read_warning: Throttle,
     skipped_warning: Throttle,
@@ -53,7 +78,7 @@ impl Default for Seen {
     fn default() -> Self {
         Self {
             left: None,
-            refused_since: None,
+            refusals: Refusals::default(),
             progress: Progress::default(),
             read_warning: Throttle::new(WARN_EVERY),
             skipped_warning: Throttle::new(WARN_EVERY),
@@ -145,7 +170,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     ) -> Result<Option<u64>, Interrupt> {
         let error = match read {
             Read::Answered(active) => {
-                seen.refused_since = None;
+                seen.refusals.reset();
                 if !active.skipped.is_empty() && seen.skipped_warning.due(now) {
                     for skipped in &active.skipped {
                         tracing::warn!("not counted: {skipped}");
@@ -161,10 +186,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             }
             Read::Failed(e) => {
                 if matches!(e, ControlError::Refused(_)) && !self.envoy.is_child() {
-                    let since = *seen.refused_since.get_or_insert(now);
-                    if now.duration_since(since) >= EXTERNAL_GONE_AFTER {
-                        return Err(Interrupt::EnvoyGone);
-                    }
+                    seen.refusals.refused(now)?;
                 }
                 e.to_string()
             }
