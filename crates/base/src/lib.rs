@@ -29,6 +29,19 @@ macro_rules! display_as_value {
     };
 }
 
+/// Serializes a type as its `Display` words (`GET /drain`'s JSON writes
+/// typed states as the words the log shows).
+#[macro_export]
+macro_rules! serialize_as_display {
+    ($t:ty) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    };
+}
+
 pub mod duration;
 pub mod grace;
 pub mod local_http;

@@ -5,8 +5,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::checkers::CheckerKey;
 use super::rule::ms;
 use lifeguard_base::duration::GoDuration;
@@ -80,11 +78,7 @@ impl fmt::Display for WaitingOn {
     }
 }
 
-impl Serialize for WaitingOn {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
+lifeguard_base::serialize_as_display!(WaitingOn);
 
 /// How Envoy's own answers to the load balancers' checks stand (its
 /// `health_check` filter, failed with `POST /healthcheck/fail` once
@@ -113,8 +107,4 @@ impl fmt::Display for HealthChecks {
     }
 }
 
-impl Serialize for HealthChecks {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
+lifeguard_base::serialize_as_display!(HealthChecks);

@@ -58,7 +58,7 @@ impl Began {
     /// How the drain began, from its first reading: `envoy`, the count the
     /// policy counts in Envoy; `work`, what the app held.
     pub(crate) fn from_reading(plan: &Plan, envoy: u64, work: &Work) -> Began {
-        if work.processes_seen && work.is_done() {
+        if work.gone() {
             return Began::Gone;
         }
         match WaitingOn::of(envoy, plan.counted(), Some(work)) {

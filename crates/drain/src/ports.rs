@@ -216,6 +216,12 @@ impl Work {
         self.sockets.is_empty() && self.processes.is_empty()
     }
 
+    /// The app's processes were seen and none is left: it exited, and an
+    /// app that exited does not come back.
+    pub fn gone(&self) -> bool {
+        self.processes_seen && self.is_done()
+    }
+
     /// How many things the app still holds.
     pub fn count(&self) -> u64 {
         (self.sockets.len() + self.processes.len()) as u64

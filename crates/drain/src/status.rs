@@ -380,11 +380,7 @@ impl fmt::Display for WaitingOn {
     }
 }
 
-impl Serialize for WaitingOn {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
+lifeguard_base::serialize_as_display!(WaitingOn);
 
 /// What the policy has left at a read.
 #[derive(Debug, Clone, PartialEq, Eq)]

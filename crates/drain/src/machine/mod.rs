@@ -370,9 +370,8 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             let now = Instant::now();
             let envoy_now = self.take_envoy_read(envoy_read, read_timeout, now, &mut seen)?;
             let app_now = self.take_app_read(app_read, now, &mut seen);
-            // The app's processes seen, none left: an app that exited does
-            // not come back, so no quiet period is waited out for it.
-            let app_gone = self.watch_app && app_now.as_ref().is_some_and(|w| w.processes_seen && w.is_done());
+            // An app gone does not come back: no quiet period is waited out for it.
+            let app_gone = self.watch_app && app_now.as_ref().is_some_and(|w| w.gone());
             // The count the policy counts, read now (None: unknown now).
             let count_now = match (envoy_now, &app_now) {
                 (Some(n), Some(work)) => {

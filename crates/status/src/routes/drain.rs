@@ -4,6 +4,8 @@
 //! `GET /drain/stopped` (Envoy's own container's, until lifeguard has
 //! stopped Envoy).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use hyper::header::{HeaderMap, CONTENT_TYPE};
 use hyper::{Method, Request, StatusCode};
@@ -100,18 +102,14 @@ impl DrainStopped {
         let mut status = self.drain.watch();
         ResponseFuture::waiting(async move {
             let stopped = status.wait_for(|s| s.phase == lifeguard_drain::Phase::Stopped);
-            let line = match timeout {
-                Some(timeout) => match tokio::time::timeout(timeout, stopped).await {
-                    Ok(_) => None,
-                    Err(_) => Some(format!(
-                        "Envoy NOT stopped yet, stopped waiting at the {} timeout\n",
-                        lifeguard_base::duration::GoDuration(timeout)
-                    )),
-                },
-                None => {
-                    let _ = stopped.await;
-                    None
-                }
+            // No timeout: until Envoy stops (the hook's own bound applies).
+            let bound = timeout.unwrap_or(Duration::MAX);
+            let line = match tokio::time::timeout(bound, stopped).await {
+                Ok(_) => None,
+                Err(_) => Some(format!(
+                    "Envoy NOT stopped yet, stopped waiting at the {} timeout\n",
+                    lifeguard_base::duration::GoDuration(bound)
+                )),
             };
             drop(held);
             let line = line.unwrap_or_else(|| {
