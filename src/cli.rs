@@ -98,11 +98,16 @@ pub fn check_report(plan: &Plan, effective: &[Effective]) -> usize {
     for renamed in &plan.renamed_keys {
         eprintln!("lifeguard check: {renamed}");
     }
+    println!("{:width$} = {}", "the kubelet, terminating", plan.drain.kubelet_rule());
     let mut warnings = plan.drain.warnings();
-    for (fits, words) in plan.drain_wait.declared_budgets(plan.drain.drain_until()) {
-        match fits {
-            true => println!("{words}"),
-            false => warnings.push(words),
+    // Each way a node gets its traffic, what it needs of the grace period:
+    // held to when its settings were set, said when assumed.
+    println!("load balancers that check the pod: learned from their probes while lifeguard runs (GET /drain: drain_wait.budget)");
+    for way in plan.drain_wait.way_budgets(plan.drain.drain_until()) {
+        match (way.fits, way.declared) {
+            (true, _) => println!("{}", way.words),
+            (false, false) => println!("note (assumed, not held to): {}", way.words),
+            (false, true) => warnings.push(way.words),
         }
     }
     for w in &warnings {

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use lifeguard::drain::DrainUntil;
-use lifeguard::drain::{Kubelet, KubeletAnswer, Phase, Signal, Status, Trigger};
+use lifeguard::drain::{Kubelet, KubeletAnswer, NotServingBecause, Phase, Signal, Status, Trigger};
 use lifeguard::drain_wait::budget::Budget;
 use lifeguard::drain_wait::checkers::NotCountedReport;
 use lifeguard::drain_wait::rule::{CheckerReport, CheckerState};
@@ -67,7 +67,9 @@ fn exported() -> BTreeSet<String> {
     status.left_at_stop = Some(2);
     status.kubelet = Some(Kubelet {
         answer: KubeletAnswer::FollowsEnvoy,
+        serving_for_seconds: Some(31.0),
         not_serving_after_seconds: Some(27.5),
+        not_serving_because: Some(NotServingBecause::EnvoyStopping),
         ready_probes: 5,
         not_ready_probes: 1,
         last_ready_after_seconds: Some(25.0),
@@ -93,6 +95,7 @@ fn exported() -> BTreeSet<String> {
         bound_seconds: 23.0,
         requests_per_second_before_drain: Some(2.0),
         quiet_period_seconds: Some(3.45),
+        sparse_traffic: None,
         inbound_listeners: None,
         envoy_health_checks: lifeguard::drain_wait::HealthChecks::Passing,
         checkers: vec![checker],

@@ -211,12 +211,25 @@ fn kubelet_probe(addr: std::net::SocketAddr) -> std::io::Result<(u16, String)> {
 /// The pod terminates (SIGTERM): the kubelet, through Envoy's 15021 as it
 /// probes and on 15020, is answered 200 while Envoy accepts new
 /// connections, which it does (a new connection to the inbound listener
-/// is served); a load balancer 503 from the first moment. Once Envoy
-/// stops, the exit summary says how the kubelet was answered and when
-/// that changed.
+/// is served); a load balancer 503 from the first moment. Once the node's
+/// load balancers have had their time (declared here: every 2 s, out
+/// after 1, and kube-proxy's second), the kubelet is answered 503 too, so
+/// that announcers withdraw the node, while Envoy still serves until the
+/// traffic has been quiet (6 s, the quiet period set). Once Envoy stops,
+/// the exit summary says how the kubelet was answered, when that changed
+/// and why.
 #[test]
 fn while_the_pod_terminates_the_kubelet_is_answered_as_envoy_is_and_load_balancers_get_503() {
-    let mut pod = Pod::start(Agent::builder().args(&["--drain-until", "time", "--termination-drain-duration", "3s"]));
+    let mut pod = Pod::start(Agent::builder().args(&[
+        "--drain-until",
+        "time",
+        "--termination-drain-duration",
+        "3s",
+        "--load-balancer-checks",
+        "2sx1",
+        "--drain-wait-min-quiet-period",
+        "6s",
+    ]));
     let sent = pod.sigterm();
     wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
     for addr in [pod.ports.status_listener.addr(), pod.ports.agent.addr()] {
@@ -237,8 +250,24 @@ fn while_the_pod_terminates_the_kubelet_is_answered_as_envoy_is_and_load_balance
     let drain: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(drain["trigger"], "SIGTERM");
     assert_eq!(drain["kubelet"]["answer"], "follows_envoy", "{body}");
+    assert_eq!(drain["kubelet"]["serving_for_seconds"], 3.0, "{body}");
     assert!(drain["kubelet"]["ready_probes"].as_u64() >= Some(2), "{body}");
-    assert!(drain["kubelet"]["not_serving_after_seconds"].is_null(), "{body}");
+    // The node's load balancers' time is over: the kubelet's 503, Envoy
+    // still serving.
+    let body = wait_for("the kubelet's 503", Duration::from_secs(5), || {
+        match kubelet_probe(pod.ports.status_listener.addr()) {
+            Ok((503, body)) => Ok(body),
+            other => Err(other),
+        }
+    });
+    assert!(
+        body.starts_with("not ready: the pod terminates and the node's load balancers have had their time"),
+        "{body}"
+    );
+    assert_eq!(
+        get(pod.ports.inbound.addr(), "/delay/0").unwrap(),
+        (200, "done\n".into())
+    );
     assert_eq!(
         pod.agent.exit_code(Duration::from_secs(15)),
         0,
@@ -252,8 +281,14 @@ fn while_the_pod_terminates_the_kubelet_is_answered_as_envoy_is_and_load_balance
         .find(|l| l.contains("lifeguard exiting"))
         .expect("the exit summary");
     assert!(
-        summary.contains(r#"kubelet="{\"answer\":\"follows_envoy\",\"not_serving_after_seconds\":3"#),
+        summary.contains(
+            r#"kubelet="{\"answer\":\"follows_envoy\",\"serving_for_seconds\":3.0,\"not_serving_after_seconds\":3.0,\"not_serving_because\":\"node_load_balancers_time\""#
+        ),
         "{summary}"
+    );
+    assert!(
+        out.contains("the kubelet is answered 503 from now, 3s into the drain"),
+        "{out}"
     );
 }
 

@@ -3,7 +3,8 @@
 //! allocation of this process, for the kubelet's probe and a load
 //! balancer's (recorded against its checker), Envoy ready or not, outside
 //! a drain, while the pod terminates (the kubelet answered as Envoy is,
-//! its answers recorded) and in an operator's drain. A probe that starts
+//! its answers recorded; then its window over) and in an operator's
+//! drain. A probe that starts
 //! allocating fails here (the figure is also printed by
 //! `cargo bench --bench probe`, with the timings).
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 use common::alloc::{per_call, ready_now};
 use hyper::header::{HeaderValue, ACCEPT, HOST, USER_AGENT};
 use hyper::{Request, Uri};
-use lifeguard::drain::{Drain, KubeletAnswer, Phase, PhaseCell, Plan};
+use lifeguard::drain::{Drain, KubeletAnswer, NotServingBecause, Phase, PhaseCell, Plan};
 use lifeguard::drain_wait::{Checkers, DrainWait, DrainWaitPlan};
 use lifeguard::envoy::admin::AdminClient;
 use lifeguard::envoy::process::Envoy;
@@ -69,24 +70,40 @@ fn the_probe_allocates_nothing_for_the_kubelet_or_a_load_balancer_in_any_phase()
         .metrics(&metrics, scraper)
         .service()
         .for_peer("127.0.0.1:40000".parse().unwrap());
+    // The kubelet's window closes for good: its case comes last.
     let phases = [
-        ("serving", Phase::Serving, None),
-        ("terminating", Phase::Draining, Some(KubeletAnswer::FollowsEnvoy)),
+        ("serving", Phase::Serving, None, false),
+        ("terminating", Phase::Draining, Some(KubeletAnswer::FollowsEnvoy), false),
         (
             "terminating, Envoy stopping",
             Phase::Stopping,
             Some(KubeletAnswer::FollowsEnvoy),
+            false,
         ),
-        ("an operator's drain", Phase::Draining, Some(KubeletAnswer::NotServing)),
+        (
+            "an operator's drain",
+            Phase::Draining,
+            Some(KubeletAnswer::NotServing),
+            false,
+        ),
+        (
+            "terminating, the kubelet's window over",
+            Phase::Draining,
+            Some(KubeletAnswer::FollowsEnvoy),
+            true,
+        ),
     ];
     let mut failures = Vec::new();
-    for ready in [true, false] {
-        readiness.store(match ready {
-            true => Verdict::ready(Instant::now()),
-            false => Verdict::not_ready("server.state is 3 (INITIALIZING), not 0 (LIVE)", Instant::now()),
-        });
-        for (name, phase, kubelet) in phases {
-            cell.set(phase, kubelet);
+    for (name, phase, kubelet, window_over) in phases {
+        cell.set(phase, kubelet);
+        if window_over {
+            cell.kubelet_window_ends(Instant::now(), NotServingBecause::NodeLoadBalancersTime);
+        }
+        for ready in [true, false] {
+            readiness.store(match ready {
+                true => Verdict::ready(Instant::now()),
+                false => Verdict::not_ready("server.state is 3 (INITIALIZING), not 0 (LIVE)", Instant::now()),
+            });
             for agent in ["kube-probe/1.34", "ELB-HealthChecker/2.0"] {
                 let (allocations, status) = per_probe(&mut svc, agent);
                 eprintln!("{agent}, ready {ready}, {name}: {status}, {allocations} heap allocations a probe");

@@ -338,10 +338,11 @@ fn log_start(plan: &Plan, local: std::net::SocketAddr, drain_until: DrainUntil, 
         loopback_control = plan.status.access.loopback,
         "lifeguard listening"
     );
-    for (fits, words) in plan.drain_wait.declared_budgets(drain_until) {
-        match fits {
-            true => tracing::info!("{words}"),
-            false => tracing::warn!("{words}"),
+    tracing::info!("the kubelet, while the pod terminates: {}", plan.drain.kubelet_rule());
+    for way in plan.drain_wait.way_budgets(drain_until) {
+        match way.fits || !way.declared {
+            true => tracing::info!("{}", way.words),
+            false => tracing::warn!("{}", way.words),
         }
     }
 }

@@ -293,14 +293,18 @@ impl Settings {
                 }
             }
         }
-        let drain = self.drain.plan(self.envoy.reads()).map_err(refused(named))?;
+        let drain = self
+            .drain
+            .plan(self.envoy.reads(), self.drain_wait.node_checks())
+            .map_err(refused(named))?;
+        let drain_wait = self.drain_wait.plan(&drain).map_err(refused(named))?;
         let status = self.status.plan().map_err(refused(named))?;
         let (status_port, admin_port) = (self.status.status_addr.port(), self.envoy.admin_url.port());
         let metrics = self.metrics.plan(status_port, admin_port).map_err(refused(named))?;
         Ok(Plan {
             log: self.log.clone(),
             envoy: self.envoy.plan(drain.grace()),
-            drain_wait: self.drain_wait.plan(&drain),
+            drain_wait,
             drain,
             status,
             metrics,

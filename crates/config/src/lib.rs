@@ -239,7 +239,7 @@ pub(crate) mod tests {
         assert_eq!(s.settings.log.log, "info");
         assert!(s.settings.metrics.merge_envoy_metrics && !s.settings.drain.exit_on_zero_active_connections);
         assert_eq!(s.plan.envoy.stale_after, Duration::from_secs(4));
-        assert_eq!(eff.len(), 36);
+        assert_eq!(eff.len(), 38);
         assert_eq!(
             (
                 s.settings.drain_wait.unhealthy_threshold,

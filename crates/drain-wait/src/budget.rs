@@ -25,11 +25,7 @@ use super::DrainWaitPlan;
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::grace::Grace;
 use lifeguard_drain::DrainUntil;
-
-/// How late a load balancer, or kube-proxy (for one that checks the
-/// node), learns of the pod's deletion: allowed for a declared load
-/// balancer's checks.
-pub const DECLARED_LAG: Duration = Duration::from_secs(1);
+use lifeguard_drain::KUBE_PROXY_LAG;
 
 /// The slowest learned checker against the grace period (`GET /drain`'s
 /// `drain_wait.budget`).
@@ -156,87 +152,190 @@ pub(crate) fn assumed_quiet(plan: &DrainWaitPlan, policy: DrainUntil) -> Duratio
         arrived: 60,
         over: Duration::from_secs(60),
     };
-    quiet_period(Some(one_a_second), plan.min_quiet_period, plan.bound_under(policy))
+    quiet_period(Some(one_a_second), plan.min_quiet_period, plan.quiet_ceiling(policy))
 }
 
-/// Each declared load balancer's checks (`--load-balancer-checks`)
-/// against the grace period under the drain's `policy`, with the quiet
-/// period `quiet`.
-pub(crate) fn declared(plan: &DrainWaitPlan, policy: DrainUntil, quiet: Duration) -> Vec<(Checks, Budget)> {
-    plan.load_balancer_checks
-        .iter()
-        .map(|checks| {
-            let needed = plan.fails_after
-                + checks.takes()
-                + DECLARED_LAG
-                + quiet
-                + plan.grace.margin()
-                + plan.app_time_under(policy);
-            let budget = Budget {
-                fits: needed <= plan.grace.period(),
-                checker: format!(
-                    "a load balancer checking every {}, out after {} (--load-balancer-checks)",
-                    GoDuration(checks.interval),
-                    checks.threshold
-                ),
-                checker_takes_seconds: checks.takes().as_secs_f64(),
-                needed_grace_period_seconds: round_up(needed).as_secs_f64(),
-                grace_period_seconds: plan.grace.period().as_secs_f64(),
-                needed_checker_timeout_seconds: None,
-            };
-            (*checks, budget)
-        })
-        .collect()
+/// A way a node gets its traffic that the drain wait cannot see (no probe
+/// of it reaches the pod), weighed against the grace period before any
+/// drain: at start-up, by `lifeguard check`, and at each sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WayBudget {
+    /// The way, e.g. `a load balancer checking the node every 10s, out
+    /// after 3 (--load-balancer-checks)`.
+    pub way: String,
+    /// The grace period it needs, up to a whole second.
+    pub needed: Duration,
+    pub fits: bool,
+    /// Whether the settings it is made of were set (not assumed): then it
+    /// holds the pod to it (`lifeguard check` exits 1, start-up warns
+    /// when it does not fit).
+    pub declared: bool,
+    /// Its own time, before the quiet period: how long until its traffic
+    /// stops.
+    pub takes: Duration,
+    /// What it needs, of what, against the grace period.
+    pub words: String,
 }
 
-/// The words for a declared load balancer's budget: what it needs, of
-/// what, against the grace period.
-pub(crate) fn declared_words(
-    plan: &DrainWaitPlan,
-    policy: DrainUntil,
-    (quiet, of): (Duration, &str),
-    budget: &Budget,
-) -> String {
+/// The kubelet's readiness probe assumed when `--kubelet-probe` is not
+/// set: Kubernetes' defaults (periodSeconds 10, failureThreshold 3).
+pub const KUBELET_PROBE_DEFAULT: Checks = Checks {
+    interval: Duration::from_secs(10),
+    threshold: 3,
+};
+
+/// The end of a way's words: the quiet period, the margin, the app's
+/// time, against the grace period, and what comes when it does not fit.
+fn tail(plan: &DrainWaitPlan, policy: DrainUntil, (quiet, of): (Duration, &str), needed: Duration) -> String {
     let app = plan.app_time_under(policy);
     let app = match app.is_zero() {
         true => String::new(),
         false => format!(" + the app's {}", GoDuration(app)),
     };
-    let delay = match plan.fails_after.is_zero() {
-        true => String::new(),
-        false => format!("the {} readiness-fail delay + ", GoDuration(plan.fails_after)),
-    };
     format!(
-        "{} needs a grace period of {}s ({delay}{} + {} for the change to reach it + the {} quiet period{of} + the {} shutdown margin{app}), and the pod's is {}{}",
-        budget.checker,
-        budget.needed_grace_period_seconds,
-        GoDuration(ms(Duration::from_secs_f64(budget.checker_takes_seconds))),
-        GoDuration(DECLARED_LAG),
+        " + the {} quiet period{of} + the {} shutdown margin{app}), and the pod's is {}{}",
         GoDuration(ms(quiet)),
         GoDuration(plan.grace.margin()),
         GoDuration(plan.grace.period()),
-        match budget.fits {
+        match needed <= plan.grace.period() {
             true => ": it fits",
             false => ": set terminationGracePeriodSeconds to at least that, or requests it still sends are lost",
         }
     )
 }
 
+/// Each load balancer that checks the node (declared, or the one assumed
+/// when none is), under the drain's `policy`, with the quiet period
+/// `quiet` (`of` what).
+pub(crate) fn node_checked(plan: &DrainWaitPlan, policy: DrainUntil, quiet: (Duration, &str)) -> Vec<WayBudget> {
+    let declared = !plan.node_checks.declared().is_empty();
+    let all = match declared {
+        true => plan.node_checks.declared().to_vec(),
+        false => vec![lifeguard_drain::NodeChecks::ASSUMED],
+    };
+    all.iter()
+        .map(|checks| {
+            let way = format!(
+                "a load balancer checking the node every {}, out after {} ({})",
+                GoDuration(checks.interval),
+                checks.threshold,
+                match declared {
+                    true => "--load-balancer-checks",
+                    false => "assumed: --load-balancer-checks not set",
+                }
+            );
+            let needed = round_up(
+                plan.fails_after
+                    + checks.takes()
+                    + KUBE_PROXY_LAG
+                    + quiet.0
+                    + plan.grace.margin()
+                    + plan.app_time_under(policy),
+            );
+            if !plan.kubelet_served {
+                return WayBudget {
+                    words: format!(
+                        "{way}: the kubelet is answered 503 from the drain's start (--terminating-readiness failing), \
+                         so the node drops what the load balancer still sends once the kubelet has seen its \
+                         failures, before the load balancer lets the node go: set --terminating-readiness serving"
+                    ),
+                    way,
+                    needed,
+                    fits: false,
+                    declared,
+                    takes: checks.takes(),
+                };
+            }
+            let delay = match plan.fails_after.is_zero() {
+                true => String::new(),
+                false => format!("the {} readiness-fail delay + ", GoDuration(plan.fails_after)),
+            };
+            let words = format!(
+                "{way} needs a grace period of {}s ({delay}{} + {} for the change to reach it{}",
+                needed.as_secs(),
+                GoDuration(checks.takes()),
+                GoDuration(KUBE_PROXY_LAG),
+                tail(plan, policy, quiet, needed)
+            );
+            WayBudget {
+                fits: needed <= plan.grace.period(),
+                way,
+                needed,
+                declared,
+                takes: checks.takes(),
+                words,
+            }
+        })
+        .collect()
+}
+
+/// An announcer that follows the EndpointSlice (MetalLB): it withdraws
+/// the node once the kubelet's answer has turned 503 (after the node's
+/// load balancers' time, or at once with `--terminating-readiness
+/// failing`) and the kubelet has seen its failure threshold.
+pub(crate) fn announced(plan: &DrainWaitPlan, policy: DrainUntil, quiet: (Duration, &str)) -> WayBudget {
+    let probe = plan.kubelet_probe.unwrap_or(KUBELET_PROBE_DEFAULT);
+    let serving_for = match plan.kubelet_served {
+        true => plan.node_checks.serving_for(),
+        false => Duration::ZERO,
+    };
+    let needed = round_up(
+        serving_for + probe.takes() + KUBE_PROXY_LAG + quiet.0 + plan.grace.margin() + plan.app_time_under(policy),
+    );
+    let told = match plan.kubelet_served {
+        true => format!(
+            "the kubelet told the pod serves for {} (the node's load balancers' time)",
+            GoDuration(serving_for)
+        ),
+        false => "the kubelet told 503 at once (--terminating-readiness failing)".to_owned(),
+    };
+    let source = match plan.kubelet_probe {
+        Some(_) => "--kubelet-probe",
+        None => "assumed: Kubernetes' defaults, --kubelet-probe not set",
+    };
+    let words = format!(
+        "an announcer that follows the EndpointSlice (MetalLB) needs a grace period of {}s ({told} + {} failed \
+         probes of the kubelet every {} ({source}) + {} for the change to reach it{}",
+        needed.as_secs(),
+        probe.threshold,
+        GoDuration(probe.interval),
+        GoDuration(KUBE_PROXY_LAG),
+        tail(plan, policy, quiet, needed)
+    );
+    WayBudget {
+        way: "an announcer that follows the EndpointSlice (MetalLB)".to_owned(),
+        needed,
+        fits: needed <= plan.grace.period(),
+        declared: plan.kubelet_probe.is_some(),
+        takes: serving_for + probe.takes(),
+        words,
+    }
+}
+
+impl WayBudget {
+    /// The budget `GET /drain` shows for a declared way.
+    pub(crate) fn budget(&self, grace: Grace) -> Budget {
+        Budget {
+            fits: self.fits,
+            checker: self.way.clone(),
+            checker_takes_seconds: self.takes.as_secs_f64(),
+            needed_grace_period_seconds: self.needed.as_secs_f64(),
+            grace_period_seconds: grace.period().as_secs_f64(),
+            needed_checker_timeout_seconds: None,
+        }
+    }
+}
+
 impl DrainWaitPlan {
-    /// What `lifeguard check` and start-up say of each declared load
-    /// balancer's checks under the drain's `policy`, the quiet period
-    /// assumed (one request a second's): whether it fits, and the words.
-    pub fn declared_budgets(&self, policy: DrainUntil) -> Vec<(bool, String)> {
-        let quiet = assumed_quiet(self, policy);
-        declared(self, policy, quiet)
-            .iter()
-            .map(|(_, b)| {
-                (
-                    b.fits,
-                    declared_words(self, policy, (quiet, " of a request a second"), b),
-                )
-            })
-            .collect()
+    /// What `lifeguard check` and start-up say of each way a node gets its
+    /// traffic that the drain wait cannot see (a load balancer that checks
+    /// the node; an announcer), under the drain's `policy`, the quiet
+    /// period assumed (one request a second's).
+    pub fn way_budgets(&self, policy: DrainUntil) -> Vec<WayBudget> {
+        let quiet = (assumed_quiet(self, policy), " of a request a second");
+        let mut ways = node_checked(self, policy, quiet);
+        ways.push(announced(self, policy, quiet));
+        ways
     }
 }
 
@@ -245,6 +344,7 @@ mod tests {
     use super::*;
     use crate::checkers::Checkers;
     use http::header::{HeaderMap, HeaderValue, USER_AGENT};
+    use lifeguard_drain::NodeChecks;
 
     fn needs(grace: u64) -> Needs {
         Needs {
@@ -350,13 +450,6 @@ mod tests {
     #[test]
     fn a_declared_load_balancers_checks_are_weighed_against_the_grace_period() {
         use crate::settings::checks;
-        assert_eq!(
-            checks::parse("10sx3").unwrap(),
-            Checks {
-                interval: Duration::from_secs(10),
-                threshold: 3
-            }
-        );
         for same in ["10s x 3", "10s*3", "10s×3"] {
             assert_eq!(checks::parse(same).unwrap(), checks::parse("10sx3").unwrap(), "{same}");
         }
@@ -365,25 +458,59 @@ mod tests {
         }
         let mut plan = DrainWaitPlan::for_tests();
         plan.grace = Grace::new(Duration::from_secs(60), Duration::from_secs(2)).unwrap();
-        plan.load_balancer_checks = vec![checks::parse("10sx3").unwrap(), checks::parse("20sx3").unwrap()];
-        let quiet = Duration::from_secs(5);
-        let budgets = declared(&plan, DrainUntil::OutOfRotation, quiet);
+        plan.node_checks = NodeChecks::new(vec![checks::parse("10sx3").unwrap(), checks::parse("20sx3").unwrap()]);
+        let quiet = (Duration::from_secs(5), "");
+        let budgets = node_checked(&plan, DrainUntil::OutOfRotation, quiet);
         // 30 + 1 + 5 + 2 = 38 s fits 60 s; 60 + 1 + 5 + 2 = 68 s does not.
-        assert_eq!(budgets[0].1.needed_grace_period_seconds, 38.0);
-        assert!(budgets[0].1.fits);
-        assert_eq!(budgets[1].1.needed_grace_period_seconds, 68.0);
-        assert!(!budgets[1].1.fits);
+        assert_eq!(budgets[0].needed, Duration::from_secs(38));
+        assert!(budgets[0].fits && budgets[0].declared);
+        assert_eq!(budgets[1].needed, Duration::from_secs(68));
+        assert!(!budgets[1].fits);
         // A sidecar's keeps the app's time too.
         assert_eq!(
-            declared(&plan, DrainUntil::AppExit, quiet)[0]
-                .1
-                .needed_grace_period_seconds,
-            43.0
+            node_checked(&plan, DrainUntil::AppExit, quiet)[0].needed,
+            Duration::from_secs(43)
         );
-        let said = plan.declared_budgets(DrainUntil::OutOfRotation);
+        let said = plan.way_budgets(DrainUntil::OutOfRotation);
         assert!(
-            said[1].1.contains("needs a grace period of 70s") && !said[1].0,
+            said[1].words.contains("needs a grace period of 70s") && !said[1].fits,
             "{said:?}"
         );
+        // With the older rule the node drops what its load balancer still
+        // sends: a declared one does not fit, whatever the grace period.
+        plan.kubelet_served = false;
+        let failing = node_checked(&plan, DrainUntil::OutOfRotation, quiet);
+        assert!(!failing[0].fits && failing[0].words.contains("--terminating-readiness serving"));
+    }
+
+    /// Issue #51: an announcer withdraws the node once the kubelet's
+    /// window is over and the kubelet has seen its failure threshold; the
+    /// assumed numbers are said, not held to.
+    #[test]
+    fn an_announcer_needs_the_kubelets_window_and_its_failures() {
+        let mut plan = DrainWaitPlan::for_tests();
+        plan.grace = Grace::new(Duration::from_secs(90), Duration::from_secs(2)).unwrap();
+        let quiet = (Duration::from_millis(500), "");
+        // 31 s (10sx3 assumed, and 1 s) + 30 s (10sx3, the kubelet's
+        // defaults) + 1 s + 0.5 s + 2 s = 64.5 s, up to 65 s.
+        let way = announced(&plan, DrainUntil::OutOfRotation, quiet);
+        assert_eq!(way.needed, Duration::from_secs(65));
+        assert!(way.fits && !way.declared, "{way:?}");
+        assert!(
+            way.words.contains("for 31s") && way.words.contains("assumed"),
+            "{}",
+            way.words
+        );
+        plan.kubelet_probe = Some("5sx3".parse().unwrap());
+        plan.grace = Grace::new(Duration::from_secs(45), Duration::from_secs(2)).unwrap();
+        let way = announced(&plan, DrainUntil::OutOfRotation, quiet);
+        assert_eq!(way.needed, Duration::from_secs(50), "31 + 15 + 1 + 0.5 + 2");
+        assert!(!way.fits && way.declared);
+        // The older rule: the kubelet told 503 at once, the node withdrawn
+        // after its failures alone.
+        plan.kubelet_served = false;
+        let way = announced(&plan, DrainUntil::OutOfRotation, quiet);
+        assert_eq!(way.needed, Duration::from_secs(19), "15 + 1 + 0.5 + 2");
+        assert!(way.fits);
     }
 }

@@ -17,7 +17,7 @@ use super::waiting::{HealthChecks, WaitingOn};
 use super::DrainWaitPlan;
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::peer::PeerKey;
-use lifeguard_drain::{Rotation, Verdict};
+use lifeguard_drain::{Held, Rotation, Verdict};
 
 /// Where the wait stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -46,10 +46,15 @@ pub struct DrainWaitStatus {
     pub checker_timeout_seconds: f64,
     /// The wait never lasts longer: the drain's deadline less the app's time.
     pub bound_seconds: f64,
-    /// New requests a second on the inbound listeners before the drain.
+    /// New requests a second on the inbound listeners before the drain
+    /// (before it, the rate so far).
     pub requests_per_second_before_drain: Option<f64>,
-    /// The quiet period this drain waits for, derived from that rate.
+    /// The quiet period this drain waits for, derived from that rate
+    /// (before it, the one a drain would wait for now).
     pub quiet_period_seconds: Option<f64>,
+    /// When the traffic is so sparse that a drain waits its bound for it
+    /// to be quiet: the rate, and which setting shortens it at what risk.
+    pub sparse_traffic: Option<String>,
     /// The listeners whose new requests count, in words.
     pub inbound_listeners: Option<String>,
     /// Whether Envoy fails the checks its `health_check` filter recognises
@@ -91,6 +96,7 @@ impl DrainWaitStatus {
             bound_seconds: plan.bound().as_secs_f64(),
             requests_per_second_before_drain: None,
             quiet_period_seconds: None,
+            sparse_traffic: None,
             inbound_listeners: None,
             envoy_health_checks: HealthChecks::Passing,
             checkers: Vec::new(),
@@ -348,15 +354,14 @@ impl Rotation for DrainWait {
         loop {
             {
                 let status = rx.borrow_and_update();
-                let waiting = || words(status.waiting_on.as_ref());
                 match status.state {
                     WaitState::Out => return Verdict::Out(status.conclusion.clone().unwrap_or_default()),
-                    WaitState::Bound | WaitState::Stopped => return Verdict::NotOut(waiting()),
+                    WaitState::Bound | WaitState::Stopped => return Verdict::NotOut(held(status.waiting_on.as_ref())),
                     WaitState::NotStarted | WaitState::Waiting => {}
                 }
             }
             if rx.changed().await.is_err() {
-                return Verdict::NotOut("the drain wait, which has ended".into());
+                return Verdict::NotOut(Held::Other("the drain wait, which has ended".into()));
             }
         }
     }
@@ -372,6 +377,17 @@ impl Rotation for DrainWait {
 /// What the wait waited for, in words (empty: nothing).
 fn words(waiting: Option<&WaitingOn>) -> String {
     waiting.map(ToString::to_string).unwrap_or_default()
+}
+
+/// What the wait still waited for when it ended without the verdict: who
+/// held it, in words.
+fn held(waiting: Option<&WaitingOn>) -> Held {
+    let words = words(waiting);
+    match waiting {
+        Some(WaitingOn::Checkers { .. } | WaitingOn::Unfollowed { .. }) => Held::Checkers(words),
+        Some(WaitingOn::Quiet { .. }) => Held::Traffic(words),
+        Some(WaitingOn::DrainToBegin | WaitingOn::ReadinessToFail) | None => Held::Other(words),
+    }
 }
 
 #[cfg(test)]

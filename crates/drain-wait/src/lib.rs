@@ -57,7 +57,7 @@ use lifeguard_drain::{ControlError, DrainUntil};
 
 pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, RemoteWait, WaitEnd, WaitState, WaitWhy};
-pub use settings::{checks, range, threshold, Checks, Settings, ValueError};
+pub use settings::{checks, range, threshold, Checks, PlanError, Settings, ValueError};
 pub use task::run;
 pub use waiting::{HealthChecks, Pending, WaitingOn};
 
@@ -170,9 +170,18 @@ pub struct DrainWaitPlan {
     /// wait never outlasts the deadline less `app_time`, counted from the
     /// drain's start or from the hook's arrival, whichever is first.
     pub app_time: Duration,
-    /// The load balancers' checks as configured (`--load-balancer-checks`),
-    /// for the budget: those the drain wait cannot learn (the node's).
-    pub load_balancer_checks: Vec<Checks>,
+    /// The load balancers that check the node (`--load-balancer-checks`,
+    /// or assumed), the drain's: for the budget of each way a node gets
+    /// its traffic, which the drain wait cannot learn.
+    pub node_checks: lifeguard_drain::NodeChecks,
+    /// The kubelet's readiness probe as declared (`--kubelet-probe`; None:
+    /// Kubernetes' defaults assumed), for the announcers' budget.
+    pub kubelet_probe: Option<Checks>,
+    /// Whether the kubelet is told a terminating pod serves
+    /// (`--terminating-readiness serving`).
+    pub kubelet_served: bool,
+    /// The longest quiet period (None: the wait's bound).
+    pub max_quiet_period: Option<Duration>,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -182,7 +191,9 @@ impl DrainWaitPlan {
     /// grace period less a 2 s margin, 5 s for the app).
     pub fn for_tests() -> DrainWaitPlan {
         let settings: Settings = lifeguard_base::settings::defaults();
-        settings.plan(&lifeguard_drain::Plan::for_status_tests())
+        settings
+            .plan(&lifeguard_drain::Plan::for_status_tests())
+            .expect("the defaults hold")
     }
 }
 
@@ -204,5 +215,12 @@ impl DrainWaitPlan {
     /// The wait's bound under the drain's `policy`.
     pub(crate) fn bound_under(&self, policy: DrainUntil) -> Duration {
         self.grace.deadline().saturating_sub(self.app_time_under(policy))
+    }
+
+    /// The longest quiet period under the drain's `policy`: the wait's
+    /// bound, or `--drain-wait-max-quiet-period` when shorter.
+    pub(crate) fn quiet_ceiling(&self, policy: DrainUntil) -> Duration {
+        let bound = self.bound_under(policy);
+        self.max_quiet_period.map_or(bound, |max| max.min(bound))
     }
 }

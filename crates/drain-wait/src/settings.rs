@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use clap::Args;
 use ipnet::IpNet;
+use lifeguard_base::duration::GoDuration;
 use lifeguard_base::settings::{positive, span};
+pub use lifeguard_drain::Checks;
+use lifeguard_drain::NodeChecks;
 use serde::Serialize;
 
 use crate::DrainWaitPlan;
@@ -20,6 +23,8 @@ pub enum ValueError {
     NotAThreshold,
     #[error("expected a load balancer's checks as INTERVALxTHRESHOLD, for example 10sx3 (every 10 s, out after 3 failures in a row)")]
     NotAChecks,
+    #[error("expected the kubelet's readiness probe as PERIODxFAILURE_THRESHOLD, for example 5sx3 (periodSeconds 5, failureThreshold 3)")]
+    NotAProbe,
 }
 
 /// The drain wait's settings. In the file: the section `[drain_wait]`, a key a field
@@ -67,41 +72,49 @@ pub struct Settings {
     #[serde(serialize_with = "span::serialize")]
     pub app_time: Duration,
 
-    /// The health checks of the load balancers in front of the pod, as they
-    /// are configured, each INTERVALxTHRESHOLD (10sx3: every 10 s, out
-    /// after 3 failures in a row), comma-separated: `lifeguard check` and
-    /// start-up say whether the grace period covers each (its interval x
-    /// threshold, a second for the change to reach it, the quiet period
-    /// and the shutdown margin). For a load balancer that checks the node
-    /// (externalTrafficPolicy: Local), which the drain wait cannot learn.
+    /// The health checks of the load balancers that check the node
+    /// (externalTrafficPolicy: Local: an NLB with instance targets, GKE's
+    /// L4, HAProxy in front of NodePorts), as they are configured, each
+    /// INTERVALxTHRESHOLD (10sx3: every 10 s, out after 3 failures in a
+    /// row), comma-separated. While the pod terminates, the kubelet is
+    /// told it serves for the slowest one's interval x threshold and a
+    /// second (10sx3 assumed when not set: the common clouds'), so that
+    /// kube-proxy sends the node's traffic to it until the load balancer
+    /// has let the node go, then 503, so that announcers (MetalLB)
+    /// withdraw the node. `lifeguard check` and start-up say whether the
+    /// grace period covers each (its interval x threshold, a second for
+    /// the change to reach it, the quiet period and the shutdown margin).
     #[arg(long = "load-balancer-checks", env = "LIFEGUARD_LOAD_BALANCER_CHECKS", value_name = "INTERVALxTHRESHOLD", value_delimiter = ',', value_parser = checks::parse)]
     #[serde(serialize_with = "checks::serialize_all")]
     pub load_balancer_checks: Vec<Checks>,
+
+    /// The kubelet's readinessProbe of this container as the pod spec sets
+    /// it, periodSeconds x failureThreshold (Kubernetes' defaults, 10sx3,
+    /// when not set): an announcer that follows the EndpointSlice
+    /// (MetalLB) withdraws the node only once the kubelet has seen that
+    /// many failed probes, which `lifeguard check` and start-up weigh
+    /// against the grace period (set, they hold the pod to it).
+    #[arg(long = "kubelet-probe", env = "LIFEGUARD_KUBELET_PROBE", value_name = "PERIODxTHRESHOLD", value_parser = checks::probe)]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "checks::serialize_one")]
+    pub kubelet_probe: Option<Checks>,
+
+    /// The drain wait: the longest quiet period (not set: the wait's
+    /// bound). At sparse traffic the quiet period that tells a stopped
+    /// trickle from a pause is long (0.5 requests a second: 14 s; 0.3 or
+    /// fewer: the bound); this shortens the drains of such pods, at a
+    /// cost: a gap this long then comes by chance more often than once in
+    /// a thousand, and a load balancer still sending after it loses those
+    /// requests.
+    #[arg(long = "drain-wait-max-quiet-period", env = "LIFEGUARD_DRAIN_WAIT_MAX_QUIET_PERIOD", value_name = "DURATION", value_parser = positive::parse)]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "given_positive")]
+    pub max_quiet_period: Option<Duration>,
 }
 
-/// A load balancer's checks as configured: every `interval`, out after
-/// `threshold` failures in a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Checks {
-    pub interval: Duration,
-    pub threshold: u32,
-}
-
-impl Checks {
-    /// How long it takes to let the pod go once its checks fail.
-    pub fn takes(&self) -> Duration {
-        self.interval.saturating_mul(self.threshold)
-    }
-}
-
-impl std::fmt::Display for Checks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}x{}",
-            lifeguard_base::duration::GoDuration(self.interval),
-            self.threshold
-        )
+/// A duration given, as a user writes it.
+fn given_positive<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => positive::serialize(d, s),
+        None => s.serialize_none(),
     }
 }
 
@@ -110,26 +123,62 @@ pub mod checks {
     use super::*;
 
     pub fn parse(s: &str) -> Result<Checks, ValueError> {
-        let s = s.trim();
-        let (interval, threshold) = ['×', '*', 'x']
-            .into_iter()
-            .find_map(|sep| s.rsplit_once(sep))
-            .ok_or(ValueError::NotAChecks)?;
-        let interval = lifeguard_base::duration::positive(interval.trim()).map_err(|_| ValueError::NotAChecks)?;
-        let threshold = super::threshold::parse(threshold).map_err(|_| ValueError::NotAChecks)?;
-        Ok(Checks { interval, threshold })
+        s.parse().map_err(|_| ValueError::NotAChecks)
+    }
+
+    /// The kubelet's probe, written the same way (`5sx3`).
+    pub fn probe(s: &str) -> Result<Checks, ValueError> {
+        s.parse().map_err(|_| ValueError::NotAProbe)
     }
 
     pub fn serialize_all<S: serde::Serializer>(v: &[Checks], s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(v.iter().map(ToString::to_string))
     }
+
+    pub fn serialize_one<S: serde::Serializer>(v: &Option<Checks>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.collect_str(v),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// A rule across the drain wait's settings that does not hold.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("is shorter than min_quiet_period ({}): the longest quiet period cannot be shorter than the shortest", GoDuration(*.0))]
+    MaxQuietBelowMin(Duration, Duration),
+}
+
+impl lifeguard_base::settings::SettingError for PlanError {
+    fn key(&self) -> &'static str {
+        match self {
+            PlanError::MaxQuietBelowMin(..) => "max_quiet_period",
+        }
+    }
+
+    fn value(&self) -> String {
+        match self {
+            PlanError::MaxQuietBelowMin(_, max) => GoDuration(*max).to_string(),
+        }
+    }
 }
 
 impl Settings {
+    /// The load balancers that check the node, as declared: the drain's
+    /// plan takes them (how long the kubelet is told a terminating pod
+    /// serves).
+    pub fn node_checks(&self) -> NodeChecks {
+        NodeChecks::new(self.load_balancer_checks.clone())
+    }
+
     /// The drain wait's plan, within the drain's.
-    pub fn plan(&self, drain: &lifeguard_drain::Plan) -> DrainWaitPlan {
+    pub fn plan(&self, drain: &lifeguard_drain::Plan) -> Result<DrainWaitPlan, PlanError> {
+        if let Some(max) = self.max_quiet_period.filter(|max| *max < self.min_quiet_period) {
+            return Err(PlanError::MaxQuietBelowMin(self.min_quiet_period, max));
+        }
         let deadline = drain.grace().deadline();
-        DrainWaitPlan {
+        Ok(DrainWaitPlan {
             unhealthy_threshold: self.unhealthy_threshold,
             min_quiet_period: self.min_quiet_period,
             checker_timeout: self.checker_timeout,
@@ -139,8 +188,11 @@ impl Settings {
             // Never more than half the deadline: a short grace period
             // still leaves the wait half of it.
             app_time: self.app_time.min(deadline / 2),
-            load_balancer_checks: self.load_balancer_checks.clone(),
-        }
+            node_checks: drain.node_checks().clone(),
+            kubelet_probe: self.kubelet_probe,
+            kubelet_served: drain.terminating_readiness() == lifeguard_drain::TerminatingReadiness::Serving,
+            max_quiet_period: self.max_quiet_period,
+        })
     }
 }
 

@@ -169,7 +169,7 @@ impl<T: Traffic> Sampler<'_, T> {
         let plan = self.plan;
         let needs = Needs {
             threshold: plan.unhealthy_threshold,
-            quiet: quiet_period(self.history.rate(), plan.min_quiet_period, plan.bound_under(policy)),
+            quiet: quiet_period(self.history.rate(), plan.min_quiet_period, plan.quiet_ceiling(policy)),
             app_time: plan.app_time_under(policy),
             grace: plan.grace,
             checker_timeout: plan.checker_timeout,
@@ -185,26 +185,77 @@ impl<T: Traffic> Sampler<'_, T> {
                 }
             }
         }
-        // The load balancers declared (those that check the node, which no
-        // probe shows), with the quiet period the traffic calls for now.
-        let declared = budget::declared(plan, policy, needs.quiet);
-        for (checks, budget) in &declared {
-            if !budget.fits && !self.budget.declared_warned.contains(checks) {
-                self.budget.declared_warned.push(*checks);
-                tracing::warn!(
-                    "drain wait: {}",
-                    budget::declared_words(plan, policy, (needs.quiet, " of the traffic now"), budget)
-                );
+        // The ways a node gets its traffic that no probe shows (a load
+        // balancer that checks the node; an announcer), with the quiet
+        // period the traffic calls for now: a declared one that does not
+        // fit is said once.
+        let quiet = (needs.quiet, " of the traffic now");
+        let mut ways = budget::node_checked(plan, policy, quiet);
+        ways.push(budget::announced(plan, policy, quiet));
+        ways.retain(|w| w.declared);
+        for way in &ways {
+            if !way.fits && !self.budget.declared_warned.contains(&way.way) {
+                self.budget.declared_warned.push(way.way.clone());
+                tracing::warn!("drain wait: {}", way.words);
             }
         }
+        self.say_sparse_traffic(policy, needs.quiet);
         // The published budget is the one that needs the most.
         let budget = slowest
             .map(|(_, b)| b)
             .into_iter()
-            .chain(declared.into_iter().map(|(_, b)| b))
+            .chain(ways.iter().map(|w| w.budget(plan.grace)))
             .max_by(|a, b| a.needed_grace_period_seconds.total_cmp(&b.needed_grace_period_seconds));
         if self.publish.borrow().budget != budget {
             self.publish.send_modify(|s| s.budget = budget);
+        }
+    }
+
+    /// Sparse traffic makes a drain wait long: the quiet period that tells
+    /// a stopped trickle from a pause reaches the wait's bound. Said once
+    /// each time the traffic becomes so sparse, and published (`GET
+    /// /drain`: `drain_wait.sparse_traffic`), with the quiet period the
+    /// traffic calls for now.
+    fn say_sparse_traffic(&mut self, policy: DrainUntil, quiet: Duration) {
+        let plan = self.plan;
+        let rate = self.history.rate();
+        let bound = plan.bound_under(policy);
+        let uncapped = quiet_period(rate, plan.min_quiet_period, bound);
+        let sparse = match rate {
+            Some(r) if r.arrived > 0 && uncapped >= bound => Some(format!(
+                "{:.2} new requests a second: a drain waits its bound ({}) for the traffic to be quiet, since \
+                 at this rate a shorter gap comes by chance more often than once in a thousand{}",
+                r.per_second,
+                GoDuration(bound),
+                match quiet < bound {
+                    true => format!(
+                        "; --drain-wait-max-quiet-period makes it {} at the most, at the risk of ending the wait \
+                         while a load balancer still sends",
+                        GoDuration(ms(quiet))
+                    ),
+                    false => "; --drain-wait-max-quiet-period shortens it, at the risk of ending the wait while \
+                              a load balancer still sends"
+                        .to_owned(),
+                },
+            )),
+            _ => None,
+        };
+        if sparse.is_some() && !self.budget.sparse_said {
+            tracing::info!("drain wait: {}", sparse.as_deref().unwrap_or_default());
+        }
+        self.budget.sparse_said = sparse.is_some();
+        let rate = rate.map(|r| r.per_second);
+        let quiet = Some(quiet.as_secs_f64());
+        let changed = {
+            let s = self.publish.borrow();
+            s.sparse_traffic != sparse || s.quiet_period_seconds != quiet || s.requests_per_second_before_drain != rate
+        };
+        if changed {
+            self.publish.send_modify(|s| {
+                s.sparse_traffic = sparse;
+                s.quiet_period_seconds = quiet;
+                s.requests_per_second_before_drain = rate;
+            });
         }
     }
 }
@@ -214,8 +265,10 @@ impl<T: Traffic> Sampler<'_, T> {
 struct BudgetWatch {
     /// The checker a warning was logged for.
     warned: Option<CheckerKey>,
-    /// The declared load balancers a warning was logged for.
-    declared_warned: Vec<super::Checks>,
+    /// The declared ways a warning was logged for.
+    declared_warned: Vec<String>,
+    /// Whether the traffic's sparseness was said (until it changes).
+    sparse_said: bool,
 }
 
 /// The task's parts once the drain has begun.
@@ -346,9 +399,18 @@ impl<T: Traffic> Watch<T> {
     /// before it; says so.
     fn first_rule(&self, began: Instant, rate: Option<Rate>, listeners: &str) -> Rule {
         let plan = &self.plan;
-        let bound = plan.bound_under(self.drain.borrow().policy);
-        let quiet = quiet_period(rate, plan.min_quiet_period, bound);
+        let policy = self.drain.borrow().policy;
+        let bound = plan.bound_under(policy);
+        let quiet = quiet_period(rate, plan.min_quiet_period, plan.quiet_ceiling(policy));
+        let uncapped = quiet_period(rate, plan.min_quiet_period, bound);
         let why = match rate {
+            Some(r) if quiet < uncapped => format!(
+                "the ceiling, --drain-wait-max-quiet-period; {:.2} new requests a second in the {} before the drain \
+                 call for {}: a gap this long comes by chance more often than once in a thousand",
+                r.per_second,
+                GoDuration(ms(r.over.min(WINDOW))),
+                GoDuration(ms(uncapped))
+            ),
             Some(r) if quiet > plan.min_quiet_period => format!(
                 "{:.2} new requests a second in the {} before the drain: a gap that long comes by chance once in a thousand",
                 r.per_second,

@@ -53,12 +53,14 @@ mod status;
 mod tests;
 
 pub use handle::DrainHandle;
-pub use kubelet::{Kubelet, KubeletAnswer, TerminatingReadiness};
+pub use kubelet::{
+    Checks, ChecksError, Kubelet, KubeletAnswer, NodeChecks, NotServingBecause, TerminatingReadiness, KUBE_PROXY_LAG,
+};
 pub use machine::Drain;
 pub use plan::DrainUntil;
 pub use plan::{DrainScope, Plan};
 pub use ports::Active;
-pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Rotation, Verdict, Work};
+pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Held, Rotation, Verdict, Work};
 pub use settings::{grace, PlanError, Reads, Settings};
 pub use status::Outcome;
 pub use status::{Asker, Awaiting, Left, Phase, PhaseCell, Published, Signal, Status, Trigger, WaitingOn};

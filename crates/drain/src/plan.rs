@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use clap::ValueEnum;
 use serde::Serialize;
 
-use super::kubelet::{KubeletAnswer, TerminatingReadiness};
+use super::kubelet::{KubeletAnswer, NodeChecks, NotServingBecause, TerminatingReadiness};
 use super::ports::Active;
 pub use super::ports::DrainScope;
 use super::status::Trigger;
@@ -43,6 +43,9 @@ pub struct Plan {
     pub(crate) poll_interval: Duration,
     /// How the kubelet is answered while the pod terminates.
     pub(crate) terminating_readiness: TerminatingReadiness,
+    /// The load balancers that check the node: how long the kubelet is
+    /// told a terminating pod serves.
+    pub(crate) node_checks: NodeChecks,
 }
 
 impl Plan {
@@ -59,7 +62,7 @@ impl Plan {
             admin_timeout: Duration::from_secs(1),
             poll_interval: Duration::from_secs(1),
         };
-        settings.plan(reads).expect("the defaults hold")
+        settings.plan(reads, NodeChecks::default()).expect("the defaults hold")
     }
 
     /// The policy: asked for, or the default the settings made.
@@ -113,13 +116,44 @@ impl Plan {
         self.terminating_readiness
     }
 
+    /// The load balancers that check the node, declared or assumed.
+    pub fn node_checks(&self) -> &NodeChecks {
+        &self.node_checks
+    }
+
+    /// How the kubelet is answered while the pod terminates, in words.
+    pub fn kubelet_rule(&self) -> String {
+        match self.terminating_readiness {
+            TerminatingReadiness::Failing => "503 from the drain's start (--terminating-readiness failing)".to_owned(),
+            TerminatingReadiness::Serving => {
+                let serving_for = self.node_checks.serving_for();
+                let past = match serving_for >= self.grace.deadline() {
+                    true => format!(
+                        " (no sooner than the drain's deadline, {}: until Envoy stops)",
+                        GoDuration(self.grace.deadline())
+                    ),
+                    false => String::new(),
+                };
+                format!(
+                    "as Envoy is (200 while it accepts new connections) for {} at most{past} ({} + {} for \
+                     kube-proxy), then 503 so that announcers withdraw the node",
+                    GoDuration(serving_for),
+                    self.node_checks.slowest_words(),
+                    GoDuration(super::KUBE_PROXY_LAG)
+                )
+            }
+        }
+    }
+
     /// How the kubelet's probe is answered in a drain started by
-    /// `trigger`: as Envoy is when the pod's termination started it (and
-    /// the setting says so), 503 otherwise.
-    pub(crate) fn kubelet_answer(&self, trigger: Trigger) -> KubeletAnswer {
+    /// `trigger`: as Envoy is, for the node's load balancers' time, when
+    /// the pod's termination started it (and the setting says so); else
+    /// 503, and why.
+    pub(crate) fn kubelet(&self, trigger: Trigger) -> Result<std::time::Duration, NotServingBecause> {
         match (self.terminating_readiness, trigger.is_termination()) {
-            (TerminatingReadiness::Serving, true) => KubeletAnswer::FollowsEnvoy,
-            _ => KubeletAnswer::NotServing,
+            (_, false) => Err(NotServingBecause::OperatorDrain),
+            (TerminatingReadiness::Failing, true) => Err(NotServingBecause::TerminatingReadinessFailing),
+            (TerminatingReadiness::Serving, true) => Ok(self.node_checks.serving_for()),
         }
     }
 

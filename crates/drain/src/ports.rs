@@ -115,7 +115,42 @@ pub enum Verdict {
     /// quiet period: the conclusion, in words.
     Out(String),
     /// The wait's bound came first: what it was still waiting for.
-    NotOut(String),
+    NotOut(Held),
+}
+
+/// What the wait for the load balancers still waited for when it ended
+/// without their verdict, each with its words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// Load balancers that check the pod had not all let it go: what they
+    /// still send is lost once Envoy stops.
+    Checkers(String),
+    /// Only the traffic: it had not been quiet for the quiet period (new
+    /// requests still came, or came too rarely to tell a pause from an
+    /// end); what still arrives once Envoy stops is refused.
+    Traffic(String),
+    /// The wait had not come that far (the drain's deadline, or the wait
+    /// ended with Envoy).
+    Other(String),
+}
+
+impl Held {
+    /// What comes of it once Envoy stops, in words.
+    pub fn consequence(&self) -> &'static str {
+        match self {
+            Held::Checkers(_) => "requests those load balancers still send are lost",
+            Held::Traffic(_) => "requests that still arrive once Envoy stops are refused",
+            Held::Other(_) => "requests that still arrive once Envoy stops are refused",
+        }
+    }
+}
+
+impl fmt::Display for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Held::Checkers(words) | Held::Traffic(words) | Held::Other(words) => f.write_str(words),
+        }
+    }
 }
 
 /// For drains without a drain wait (tests of other policies; never in the

@@ -10,7 +10,7 @@ use lifeguard_base::grace::{Grace, GraceError};
 use lifeguard_base::settings::{go_bool, span, SettingError};
 use serde::Serialize;
 
-use crate::{DrainScope, DrainUntil, Plan, TerminatingReadiness};
+use crate::{DrainScope, DrainUntil, NodeChecks, Plan, TerminatingReadiness};
 
 lifeguard_base::setting_value!(
     /// The grace period: a duration, or a bare number of seconds as
@@ -90,12 +90,14 @@ pub struct Settings {
     /// How the kubelet's readiness probe (User-Agent kube-probe/...) is
     /// answered in a drain the pod's termination started (a signal, or
     /// the preStop hook): serving (200 while Envoy is ready and accepts
-    /// new connections, so kube-proxy's terminating-endpoint fallback has
-    /// somewhere to go; Envoy is then not stopped before the load
-    /// balancers' verdict, whatever the policy but app-exit) or failing
-    /// (503 from the drain's start, as every other prober). Load
-    /// balancers get 503 from the drain's start either way; an operator's
-    /// POST /drain gives everyone 503.
+    /// new connections, for the node's load balancers' time at most
+    /// (--load-balancer-checks), so kube-proxy's terminating-endpoint
+    /// fallback has somewhere to go until they let the node go, then 503,
+    /// so announcers such as MetalLB withdraw the node; Envoy is not
+    /// stopped before the load balancers' verdict, whatever the policy
+    /// but app-exit) or failing (503 from the drain's start, as every
+    /// other prober). Load balancers get 503 from the drain's start either
+    /// way; an operator's POST /drain gives everyone 503.
     #[arg(
         long,
         env = "LIFEGUARD_TERMINATING_READINESS",
@@ -158,10 +160,11 @@ impl Settings {
         Grace::new(self.termination_grace_period, self.shutdown_margin)
     }
 
-    /// The drain's plan; `reads` are the Envoy crate's. The policy not
-    /// given follows what was: the zero-connections flag, a fixed drain's
+    /// The drain's plan; `reads` are the Envoy crate's, `node_checks` the
+    /// drain wait's (`--load-balancer-checks`). The policy not given
+    /// follows what was: the zero-connections flag, a fixed drain's
     /// duration, the scope.
-    pub fn plan(&self, reads: Reads) -> Result<Plan, PlanError> {
+    pub fn plan(&self, reads: Reads, node_checks: NodeChecks) -> Result<Plan, PlanError> {
         let grace = self.grace()?;
         if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
             return Err(PlanError::BothDelays(self.readiness_fail_delay));
@@ -188,6 +191,7 @@ impl Settings {
             admin_timeout: reads.admin_timeout,
             poll_interval: reads.poll_interval,
             terminating_readiness: self.terminating_readiness,
+            node_checks,
         })
     }
 }

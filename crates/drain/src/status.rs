@@ -9,7 +9,9 @@ use std::time::Duration;
 use lifeguard_base::duration::GoDuration;
 use serde::Serialize;
 
-use super::kubelet::{Kubelet, KubeletAnswer, KubeletRecord};
+use tokio::time::Instant;
+
+use super::kubelet::{Kubelet, KubeletAnswer, KubeletRecord, NotServingBecause};
 use super::plan::DrainUntil;
 use super::ports::{Exit, Work};
 
@@ -58,8 +60,9 @@ impl Phase {
 /// probe's path: the phase and how the kubelet is answered in this drain,
 /// in one atomic the machine stores each time it publishes, read with one
 /// load, no lock shared with the machine's writes of the whole
-/// [`Status`]; and what the probe answered the kubelet since the drain
-/// began, written back by the probe. Cloning shares it.
+/// [`Status`]; when the kubelet's window ends; and what the probe answered
+/// the kubelet since the drain began, written back by the probe. Cloning
+/// shares it.
 #[derive(Debug, Clone)]
 pub struct PhaseCell(std::sync::Arc<Cell>);
 
@@ -75,7 +78,8 @@ struct Cell {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Published {
     pub phase: Phase,
-    /// The kubelet is answered as Envoy is ([`KubeletAnswer::FollowsEnvoy`]).
+    /// The kubelet is answered as Envoy is ([`KubeletAnswer::FollowsEnvoy`]),
+    /// while its window is open ([`PhaseCell::kubelet_window`]).
     pub kubelet_follows_envoy: bool,
 }
 
@@ -127,6 +131,20 @@ impl PhaseCell {
                 .unwrap_or(Phase::Serving),
             kubelet_follows_envoy: state & Self::KUBELET_FOLLOWS_ENVOY != 0,
         }
+    }
+
+    /// The kubelet's window (while it is answered as Envoy is) ends at
+    /// `at` `because`, unless it already ends sooner (the drain machine
+    /// sets it).
+    pub fn kubelet_window_ends(&self, at: Instant, because: NotServingBecause) {
+        self.0.kubelet.window_ends(at, because);
+    }
+
+    /// Whether the kubelet's window is open now (always, when none was
+    /// set), or why it closed: one load and a clock read, no lock.
+    #[inline]
+    pub fn kubelet_window(&self) -> Result<(), NotServingBecause> {
+        self.0.kubelet.window()
     }
 
     /// The probe answered the kubelet during the drain: counted, and a 200
@@ -449,6 +467,10 @@ impl Awaiting {
 pub enum Outcome {
     /// Drained by the policy, then Envoy stopped.
     Drained(Exit),
+    /// The wait for the load balancers' verdict ended at its bound
+    /// (`held_by` says what it still waited for); then drained by the
+    /// policy with nothing left, and Envoy stopped.
+    WaitBound(Exit),
     /// The deadline cut the drain with `left` still active (None: unknown).
     Cut { left: Option<u64>, exit: Exit },
     /// The fixed policy's time ran out with `left` requests in flight.

@@ -1201,10 +1201,11 @@ async fn out_of_rotation_serves_until_the_verdict_then_drains_and_stops_once_idl
     assert!(!status.cut_by_deadline && status.held_by.is_none());
 }
 
-/// The verdict never comes: the drain ends at its deadline, reported as
-/// cut, with what held it.
+/// The verdict never comes: the wait ends at its bound (a gateway's is
+/// the deadline), with what held it; Envoy, with nothing in flight, is
+/// stopped and the outcome says so: the wait's bound, not a cut.
 #[tokio::test(start_paused = true)]
-async fn a_verdict_that_never_comes_ends_at_the_deadline_reported_as_cut_with_who_held_it() {
+async fn a_verdict_that_never_comes_ends_at_the_bound_reported_with_who_held_it() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let rotation = FakeRotation::new();
     let mut p = plan(DrainUntil::OutOfRotation);
@@ -1213,13 +1214,13 @@ async fn a_verdict_that_never_comes_ends_at_the_deadline_reported_as_cut_with_wh
     handle.signal(Signal::Term).await;
     at(&envoy, 19.9).await;
     assert!(envoy.drain_calls().is_empty());
-    rotation.give(Verdict::NotOut(
+    rotation.give(Verdict::NotOut(Held::Checkers(
         "1 checker: 10.0.0.5 (1 of 3 failures in a row, every 30s)".into(),
-    ));
+    )));
     let outcome = task.await.unwrap();
-    assert!(matches!(outcome, Outcome::Cut { left: Some(0), .. }), "{outcome:?}");
+    assert!(matches!(outcome, Outcome::WaitBound(_)), "{outcome:?}");
     let status = handle.status();
-    assert!(status.cut_by_deadline);
+    assert!(!status.cut_by_deadline, "nothing was cut");
     assert_eq!(
         status.held_by.as_deref(),
         Some("1 checker: 10.0.0.5 (1 of 3 failures in a row, every 30s)")
@@ -1229,9 +1230,15 @@ async fn a_verdict_that_never_comes_ends_at_the_deadline_reported_as_cut_with_wh
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let (task, handle) = start_gateway(p_with_deadline(12.0), &envoy, (), &FakeRotation::new());
     handle.signal(Signal::Term).await;
-    assert!(matches!(task.await.unwrap(), Outcome::Cut { .. }));
+    assert!(matches!(task.await.unwrap(), Outcome::WaitBound(_)));
     assert_eq!(envoy.stops(), [secs(12.0)]);
     assert!(handle.status().held_by.unwrap().contains("by the deadline"));
+    // Work in flight at the deadline: cut, whatever held the wait.
+    let envoy = FakeEnvoy::new(true, |_| conns(1));
+    let (task, handle) = start_gateway(p_with_deadline(12.0), &envoy, (), &FakeRotation::new());
+    handle.signal(Signal::Term).await;
+    assert!(matches!(task.await.unwrap(), Outcome::Cut { left: Some(1), .. }));
+    assert!(handle.status().cut_by_deadline);
 }
 
 fn p_with_deadline(deadline: f64) -> Plan {
@@ -1332,6 +1339,63 @@ async fn while_the_kubelet_follows_envoy_the_fixed_policy_stops_envoy_only_after
     assert_eq!(envoy.stops(), [secs(11.0)], "the drain time is over: at the verdict");
     let kubelet = handle.status().kubelet.unwrap();
     assert_eq!(kubelet.not_serving_after_seconds, Some(11.0));
+    assert_eq!(kubelet.not_serving_because, Some(NotServingBecause::OutOfRotation));
+    assert_eq!(cell.kubelet_window(), Err(NotServingBecause::OutOfRotation));
+}
+
+/// Issue #51: the kubelet is answered as Envoy is for the node's load
+/// balancers' time (assumed: every 10 s, out after 3, and kube-proxy's
+/// second: 31 s), then 503, so that an announcer withdraws the node; the
+/// drain goes on waiting for the traffic to stop.
+#[tokio::test(start_paused = true)]
+async fn the_kubelets_window_closes_after_the_node_load_balancers_time() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let rotation = FakeRotation::new();
+    let mut p = serving(DrainUntil::Time);
+    p.grace = with_deadline(p.grace, secs(88.0));
+    let (task, handle) = start_with_rotation(p, &envoy, &rotation);
+    let cell = handle.phase();
+    handle.signal(Signal::Term).await;
+    at(&envoy, 0.001).await;
+    let kubelet = handle.status().kubelet.unwrap();
+    assert_eq!(kubelet.serving_for_seconds, Some(31.0));
+    at(&envoy, 30.9).await;
+    assert_eq!(cell.kubelet_window(), Ok(()));
+    assert_eq!(handle.status().kubelet.unwrap().not_serving_after_seconds, None);
+    at(&envoy, 31.0).await;
+    assert_eq!(
+        cell.kubelet_window(),
+        Err(NotServingBecause::NodeLoadBalancersTime),
+        "closed at 31 s exactly"
+    );
+    tokio::task::yield_now().await;
+    let kubelet = handle.status().kubelet.unwrap();
+    assert_eq!(kubelet.not_serving_after_seconds, Some(31.0));
+    assert_eq!(
+        kubelet.not_serving_because,
+        Some(NotServingBecause::NodeLoadBalancersTime)
+    );
+    assert!(envoy.stops().is_empty(), "Envoy serves on until the traffic stops");
+    at(&envoy, 47.0).await;
+    rotation.give(Verdict::Out("the traffic stopped".into()));
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    assert_eq!(envoy.stops(), [secs(47.0)]);
+    let kubelet = handle.status().kubelet.unwrap();
+    assert_eq!(
+        kubelet.not_serving_because,
+        Some(NotServingBecause::NodeLoadBalancersTime),
+        "the first turn is the one kept"
+    );
+    // Declared checks set the window: every 5 s, out after 2, and 1 s.
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let mut p = serving(DrainUntil::Time);
+    p.node_checks = NodeChecks::new(vec!["5sx2".parse().unwrap()]);
+    let (_task, handle) = start_with_rotation(p, &envoy, &FakeRotation::new());
+    handle.signal(Signal::Term).await;
+    at(&envoy, 0.001).await;
+    assert_eq!(handle.status().kubelet.unwrap().serving_for_seconds, Some(11.0));
+    at(&envoy, 11.0).await;
+    assert!(handle.phase().kubelet_window().is_err());
 }
 
 /// Zero requests, the pod terminating: the verdict first (at 2 s), then the
@@ -1351,9 +1415,32 @@ async fn while_the_kubelet_follows_envoy_an_exit_on_zero_policy_keeps_its_own_ru
     let (task, handle) = start_with_rotation(serving(DrainUntil::Connections), &envoy, &rotation);
     handle.signal(Signal::Term).await;
     at(&envoy, 27.9).await;
-    rotation.give(Verdict::NotOut("the node's traffic".into()));
-    assert!(matches!(task.await.unwrap(), Outcome::Cut { .. }));
-    assert_eq!(handle.status().held_by.as_deref(), Some("the node's traffic"));
+    rotation.give(Verdict::NotOut(Held::Traffic("no new request for 23s".into())));
+    assert!(matches!(task.await.unwrap(), Outcome::WaitBound(_)));
+    assert_eq!(handle.status().held_by.as_deref(), Some("no new request for 23s"));
+}
+
+/// Issue #51: a `requests` drain of a pod with sparse traffic and no load
+/// balancer ever seen: the wait's bound (23 s of a 30 s grace period)
+/// ends the wait for the traffic to be quiet, nothing is in flight, and
+/// Envoy stops then, well before the deadline. Not a cut: the outcome
+/// says the wait's bound.
+#[tokio::test(start_paused = true)]
+async fn a_sparse_pods_drain_ending_at_the_waits_bound_is_no_cut() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let rotation = FakeRotation::new();
+    let (task, handle) = start_with_rotation(serving(DrainUntil::Requests), &envoy, &rotation);
+    handle.signal(Signal::Term).await;
+    at(&envoy, 23.0).await;
+    rotation.give(Verdict::NotOut(Held::Traffic(
+        "no new request for 23s (none for 4.2s so far)".into(),
+    )));
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::WaitBound(_)), "{outcome:?}");
+    let status = handle.status();
+    assert!(!status.cut_by_deadline);
+    assert_eq!(status.left_at_stop, Some(0));
+    assert_between(envoy.stops()[0], 23.0, 23.1);
 }
 
 /// An operator's `POST /drain` (the pod not terminating) takes the pod out
@@ -1368,6 +1455,7 @@ async fn an_operators_drain_fails_the_kubelet_too_and_the_prestop_hooks_does_not
     let kubelet = status.kubelet.unwrap();
     assert_eq!(kubelet.answer, KubeletAnswer::NotServing);
     assert_eq!(kubelet.not_serving_after_seconds, Some(0.0));
+    assert_eq!(kubelet.not_serving_because, Some(NotServingBecause::OperatorDrain));
     assert!(!handle.phase().load().kubelet_follows_envoy);
     assert_eq!(status.duration_seconds, Some(5.0), "no verdict awaited");
     // A signal now: the drain stays the operator's (the kubelet's 503).
@@ -1411,6 +1499,10 @@ async fn terminating_readiness_failing_answers_the_kubelet_503_from_the_start() 
     task.await.unwrap();
     let kubelet = handle.status().kubelet.unwrap();
     assert_eq!(kubelet.answer, KubeletAnswer::NotServing);
+    assert_eq!(
+        kubelet.not_serving_because,
+        Some(NotServingBecause::TerminatingReadinessFailing)
+    );
     assert_eq!(envoy.stops(), [secs(5.0)]);
 }
 

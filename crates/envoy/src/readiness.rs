@@ -11,7 +11,9 @@
 //!   the moment the phase leaves `serving`, the load balancers are answered
 //!   503 `draining`, whatever Envoy says. The kubelet ([`Audience`]) is
 //!   too, unless the pod's termination started the drain: then it is
-//!   answered as Envoy is until Envoy stops accepting new connections
+//!   answered as Envoy is until its window closes (the node's load
+//!   balancers' time, or the drain wait's verdict: one more load from the
+//!   cell and a clock read) or Envoy stops accepting new connections
 //!   (`lifeguard_drain`'s `kubelet` module says why), and its answers are
 //!   recorded in the cell.
 //! - **staleness**: a verdict older than the stale bound is not trusted. If
@@ -28,7 +30,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use lifeguard_base::duration::GoDuration;
-use lifeguard_drain::{Phase, PhaseCell};
+use lifeguard_drain::{NotServingBecause, Phase, PhaseCell};
 
 /// Who asks: the two audiences readiness tells apart while the pod
 /// terminates.
@@ -64,6 +66,13 @@ static TERMINATING_SERVING: Bytes = Bytes::from_static(
 for kube-proxy's fallback to a terminating endpoint; load balancers are answered 503)\n",
 );
 static STOPPING: Bytes = Bytes::from_static(b"not ready: Envoy is stopping (the pod terminates)\n");
+static NODE_LET_GO: Bytes = Bytes::from_static(
+    b"not ready: the pod terminates and the node's load balancers have had their time to let the node go \
+(the kubelet's answer, so that announcers withdraw the node; Envoy still serves)\n",
+);
+static OUT_OF_ROTATION: Bytes = Bytes::from_static(
+    b"not ready: the pod terminates and is out of rotation (the kubelet's answer; Envoy still serves)\n",
+);
 
 /// What the probe answers: ready or not, and the body to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,16 +195,26 @@ impl Readiness {
             return self.envoys_answer();
         }
         let answer = match (audience, published.kubelet_follows_envoy) {
-            (Audience::Kubelet, true) if phase.envoy_accepts() => {
-                let answer = self.envoys_answer();
-                match answer.ready {
-                    true => Answer {
-                        ready: true,
-                        body: TERMINATING_SERVING.clone(),
-                    },
-                    false => answer,
+            (Audience::Kubelet, true) if phase.envoy_accepts() => match inner.phase.kubelet_window() {
+                Ok(()) => {
+                    let answer = self.envoys_answer();
+                    match answer.ready {
+                        true => Answer {
+                            ready: true,
+                            body: TERMINATING_SERVING.clone(),
+                        },
+                        false => answer,
+                    }
                 }
-            }
+                Err(NotServingBecause::OutOfRotation) => Answer {
+                    ready: false,
+                    body: OUT_OF_ROTATION.clone(),
+                },
+                Err(_) => Answer {
+                    ready: false,
+                    body: NODE_LET_GO.clone(),
+                },
+            },
             (Audience::Kubelet, true) => Answer {
                 ready: false,
                 body: STOPPING.clone(),
@@ -410,6 +429,16 @@ mod tests {
         r.store(Verdict::not_ready("cannot connect to Envoy admin", Instant::now()));
         assert_eq!(r.answer(kubelet).body, "not ready: cannot connect to Envoy admin\n");
         r.store(Verdict::ready(Instant::now()));
+        // The node's load balancers have had their time: 503 for the
+        // kubelet too (announcers withdraw the node), Envoy still serving.
+        cell.set(Phase::Draining, Some(KubeletAnswer::FollowsEnvoy));
+        cell.kubelet_window_ends(Instant::now(), NotServingBecause::NodeLoadBalancersTime);
+        let k = r.answer(kubelet);
+        assert!(!k.ready);
+        assert!(k
+            .body
+            .starts_with(b"not ready: the pod terminates and the node's load balancers have had"));
+        assert!(!r.answer(Audience::LoadBalancer).ready);
         for phase in [Phase::Stopping, Phase::Stopped] {
             cell.set(phase, Some(KubeletAnswer::FollowsEnvoy));
             let k = r.answer(kubelet);
@@ -419,7 +448,9 @@ mod tests {
         let mut status = lifeguard_drain::Status::initial(lifeguard_drain::DrainUntil::Time, String::new());
         status.kubelet = Some(lifeguard_drain::Kubelet {
             answer: KubeletAnswer::FollowsEnvoy,
+            serving_for_seconds: Some(31.0),
             not_serving_after_seconds: None,
+            not_serving_because: None,
             ready_probes: 0,
             not_ready_probes: 0,
             last_ready_after_seconds: None,
@@ -427,7 +458,7 @@ mod tests {
         status.started_at = Some(lifeguard_base::duration::unix_now());
         cell.fill_kubelet(&mut status);
         let seen = status.kubelet.unwrap();
-        assert_eq!((seen.ready_probes, seen.not_ready_probes), (4, 3));
+        assert_eq!((seen.ready_probes, seen.not_ready_probes), (4, 4));
     }
 
     /// An operator's drain (the pod not terminating): 503 for everyone,

@@ -6,7 +6,9 @@
 use lifeguard_drain::Outcome;
 use lifeguard_hooks::HookEnd;
 
-/// Envoy was drained and stopped (or `/quitquitquit` was asked for); a
+/// Envoy was drained and stopped, with nothing left (also after the
+/// wait for the load balancers ended at its bound), or `/quitquitquit`
+/// was asked for; a
 /// hook got what it waited for; `check` found nothing to warn of;
 /// `inject` wrote its manifest.
 pub(crate) const CLEAN: u8 = 0;
@@ -69,7 +71,7 @@ pub fn code(ended: &Ended) -> u8 {
 /// summary): a cut drain that left nothing in flight is clean.
 pub(crate) fn of_outcome(outcome: &Outcome) -> u8 {
     match outcome {
-        Outcome::Drained(_) | Outcome::Quit(_) => CLEAN,
+        Outcome::Drained(_) | Outcome::WaitBound(_) | Outcome::Quit(_) => CLEAN,
         Outcome::Cut { left: Some(0), .. } => CLEAN,
         Outcome::Cut { .. } | Outcome::Unfinished { .. } => CUT_BY_DEADLINE,
         Outcome::EnvoyExited(_) | Outcome::EnvoyGone => ENVOY_EXITED,
@@ -89,6 +91,7 @@ mod tests {
         let exit = Exit::Status(ExitStatus::from_raw(0));
         let stopped = |outcome| code(&Ended::Stopped(outcome));
         assert_eq!(stopped(Outcome::Drained(exit)), 0);
+        assert_eq!(stopped(Outcome::WaitBound(exit)), 0);
         assert_eq!(stopped(Outcome::Quit(Exit::Quit)), 0);
         assert_eq!(stopped(Outcome::Cut { left: Some(0), exit }), 0);
         assert_eq!(stopped(Outcome::Cut { left: Some(2), exit }), 3);

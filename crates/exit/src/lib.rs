@@ -40,8 +40,11 @@ pub(crate) const MESSAGE_LIMIT: usize = 4096;
 /// How the agent ended, in one line of JSON.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
-    /// `drained`, `cut` (the deadline), `unfinished` (the fixed policy's time
-    /// ran out with requests in flight), `quit` (`POST /quitquitquit`),
+    /// `drained`, `wait_bound` (drained with nothing left after the wait
+    /// for the load balancers ended at its bound: `load_balancers.held_by`
+    /// says what it still waited for), `cut` (the deadline), `unfinished`
+    /// (the fixed policy's time ran out with requests in flight), `quit`
+    /// (`POST /quitquitquit`),
     /// `envoy_exited` (on its own) or `envoy_gone` (an external Envoy
     /// stopped answering).
     pub(crate) outcome: Ending,
@@ -81,6 +84,7 @@ pub struct Summary {
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Ending {
     Drained,
+    WaitBound,
     Cut,
     Unfinished,
     Quit,
@@ -92,6 +96,7 @@ impl Ending {
     fn name(self) -> &'static str {
         match self {
             Ending::Drained => "drained",
+            Ending::WaitBound => "wait_bound",
             Ending::Cut => "cut",
             Ending::Unfinished => "unfinished",
             Ending::Quit => "quit",
@@ -184,6 +189,7 @@ impl Summary {
     pub(crate) fn new(outcome: &Outcome, status: &Status, wait: Option<&DrainWaitStatus>) -> Summary {
         let (kind, envoy) = match outcome {
             Outcome::Drained(exit) => (Ending::Drained, exit_text(exit)),
+            Outcome::WaitBound(exit) => (Ending::WaitBound, exit_text(exit)),
             Outcome::Cut { exit, .. } => (Ending::Cut, exit_text(exit)),
             Outcome::Unfinished { exit, .. } => (Ending::Unfinished, exit_text(exit)),
             Outcome::Quit(exit) => (Ending::Quit, exit_text(exit)),

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::names::*;
 use lifeguard_base::duration::unix_now;
-use lifeguard_drain::{DrainUntil, Kubelet, KubeletAnswer, Phase, Status};
+use lifeguard_drain::{DrainUntil, Kubelet, KubeletAnswer, NotServingBecause, Phase, Status};
 use lifeguard_drain_wait::rule::CheckerState;
 use lifeguard_drain_wait::{DrainWaitStatus, WaitState};
 
@@ -71,7 +71,7 @@ pub(super) fn drain_families(out: &mut Exposition, status: &Status) {
 fn drain_kubelet(out: &mut Exposition, kubelet: &Kubelet) {
     out.gauge(
         DRAIN_KUBELET_ANSWER,
-        "1 for how the kubelet's readiness probe is answered in the drain: follows_envoy (the pod terminates: 200 while Envoy is ready and accepts new connections, for kube-proxy's fallback to a terminating endpoint) or not_serving (503 from the drain's start, as the load balancers).",
+        "1 for how the kubelet's readiness probe is answered in the drain: follows_envoy (the pod terminates: 200 while Envoy is ready and accepts new connections, for kube-proxy's fallback to a terminating endpoint, for the node's load balancers' time at most) or not_serving (503 from the drain's start, as the load balancers).",
     );
     for (answer, label) in [
         (KubeletAnswer::FollowsEnvoy, "follows_envoy"),
@@ -90,12 +90,32 @@ fn drain_kubelet(out: &mut Exposition, kubelet: &Kubelet) {
     for (label, n) in [("ready", kubelet.ready_probes), ("not_ready", kubelet.not_ready_probes)] {
         out.sample(DRAIN_KUBELET_PROBES, &[("answer", label)], n as f64);
     }
+    if let Some(serving_for) = kubelet.serving_for_seconds {
+        out.single(
+            DRAIN_KUBELET_SERVING_FOR,
+            "follows_envoy: the longest the kubelet is answered as Envoy is, from the drain's start (the node's load balancers' interval x threshold, and a second for kube-proxy).",
+            serving_for,
+        );
+    }
     if let Some(after) = kubelet.not_serving_after_seconds {
         out.single(
             DRAIN_KUBELET_NOT_SERVING_AFTER,
-            "Seconds from the drain's start to when the drain turned the kubelet's answer to 503 (0: at once; Envoy's stop while the pod terminates).",
+            "Seconds from the drain's start to when the drain turned the kubelet's answer to 503 (0: at once; lifeguard_drain_kubelet_not_serving_reason says why).",
             after,
         );
+    }
+    if let Some(because) = kubelet.not_serving_because {
+        out.gauge(
+            DRAIN_KUBELET_NOT_SERVING_REASON,
+            "1 for why the drain turned the kubelet's answer to 503: operator_drain (POST /drain: the pod leaves its endpoints), terminating_readiness_failing, node_load_balancers_time (the node's load balancers have had their time: announcers withdraw the node), out_of_rotation (the drain wait's verdict), envoy_stopping.",
+        );
+        for reason in NotServingBecause::ALL {
+            out.sample(
+                DRAIN_KUBELET_NOT_SERVING_REASON,
+                &[("reason", reason.label())],
+                f64::from(u8::from(because == reason)),
+            );
+        }
     }
 }
 
@@ -158,8 +178,13 @@ fn drain_counts(out: &mut Exposition, status: &Status) {
     if status.duration_seconds.is_some() {
         out.single(
             DRAIN_CUT,
-            "1 when the deadline cut the drain before its policy was satisfied, 0 when it was satisfied.",
+            "1 when the deadline came before the drain's policy was satisfied, 0 when not (a wait for the load balancers that ended at its bound with nothing left is lifeguard_drain_ended_at_wait_bound).",
             f64::from(u8::from(status.cut_by_deadline)),
+        );
+        out.single(
+            DRAIN_AT_WAIT_BOUND,
+            "1 when the wait for the load balancers' verdict ended at its bound (GET /drain's held_by says what it still waited for), 0 when not.",
+            f64::from(u8::from(status.held_by.is_some())),
         );
     }
     if let Some(left) = status.left_at_stop {

@@ -9,8 +9,9 @@ use tokio::time::{sleep_until, Instant};
 use super::inbox::Interrupt;
 use super::reads::Refusals;
 use super::Drain;
+use crate::kubelet::{KubeletAnswer, NotServingBecause};
 use crate::plan::{DrainScope, DrainUntil};
-use crate::ports::{AppControl, ControlError, EnvoyControl, Rotation, Verdict};
+use crate::ports::{AppControl, ControlError, EnvoyControl, Held, Rotation, Verdict};
 use crate::status::{Awaiting, Phase};
 use crate::PROGRESS_HEARTBEAT;
 use lifeguard_base::duration::GoDuration;
@@ -67,7 +68,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// serves (a gateway's) or drains and accepts (another policy's, while
     /// the kubelet follows Envoy), or the deadline. What still held it
     /// when it did not come (None: out of rotation).
-    pub(super) async fn wait_for_rotation(&mut self, deadline: Instant) -> Result<Option<String>, Interrupt> {
+    pub(super) async fn wait_for_rotation(&mut self, deadline: Instant) -> Result<Option<Held>, Interrupt> {
         let (inbox, envoy, rotation) = (&mut self.inbox, &self.envoy, &self.rotation);
         let policy = self.plan.drain_until;
         let verdict = rotation.verdict();
@@ -91,7 +92,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             }
             let now = Instant::now();
             if now >= deadline {
-                break Verdict::NotOut("the drain wait's verdict, by the deadline".to_owned());
+                break Verdict::NotOut(Held::Other("the drain wait's verdict, by the deadline".to_owned()));
             }
             if gone.due(now) {
                 let look = tokio::time::timeout(self.plan.admin_timeout, envoy.answering());
@@ -120,15 +121,24 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                     "out of rotation ({why}): {then}"
                 );
                 self.inbox.publish(|s| s.out_of_rotation_after_seconds = Some(took));
+                if self.kubelet == KubeletAnswer::FollowsEnvoy {
+                    self.inbox.kubelet_turned(took, NotServingBecause::OutOfRotation);
+                }
                 Ok(None)
             }
-            Verdict::NotOut(waiting) => {
-                tracing::warn!(
-                    "NOT out of rotation by the wait's bound (was waiting for {waiting}): {then}; \
-                     requests the load balancers still send are lost"
+            Verdict::NotOut(held) => {
+                let words = format!(
+                    "the drain wait's bound came before the load balancers' verdict, {} into the drain \
+                     (it was still waiting for {held}): {then}; {}",
+                    GoDuration(Duration::from_millis((took * 1000.0) as u64)),
+                    held.consequence()
                 );
-                self.inbox.publish(|s| s.held_by = Some(waiting.clone()));
-                Ok(Some(waiting))
+                match held {
+                    Held::Checkers(_) => tracing::warn!("{words}"),
+                    Held::Traffic(_) | Held::Other(_) => tracing::info!("{words}"),
+                }
+                self.inbox.publish(|s| s.held_by = Some(held.to_string()));
+                Ok(Some(held))
             }
         }
     }

@@ -4,11 +4,16 @@
 use std::future::Future;
 use std::process::ExitStatus;
 
+use std::time::Duration;
+
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{sleep_until, Instant};
 
 use crate::handle::Event;
+use crate::kubelet::NotServingBecause;
 use crate::ports::EnvoyControl;
 use crate::status::{PhaseCell, Status};
+use lifeguard_base::duration::GoDuration;
 
 /// Why a wait inside the drain ended early.
 pub(super) enum Interrupt {
@@ -28,6 +33,10 @@ pub(super) struct Inbox {
     pub(super) waiters: Vec<oneshot::Sender<Status>>,
     pub(super) drained: bool,
     pub(super) quit_reply: Option<oneshot::Sender<()>>,
+    /// While the kubelet is answered as Envoy is: when its window ends,
+    /// and how long it lasts from the drain's start (the probe reads the
+    /// end from the cell; the machine says it, whatever it waits on).
+    pub(super) kubelet_window: Option<(Instant, Duration)>,
 }
 
 impl Inbox {
@@ -40,23 +49,61 @@ impl Inbox {
     ) -> Result<T, Interrupt> {
         tokio::pin!(fut);
         loop {
+            let window = self.kubelet_window;
+            let window_ends = window.map_or_else(far, |(at, _)| at);
             let event = tokio::select! {
                 biased;
                 status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
                 event = self.events.recv(), if self.open => event,
+                () = sleep_until(window_ends), if window.is_some() => {
+                    self.kubelet_window_over();
+                    continue;
+                }
                 out = &mut fut => return Ok(out),
             };
             self.handle(event)?;
         }
     }
 
+    /// The node's load balancers have had their time: the kubelet is
+    /// answered 503 from now (the probe saw the window's end in the cell).
+    fn kubelet_window_over(&mut self) {
+        let Some((_, serving_for)) = self.kubelet_window.take() else {
+            return;
+        };
+        tracing::info!(
+            "the kubelet is answered 503 from now, {} into the drain: {}",
+            GoDuration(serving_for),
+            NotServingBecause::NodeLoadBalancersTime.words()
+        );
+        self.kubelet_turned(serving_for.as_secs_f64(), NotServingBecause::NodeLoadBalancersTime);
+    }
+
+    /// The drain turned the kubelet's answer to 503 `after` its start,
+    /// `because` (the first turn is kept): its window closes now.
+    pub(super) fn kubelet_turned(&mut self, after: f64, because: NotServingBecause) {
+        self.kubelet_window = None;
+        self.phase.kubelet_window_ends(Instant::now(), because);
+        self.publish(|s| {
+            if let Some(kubelet) = &mut s.kubelet {
+                kubelet.turned(after, because);
+            }
+        });
+    }
+
     /// Waits (handling events) until a signal asks for Envoy's stop.
     pub(super) async fn wait_for_signal(&mut self, envoy: &impl EnvoyControl) -> Result<(), Interrupt> {
         while !self.stop_requested {
+            let window = self.kubelet_window;
+            let window_ends = window.map_or_else(far, |(at, _)| at);
             let event = tokio::select! {
                 biased;
                 status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
                 event = self.events.recv(), if self.open => event,
+                () = sleep_until(window_ends), if window.is_some() => {
+                    self.kubelet_window_over();
+                    continue;
+                }
             };
             self.handle(event)?;
         }
@@ -100,4 +147,9 @@ impl Inbox {
             self.phase.set(s.phase, s.kubelet.as_ref().map(|k| k.answer));
         });
     }
+}
+
+/// A time no wait reaches (a timer that is never armed still needs one).
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
 }

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, Instant};
 
 use super::handle::{DrainHandle, Event};
-use super::kubelet::{Kubelet, KubeletAnswer};
+use super::kubelet::{Kubelet, KubeletAnswer, NotServingBecause};
 use super::plan::{DrainUntil, Plan};
 use super::policy::{log_done, DoneRule, Pacer, GONE_BEFORE};
 use super::ports::{AppControl, EnvoyControl, Exit, Rotation};
@@ -64,6 +64,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             waiters: Vec::new(),
             drained: false,
             quit_reply: None,
+            kubelet_window: None,
         };
         let drain = Drain {
             plan,
@@ -189,7 +190,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
 
         // 4. The policy.
         let (mut left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
-        let mut cut = !satisfied || held.is_some();
+        let mut cut = !satisfied;
         let keep_running = self.publish_drained(cut, started);
 
         // After `POST /drain`, Envoy keeps running until a signal. What it
@@ -200,11 +201,11 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             self.inbox.wait_for_signal(&self.envoy).await?;
             self.inbox.publish(|s| s.phase = Phase::Draining);
             let (now_left, satisfied) = self.wait_for_policy(drain_began, deadline).await?;
-            (left, cut) = (now_left, !satisfied || held.is_some());
+            (left, cut) = (now_left, !satisfied);
         }
 
         // 5. Stop Envoy.
-        Ok(self.stop_and_conclude(left, cut, started).await)
+        Ok(self.stop_and_conclude(left, (cut, held.is_some()), started).await)
     }
 
     /// Publishes the drain's start in its `first` phase, and how the
@@ -213,8 +214,16 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let now_unix = lifeguard_base::duration::unix_now();
         let stop_requested = self.inbox.stop_requested;
         let (policy, drained_when) = (self.plan.drain_until, self.plan.drained_when());
-        self.kubelet = self.plan.kubelet_answer(trigger);
-        let kubelet = Kubelet::new(self.kubelet);
+        let answer = self.plan.kubelet(trigger);
+        let kubelet = Kubelet::new(answer);
+        self.kubelet = kubelet.answer;
+        if let (Ok(serving_for), Some(started)) = (answer, self.started) {
+            let ends = started + serving_for;
+            self.inbox
+                .phase
+                .kubelet_window_ends(ends, NotServingBecause::NodeLoadBalancersTime);
+            self.inbox.kubelet_window = Some((ends, serving_for));
+        }
         let deadline = now_unix + self.plan.grace.deadline().as_secs_f64();
         self.inbox.publish(|s| {
             s.phase = first;
@@ -230,11 +239,15 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             (Phase::DrainingReady, _) => {
                 format!("readiness fails in {}", GoDuration(self.plan.readiness_fail_delay))
             }
-            (_, KubeletAnswer::FollowsEnvoy) => {
+            (_, KubeletAnswer::FollowsEnvoy) => format!(
                 "readiness is 503 for the load balancers; the kubelet's probe is answered 200 while Envoy \
-                 accepts new connections (the pod terminates: kube-proxy's fallback may still send here)"
-                    .to_owned()
-            }
+                 accepts new connections, for {} at most (the pod terminates: kube-proxy's fallback may \
+                 still send here until the node is let go: {} + {}), then 503, so that announcers withdraw \
+                 the node",
+                GoDuration(self.plan.node_checks().serving_for()),
+                self.plan.node_checks().slowest_words(),
+                GoDuration(crate::KUBE_PROXY_LAG)
+            ),
             _ => "readiness is 503".to_owned(),
         };
         tracing::info!(
@@ -270,7 +283,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// Stops Envoy and says how the drain ended. What Envoy is stopped
     /// with is published with the `stopping` phase, so `GET /drain` shows
     /// it while Envoy exits.
-    async fn stop_and_conclude(&mut self, left: Option<u64>, cut: bool, started: Instant) -> Outcome {
+    /// `cut`: the deadline cut the policy; `held`: the wait for the load
+    /// balancers ended at its bound (without their verdict).
+    async fn stop_and_conclude(&mut self, left: Option<u64>, (cut, held): (bool, bool), started: Instant) -> Outcome {
+        // The wait's bound ended it and nothing was left: whether or not
+        // the policy's last look came before the deadline, nothing was cut.
+        let cut = cut && !(held && left == Some(0));
         self.inbox.publish(|s| s.cut_by_deadline = cut);
         let exit = self.stop_envoy(left).await;
         let unfinished = match (self.plan.drain_until, left) {
@@ -285,10 +303,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             return Outcome::Unfinished { left: n, exit };
         }
         if cut {
-            let why = match self.inbox.status.borrow().held_by {
-                Some(_) => "the load balancers had not taken the pod out",
-                None => "the deadline cut the drain",
-            };
+            let why = "the deadline cut the drain";
             match left {
                 Some(n) => tracing::warn!(
                     left = n,
@@ -298,6 +313,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 None => tracing::warn!("{why}; the active count was unknown"),
             }
             Outcome::Cut { left, exit }
+        } else if held {
+            tracing::info!(
+                took = %GoDuration(started.elapsed()),
+                "drained with nothing left after the drain wait's bound, Envoy stopped ({exit})"
+            );
+            Outcome::WaitBound(exit)
         } else {
             tracing::info!(took = %GoDuration(started.elapsed()), "drain complete, Envoy stopped ({exit})");
             Outcome::Drained(exit)
@@ -454,13 +475,14 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// is published with the `stopped` phase (one consistent final status).
     async fn stop_envoy(&mut self, left: Option<u64>) -> Exit {
         let took = self.started.map(|t| t.elapsed().as_secs_f64());
+        // Envoy stops accepting: the kubelet's answer turns 503.
+        if self.kubelet == KubeletAnswer::FollowsEnvoy {
+            self.inbox
+                .kubelet_turned(took.unwrap_or(0.0), NotServingBecause::EnvoyStopping);
+        }
         self.inbox.publish(|s| {
             s.phase = Phase::Stopping;
             s.left_at_stop = left;
-            // Envoy stops accepting: the kubelet's answer turns 503.
-            if let Some(kubelet) = &mut s.kubelet {
-                kubelet.not_serving_after_seconds = kubelet.not_serving_after_seconds.or(took);
-            }
         });
         let bound = self.plan.stop_bound(self.started, Instant::now());
         let exit = self.envoy.stop(bound).await;
