@@ -24,14 +24,16 @@
 //!   still in rotation). The fixed and zero-requests rows answer the
 //!   kubelet 503 from SIGTERM, as those peers do
 //!   (`--terminating-readiness failing`);
-//! - `nodes`: a load balancer that checks the node (kube-proxy's
-//!   health-check node port, `externalTrafficPolicy: Local`), kube-proxy's
-//!   rules modelled on each node (`tests/common/nodes.rs`), every 10 s and
-//!   every 5 s, out after 3; a gateway and a sidecar's pod (the app's hook
-//!   the drain wait), at 200 and 2 requests a second; the kubelet answered
-//!   as Envoy is while the pod terminates (lifeguard's default) or 503 from
-//!   SIGTERM (`failing`, as Istio); a gateway's fixed 10 s drain beside
-//!   them.
+//! - `nodes`: the ways a node gets its traffic with `externalTrafficPolicy:
+//!   Local`, kube-proxy's rules modelled on each node
+//!   (`tests/common/nodes.rs`): a load balancer that checks the node
+//!   (kube-proxy's health-check node port) every 10 s and every 5 s, out
+//!   after 3, and an announcer that follows the EndpointSlice (MetalLB); a
+//!   gateway and a sidecar's pod (the app's hook the drain wait), at 200
+//!   and 2 requests a second, a 90 s grace period; lifeguard's defaults
+//!   (the kubelet answered as Envoy is for the node's load balancers' time,
+//!   then 503) or 503 from SIGTERM (`failing`, as Istio); a gateway's fixed
+//!   10 s drain beside them.
 //!
 //! For each: the requests that failed, and per pod the time from its
 //! deletion to its app's SIGTERM (the hook's return), to the pod gone
@@ -214,22 +216,24 @@ fn gateways(rounds: usize) {
     }
 }
 
-/// The table of load balancers that check the node: each check, each pod,
-/// each rate, each rule for the kubelet's answer.
+/// The table of the ways a node gets its traffic that no probe of the pod
+/// shows: load balancers that check the node (every 10 s and 5 s, out
+/// after 3) and an announcer that follows the EndpointSlice (MetalLB), each
+/// pod, each rate, each rule for the kubelet's answer; a 90 s grace period.
 #[allow(clippy::too_many_lines)] // one scenario, read top to bottom
 fn nodes(rounds: usize) {
-    use common::nodes::{node_rolling_restart, NodeRollout, ProbeSpec};
+    use common::nodes::{node_rolling_restart, NodeRollout, NodeWay, ProbeSpec};
     use common::pod::Gateway;
     let every = |s: u64| Check {
         inter: Duration::from_secs(s),
         fall: 3,
         rise: 1,
     };
-    const GRACE_75: &[&str] = &["--termination-grace-period", "75s"];
+    const GRACE: &[&str] = &["--termination-grace-period", "90s"];
     let gateway: [(&str, &[&str]); 3] = [
         (
-            "out-of-rotation, the kubelet answered as Envoy is (lifeguard)",
-            &["--drain-scope", "all", "--termination-grace-period", "75s"],
+            "out-of-rotation, lifeguard's defaults",
+            &["--drain-scope", "all", "--termination-grace-period", "90s"],
         ),
         (
             "out-of-rotation, the kubelet answered 503 from SIGTERM",
@@ -237,7 +241,7 @@ fn nodes(rounds: usize) {
                 "--drain-scope",
                 "all",
                 "--termination-grace-period",
-                "75s",
+                "90s",
                 "--terminating-readiness",
                 "failing",
             ],
@@ -248,7 +252,7 @@ fn nodes(rounds: usize) {
                 "--drain-scope",
                 "all",
                 "--termination-grace-period",
-                "75s",
+                "90s",
                 "--drain-until",
                 "time",
                 "--termination-drain-duration",
@@ -259,23 +263,25 @@ fn nodes(rounds: usize) {
         ),
     ];
     let sidecar: [(&str, &[&str]); 2] = [
-        (
-            "GET /drain/wait, the kubelet answered as Envoy is (lifeguard)",
-            GRACE_75,
-        ),
+        ("GET /drain/wait, lifeguard's defaults", GRACE),
         (
             "GET /drain/wait, the kubelet answered 503 from SIGTERM",
             &[
                 "--termination-grace-period",
-                "75s",
+                "90s",
                 "--terminating-readiness",
                 "failing",
             ],
         ),
     ];
-    println!("| node checks | pod | rate | rule | requests failed (of sent) | the node let go after SIGTERM | Envoy stopped after the node was let go |");
+    let ways = [
+        ("checked every 10s, out after 3", NodeWay::Checked(every(10))),
+        ("checked every 5s, out after 3", NodeWay::Checked(every(5))),
+        ("announced (MetalLB), 0.5 s late", NodeWay::METALLB),
+    ];
+    println!("| the node's traffic | pod | rate | rule | requests failed (of sent) | the node let go after SIGTERM | Envoy stopped after the node was let go |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for check in [every(10), every(5)] {
+    for (way_name, way) in ways {
         for rate in [200, 2] {
             let pods = gateway
                 .iter()
@@ -284,12 +290,12 @@ fn nodes(rounds: usize) {
             for (pod, kind, rule, args) in pods {
                 for _ in 0..rounds {
                     let run = node_rolling_restart(&NodeRollout {
-                        check,
+                        way,
                         rate,
                         steady: Duration::from_secs(20),
                         gateway: kind,
                         agent_args: args,
-                        grace: Duration::from_secs(75),
+                        grace: Duration::from_secs(90),
                         kubelet: ProbeSpec::SHIPPED,
                     });
                     let failed = run.run.sent.iter().filter(|s| s.answer != Ok(200)).count();
@@ -300,8 +306,7 @@ fn nodes(rounds: usize) {
                         .envoy_stopped
                         .map_or("-".into(), |t| format!("{:.2} s", secs(l.down[0], t)));
                     println!(
-                        "| every {}s, out after 3 | {pod} | {rate}/s | {rule} | {failed} (of {}) | {let_go:.2} s | {stopped} |",
-                        check.inter.as_secs(),
+                        "| {way_name} | {pod} | {rate}/s | {rule} | {failed} (of {}) | {let_go:.2} s | {stopped} |",
                         run.run.sent.len(),
                     );
                 }

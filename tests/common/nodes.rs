@@ -1,9 +1,11 @@
-//! Load balancers that check the node, not the pod: a Service of type
-//! LoadBalancer with `externalTrafficPolicy: Local` (an AWS NLB with
-//! instance targets, GKE's L4 load balancer without NEGs, Azure's, MetalLB,
-//! HAProxy or F5 in front of NodePorts). Between them and the pods,
-//! kube-proxy's rules (KEP-1669, GA in Kubernetes 1.28), modelled on the LB
-//! host ([`crate::lb::Lan`]) for each node, at an address of its own:
+//! The ways a node gets a Service's traffic that no probe of the pod shows
+//! (`externalTrafficPolicy: Local`): load balancers that check the node, not
+//! the pod (an AWS NLB with instance targets, GKE's L4 load balancer without
+//! NEGs, Azure's, HAProxy or F5 in front of NodePorts), and announcers that
+//! follow the EndpointSlice (MetalLB's speaker, in L2 and BGP mode). Between
+//! them and the pods, kube-proxy's rules (KEP-1669, GA in Kubernetes 1.28),
+//! modelled on the LB host ([`crate::lb::Lan`]) for each node, at an address
+//! of its own:
 //!
 //! - the **control plane** ([`Cluster`]): each pod of the Service is an
 //!   endpoint whose conditions are the EndpointSlice's: `serving` = the
@@ -26,7 +28,20 @@
 //! - the **load balancer** is HAProxy in TCP mode (an L4 load balancer: one
 //!   client connection, one connection to a node), health-checking each
 //!   node's health-check port, its targets unhealthy until their first
-//!   passed check ([`crate::lb::Balancer::Nodes`]).
+//!   passed check ([`crate::lb::Balancer::Nodes`]);
+//! - or the **announcer** ([`Announcer`]): MetalLB's speaker announces the
+//!   Service's address from a node while an endpoint on it is ready **or
+//!   serving** in the EndpointSlice (its `EndpointCanServe`; `ready`
+//!   implies `serving`), and probes nothing. It withdraws a node
+//!   [`ANNOUNCER_LAG`] after the slice says none can serve (before
+//!   kube-proxy's rules follow); a node it announces anew is announced once
+//!   kube-proxy there routes to the endpoint (an announcement that races
+//!   kube-proxy drops a new node's first connections whatever the pod
+//!   does, which is not what these tests look at). Here a router on the LB host sends each new client
+//!   connection to an announced node (round robin, as BGP's ECMP; L2's one
+//!   elected node is the case of one), and resets it when none is; a
+//!   connection already routed stays where it went (a withdrawal moves new
+//!   flows).
 //!
 //! Everything runs in the LB host's namespace and stops on drop.
 
@@ -49,6 +64,10 @@ pub const NODE_PORT: u16 = 30080;
 pub const HEALTH_CHECK_NODE_PORT: u16 = 32000;
 /// How late an endpoint's change reaches kube-proxy.
 pub const ENDPOINT_LAG: Duration = Duration::from_secs(1);
+/// How late an endpoint's change reaches the announcer (MetalLB's speaker
+/// watches the EndpointSlices and usually reacts before kube-proxy's
+/// rules, which it rewrites at most once a second).
+pub const ANNOUNCER_LAG: Duration = Duration::from_millis(500);
 
 /// An endpoint's conditions, as the EndpointSlice gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,10 +162,10 @@ impl Cluster {
         self.change(name, |_| None);
     }
 
-    /// The endpoints on `node` as kube-proxy sees them now (a change
-    /// reaches it [`ENDPOINT_LAG`] late): name, address, conditions.
-    fn seen_on(&self, node: usize) -> Vec<(String, SocketAddr, Conditions)> {
-        let at = Instant::now().checked_sub(ENDPOINT_LAG).unwrap_or_else(Instant::now);
+    /// The endpoints on `node` as a reader `lag` late sees them now
+    /// (kube-proxy: [`ENDPOINT_LAG`]): name, address, conditions.
+    fn seen_on(&self, node: usize, lag: Duration) -> Vec<(String, SocketAddr, Conditions)> {
+        let at = Instant::now().checked_sub(lag).unwrap_or_else(Instant::now);
         let endpoints = self.endpoints.lock().unwrap();
         endpoints
             .iter()
@@ -291,7 +310,11 @@ fn serve_health(listener: TcpListener, node: usize, cluster: &Cluster, stop: &At
                 Ok(n) => request.extend_from_slice(&buf[..n]),
             }
         }
-        let local = cluster.seen_on(node).iter().filter(|e| e.2.ready()).count();
+        let local = cluster
+            .seen_on(node, ENDPOINT_LAG)
+            .iter()
+            .filter(|e| e.2.ready())
+            .count();
         let body = format!(
             "{{\"service\":{{\"namespace\":\"default\",\"name\":\"gateway\"}},\"localEndpoints\":{local},\"serviceProxyHealthy\":true}}"
         );
@@ -310,7 +333,7 @@ fn serve_node_port(listener: TcpListener, node: usize, cluster: &Cluster, counts
     let mut n = 0u64;
     accept_until(&listener, stop, |client| {
         n += 1;
-        let (choice, to) = choose(&cluster.seen_on(node), n);
+        let (choice, to) = choose(&cluster.seen_on(node, ENDPOINT_LAG), n);
         let counter = match choice {
             Choice::Ready => &counts.to_ready,
             Choice::TerminatingServing => &counts.to_terminating,
@@ -359,6 +382,141 @@ fn reset(stream: TcpStream) {
         );
     }
     drop(stream);
+}
+
+// ---------------------------------------------------------------------------
+// An announcer that follows the EndpointSlice (MetalLB)
+
+/// Whether an announcer announces a node with these endpoints: one of them
+/// is ready or serving (MetalLB's `EndpointCanServe`; `ready` implies
+/// `serving`, and a terminating endpoint may still be serving).
+pub fn can_serve(endpoints: &[(String, SocketAddr, Conditions)]) -> bool {
+    endpoints.iter().any(|e| e.2.ready() || e.2.serving)
+}
+
+/// MetalLB's speaker, modelled: each node announced while
+/// [`can_serve`] holds for its endpoints as seen `lag` late, and a router
+/// on the LB host sending each new client connection to an announced
+/// node's NodePort (round robin), or resetting it when none is. Every
+/// announcement and withdrawal stamped (a record that stays).
+pub struct Announcer {
+    /// Where clients connect: the LB host's 127.0.0.1, as a load
+    /// balancer's frontend.
+    pub frontend: SocketAddr,
+    announced: Arc<Mutex<Vec<bool>>>,
+    events: Arc<Mutex<Vec<(SystemTime, String)>>>,
+    /// Connections that came while no node was announced.
+    pub dropped: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Announcer {
+    /// Announces `nodes` for `cluster`'s Service, withdrawing a node `lag`
+    /// after the EndpointSlice says none of its endpoints can serve.
+    pub fn start(lan: &Lan, nodes: &[Ipv4Addr], cluster: &Cluster, lag: Duration) -> Announcer {
+        let frontend = SocketAddr::from(([127, 0, 0, 1], crate::lb::FRONTEND_PORT + 1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let announced = Arc::new(Mutex::new(vec![false; nodes.len()]));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let speaker = {
+            let (stop, announced, events, cluster) = (stop.clone(), announced.clone(), events.clone(), cluster.clone());
+            let count = nodes.len();
+            std::thread::spawn(move || {
+                let announce_lag = lag.max(ENDPOINT_LAG + Duration::from_millis(100));
+                while !stop.load(Ordering::Relaxed) {
+                    for node in 0..count {
+                        let serves = can_serve(&cluster.seen_on(node, lag));
+                        let mut state = announced.lock().unwrap();
+                        let now = match state[node] {
+                            true => serves,
+                            false => serves && can_serve(&cluster.seen_on(node, announce_lag)),
+                        };
+                        if state[node] != now {
+                            state[node] = now;
+                            let what = if now { "announced" } else { "withdrawn" };
+                            events
+                                .lock()
+                                .unwrap()
+                                .push((SystemTime::now(), format!("announcer: node{node} {what}")));
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+        };
+        let router = {
+            let (stop, announced, dropped, nodes) = (stop.clone(), announced.clone(), dropped.clone(), nodes.to_vec());
+            lan.host.spawn(move || {
+                let listener = TcpListener::bind(frontend).unwrap();
+                let mut n = 0usize;
+                accept_until(&listener, &stop, |client| {
+                    let up: Vec<usize> = {
+                        let state = announced.lock().unwrap();
+                        (0..state.len()).filter(|&i| state[i]).collect()
+                    };
+                    n += 1;
+                    let to = (!up.is_empty()).then(|| SocketAddr::from((nodes[up[n % up.len()]], NODE_PORT)));
+                    // Connected from this thread, which is in the LB host's namespace.
+                    match to.and_then(|to| TcpStream::connect_timeout(&to, Duration::from_millis(500)).ok()) {
+                        Some(upstream) => {
+                            std::thread::spawn(move || proxy(client, upstream));
+                        }
+                        None => {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                            reset(client);
+                        }
+                    }
+                })
+            })
+        };
+        Announcer {
+            frontend,
+            announced,
+            events,
+            dropped,
+            stop,
+            threads: vec![speaker, router],
+        }
+    }
+
+    /// When node `node` was last announced (`up`) or withdrawn, at or
+    /// after `since`.
+    fn changed(&self, node: usize, up: bool, since: SystemTime) -> Option<SystemTime> {
+        let what = format!("announcer: node{node} {}", if up { "announced" } else { "withdrawn" });
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(at, line)| *line == what && *at >= since)
+            .map(|(at, _)| *at)
+    }
+
+    /// Waits until node `node` is announced (`up`) or withdrawn, at or
+    /// after `since`; when it was.
+    pub fn wait_changed(&self, node: usize, up: bool, since: SystemTime, timeout: Duration) -> SystemTime {
+        let what = if up { "announce" } else { "withdraw" };
+        crate::wait_for(&format!("the announcer to {what} node{node}"), timeout, || {
+            self.changed(node, up, since)
+                .ok_or_else(|| self.announced.lock().unwrap().clone())
+        })
+    }
+
+    /// Every announcement and withdrawal, with its time.
+    pub fn events(&self) -> Vec<(SystemTime, String)> {
+        self.events.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Announcer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The kubelet's readiness probe of a pod's proxy container.
@@ -438,14 +596,29 @@ impl Drop for Kubelet {
 }
 
 // ---------------------------------------------------------------------------
-// A rolling restart behind a load balancer that checks the nodes
+// A rolling restart behind a load balancer that checks the nodes, or an
+// announcer
 
-/// What to roll: the load balancer's checks of the nodes, the client's
-/// rate, the pods (gateways of a shape, or sidecars' pods whose app has
-/// the drain wait's preStop hook), lifeguard's flags, and the kubelet's
-/// probe.
+/// How the nodes get the Service's traffic.
+#[derive(Debug, Clone, Copy)]
+pub enum NodeWay {
+    /// A load balancer (HAProxy in TCP mode) checking each node's
+    /// health-check node port so.
+    Checked(Check),
+    /// An announcer that follows the EndpointSlice, this late.
+    Announced { lag: Duration },
+}
+
+impl NodeWay {
+    /// An announcer as MetalLB's speaker usually is: [`ANNOUNCER_LAG`].
+    pub const METALLB: NodeWay = NodeWay::Announced { lag: ANNOUNCER_LAG };
+}
+
+/// What to roll: the way the nodes get their traffic, the client's rate,
+/// the pods (gateways of a shape, or sidecars' pods whose app has the
+/// drain wait's preStop hook), lifeguard's flags, and the kubelet's probe.
 pub struct NodeRollout<'a> {
-    pub check: Check,
+    pub way: NodeWay,
     pub rate: u32,
     /// How long the client sends before the pod is replaced.
     pub steady: Duration,
@@ -459,7 +632,8 @@ pub struct NodeRollout<'a> {
 }
 
 /// How it went: the rollout's record (one pod replaced, `down` when the
-/// load balancer let its node go), and what each node did.
+/// load balancer let its node go, or the announcer withdrew it), and what
+/// each node did.
 pub struct NodeRun {
     pub run: Run,
     /// What each node did, in words.
@@ -467,15 +641,50 @@ pub struct NodeRun {
     /// The connections each node dropped (no endpoint it could send them
     /// to).
     pub dropped: Vec<u64>,
+    /// The connections the announcer reset, no node being announced.
+    pub unannounced: u64,
 }
 
-/// Two nodes, one pod of the Service on node 0; the load balancer checks
-/// both (node 1 has no endpoint yet: unhealthy). A new pod starts on node
-/// 1, ready for the kubelet, taken in by the load balancer; then the old
-/// pod is deleted: every endpoint on node 0 is terminating, its
-/// health-check port fails at once, and the load balancer keeps sending it
-/// new connections until it has seen its threshold of failures; kube-proxy
-/// sends them to the old pod while the kubelet sees it serving.
+/// The front of the nodes: a load balancer or an announcer.
+enum NodeFront {
+    Checked(Front),
+    Announced(Announcer),
+}
+
+impl NodeFront {
+    fn frontend(&self) -> SocketAddr {
+        match self {
+            NodeFront::Checked(front) => front.frontend,
+            NodeFront::Announced(announcer) => announcer.frontend,
+        }
+    }
+
+    /// Waits until node `k` gets traffic (`up`) or no longer does, at or
+    /// after `since`.
+    fn wait(&self, k: usize, up: bool, since: SystemTime, timeout: Duration) -> SystemTime {
+        match self {
+            NodeFront::Checked(front) => front.wait_marked_since(&format!("node{k}"), up, since, timeout),
+            NodeFront::Announced(announcer) => announcer.wait_changed(k, up, since, timeout),
+        }
+    }
+
+    fn events(&self) -> Vec<(SystemTime, String)> {
+        match self {
+            NodeFront::Checked(front) => front.events(),
+            NodeFront::Announced(announcer) => announcer.events(),
+        }
+    }
+}
+
+/// Two nodes, one pod of the Service on node 0; the nodes' front is a load
+/// balancer that checks both (node 1 has no endpoint yet: unhealthy), or an
+/// announcer (node 1 not announced yet). A new pod starts on node 1, ready
+/// for the kubelet, taken in; then the old pod is deleted: every endpoint
+/// on node 0 is terminating, its health-check port fails at once, and a
+/// load balancer keeps sending it new connections until it has seen its
+/// threshold of failures; an announcer keeps announcing it while the old
+/// pod is serving; kube-proxy sends them to the old pod while the kubelet
+/// sees it serving.
 pub fn node_rolling_restart(rollout: &NodeRollout) -> NodeRun {
     let lan = Lan::new();
     let cluster = Cluster::default();
@@ -491,26 +700,46 @@ pub fn node_rolling_restart(rollout: &NodeRollout) -> NodeRun {
     let (mut old, old_ip) = pod(0);
     cluster.add("old0", 0, SocketAddr::from((old_ip, port)));
     let old_kubelet = Kubelet::start(&lan.host, &cluster, "old0", old_ip, rollout.kubelet);
-    let servers: Vec<(String, Ipv4Addr)> = nodes.iter().map(|n| (format!("node{}", n.index), n.ip)).collect();
-    let front = Front::start(&lan, Balancer::Nodes(rollout.check), &servers, 1, NODE_PORT);
-    let taken_in = rollout.check.inter * 2 + rollout.kubelet.period + Duration::from_secs(10);
-    front.wait_marked("node0", true, taken_in);
-    let load = Load::start(&lan.host, &[front.frontend], rollout.rate);
+    let (front, taken_in, let_go) = match rollout.way {
+        NodeWay::Checked(check) => {
+            let servers: Vec<(String, Ipv4Addr)> = nodes.iter().map(|n| (format!("node{}", n.index), n.ip)).collect();
+            let front = Front::start(&lan, Balancer::Nodes(check), &servers, 1, NODE_PORT);
+            let taken_in = check.inter * 2 + rollout.kubelet.period + Duration::from_secs(10);
+            // At its own pace, perhaps after the pod is gone (when the node
+            // dropped its traffic before).
+            (
+                NodeFront::Checked(front),
+                taken_in,
+                check.inter * check.fall + Duration::from_secs(10),
+            )
+        }
+        NodeWay::Announced { lag } => {
+            let ips: Vec<Ipv4Addr> = nodes.iter().map(|n| n.ip).collect();
+            let announcer = Announcer::start(&lan, &ips, &cluster, lag);
+            let taken_in = rollout.kubelet.period * 2 + lag + Duration::from_secs(10);
+            // Once the kubelet has seen the pod fail, whenever that is.
+            (
+                NodeFront::Announced(announcer),
+                taken_in,
+                rollout.grace + Duration::from_secs(10),
+            )
+        }
+    };
+    let t0 = SystemTime::UNIX_EPOCH;
+    front.wait(0, true, t0, taken_in);
+    let load = Load::start(&lan.host, &[front.frontend()], rollout.rate);
     // A scenario's length: the traffic the pod has had when it is replaced.
     std::thread::sleep(rollout.steady);
     let (_new, new_ip) = pod(3);
     cluster.add("new0", 1, SocketAddr::from((new_ip, port)));
     let _new_kubelet = Kubelet::start(&lan.host, &cluster, "new0", new_ip, rollout.kubelet);
-    front.wait_marked("node1", true, taken_in);
+    front.wait(1, true, t0, taken_in);
     let deletion = delete_pod(&mut old, &lan.host, old_ip, &hook, rollout.grace, || {
         cluster.terminating("old0")
     });
     cluster.gone("old0");
     drop(old_kubelet);
-    // The load balancer lets the node go at its own pace, perhaps after
-    // the pod is gone (when the node dropped its traffic before).
-    let fall = rollout.check.inter * rollout.check.fall + Duration::from_secs(10);
-    let down = front.wait_marked_since("node0", false, deletion.started, fall);
+    let down = front.wait(0, false, deletion.started, let_go);
     let sent = load.stop();
     let mut events = front.events();
     events.extend(cluster.events());
@@ -532,5 +761,9 @@ pub fn node_rolling_restart(rollout: &NodeRollout) -> NodeRun {
         },
         nodes: nodes.iter().map(Node::said).collect(),
         dropped: nodes.iter().map(|n| n.counts.dropped.load(Ordering::Relaxed)).collect(),
+        unannounced: match &front {
+            NodeFront::Announced(announcer) => announcer.dropped.load(Ordering::Relaxed),
+            NodeFront::Checked(_) => 0,
+        },
     }
 }
