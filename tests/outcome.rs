@@ -208,3 +208,89 @@ fn without_a_scrape_the_linger_ends_after_its_time_and_json_logs_carry_the_summa
     assert_eq!(fields["policy"], "requests", "{last}");
     assert!(out.contains("no scrape came while lingering"), "{out}");
 }
+
+/// Issue #51: a `requests` drain of a pod with sparse traffic (a request
+/// every 9 s through Envoy) and no load balancer ever seen. Before the
+/// drain, `GET /drain` says such traffic makes a drain wait its bound, and
+/// which setting shortens it. The drain waits for the traffic to be quiet
+/// until the wait's bound (13 s of a 20 s grace period: the deadline less
+/// the app's 5 s), then finds nothing in flight and stops Envoy: the
+/// outcome says the wait's bound and what it still waited for, not a cut
+/// by the deadline (which was 5 s away), and nothing lost.
+#[test]
+fn a_sparse_pods_drain_that_ends_at_the_waits_bound_says_so_truly() {
+    let dir = temp_dir("sparse");
+    let msg = dir.path().join("termination-log");
+    let msg_arg = msg.display().to_string();
+    let mut pod = Pod::start(Agent::builder().args(&[
+        "--termination-grace-period",
+        "20s",
+        "--drain-until",
+        "requests",
+        "--termination-message-path",
+        &msg_arg,
+    ]));
+    // A request every 9 s, until the drain wait's samples (every 10 s)
+    // have measured the rate.
+    let inbound = pod.ports.inbound.addr();
+    let sparse = wait_for(
+        "the drain wait to call the traffic sparse",
+        Duration::from_secs(60),
+        || {
+            assert_eq!(get(inbound, "/delay/0").unwrap().0, 200);
+            let (_, body) = get(pod.ports.agent.addr(), "/drain").unwrap();
+            let drain: serde_json::Value = serde_json::from_str(&body).unwrap();
+            match drain["drain_wait"]["sparse_traffic"].as_str() {
+                Some(words) => Ok(words.to_owned()),
+                None => {
+                    std::thread::sleep(Duration::from_secs(9));
+                    Err(drain["drain_wait"]["requests_per_second_before_drain"].clone())
+                }
+            }
+        },
+    );
+    assert!(
+        sparse.contains("a drain waits its bound (13s)") && sparse.contains("--drain-wait-max-quiet-period"),
+        "{sparse}"
+    );
+    let sent = pod.sigterm();
+    let code = pod.agent.exit_code(Duration::from_secs(25));
+    let took = sent.elapsed();
+    let out = pod.agent.output();
+    assert_eq!(code, 0, "{out}");
+    wait_for(
+        "the termination message",
+        Duration::from_secs(5),
+        || match std::fs::read_to_string(&msg) {
+            Ok(text) if !text.is_empty() => Ok(()),
+            other => Err(other.map_err(|e| e.kind())),
+        },
+    );
+    let json = message(&msg);
+    eprintln!("SIGTERM -> exited {took:?}; {json}");
+    assert_eq!(json["outcome"], "wait_bound", "{json}");
+    assert_eq!(json["exit_code"], 0);
+    assert_eq!(json["cut_by_deadline"], false, "the deadline was not reached");
+    assert_eq!(json["left_at_stop"], 0);
+    let held = json["load_balancers"]["held_by"].as_str().unwrap_or_default();
+    assert!(held.starts_with("no new request for 13s"), "{json}");
+    assert!(
+        json["load_balancers"]["checkers"].as_array().is_some_and(Vec::is_empty),
+        "{json}"
+    );
+    let duration = json["duration_seconds"].as_f64().unwrap();
+    assert!(
+        (13.0..15.0).contains(&duration),
+        "ended at the wait's bound: {duration}"
+    );
+    assert!(
+        out.contains("the drain wait's bound came before the load balancers' verdict")
+            && out.contains("requests that still arrive once Envoy stops are refused")
+            && !out.contains("requests the load balancers still send are lost"),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#"lifeguard exiting outcome="wait_bound" exit_code=0"#),
+        "{out}"
+    );
+}

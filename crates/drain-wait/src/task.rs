@@ -549,13 +549,17 @@ mod tests {
 
     /// The wait of a drain with this deadline, keeping `app_time` for the app.
     fn start_with(deadline: Duration, app_time: Duration) -> Harness {
-        let plan = DrainWaitPlan {
+        start_plan(DrainWaitPlan {
             unhealthy_threshold: 2,
             min_quiet_period: SEC,
             grace: Grace::new(deadline + Duration::from_secs(2), Duration::from_secs(2)).unwrap(),
             app_time,
             ..DrainWaitPlan::for_tests()
-        };
+        })
+    }
+
+    /// The wait of a drain planned so.
+    fn start_plan(plan: DrainWaitPlan) -> Harness {
         let (drain, drain_rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
         let checkers = Checkers::default();
         let (wait, publish) = DrainWait::new(&plan, checkers.clone());
@@ -734,6 +738,59 @@ mod tests {
         assert!(end.line.contains("no new request came for 3.4"), "{}", end.line);
         assert!(Instant::now() - drained > Duration::from_secs(6));
         h.shutdown.cancel();
+    }
+
+    /// Issue #51: a request every 9 s (0.11 a second) calls for a quiet
+    /// period longer than the wait's bound: said before any drain (`GET
+    /// /drain`, the log), with the setting that shortens it; the wait then
+    /// ends at its bound, held by the traffic alone. With
+    /// `--drain-wait-max-quiet-period` the quiet period is that at most.
+    #[tokio::test(start_paused = true)]
+    async fn sparse_traffic_is_said_before_the_drain_and_the_max_quiet_period_caps_its_wait() {
+        for max in [None, Some(Duration::from_secs(5))] {
+            let h = start_plan(DrainWaitPlan {
+                min_quiet_period: SEC,
+                grace: Grace::new(Duration::from_secs(30), Duration::from_secs(2)).unwrap(),
+                app_time: Duration::from_secs(5),
+                max_quiet_period: max,
+                ..DrainWaitPlan::for_tests()
+            });
+            let traffic = h.traffic.clone();
+            let flow = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(9)).await;
+                    traffic.0.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            tokio::time::sleep(Duration::from_secs(62)).await;
+            let before = h.wait.status();
+            let sparse = before.sparse_traffic.clone().expect("said before the drain");
+            assert!(
+                sparse.contains("a drain waits its bound (23s)") && sparse.contains("--drain-wait-max-quiet-period"),
+                "{sparse}"
+            );
+            h.phase(Phase::Draining);
+            let drained = Instant::now();
+            let end = h.wait.wait(None).await;
+            flow.abort();
+            let took = Instant::now() - drained;
+            match max {
+                None => {
+                    assert_eq!(end.why, WaitWhy::Deadline, "{end:?}");
+                    assert_eq!(took, Duration::from_secs(23), "the wait's bound");
+                    assert!(matches!(
+                        h.wait.status().waiting_on,
+                        Some(crate::WaitingOn::Quiet { .. })
+                    ));
+                }
+                Some(max) => {
+                    assert_eq!(end.why, WaitWhy::Out, "{end:?}");
+                    assert!(took <= Duration::from_secs(9) + max, "{took:?}");
+                    assert_eq!(h.wait.status().quiet_period_seconds, Some(max.as_secs_f64()));
+                }
+            }
+            h.shutdown.cancel();
+        }
     }
 
     #[tokio::test(start_paused = true)]

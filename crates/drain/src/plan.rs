@@ -217,17 +217,21 @@ impl Plan {
 
     /// How long Envoy gets between SIGTERM and SIGKILL when stopped at
     /// `now` by a drain that began at `began` (None: no drain, a bare
-    /// `/quitquitquit`): the shutdown margin, less whatever the drain ran
-    /// past its deadline (the last read, a slow admin call), so that Envoy
-    /// is never stopped past the grace period.
+    /// `/quitquitquit`: the shutdown margin): the rest of the grace period,
+    /// less a quarter of the margin for lifeguard to write its summary and
+    /// exit before the kubelet's own SIGKILL, and the margin at least
+    /// while the grace period has that much left. Envoy handles SIGTERM on
+    /// its main thread, the one that serves its admin API: busy with a long
+    /// admin call (a scrape of a large config) or starved of CPU, it takes
+    /// seconds to begin its shutdown, and a flat margin killed it for
+    /// that. Never past the grace period.
     pub(crate) fn stop_bound(&self, began: Option<Instant>, now: Instant) -> Duration {
-        let Some(began) = began else {
-            return self.grace.margin();
+        let margin = self.grace.margin();
+        let Some(grace_end) = began.and_then(|began| began.checked_add(self.grace.period())) else {
+            return margin;
         };
-        match began.checked_add(self.grace.period()) {
-            Some(grace_end) => grace_end.saturating_duration_since(now).min(self.grace.margin()),
-            None => self.grace.margin(),
-        }
+        let left = grace_end.saturating_duration_since(now);
+        left.min(margin).max(left.saturating_sub(margin / 4))
     }
 
     /// When the drain is done under its policy, in words.

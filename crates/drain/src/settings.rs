@@ -33,8 +33,10 @@ pub struct Settings {
     #[serde(serialize_with = "grace::serialize")]
     pub termination_grace_period: Duration,
 
-    /// Time kept back from the grace period to stop Envoy and exit; also
-    /// how long Envoy gets between SIGTERM and SIGKILL (at least 100ms).
+    /// Time kept back from the grace period to stop Envoy and exit (at
+    /// least 100ms): the drain's deadline is the grace period less this.
+    /// Envoy gets the rest of the grace period between SIGTERM and SIGKILL
+    /// (less a quarter of this, for lifeguard's own exit).
     #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s", value_parser = span::parse)]
     #[serde(serialize_with = "span::serialize")]
     pub shutdown_margin: Duration,

@@ -1094,6 +1094,29 @@ async fn the_read_at_a_stop_past_the_deadline_gets_a_quarter_of_the_shutdown_mar
     assert_between(envoy.stops()[0], 4.2, 4.21);
 }
 
+/// Envoy gets the rest of the grace period to exit after SIGTERM (less a
+/// quarter of the margin for lifeguard's own exit), never less than the
+/// margin while that much is left, never past the grace period.
+#[test]
+fn envoys_stop_gets_the_rest_of_the_grace_period() {
+    let mut p = plan(DrainUntil::Connections);
+    p.grace = Grace::new(secs(30.0), secs(2.0)).unwrap();
+    let began = Instant::now();
+    assert_eq!(p.stop_bound(Some(began), began + secs(5.0)), secs(24.5));
+    assert_eq!(
+        p.stop_bound(Some(began), began + secs(28.0)),
+        secs(2.0),
+        "at the deadline: the margin"
+    );
+    assert_eq!(
+        p.stop_bound(Some(began), began + secs(28.4)),
+        secs(1.6),
+        "past it: what is left"
+    );
+    assert_eq!(p.stop_bound(Some(began), began + secs(31.0)), Duration::ZERO);
+    assert_eq!(p.stop_bound(None, began), secs(2.0), "a bare /quitquitquit");
+}
+
 #[test]
 fn the_last_read_gets_a_quarter_of_the_margin_and_at_most_an_admin_call() {
     let mut p = plan(DrainUntil::Connections);

@@ -192,12 +192,48 @@ impl Child {
         match tokio::time::timeout(bound, self.exited()).await {
             Ok(status) => status,
             Err(_) => {
-                tracing::warn!(pid = self.pid, "Envoy did not exit after SIGTERM; sending SIGKILL");
+                tracing::warn!(
+                    pid = self.pid,
+                    threads = %threads(self.pid),
+                    "Envoy did not exit within {} of SIGTERM; sending SIGKILL",
+                    lifeguard_base::duration::GoDuration(bound)
+                );
                 self.signal(Signal::KILL);
                 self.exited().await
             }
         }
     }
+}
+
+/// Each thread of process `pid` as `/proc` shows it: its name, its state
+/// (R running, S sleeping, D in the kernel, ...) and where in the kernel
+/// it waits. Said before a SIGKILL: a thread busy (an admin call, a
+/// starved CPU) or one waiting forever tell two causes apart.
+fn threads(pid: i32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "unknown (no /proc entry)".to_owned();
+    };
+    let read = |path: std::path::PathBuf| std::fs::read_to_string(path).unwrap_or_default();
+    let mut seen: Vec<String> = tasks
+        .flatten()
+        .map(|task| {
+            let dir = task.path();
+            let stat = read(dir.join("stat"));
+            // The state follows the parenthesised name, which may hold spaces.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').next())
+                .unwrap_or("?");
+            let wchan = read(dir.join("wchan"));
+            let wchan = match wchan.trim() {
+                "" | "0" => String::new(),
+                at => format!(" in {at}"),
+            };
+            format!("{} {state}{wchan}", read(dir.join("comm")).trim())
+        })
+        .collect();
+    seen.sort();
+    seen.join(", ")
 }
 
 impl Envoy {
@@ -328,5 +364,19 @@ mod tests {
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL));
         let _ = std::fs::remove_file(&marker);
+    }
+
+    /// What is said of a process's threads before a SIGKILL: each one's
+    /// name and state (this test's own threads: the runner's, at least).
+    #[test]
+    fn a_process_threads_are_named_with_their_state() {
+        let said = threads(std::process::id() as i32);
+        assert!(
+            said.split(", ")
+                .all(|t| t.split(' ').nth(1).is_some_and(|s| s.len() == 1)),
+            "{said}"
+        );
+        assert!(said.contains(" R") || said.contains(" S"), "{said}");
+        assert_eq!(threads(i32::MAX), "unknown (no /proc entry)");
     }
 }
