@@ -158,16 +158,7 @@ pub fn active(body: &str, ignored_ports: &[u16]) -> Active {
             .strip_prefix("listener.")
             .and_then(|rest| rest.strip_suffix(".downstream_cx_active"))
         {
-            // `listener.X.worker_N.…` and `listener.admin.main_thread.…`
-            // repeat the listener's total per thread.
-            let per_thread = listener
-                .rsplit_once('.')
-                .is_some_and(|(_, last)| last.starts_with("worker_") || last == "main_thread");
-            let ignored = listener == "admin"
-                || listener.starts_with("admin.")
-                || listener.starts_with("envoy_internal_")
-                || listener_port(listener).is_some_and(|p| ignored_ports.contains(&p));
-            (!per_thread && !ignored).then_some(&mut out.connections)
+            counted_listener(listener, ignored_ports).then_some(&mut out.connections)
         } else if let Some(prefix) = line
             .name
             .strip_prefix("http.")
@@ -194,6 +185,25 @@ pub fn active(body: &str, ignored_ports: &[u16]) -> Active {
     }
     out.tcp = out.connections.saturating_sub(http_connections);
     out
+}
+
+/// Whether a listener's stats count, by the name in its stats
+/// (`listener.<name>.…`): not the admin's (`admin`, and its per-thread
+/// `admin.main_thread`), not an internal listener (`envoy_internal_*`:
+/// its connections come from Envoy itself and are counted where they
+/// entered), not a per-thread line (`X.worker_N`, `X.main_thread`: they
+/// repeat the listener's total), not one on an ignored port (IPv4 and IPv6
+/// alike). The active counts and the drain wait's arrivals both ask here.
+pub(crate) fn counted_listener(listener: &str, ignored_ports: &[u16]) -> bool {
+    let per_thread = listener
+        .rsplit_once('.')
+        .is_some_and(|(_, last)| last.starts_with("worker_") || last == "main_thread");
+    !(listener.is_empty()
+        || per_thread
+        || listener == "admin"
+        || listener.starts_with("admin.")
+        || listener.starts_with("envoy_internal_")
+        || listener_port(listener).is_some_and(|p| ignored_ports.contains(&p)))
 }
 
 /// The port of a listener stat name: `127.0.0.1_15006`, `0.0.0.0_15021`,

@@ -499,20 +499,33 @@ fn every_line(name: &str, ignored_ports: &[u16]) -> bool {
     } else {
         return false;
     };
-    let per_thread = listener
-        .rsplit_once('.')
-        .is_some_and(|(_, last)| last.starts_with("worker_") || last == "main_thread");
-    let port = listener.rsplit_once('_').and_then(|(_, p)| p.parse::<u16>().ok());
-    !(listener.is_empty()
-        || per_thread
-        || listener == "admin"
-        || listener.starts_with("envoy_internal_")
-        || port.is_some_and(|p| ignored_ports.contains(&p)))
+    crate::counts::counted_listener(listener, ignored_ports)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With no selection, a listener counts as it does in the drain's
+    /// active counts (one rule, `counts::counted_listener`): not the
+    /// admin's, on its main thread either; not internal, per-thread or on
+    /// an ignored port.
+    #[test]
+    fn every_listener_counts_but_the_ones_the_active_counts_leave_out() {
+        let counts = |name: &str| every_line(name, &[15021]);
+        assert!(counts("listener.0.0.0.0_8080.downstream_cx_total"));
+        assert!(counts("listener.web.http.inbound.downstream_rq_completed"));
+        for left_out in [
+            "listener.admin.downstream_cx_total",
+            "listener.admin.main_thread.downstream_cx_total",
+            "listener.envoy_internal_inner.downstream_cx_total",
+            "listener.0.0.0.0_8080.worker_0.downstream_cx_total",
+            "listener.0.0.0.0_15021.downstream_cx_total",
+            "listener.[__]_15021.downstream_cx_total",
+        ] {
+            assert!(!counts(left_out), "{left_out}");
+        }
+    }
 
     /// Captured from Envoy 1.40 (config/envoy-bootstrap.yaml): three
     /// requests on the inbound listener, one of them a load balancer's
