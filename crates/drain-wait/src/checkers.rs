@@ -62,6 +62,7 @@ use tokio::time::Instant;
 use lifeguard_base::peer::PeerKey;
 use lifeguard_base::reason::{ByReason, Reason};
 use lifeguard_base::url::is_loopback;
+use lifeguard_drain::Audience;
 
 /// At most this many checkers are remembered.
 pub(crate) const MAX_CHECKERS: usize = 32;
@@ -100,7 +101,7 @@ impl CheckerKey {
     pub(crate) fn of(peer: Option<SocketAddr>, headers: &HeaderMap, forwarded: bool) -> Option<CheckerKey> {
         let peer = peer?.ip().to_canonical();
         let agent = headers.get(USER_AGENT).map_or(&b""[..], |v| v.as_bytes());
-        if agent.starts_with(b"kube-probe/") {
+        if Audience::of_agent(Some(agent)) == Audience::Kubelet {
             return None;
         }
         let forwarded = (forwarded && is_loopback(peer))

@@ -52,6 +52,29 @@ use tokio::time::Instant;
 
 use lifeguard_base::duration::GoDuration;
 
+/// Who asks: the two audiences readiness tells apart while the pod
+/// terminates. The one place a probe is told to be the kubelet's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// The kubelet (`User-Agent: kube-probe/…`): its answer is the
+    /// EndpointSlice's `serving`, which kube-proxy's fallback to a
+    /// terminating endpoint and announcers read.
+    Kubelet,
+    /// Anyone else: the load balancers that check the pod.
+    LoadBalancer,
+}
+
+impl Audience {
+    /// The audience of a probe that sent this `User-Agent`.
+    #[inline]
+    pub fn of_agent(agent: Option<&[u8]>) -> Audience {
+        match agent {
+            Some(agent) if agent.starts_with(b"kube-probe/") => Audience::Kubelet,
+            _ => Audience::LoadBalancer,
+        }
+    }
+}
+
 /// How readiness answers the kubelet while the pod terminates (the
 /// setting `terminating_readiness`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]

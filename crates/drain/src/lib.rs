@@ -54,7 +54,8 @@ mod tests;
 
 pub use handle::DrainHandle;
 pub use kubelet::{
-    Checks, ChecksError, Kubelet, KubeletAnswer, NodeChecks, NotServingBecause, TerminatingReadiness, KUBE_PROXY_LAG,
+    Audience, Checks, ChecksError, Kubelet, KubeletAnswer, NodeChecks, NotServingBecause, TerminatingReadiness,
+    KUBE_PROXY_LAG,
 };
 pub use machine::Drain;
 pub use plan::DrainUntil;

@@ -32,28 +32,7 @@ use tokio::time::Instant;
 use lifeguard_base::duration::GoDuration;
 use lifeguard_drain::{NotServingBecause, Phase, PhaseCell};
 
-/// Who asks: the two audiences readiness tells apart while the pod
-/// terminates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Audience {
-    /// The kubelet (`User-Agent: kube-probe/…`): its answer is the
-    /// EndpointSlice's `serving`, which kube-proxy's fallback to a
-    /// terminating endpoint reads.
-    Kubelet,
-    /// Anyone else: the load balancers that check the pod.
-    LoadBalancer,
-}
-
-impl Audience {
-    /// The audience of a probe that sent this `User-Agent`.
-    #[inline]
-    pub fn of_agent(agent: Option<&[u8]>) -> Audience {
-        match agent {
-            Some(agent) if agent.starts_with(b"kube-probe/") => Audience::Kubelet,
-            _ => Audience::LoadBalancer,
-        }
-    }
-}
+pub use lifeguard_drain::Audience;
 
 /// The answers of a drain, each said once.
 static DRAINING: Bytes = Bytes::from_static(b"not ready: draining\n");
@@ -185,7 +164,7 @@ impl Readiness {
     }
 
     /// The probe's answer to `audience`. Never blocks on Envoy, never
-    /// allocates.
+    /// allocates, records nothing ([`Readiness::answered`] does).
     #[inline]
     pub fn answer(&self, audience: Audience) -> Answer {
         let inner = &*self.inner;
@@ -194,8 +173,10 @@ impl Readiness {
         if phase == Phase::Serving {
             return self.envoys_answer();
         }
-        let answer = match (audience, published.kubelet_follows_envoy) {
+        match (audience, published.kubelet_follows_envoy) {
             (Audience::Kubelet, true) if phase.envoy_accepts() => match inner.phase.kubelet_window() {
+                // The readiness-fail delay: Envoy's answer, as everyone's.
+                Ok(()) if !phase.fails_readiness() => self.envoys_answer(),
                 Ok(()) => {
                     let answer = self.envoys_answer();
                     match answer.ready {
@@ -228,11 +209,19 @@ impl Readiness {
             },
             // The readiness-fail delay: Envoy's answer, for everyone.
             _ => self.envoys_answer(),
-        };
-        if audience == Audience::Kubelet {
+        }
+    }
+
+    /// The probe answered `audience` so: a kubelet's answer during a drain
+    /// is recorded in the drain's cell (`GET /drain`'s `kubelet`). The
+    /// probe's route calls it once per probe; nothing else answers the
+    /// kubelet.
+    #[inline]
+    pub fn answered(&self, audience: Audience, answer: &Answer) {
+        let inner = &*self.inner;
+        if audience == Audience::Kubelet && inner.phase.get() != Phase::Serving {
             inner.phase.kubelet_answered(answer.ready);
         }
-        answer
     }
 
     /// Envoy's own answer: the poller's verdict, unless it is too old.
@@ -394,13 +383,29 @@ mod tests {
     }
 
     /// A drain the pod's termination started: the load balancers get 503
-    /// from its first moment, the kubelet 200 for as long as Envoy is
-    /// ready and accepts new connections, then 503 once Envoy stops; and
-    /// the kubelet's answers are recorded.
+    /// from its first moment (Envoy's answer, for everyone, in the
+    /// readiness-fail delay), the kubelet 200 for as long as Envoy is
+    /// ready and accepts new connections and its window is open, then 503;
+    /// and the kubelet's answers, as the probe says it gave them, are
+    /// recorded (answering alone records nothing).
     #[test]
     fn while_the_pod_terminates_the_kubelet_follows_envoy_and_load_balancers_get_503() {
         let (cell, r) = readiness(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
+        cell.set(Phase::DrainingReady, Some(KubeletAnswer::FollowsEnvoy));
+        for audience in [Audience::Kubelet, Audience::LoadBalancer] {
+            assert_eq!(
+                r.answer(audience).body,
+                "ready\n",
+                "{audience:?}: the readiness-fail delay"
+            );
+        }
+        // What the probe route does: answer, then record what it answered.
+        let probe = |audience: Audience| {
+            let answer = r.answer(audience);
+            r.answered(audience, &answer);
+            answer
+        };
         let kubelet = Audience::of_agent(Some(b"kube-probe/1.34"));
         assert_eq!(kubelet, Audience::Kubelet);
         assert_eq!(
@@ -410,7 +415,7 @@ mod tests {
         assert_eq!(Audience::of_agent(None), Audience::LoadBalancer);
         for phase in [Phase::Delaying, Phase::LeavingRotation, Phase::Draining, Phase::Drained] {
             cell.set(phase, Some(KubeletAnswer::FollowsEnvoy));
-            let k = r.answer(kubelet);
+            let k = probe(kubelet);
             assert!(k.ready, "{phase:?}");
             assert!(
                 k.body.starts_with(b"ready: the pod terminates"),
@@ -427,13 +432,13 @@ mod tests {
         }
         // Envoy not ready: the kubelet is told why.
         r.store(Verdict::not_ready("cannot connect to Envoy admin", Instant::now()));
-        assert_eq!(r.answer(kubelet).body, "not ready: cannot connect to Envoy admin\n");
+        assert_eq!(probe(kubelet).body, "not ready: cannot connect to Envoy admin\n");
         r.store(Verdict::ready(Instant::now()));
         // The node's load balancers have had their time: 503 for the
         // kubelet too (announcers withdraw the node), Envoy still serving.
         cell.set(Phase::Draining, Some(KubeletAnswer::FollowsEnvoy));
         cell.kubelet_window_ends(Instant::now(), NotServingBecause::NodeLoadBalancersTime);
-        let k = r.answer(kubelet);
+        let k = probe(kubelet);
         assert!(!k.ready);
         assert!(k
             .body
@@ -441,7 +446,7 @@ mod tests {
         assert!(!r.answer(Audience::LoadBalancer).ready);
         for phase in [Phase::Stopping, Phase::Stopped] {
             cell.set(phase, Some(KubeletAnswer::FollowsEnvoy));
-            let k = r.answer(kubelet);
+            let k = probe(kubelet);
             assert!(!k.ready);
             assert_eq!(k.body, "not ready: Envoy is stopping (the pod terminates)\n");
         }
@@ -457,8 +462,16 @@ mod tests {
         });
         status.started_at = Some(lifeguard_base::duration::unix_now());
         cell.fill_kubelet(&mut status);
-        let seen = status.kubelet.unwrap();
+        let seen = status.kubelet.clone().unwrap();
         assert_eq!((seen.ready_probes, seen.not_ready_probes), (4, 4));
+        let _ = r.answer(kubelet);
+        let mut again = status.clone();
+        cell.fill_kubelet(&mut again);
+        assert_eq!(
+            again.kubelet.unwrap().not_ready_probes,
+            4,
+            "an answer alone is not a probe"
+        );
     }
 
     /// An operator's drain (the pod not terminating): 503 for everyone,

@@ -344,6 +344,7 @@ impl Probe {
         };
         headers.clear();
         let answer = self.readiness.answer(audience);
+        self.readiness.answered(audience, &answer);
         let status = if answer.ready {
             self.ok.increment(1);
             StatusCode::OK
