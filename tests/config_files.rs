@@ -102,7 +102,7 @@ fn exported() -> BTreeSet<String> {
         probes_not_counted: NotCountedReport::default(),
         waiting_on: None,
         quiet_for_seconds: Some(3.5),
-        conclusion: Some("out".into()),
+        conclusion: Some(lifeguard::drain::Conclusion::default()),
         took_seconds: Some(64.0),
         traffic_stopped_after_seconds: Some(60.2),
         last_checker_done_after_seconds: Some(60.0),

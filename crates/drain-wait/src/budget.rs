@@ -17,13 +17,14 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::checkers::{Checker, CheckerKey};
+use super::checkers::Checker;
+use super::ms;
 use super::quiet::{quiet_period, Rate};
-use super::rule::ms;
 use super::settings::Checks;
 use super::DrainWaitPlan;
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::grace::Grace;
+use lifeguard_drain::CheckerKey;
 use lifeguard_drain::DrainUntil;
 use lifeguard_drain::KUBE_PROXY_LAG;
 
@@ -342,6 +343,7 @@ impl DrainWaitPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkers::checker_key;
     use crate::checkers::Checkers;
     use http::header::{HeaderMap, HeaderValue, USER_AGENT};
     use lifeguard_drain::NodeChecks;
@@ -362,7 +364,7 @@ mod tests {
         let checkers = Checkers::default();
         let mut headers = HeaderMap::new();
         headers.insert(USER_AGENT, HeaderValue::from_static(agent));
-        let key = CheckerKey::of(Some(([10, 0, 0, 5], 1).into()), &headers, true).unwrap();
+        let key = checker_key(Some(([10, 0, 0, 5], 1).into()), &headers, true).unwrap();
         let t0 = Instant::now();
         checkers.record(key, t0, true);
         checkers.record(key, t0 + Duration::from_secs(every), true);

@@ -62,7 +62,7 @@ use tokio::time::Instant;
 use lifeguard_base::peer::PeerKey;
 use lifeguard_base::reason::{ByReason, Reason};
 use lifeguard_base::url::is_loopback;
-use lifeguard_drain::Audience;
+use lifeguard_drain::CheckerKey;
 
 /// At most this many checkers are remembered.
 pub(crate) const MAX_CHECKERS: usize = 32;
@@ -71,8 +71,6 @@ pub(crate) const MAX_PER_ADDRESS: usize = 4;
 /// At most this many probers not counted for lack of room are followed
 /// (they hold the wait, never end it).
 pub(crate) const MAX_UNPLACED: usize = 64;
-/// Bytes of a `User-Agent` kept to tell checkers apart.
-const AGENT_BYTES: usize = 40;
 /// A gap between two probes longer than this is not a checking interval
 /// (the longest cloud default is 300 s): the checker starts over.
 pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(300);
@@ -82,69 +80,18 @@ const GAPS: usize = 4;
 /// stopped checking.
 pub(crate) const VANISH_SLACK: Duration = Duration::from_secs(1);
 
-/// Who sent a probe: an address and the start of its `User-Agent`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckerKey {
-    pub(crate) ip: IpAddr,
-    /// The peer came from `x-forwarded-for` (a probe through Envoy).
-    pub(crate) forwarded: bool,
-    agent: [u8; AGENT_BYTES],
-    agent_len: u8,
-}
-
-impl CheckerKey {
-    /// The checker of a readiness probe from `peer` with `headers`; None for
-    /// the kubelet and for callers without an address (the control socket).
-    /// A loopback peer's `x-forwarded-for` names the prober only when
-    /// `forwarded` says Envoy's status listener appends the prober's own
-    /// address there (else a prober could write any address).
-    pub(crate) fn of(peer: Option<SocketAddr>, headers: &HeaderMap, forwarded: bool) -> Option<CheckerKey> {
-        let peer = peer?.ip().to_canonical();
-        let agent = headers.get(USER_AGENT).map_or(&b""[..], |v| v.as_bytes());
-        if Audience::of_agent(Some(agent)) == Audience::Kubelet {
-            return None;
-        }
-        let forwarded = (forwarded && is_loopback(peer))
-            .then(|| forwarded_peer(headers))
-            .flatten();
-        let mut key = CheckerKey {
-            ip: forwarded.unwrap_or(peer),
-            forwarded: forwarded.is_some(),
-            agent: [0; AGENT_BYTES],
-            agent_len: 0,
-        };
-        let n = agent.len().min(AGENT_BYTES);
-        key.agent[..n].copy_from_slice(&agent[..n]);
-        key.agent_len = n as u8;
-        Some(key)
-    }
-
-    /// The `User-Agent` as sent (its first bytes), if any.
-    pub(crate) fn agent(&self) -> Option<String> {
-        let agent = &self.agent[..self.agent_len as usize];
-        (!agent.is_empty()).then(|| String::from_utf8_lossy(agent).into_owned())
-    }
-
-    /// The failed checks in a row after which this checker's software takes
-    /// a host out, when the software fixes it: Envoy's active health
-    /// checker (`Envoy/HC`) takes a host out at its first unexpected
-    /// status (its `unhealthy_threshold` counts only network failures).
-    pub(crate) fn fixed_threshold(&self) -> Option<u32> {
-        self.agent[..self.agent_len as usize]
-            .starts_with(b"Envoy/HC")
-            .then_some(1)
-    }
-}
-
-/// `10.0.0.5`, `10.0.0.5 (ELB-HealthChecker/2.0)`.
-impl std::fmt::Display for CheckerKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.ip)?;
-        match self.agent() {
-            Some(agent) => write!(f, " ({agent})"),
-            None => Ok(()),
-        }
-    }
+/// The checker of a readiness probe from `peer` with `headers`; None for
+/// the kubelet and for callers without an address (the control socket).
+/// A loopback peer's `x-forwarded-for` names the prober only when
+/// `forwarded` says Envoy's status listener appends the prober's own
+/// address there (else a prober could write any address).
+pub(crate) fn checker_key(peer: Option<SocketAddr>, headers: &HeaderMap, forwarded: bool) -> Option<CheckerKey> {
+    let peer = peer?.ip().to_canonical();
+    let agent = headers.get(USER_AGENT).map_or(&b""[..], |v| v.as_bytes());
+    let forwarded = (forwarded && is_loopback(peer))
+        .then(|| forwarded_peer(headers))
+        .flatten();
+    CheckerKey::new(forwarded.unwrap_or(peer), forwarded.is_some(), agent)
 }
 
 /// `x-forwarded-for`, named once (a name given as text is parsed at every
@@ -360,7 +307,7 @@ impl Checkers {
     /// The checker of a readiness probe from `peer` with `headers`, its
     /// `x-forwarded-for` trusted as the drain wait learned it may be.
     pub fn key_of(&self, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<CheckerKey> {
-        CheckerKey::of(peer, headers, self.inner.forwarded.get() == Forwarded::Appended)
+        checker_key(peer, headers, self.inner.forwarded.get() == Forwarded::Appended)
     }
 
     /// Whether Envoy's status listener appends the prober's address to
@@ -586,15 +533,15 @@ mod tests {
     fn key_of(ip: [u8; 4], agent: &str) -> CheckerKey {
         let mut h = HeaderMap::new();
         h.insert(USER_AGENT, HeaderValue::from_str(agent).unwrap());
-        CheckerKey::of(Some((ip, 1).into()), &h, true).unwrap()
+        checker_key(Some((ip, 1).into()), &h, true).unwrap()
     }
 
     #[test]
     fn a_checker_is_its_address_and_agent_and_the_kubelet_is_none() {
-        let lb = CheckerKey::of(peer("10.0.0.5:4000"), &headers(&[]), true).unwrap();
+        let lb = checker_key(peer("10.0.0.5:4000"), &headers(&[]), true).unwrap();
         assert_eq!(lb.to_string(), "10.0.0.5");
         assert!(!lb.forwarded);
-        let elb = CheckerKey::of(
+        let elb = checker_key(
             peer("10.0.0.5:4001"),
             &headers(&[("user-agent", "ELB-HealthChecker/2.0")]),
             true,
@@ -603,8 +550,8 @@ mod tests {
         assert_ne!(lb, elb, "another agent at the same address is another checker");
         assert_eq!(elb.to_string(), "10.0.0.5 (ELB-HealthChecker/2.0)");
         let kubelet = headers(&[("user-agent", "kube-probe/1.31")]);
-        assert_eq!(CheckerKey::of(peer("10.0.0.1:5000"), &kubelet, true), None);
-        assert_eq!(CheckerKey::of(None, &headers(&[]), true), None);
+        assert_eq!(checker_key(peer("10.0.0.1:5000"), &kubelet, true), None);
+        assert_eq!(checker_key(None, &headers(&[]), true), None);
     }
 
     #[test]
@@ -617,42 +564,42 @@ mod tests {
     #[test]
     fn the_forwarded_peer_is_trusted_from_loopback_only() {
         let via_envoy = headers(&[("x-forwarded-for", "203.0.113.9, 10.1.2.3")]);
-        let key = CheckerKey::of(peer("127.0.0.1:5555"), &via_envoy, true).unwrap();
+        let key = checker_key(peer("127.0.0.1:5555"), &via_envoy, true).unwrap();
         assert_eq!(key.ip, "10.1.2.3".parse::<IpAddr>().unwrap());
         assert!(key.forwarded);
         // A remote caller's own header says nothing.
-        let key = CheckerKey::of(peer("10.9.9.9:5555"), &via_envoy, true).unwrap();
+        let key = checker_key(peer("10.9.9.9:5555"), &via_envoy, true).unwrap();
         assert_eq!(key.ip, "10.9.9.9".parse::<IpAddr>().unwrap());
         // Loopback without the header (Istio's bootstrap): loopback.
-        let key = CheckerKey::of(peer("127.0.0.1:5555"), &headers(&[]), true).unwrap();
+        let key = checker_key(peer("127.0.0.1:5555"), &headers(&[]), true).unwrap();
         assert_eq!(key.ip, "127.0.0.1".parse::<IpAddr>().unwrap());
         // An Envoy that does not append the prober's address (Istio's
         // bootstrap): whatever the prober wrote there says nothing.
-        let key = CheckerKey::of(peer("127.0.0.1:5555"), &via_envoy, false).unwrap();
+        let key = checker_key(peer("127.0.0.1:5555"), &via_envoy, false).unwrap();
         assert_eq!((key.ip, key.forwarded), ("127.0.0.1".parse::<IpAddr>().unwrap(), false));
         // An IPv4 address mapped into IPv6 is the IPv4 address.
-        let key = CheckerKey::of(peer("[::ffff:10.1.2.3]:5555"), &headers(&[]), true).unwrap();
+        let key = checker_key(peer("[::ffff:10.1.2.3]:5555"), &headers(&[]), true).unwrap();
         assert_eq!(key.ip, "10.1.2.3".parse::<IpAddr>().unwrap());
         // Garbage in the header: loopback too.
         let junk = headers(&[("x-forwarded-for", "not an address")]);
-        assert!(!CheckerKey::of(peer("[::1]:5555"), &junk, true).unwrap().forwarded);
+        assert!(!checker_key(peer("[::1]:5555"), &junk, true).unwrap().forwarded);
         // Two header lines: the last one's last entry.
         let two = headers(&[("x-forwarded-for", "10.0.0.1"), ("x-forwarded-for", "10.0.0.2")]);
-        let key = CheckerKey::of(peer("127.0.0.1:1"), &two, true).unwrap();
+        let key = checker_key(peer("127.0.0.1:1"), &two, true).unwrap();
         assert_eq!(key.ip, "10.0.0.2".parse::<IpAddr>().unwrap());
     }
 
     #[test]
     fn a_long_agent_is_cut_and_never_allocates_in_the_key() {
         let long = headers(&[("user-agent", "a-very-long-user-agent-string-that-goes-on-and-on/1.0")]);
-        let key = CheckerKey::of(peer("10.0.0.5:1"), &long, true).unwrap();
-        assert_eq!(key.agent().unwrap().len(), AGENT_BYTES);
+        let key = checker_key(peer("10.0.0.5:1"), &long, true).unwrap();
+        assert_eq!(key.agent().unwrap().len(), 40, "the first 40 bytes");
     }
 
     #[tokio::test(start_paused = true)]
     async fn intervals_and_failures_in_a_row_are_learned() {
         let checkers = Checkers::default();
-        let key = CheckerKey::of(peer("10.0.0.5:1"), &headers(&[]), true).unwrap();
+        let key = checker_key(peer("10.0.0.5:1"), &headers(&[]), true).unwrap();
         let t0 = Instant::now();
         checkers.record(key, t0, true);
         assert_eq!(checkers.snapshot()[0].interval, None);
@@ -820,7 +767,7 @@ mod tests {
         let t0 = Instant::now();
         let key = |i: u16| {
             let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, i);
-            CheckerKey::of(Some((ip, 1).into()), &HeaderMap::new(), true).unwrap()
+            checker_key(Some((ip, 1).into()), &HeaderMap::new(), true).unwrap()
         };
         // Four addresses of the /64 establish a checker each...
         for round in 0..2 {

@@ -3,6 +3,7 @@
 //! gateway's drain waits for: the drain's `Rotation` port), and what the
 //! [task](super::task) publishes ([`DrainWaitStatus`]).
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,12 +13,11 @@ use tokio::time::{sleep_until, Instant};
 
 use super::budget::Budget;
 use super::checkers::{Checkers, NotCountedReport};
-use super::rule::{ms, CheckerReport};
-use super::waiting::{HealthChecks, WaitingOn};
-use super::DrainWaitPlan;
+use super::rule::CheckerReport;
+use super::{ms, DrainWaitPlan};
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::peer::PeerKey;
-use lifeguard_drain::{Held, Rotation, Verdict};
+use lifeguard_drain::{Conclusion, Rotation, RotationVerdict, WaitingOn};
 
 /// Where the wait stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,7 +70,7 @@ pub struct DrainWaitStatus {
     /// the last read.
     pub quiet_for_seconds: Option<f64>,
     /// Why the pod is out of rotation, once it is.
-    pub conclusion: Option<String>,
+    pub conclusion: Option<Conclusion>,
     /// Seconds from the drain's start to out of rotation.
     pub took_seconds: Option<f64>,
     /// Seconds from the drain's start to the read that last saw a new
@@ -349,28 +349,27 @@ impl DrainWait {
 /// A gateway's drain waits for the wait's verdict: out of rotation, or
 /// what it still waited for when its bound came (or Envoy stopped).
 impl Rotation for DrainWait {
-    async fn verdict(&self) -> Verdict {
+    async fn verdict(&self) -> RotationVerdict {
         let mut rx = self.status.clone();
         loop {
             {
                 let status = rx.borrow_and_update();
                 match status.state {
-                    WaitState::Out => return Verdict::Out(status.conclusion.clone().unwrap_or_default()),
-                    WaitState::Bound | WaitState::Stopped => return Verdict::NotOut(held(status.waiting_on.as_ref())),
+                    WaitState::Out => return RotationVerdict::Out(status.conclusion.clone().unwrap_or_default()),
+                    WaitState::Bound | WaitState::Stopped => {
+                        return RotationVerdict::NotOut(status.waiting_on.clone().unwrap_or(WaitingOn::Ended))
+                    }
                     WaitState::NotStarted | WaitState::Waiting => {}
                 }
             }
             if rx.changed().await.is_err() {
-                return Verdict::NotOut(Held::Other("the drain wait, which has ended".into()));
+                return RotationVerdict::NotOut(WaitingOn::Ended);
             }
         }
     }
 
-    fn waiting_on(&self) -> String {
-        match &self.status.borrow().waiting_on {
-            Some(waiting) => waiting.to_string(),
-            None => "the drain wait's first read".into(),
-        }
+    fn waiting_on(&self) -> WaitingOn {
+        self.status.borrow().waiting_on.clone().unwrap_or(WaitingOn::FirstRead)
     }
 }
 
@@ -379,16 +378,34 @@ fn words(waiting: Option<&WaitingOn>) -> String {
     waiting.map(ToString::to_string).unwrap_or_default()
 }
 
-/// What the wait still waited for when it ended without the verdict: who
-/// held it, in words.
-fn held(waiting: Option<&WaitingOn>) -> Held {
-    let words = words(waiting);
-    match waiting {
-        Some(WaitingOn::Checkers { .. } | WaitingOn::Unfollowed { .. }) => Held::Checkers(words),
-        Some(WaitingOn::Quiet { .. }) => Held::Traffic(words),
-        Some(WaitingOn::DrainToBegin | WaitingOn::ReadinessToFail) | None => Held::Other(words),
+/// How Envoy's own answers to the load balancers' checks stand (its
+/// `health_check` filter, failed with `POST /healthcheck/fail` once
+/// readiness turns 503).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthChecks {
+    /// Before the drain's 503: Envoy passes them.
+    Passing,
+    /// Envoy fails them, wherever they are sent.
+    Failing,
+    /// No inbound listener has the filter: nothing to fail.
+    NoFilter,
+    /// Asking Envoy failed (asked again every second), and why.
+    NotFailedYet(String),
+}
+
+/// In JSON, its words: `passing`, `failing`, ...
+impl fmt::Display for HealthChecks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HealthChecks::Passing => f.write_str("passing"),
+            HealthChecks::Failing => f.write_str("failing"),
+            HealthChecks::NoFilter => f.write_str("passing: no inbound listener has Envoy's health_check filter"),
+            HealthChecks::NotFailedYet(why) => write!(f, "could not fail them yet: {why}"),
+        }
     }
 }
+
+lifeguard_base::serialize_as_display!(HealthChecks);
 
 #[cfg(test)]
 mod tests {

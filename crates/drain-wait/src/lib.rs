@@ -44,7 +44,6 @@ pub mod quiet;
 pub mod rule;
 mod settings;
 mod task;
-mod waiting;
 
 use std::future::Future;
 use std::time::Duration;
@@ -56,10 +55,9 @@ use lifeguard_base::grace::Grace;
 use lifeguard_drain::{ControlError, DrainUntil};
 
 pub use checkers::Checkers;
-pub use handle::{DrainWait, DrainWaitStatus, RemoteWait, WaitEnd, WaitState, WaitWhy};
+pub use handle::{DrainWait, DrainWaitStatus, HealthChecks, RemoteWait, WaitEnd, WaitState, WaitWhy};
 pub use settings::{checks, range, threshold, Checks, PlanError, Settings, ValueError};
 pub use task::run;
-pub use waiting::{HealthChecks, Pending, WaitingOn};
 
 /// What other crates' tests read of the checker table (the `testing`
 /// feature; never in the binary).
@@ -77,6 +75,11 @@ pub mod testing {
     pub fn trust_forwarded(checkers: &Checkers, appended: bool) {
         checkers.trust_forwarded(appended);
     }
+}
+
+/// A duration to the millisecond: words are for people.
+pub(crate) fn ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
 }
 
 /// How often the rule looks at Envoy's inbound traffic while the wait goes

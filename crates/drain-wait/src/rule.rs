@@ -37,10 +37,10 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::checkers::{Checker, CheckerKey};
-use super::waiting::{Pending, WaitingOn};
-use super::{Arrivals, TrafficError};
+use super::checkers::Checker;
+use super::{ms, Arrivals, TrafficError};
 use lifeguard_base::duration::GoDuration;
+use lifeguard_drain::{CheckerKey, Conclusion, Pending, WaitingOn};
 
 /// What a checker is, as the rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -321,46 +321,18 @@ impl Rule {
         self.done.iter().map(|d| d.at).max()
     }
 
-    /// Out of rotation, in words, once it is: how each checker ended.
-    pub(crate) fn conclusion(&self) -> String {
-        let count = |counted: bool, state| {
-            self.done
-                .iter()
-                .filter(|d| d.counted == counted && d.state == state)
-                .count()
-        };
-        let mut parts = Vec::new();
-        for (state, words) in [
-            (CheckerState::Failed, "failed its threshold of probes in a row"),
-            (CheckerState::Vanished, "stopped probing"),
-            (CheckerState::TimedOut, "held the wait for the checker timeout"),
-        ] {
-            match count(true, state) {
-                0 => {}
-                1 => parts.push(format!("1 checker {words}")),
-                n => parts.push(format!("{n} checkers {}", words.replace(" its ", " their "))),
-            }
+    /// Out of rotation, once it is: how each checker ended, and the quiet
+    /// period kept.
+    pub(crate) fn conclusion(&self) -> Conclusion {
+        let count = |state| self.done.iter().filter(|d| d.counted && d.state == state).count();
+        Conclusion {
+            failed: count(CheckerState::Failed),
+            vanished: count(CheckerState::Vanished),
+            timed_out: count(CheckerState::TimedOut),
+            uncounted: self.done.iter().filter(|d| !d.counted).count(),
+            unfollowed: self.unfollowed_done,
+            quiet: self.settings.quiet,
         }
-        let uncounted = self.done.iter().filter(|d| !d.counted).count();
-        if uncounted > 0 || self.unfollowed_done {
-            parts.push(format!(
-                "{uncounted} prober{} whose probes were not counted (no room) failed, stopped or timed out{}",
-                if uncounted == 1 { "" } else { "s" },
-                if self.unfollowed_done {
-                    ", and probers too many to follow held the wait for the checker timeout"
-                } else {
-                    ""
-                }
-            ));
-        }
-        let checkers = match parts.len() {
-            0 => "no load balancer was seen checking the pod".to_owned(),
-            _ => parts.join(", "),
-        };
-        format!(
-            "{checkers}, and no new request came for {}",
-            GoDuration(ms(self.settings.quiet))
-        )
     }
 
     fn threshold_of(&self, key: &CheckerKey) -> u32 {
@@ -480,14 +452,10 @@ fn describe(c: &Checker) -> String {
     )
 }
 
-/// A duration to the millisecond: words are for people.
-pub(crate) fn ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkers::checker_key;
     use crate::checkers::Checkers;
     use http::header::HeaderMap;
     use lifeguard_drain::ControlError;
@@ -515,7 +483,7 @@ mod tests {
     }
 
     fn key(last: u8) -> CheckerKey {
-        CheckerKey::of(Some(([10, 0, 0, last], 4000).into()), &HeaderMap::new(), true).unwrap()
+        checker_key(Some(([10, 0, 0, last], 4000).into()), &HeaderMap::new(), true).unwrap()
     }
 
     /// A load balancer's probes: every `every` from `from` to `until`,
@@ -608,7 +576,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            rule.conclusion(),
+            rule.conclusion().to_string(),
             "1 checker failed its threshold of probes in a row, and no new request came for 1s"
         );
     }
@@ -693,7 +661,7 @@ mod tests {
         let states: Vec<CheckerState> = eval.checkers.iter().map(|c| c.state).collect();
         assert_eq!(states, [CheckerState::SeenOnce, CheckerState::GoneBeforeDrain]);
         assert_eq!(
-            rule.conclusion(),
+            rule.conclusion().to_string(),
             "no load balancer was seen checking the pod, and no new request came for 1s"
         );
     }
@@ -747,7 +715,7 @@ mod tests {
     fn agent_key(last: u8, agent: &'static str) -> CheckerKey {
         let mut h = HeaderMap::new();
         h.insert(http::header::USER_AGENT, http::header::HeaderValue::from_static(agent));
-        CheckerKey::of(Some(([10, 0, 0, last], 4000).into()), &h, true).unwrap()
+        checker_key(Some(([10, 0, 0, last], 4000).into()), &h, true).unwrap()
     }
 
     #[tokio::test(start_paused = true)]
@@ -799,7 +767,7 @@ mod tests {
             }
         );
         assert_eq!(
-            rule.conclusion(),
+            rule.conclusion().to_string(),
             "1 checker held the wait for the checker timeout, and no new request came for 1s"
         );
     }
@@ -837,7 +805,7 @@ mod tests {
         let (out, _) = run(&mut rule, events, began, t0 + 30 * SEC, |_| Ok(1));
         assert!(out.is_some());
         assert_eq!(
-            rule.conclusion(),
+            rule.conclusion().to_string(),
             "2 checkers failed their threshold of probes in a row, 1 checker stopped probing, and no new request came for 1s"
         );
     }
@@ -908,7 +876,7 @@ mod tests {
             Some(t0 + Duration::from_millis(27_500)),
             "at the real checker's 3rd failure: {steps:?}"
         );
-        let conclusion = rule.conclusion();
+        let conclusion = rule.conclusion().to_string();
         assert!(
             conclusion.contains("whose probes were not counted (no room) failed, stopped or timed out"),
             "{conclusion}"

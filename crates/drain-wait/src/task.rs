@@ -12,16 +12,18 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::budget::{self, Needs};
-use super::checkers::{CheckerKey, Checkers};
+use super::checkers::Checkers;
+use super::handle::HealthChecks;
 use super::handle::{DrainWaitStatus, WaitState};
 use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
-use super::rule::{ms, Rule, Settings, Step};
-use super::waiting::{HealthChecks, WaitingOn};
-use super::{DrainWaitPlan, Traffic, READ_EVERY};
+use super::rule::{Rule, Settings, Step};
+use super::{ms, DrainWaitPlan, Traffic, READ_EVERY};
 use lifeguard_base::duration::GoDuration;
 #[cfg(test)]
 use lifeguard_base::grace::Grace;
 use lifeguard_base::logging::Throttle;
+use lifeguard_drain::CheckerKey;
+use lifeguard_drain::WaitingOn;
 use lifeguard_drain::{DrainUntil, Phase, Status};
 
 /// The task: samples the traffic until the drain, then applies the rule
@@ -497,7 +499,7 @@ fn log_steps(steps: &[Step], read_warning: &mut Throttle, rule: &Rule, since_dra
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkers::CheckerKey;
+    use crate::checkers::checker_key;
     use crate::handle::WaitWhy;
     use crate::DrainWait;
     use crate::{Arrivals, TrafficError};
@@ -589,7 +591,7 @@ mod tests {
         /// answered as readiness would be (503 once the drain began).
         fn checker(&self) -> tokio::task::JoinHandle<()> {
             let (checkers, drain) = (self.checkers.clone(), self.drain.subscribe());
-            let key = CheckerKey::of(Some(([10, 0, 0, 5], 1).into()), &HeaderMap::new(), true).unwrap();
+            let key = checker_key(Some(([10, 0, 0, 5], 1).into()), &HeaderMap::new(), true).unwrap();
             tokio::spawn(async move {
                 loop {
                     let ok = drain.borrow().phase == Phase::Serving;
@@ -778,10 +780,7 @@ mod tests {
                 None => {
                     assert_eq!(end.why, WaitWhy::Deadline, "{end:?}");
                     assert_eq!(took, Duration::from_secs(23), "the wait's bound");
-                    assert!(matches!(
-                        h.wait.status().waiting_on,
-                        Some(crate::WaitingOn::Quiet { .. })
-                    ));
+                    assert!(matches!(h.wait.status().waiting_on, Some(WaitingOn::Quiet { .. })));
                 }
                 Some(max) => {
                     assert_eq!(end.why, WaitWhy::Out, "{end:?}");
@@ -821,7 +820,7 @@ mod tests {
         assert_eq!(h.wait.status().state, WaitState::Bound);
         assert!(matches!(
             lifeguard_drain::Rotation::verdict(&h.wait).await,
-            lifeguard_drain::Verdict::NotOut(_)
+            lifeguard_drain::RotationVerdict::NotOut(_)
         ));
         // Envoy stopping now changes nothing of how the wait ended.
         h.phase(Phase::Stopping);
@@ -851,7 +850,7 @@ mod tests {
     /// A checker probing every `every`, from now, as readiness answers.
     fn checker_every(h: &Harness, every: Duration, last: u8) -> tokio::task::JoinHandle<()> {
         let (checkers, drain) = (h.checkers.clone(), h.drain.subscribe());
-        let key = CheckerKey::of(Some(([10, 0, 0, last], 1).into()), &HeaderMap::new(), true).unwrap();
+        let key = checker_key(Some(([10, 0, 0, last], 1).into()), &HeaderMap::new(), true).unwrap();
         tokio::spawn(async move {
             loop {
                 let ok = drain.borrow().phase == Phase::Serving;
@@ -917,7 +916,10 @@ mod tests {
             }
         });
         let verdict = lifeguard_drain::Rotation::verdict(&h.wait).await;
-        assert!(matches!(verdict, lifeguard_drain::Verdict::NotOut(_)), "{verdict:?}");
+        assert!(
+            matches!(verdict, lifeguard_drain::RotationVerdict::NotOut(_)),
+            "{verdict:?}"
+        );
         assert_eq!(Instant::now() - t0, 10 * SEC);
         let status = h.wait.status();
         assert_eq!((status.state, status.bound_seconds), (WaitState::Bound, 10.0));
@@ -933,7 +935,7 @@ mod tests {
         // A prober that probes every second and never fails.
         let (checkers, key) = (
             h.checkers.clone(),
-            CheckerKey::of(Some(([10, 0, 0, 7], 1).into()), &HeaderMap::new(), true).unwrap(),
+            checker_key(Some(([10, 0, 0, 7], 1).into()), &HeaderMap::new(), true).unwrap(),
         );
         let prober = tokio::spawn(async move {
             loop {

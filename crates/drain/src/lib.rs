@@ -47,6 +47,7 @@ mod machine;
 mod plan;
 mod policy;
 mod ports;
+mod rotation;
 mod settings;
 mod status;
 #[cfg(test)]
@@ -61,10 +62,11 @@ pub use machine::Drain;
 pub use plan::DrainUntil;
 pub use plan::{DrainScope, Plan};
 pub use ports::Active;
-pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Held, Rotation, Verdict, Work};
+pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Work};
+pub use rotation::{CheckerKey, Conclusion, Pending, Rotation, RotationVerdict, WaitingOn};
 pub use settings::{grace, PlanError, Reads, Settings};
 pub use status::Outcome;
-pub use status::{Asker, Awaiting, Left, Phase, PhaseCell, Published, Signal, Status, Trigger, WaitingOn};
+pub use status::{Asker, Awaiting, Left, Phase, PhaseCell, Published, Remaining, Signal, Status, Trigger};
 
 use std::time::Duration;
 

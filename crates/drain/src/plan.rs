@@ -215,23 +215,28 @@ impl Plan {
         (self.grace.margin() / 4).min(self.admin_timeout)
     }
 
-    /// How long Envoy gets between SIGTERM and SIGKILL when stopped at
-    /// `now` by a drain that began at `began` (None: no drain, a bare
-    /// `/quitquitquit`: the shutdown margin): the rest of the grace period,
-    /// less a quarter of the margin for lifeguard to write its summary and
-    /// exit before the kubelet's own SIGKILL, and the margin at least
-    /// while the grace period has that much left. Envoy handles SIGTERM on
-    /// its main thread, the one that serves its admin API: busy with a long
-    /// admin call (a scrape of a large config) or starved of CPU, it takes
-    /// seconds to begin its shutdown, and a flat margin killed it for
-    /// that. Never past the grace period.
-    pub(crate) fn stop_bound(&self, began: Option<Instant>, now: Instant) -> Duration {
+    /// How long Envoy gets to exit when stopped at `now` by a drain that
+    /// began at `began` (None: no drain, a bare `/quitquitquit`: the
+    /// shutdown margin). Lifeguard's child, between SIGTERM and SIGKILL
+    /// (`child`): the rest of the grace period, less a quarter of the
+    /// margin for lifeguard to write its summary and exit before the
+    /// kubelet's own SIGKILL, and the margin at least while the grace
+    /// period has that much left. Envoy handles SIGTERM on its main thread,
+    /// the one that serves its admin API: busy with a long admin call (a
+    /// scrape of a large config) or starved of CPU, it takes seconds to
+    /// begin its shutdown, and a flat margin killed it for that. An Envoy
+    /// beside lifeguard, which lifeguard cannot kill, is waited for after
+    /// `/quitquitquit` for the margin. Never past the grace period.
+    pub(crate) fn stop_bound(&self, began: Option<Instant>, now: Instant, child: bool) -> Duration {
         let margin = self.grace.margin();
         let Some(grace_end) = began.and_then(|began| began.checked_add(self.grace.period())) else {
             return margin;
         };
         let left = grace_end.saturating_duration_since(now);
-        left.min(margin).max(left.saturating_sub(margin / 4))
+        match child {
+            true => left.min(margin).max(left.saturating_sub(margin / 4)),
+            false => left.min(margin),
+        }
     }
 
     /// When the drain is done under its policy, in words.

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::plan::{DrainUntil, Plan};
 use super::ports::Work;
-use super::status::{Awaiting, WaitingOn};
+use super::status::{Awaiting, Remaining};
 use super::{APP_QUIET, PACE, PROGRESS_EVERY, PROGRESS_HEARTBEAT, ZERO_POLL_INTERVAL};
 use lifeguard_base::duration::GoDuration;
 
@@ -61,7 +61,7 @@ impl Began {
         if work.gone() {
             return Began::Gone;
         }
-        match WaitingOn::of(envoy, plan.counted(), Some(work)) {
+        match Remaining::of(envoy, plan.counted(), Some(work)) {
             Some(what) => Began::Here(what.to_string()),
             None => Began::Unseen,
         }

@@ -1,6 +1,6 @@
-//! The drain's ports: what it needs from Envoy ([`EnvoyControl`]), from
-//! the app ([`AppControl`]) and from the load balancers ([`Rotation`]),
-//! and the values they answer with. The adapters implement them
+//! The drain's ports: what it needs from Envoy ([`EnvoyControl`]) and from
+//! the app ([`AppControl`]), and the values they answer with (the load
+//! balancers' verdict: [`crate::Rotation`], in `rotation`). The adapters implement them
 //! (`lifeguard_envoy::process::Envoy`, `lifeguard_pod::app::Watcher`,
 //! `lifeguard_drain_wait::DrainWait`); the drain knows nothing of the admin
 //! API, `/proc`, signals or probes, so its unit tests script every side in
@@ -94,75 +94,6 @@ impl AppControl for () {
     }
     fn has_app(&self) -> Option<bool> {
         None
-    }
-}
-
-/// What the `out-of-rotation` policy waits for: the verdict of the drain
-/// wait (`lifeguard_drain_wait::DrainWait` is the real one), which applies
-/// its rule from the moment readiness turns 503.
-pub trait Rotation {
-    /// Resolves once the pod is out of rotation, or once the wait gave up
-    /// at its bound.
-    fn verdict(&self) -> impl Future<Output = Verdict> + Send;
-    /// What the wait still waits for, in words (for the progress line).
-    fn waiting_on(&self) -> String;
-}
-
-/// How the wait for the load balancers ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Every checker has taken the pod out and no new request came for the
-    /// quiet period: the conclusion, in words.
-    Out(String),
-    /// The wait's bound came first: what it was still waiting for.
-    NotOut(Held),
-}
-
-/// What the wait for the load balancers still waited for when it ended
-/// without their verdict, each with its words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Held {
-    /// Load balancers that check the pod had not all let it go: what they
-    /// still send is lost once Envoy stops.
-    Checkers(String),
-    /// Only the traffic: it had not been quiet for the quiet period (new
-    /// requests still came, or came too rarely to tell a pause from an
-    /// end); what still arrives once Envoy stops is refused.
-    Traffic(String),
-    /// The wait had not come that far (the drain's deadline, or the wait
-    /// ended with Envoy).
-    Other(String),
-}
-
-impl Held {
-    /// What comes of it once Envoy stops, in words.
-    pub fn consequence(&self) -> &'static str {
-        match self {
-            Held::Checkers(_) => "requests those load balancers still send are lost",
-            Held::Traffic(_) => "requests that still arrive once Envoy stops are refused",
-            Held::Other(_) => "requests that still arrive once Envoy stops are refused",
-        }
-    }
-}
-
-impl fmt::Display for Held {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Held::Checkers(words) | Held::Traffic(words) | Held::Other(words) => f.write_str(words),
-        }
-    }
-}
-
-/// For drains without a drain wait (tests of other policies; never in the
-/// binary, so a drain the agent runs cannot lack its drain wait): no
-/// verdict ever comes.
-#[cfg(any(test, feature = "testing"))]
-impl Rotation for () {
-    async fn verdict(&self) -> Verdict {
-        std::future::pending().await
-    }
-    fn waiting_on(&self) -> String {
-        "a verdict no drain wait gives".to_owned()
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::kubelet::{Kubelet, KubeletAnswer, KubeletRecord, NotServingBecause};
 use super::plan::DrainUntil;
 use super::ports::{Exit, Work};
+use super::rotation::WaitingOn;
 
 /// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -281,14 +282,14 @@ pub struct Status {
     pub app_processes: Option<u64>,
     /// What the drain waits on right now (in JSON, its words: `3 requests
     /// in flight` or `2 app sockets (127.0.0.1:8080 listening; ...)`).
-    pub waiting_on: Option<WaitingOn>,
+    pub waiting_on: Option<Remaining>,
     /// What the drain awaits, for its progress line ([`Status::progress`],
     /// written when asked).
     #[serde(skip)]
     pub awaiting: Option<Awaiting>,
     /// What the drain waited on last, kept once the count reached zero (the
     /// exit summary's "waited for last").
-    pub waited_on_last: Option<WaitingOn>,
+    pub waited_on_last: Option<Remaining>,
     /// Why the last read of the active counts failed, if it did.
     pub last_read_error: Option<String>,
     /// Whether a signal asked for Envoy to be stopped once drained.
@@ -304,7 +305,7 @@ pub struct Status {
     pub out_of_rotation_after_seconds: Option<f64>,
     /// `out-of-rotation`: what the drain wait still waited for when its
     /// bound came before the verdict (which checkers held it).
-    pub held_by: Option<String>,
+    pub held_by: Option<WaitingOn>,
     /// What the policy counts (connections, requests, or work in flight and
     /// app sockets and processes) still active when Envoy was stopped.
     pub left_at_stop: Option<u64>,
@@ -368,7 +369,7 @@ impl Status {
 /// drain compares as one; put in words only where it is shown (`GET
 /// /drain`, the progress line, the exit summary).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitingOn {
+pub struct Remaining {
     pub envoy: u64,
     /// What the policy counts in Envoy (`requests in flight`, ...).
     pub counted: &'static str,
@@ -376,16 +377,16 @@ pub struct WaitingOn {
     pub app: Option<Work>,
 }
 
-impl WaitingOn {
+impl Remaining {
     /// What is left at a read (None: nothing).
-    pub(crate) fn of(envoy: u64, counted: &'static str, app: Option<&Work>) -> Option<WaitingOn> {
+    pub(crate) fn of(envoy: u64, counted: &'static str, app: Option<&Work>) -> Option<Remaining> {
         let app = app.filter(|w| !w.is_done()).cloned();
-        (envoy > 0 || app.is_some()).then_some(WaitingOn { envoy, counted, app })
+        (envoy > 0 || app.is_some()).then_some(Remaining { envoy, counted, app })
     }
 }
 
 /// `3 requests in flight; 2 app sockets (127.0.0.1:8080 listening; ...)`.
-impl fmt::Display for WaitingOn {
+impl fmt::Display for Remaining {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.envoy > 0 {
             write!(f, "{} {}", self.envoy, self.counted)?;
@@ -398,13 +399,13 @@ impl fmt::Display for WaitingOn {
     }
 }
 
-lifeguard_base::serialize_as_display!(WaitingOn);
+lifeguard_base::serialize_as_display!(Remaining);
 
 /// What the policy has left at a read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Left {
     Nothing,
-    On(WaitingOn),
+    On(Remaining),
     /// The read failed: no count.
     Unknown,
 }
@@ -431,7 +432,7 @@ pub enum Awaiting {
     /// The load balancers' verdict (`out-of-rotation`, Envoy serving; or
     /// another policy while the kubelet follows Envoy): what the drain
     /// wait still awaits.
-    Rotation(String),
+    Rotation(WaitingOn),
     /// Done before its time, and why.
     Said(&'static str),
 }

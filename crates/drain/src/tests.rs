@@ -1094,9 +1094,11 @@ async fn the_read_at_a_stop_past_the_deadline_gets_a_quarter_of_the_shutdown_mar
     assert_between(envoy.stops()[0], 4.2, 4.21);
 }
 
-/// Envoy gets the rest of the grace period to exit after SIGTERM (less a
-/// quarter of the margin for lifeguard's own exit), never less than the
-/// margin while that much is left, never past the grace period.
+/// Lifeguard's child Envoy gets the rest of the grace period to exit
+/// after SIGTERM (less a quarter of the margin for lifeguard's own exit),
+/// never less than the margin while that much is left, never past the
+/// grace period; an Envoy beside lifeguard, the margin after
+/// /quitquitquit.
 #[test]
 fn envoys_stop_gets_the_rest_of_the_grace_period() {
     let mut p = plan(DrainUntil::Connections);
@@ -1129,27 +1131,59 @@ fn the_last_read_gets_a_quarter_of_the_margin_and_at_most_an_admin_call() {
     assert_eq!(p.last_read_timeout(), secs(1.0), "one admin call at most");
 }
 
+/// The wait for one checker at 10.0.0.5, 1 of 3 failures in a row,
+/// probing every `every` seconds.
+fn checker_pending(every: u64) -> WaitingOn {
+    let key = CheckerKey::new(std::net::IpAddr::from([10, 0, 0, 5]), false, b"").unwrap();
+    WaitingOn::Checkers {
+        pending: vec![Pending {
+            key,
+            counted: true,
+            failures_in_row: 1,
+            threshold: 3,
+            interval: Duration::from_secs(every),
+        }],
+        unfollowed: false,
+    }
+}
+
+/// No new request for `quiet`, none for `so_far`.
+fn quiet_pending(quiet: f64, so_far: f64) -> WaitingOn {
+    WaitingOn::Quiet {
+        quiet: secs(quiet),
+        so_far: secs(so_far),
+    }
+}
+
+/// The verdict `Out`, no checker seen, the quiet period 500 ms.
+fn out() -> RotationVerdict {
+    RotationVerdict::Out(Conclusion {
+        quiet: Duration::from_millis(500),
+        ..Conclusion::default()
+    })
+}
+
 /// The drain wait's verdict, as a test gives it.
 #[derive(Clone)]
-struct FakeRotation(watch::Sender<Option<Verdict>>);
+struct FakeRotation(watch::Sender<Option<RotationVerdict>>);
 
 impl FakeRotation {
     fn new() -> Self {
         FakeRotation(watch::channel(None).0)
     }
-    fn give(&self, verdict: Verdict) {
+    fn give(&self, verdict: RotationVerdict) {
         self.0.send_replace(Some(verdict));
     }
 }
 
 impl Rotation for FakeRotation {
-    async fn verdict(&self) -> Verdict {
+    async fn verdict(&self) -> RotationVerdict {
         let mut rx = self.0.subscribe();
         let verdict = rx.wait_for(Option::is_some).await.expect("sender kept");
         verdict.clone().unwrap()
     }
-    fn waiting_on(&self) -> String {
-        "1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s)".to_owned()
+    fn waiting_on(&self) -> WaitingOn {
+        checker_pending(2)
     }
 }
 
@@ -1204,7 +1238,7 @@ async fn out_of_rotation_serves_until_the_verdict_then_drains_and_stops_once_idl
     );
     assert!(envoy.drain_calls().is_empty(), "no drain before the verdict");
     at(&envoy, 7.0).await;
-    rotation.give(Verdict::Out("1 checker failed its threshold".into()));
+    rotation.give(out());
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_eq!(
@@ -1237,15 +1271,13 @@ async fn a_verdict_that_never_comes_ends_at_the_bound_reported_with_who_held_it(
     handle.signal(Signal::Term).await;
     at(&envoy, 19.9).await;
     assert!(envoy.drain_calls().is_empty());
-    rotation.give(Verdict::NotOut(Held::Checkers(
-        "1 checker: 10.0.0.5 (1 of 3 failures in a row, every 30s)".into(),
-    )));
+    rotation.give(RotationVerdict::NotOut(checker_pending(30)));
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::WaitBound(_)), "{outcome:?}");
     let status = handle.status();
     assert!(!status.cut_by_deadline, "nothing was cut");
     assert_eq!(
-        status.held_by.as_deref(),
+        status.held_by.map(|h| h.to_string()).as_deref(),
         Some("1 checker: 10.0.0.5 (1 of 3 failures in a row, every 30s)")
     );
     assert_between(envoy.stops()[0], 19.9, 20.0);
@@ -1255,7 +1287,7 @@ async fn a_verdict_that_never_comes_ends_at_the_bound_reported_with_who_held_it(
     handle.signal(Signal::Term).await;
     assert!(matches!(task.await.unwrap(), Outcome::WaitBound(_)));
     assert_eq!(envoy.stops(), [secs(12.0)]);
-    assert!(handle.status().held_by.unwrap().contains("by the deadline"));
+    assert_eq!(handle.status().held_by, Some(WaitingOn::Deadline));
     // Work in flight at the deadline: cut, whatever held the wait.
     let envoy = FakeEnvoy::new(true, |_| conns(1));
     let (task, handle) = start_gateway(p_with_deadline(12.0), &envoy, (), &FakeRotation::new());
@@ -1284,7 +1316,7 @@ async fn app_exit_by_default_in_a_pod_without_an_app_drains_out_of_rotation() {
     let status = handle.status();
     assert_eq!(status.policy, DrainUntil::OutOfRotation);
     assert_eq!(status.phase, Phase::LeavingRotation);
-    rotation.give(Verdict::Out("no load balancer was seen checking the pod".into()));
+    rotation.give(out());
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     assert_between(envoy.stops()[0], 3.1, 3.2);
     // A pod whose app was seen keeps app-exit, and its 5 s minimum.
@@ -1347,7 +1379,7 @@ async fn while_the_kubelet_follows_envoy_the_fixed_policy_stops_envoy_only_after
              waiting for 1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s); 17s to the deadline"
         )
     );
-    rotation.give(Verdict::Out("the traffic stopped".into()));
+    rotation.give(out());
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     assert_eq!(
         envoy.drain_calls(),
@@ -1400,7 +1432,7 @@ async fn the_kubelets_window_closes_after_the_node_load_balancers_time() {
     );
     assert!(envoy.stops().is_empty(), "Envoy serves on until the traffic stops");
     at(&envoy, 47.0).await;
-    rotation.give(Verdict::Out("the traffic stopped".into()));
+    rotation.give(out());
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     assert_eq!(envoy.stops(), [secs(47.0)]);
     let kubelet = handle.status().kubelet.unwrap();
@@ -1427,7 +1459,7 @@ async fn the_kubelets_window_closes_after_the_node_load_balancers_time() {
 async fn while_the_kubelet_follows_envoy_an_exit_on_zero_policy_keeps_its_own_rule_after_the_verdict() {
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(6.0))));
     let rotation = FakeRotation::new();
-    rotation.give(Verdict::Out("no load balancer checks the pod".into()));
+    rotation.give(out());
     let (task, handle) = start_with_rotation(serving(DrainUntil::Requests), &envoy, &rotation);
     handle.signal(Signal::Term).await;
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
@@ -1438,9 +1470,9 @@ async fn while_the_kubelet_follows_envoy_an_exit_on_zero_policy_keeps_its_own_ru
     let (task, handle) = start_with_rotation(serving(DrainUntil::Connections), &envoy, &rotation);
     handle.signal(Signal::Term).await;
     at(&envoy, 27.9).await;
-    rotation.give(Verdict::NotOut(Held::Traffic("no new request for 23s".into())));
+    rotation.give(RotationVerdict::NotOut(quiet_pending(23.0, 4.2)));
     assert!(matches!(task.await.unwrap(), Outcome::WaitBound(_)));
-    assert_eq!(handle.status().held_by.as_deref(), Some("no new request for 23s"));
+    assert_eq!(handle.status().held_by, Some(quiet_pending(23.0, 4.2)));
 }
 
 /// Issue #51: a `requests` drain of a pod with sparse traffic and no load
@@ -1455,9 +1487,7 @@ async fn a_sparse_pods_drain_ending_at_the_waits_bound_is_no_cut() {
     let (task, handle) = start_with_rotation(serving(DrainUntil::Requests), &envoy, &rotation);
     handle.signal(Signal::Term).await;
     at(&envoy, 23.0).await;
-    rotation.give(Verdict::NotOut(Held::Traffic(
-        "no new request for 23s (none for 4.2s so far)".into(),
-    )));
+    rotation.give(RotationVerdict::NotOut(quiet_pending(23.0, 4.2)));
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::WaitBound(_)), "{outcome:?}");
     let status = handle.status();

@@ -176,8 +176,9 @@ impl LoadBalancers {
                 true => None,
                 false => status
                     .held_by
-                    .clone()
-                    .or_else(|| wait.waiting_on.as_ref().map(ToString::to_string)),
+                    .as_ref()
+                    .or(wait.waiting_on.as_ref())
+                    .map(ToString::to_string),
             },
         })
     }
@@ -394,7 +395,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use lifeguard_drain::{AppProcess, WaitingOn, Work};
+    use lifeguard_drain::{AppProcess, CheckerKey, Pending, Remaining, WaitingOn, Work};
 
     fn stopped() -> Status {
         let mut s = Status::initial(DrainUntil::Connections, "zero active connections".into());
@@ -404,7 +405,7 @@ mod tests {
         s.duration_seconds = Some(3.014_6);
         s.cut_by_deadline = true;
         s.left_at_stop = Some(1);
-        s.waited_on_last = Some(WaitingOn {
+        s.waited_on_last = Some(Remaining {
             envoy: 1,
             counted: "connections",
             app: None,
@@ -413,12 +414,30 @@ mod tests {
     }
 
     /// What the drain waited on last, an app process named `name`.
-    fn app_process(name: String) -> Option<WaitingOn> {
+    /// The wait held by `n` checkers at 10.0.0.6, 10.0.0.7, ... sending
+    /// `agent`, each at 0 of 3 failures, probing every 30 s.
+    fn checkers_pending(n: u8, agent: &[u8]) -> WaitingOn {
+        let pending = (0..n)
+            .map(|i| Pending {
+                key: CheckerKey::new(std::net::IpAddr::from([10, 0, 0, 6u8.wrapping_add(i)]), true, agent).unwrap(),
+                counted: true,
+                failures_in_row: 0,
+                threshold: 3,
+                interval: std::time::Duration::from_secs(30),
+            })
+            .collect();
+        WaitingOn::Checkers {
+            pending,
+            unfollowed: false,
+        }
+    }
+
+    fn app_process(name: String) -> Option<Remaining> {
         let work = Work {
             processes: vec![AppProcess { pid: 7, name }],
             ..Work::default()
         };
-        Some(WaitingOn {
+        Some(Remaining {
             envoy: 0,
             counted: "requests in flight",
             app: Some(work),
@@ -475,7 +494,7 @@ mod tests {
         use lifeguard_drain_wait::rule::CheckerReport;
         let mut status = stopped();
         status.policy = DrainUntil::OutOfRotation;
-        status.held_by = Some("1 checker: 10.0.0.6 (0 of 3 failures in a row, every 30s)".into());
+        status.held_by = Some(checkers_pending(1, b"HAProxy"));
         let checker = |last: u8, state, done: Option<f64>| CheckerReport {
             peer: format!("10.0.0.{last}"),
             user_agent: Some("HAProxy".into()),
@@ -511,7 +530,7 @@ mod tests {
         assert_eq!(lb["traffic_stopped_after_seconds"], 2.512);
         assert_eq!(
             lb["held_by"],
-            "1 checker: 10.0.0.6 (0 of 3 failures in a row, every 30s)"
+            "1 checker: 10.0.0.6 (HAProxy) (0 of 3 failures in a row, every 30s)"
         );
         let listed = lb["checkers"].as_array().unwrap();
         assert_eq!(listed.len(), 2, "not the one seen once: {lb}");
@@ -524,7 +543,7 @@ mod tests {
         publish.send_modify(|s| {
             s.checkers = (0..32).map(|i| checker(i, CheckerState::Failed, Some(1.0))).collect();
         });
-        status.held_by = Some("x".repeat(10_000));
+        status.held_by = Some(checkers_pending(250, &[b'x'; 40]));
         status.waited_on_last = app_process("y".repeat(10_000));
         let summary = Summary::new(&Outcome::Cut { left: Some(0), exit }, &status, Some(&wait.published()));
         let line = summary.to_json();

@@ -11,7 +11,8 @@ use super::reads::Refusals;
 use super::Drain;
 use crate::kubelet::{KubeletAnswer, NotServingBecause};
 use crate::plan::{DrainScope, DrainUntil};
-use crate::ports::{AppControl, ControlError, EnvoyControl, Held, Rotation, Verdict};
+use crate::ports::{AppControl, ControlError, EnvoyControl};
+use crate::rotation::{Rotation, RotationVerdict, WaitingOn};
 use crate::status::{Awaiting, Phase};
 use crate::PROGRESS_HEARTBEAT;
 use lifeguard_base::duration::GoDuration;
@@ -68,7 +69,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// serves (a gateway's) or drains and accepts (another policy's, while
     /// the kubelet follows Envoy), or the deadline. What still held it
     /// when it did not come (None: out of rotation).
-    pub(super) async fn wait_for_rotation(&mut self, deadline: Instant) -> Result<Option<Held>, Interrupt> {
+    pub(super) async fn wait_for_rotation(&mut self, deadline: Instant) -> Result<Option<WaitingOn>, Interrupt> {
         let (inbox, envoy, rotation) = (&mut self.inbox, &self.envoy, &self.rotation);
         let policy = self.plan.drain_until;
         let verdict = rotation.verdict();
@@ -92,7 +93,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             }
             let now = Instant::now();
             if now >= deadline {
-                break Verdict::NotOut(Held::Other("the drain wait's verdict, by the deadline".to_owned()));
+                break RotationVerdict::NotOut(WaitingOn::Deadline);
             }
             if gone.due(now) {
                 let look = tokio::time::timeout(self.plan.admin_timeout, envoy.answering());
@@ -115,7 +116,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             _ => "Envoy is stopped as the policy says",
         };
         match verdict {
-            Verdict::Out(why) => {
+            RotationVerdict::Out(why) => {
                 tracing::info!(
                     took = %GoDuration(Duration::from_millis((took * 1000.0) as u64)),
                     "out of rotation ({why}): {then}"
@@ -126,18 +127,18 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 }
                 Ok(None)
             }
-            Verdict::NotOut(held) => {
+            RotationVerdict::NotOut(held) => {
                 let words = format!(
                     "the drain wait's bound came before the load balancers' verdict, {} into the drain \
                      (it was still waiting for {held}): {then}; {}",
                     GoDuration(Duration::from_millis((took * 1000.0) as u64)),
                     held.consequence()
                 );
-                match held {
-                    Held::Checkers(_) => tracing::warn!("{words}"),
-                    Held::Traffic(_) | Held::Other(_) => tracing::info!("{words}"),
+                match held.is_checkers() {
+                    true => tracing::warn!("{words}"),
+                    false => tracing::info!("{words}"),
                 }
-                self.inbox.publish(|s| s.held_by = Some(held.to_string()));
+                self.inbox.publish(|s| s.held_by = Some(held.clone()));
                 Ok(Some(held))
             }
         }

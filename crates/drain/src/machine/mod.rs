@@ -20,8 +20,9 @@ use super::handle::{DrainHandle, Event};
 use super::kubelet::{Kubelet, KubeletAnswer, NotServingBecause};
 use super::plan::{DrainUntil, Plan};
 use super::policy::{log_done, DoneRule, Pacer, GONE_BEFORE};
-use super::ports::{AppControl, EnvoyControl, Exit, Rotation};
-use super::status::{Awaiting, Left, Outcome, Phase, PhaseCell, Status, Trigger, WaitingOn};
+use super::ports::{AppControl, EnvoyControl, Exit};
+use super::rotation::Rotation;
+use super::status::{Awaiting, Left, Outcome, Phase, PhaseCell, Remaining, Status, Trigger};
 use super::DRAIN_CALL_TRIES;
 use inbox::{Inbox, Interrupt};
 use lifeguard_base::duration::GoDuration;
@@ -407,7 +408,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             let left = match count_now {
                 Some(count) => {
                     seen.left = Some(count);
-                    let on = WaitingOn::of(envoy_now.unwrap_or(0), plan.counted(), app_now.as_ref());
+                    let on = Remaining::of(envoy_now.unwrap_or(0), plan.counted(), app_now.as_ref());
                     self.publish_waiting_on(on.as_ref());
                     on.map_or(Left::Nothing, Left::On)
                 }
@@ -459,7 +460,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     }
 
     /// Publishes what the drain waits on, when it changed.
-    fn publish_waiting_on(&mut self, on: Option<&WaitingOn>) {
+    fn publish_waiting_on(&mut self, on: Option<&Remaining>) {
         if self.inbox.status.borrow().waiting_on.as_ref() == on {
             return;
         }
@@ -484,7 +485,9 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             s.phase = Phase::Stopping;
             s.left_at_stop = left;
         });
-        let bound = self.plan.stop_bound(self.started, Instant::now());
+        let bound = self
+            .plan
+            .stop_bound(self.started, Instant::now(), self.envoy.is_child());
         let exit = self.envoy.stop(bound).await;
         let took = self.started.map(|t| t.elapsed().as_secs_f64());
         self.inbox.publish(|s| {
