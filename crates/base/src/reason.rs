@@ -1,90 +1,94 @@
-//! Counting by reason: a closed set of reasons (or outcomes), each the
-//! value of one label, and one value kept per reason ([`ByReason`]): the
-//! metrics' counters by `reason` or `result`, the drain wait's counts of
-//! probes it did not count.
+//! Label sets: a closed set of values, each the value of one metric
+//! label (or one key of `GET /drain`), declared once where its type lives
+//! by deriving strum's `EnumIter` and `IntoStaticStr` (its variants and
+//! their labels: `#[strum(serialize_all = "snake_case")]`, or a variant's
+//! own `#[strum(serialize = "...")]`), which makes it a [`Label`]; and one
+//! value kept per label ([`ByReason`]): the metrics' counters by `reason`
+//! or `result`, the drain wait's counts of probes it did not count.
 
-use std::marker::PhantomData;
+use serde::ser::SerializeMap;
 
-/// A closed set of reasons a count is kept by.
-pub trait Reason: Copy + 'static {
-    /// Every reason, in order: a reason's place here is its index.
-    const ALL: &'static [Self];
+/// A closed set of values, each with its label: every enum that derives
+/// strum's `EnumIter` and `IntoStaticStr` (and `Copy`, `PartialEq`).
+pub trait Label: Copy + PartialEq + 'static {
     /// The label's value (`timeout`, `table_full`, ...).
     fn label(self) -> &'static str;
-    /// Its place in [`Reason::ALL`].
-    fn index(self) -> usize;
+    /// Every value, in the order of its declaration.
+    fn all() -> impl Iterator<Item = Self>;
 }
 
-/// Declares a closed set of reasons, each with its label, and its
-/// [`Reason`] impl: `reasons! { pub enum Incomplete { Timeout =
-/// "timeout", ... } }`. A reason's place in the declaration is its index.
-#[macro_export]
-macro_rules! reasons {
-    (
-        $(#[$meta:meta])*
-        $vis:vis enum $name:ident {
-            $( $(#[$vmeta:meta])* $variant:ident = $label:literal, )*
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        $vis enum $name {
-            $( $(#[$vmeta])* $variant, )*
-        }
+impl<T> Label for T
+where
+    T: strum::IntoEnumIterator + Into<&'static str> + Copy + PartialEq + 'static,
+{
+    fn label(self) -> &'static str {
+        self.into()
+    }
 
-        impl $crate::reason::Reason for $name {
-            const ALL: &'static [$name] = &[$($name::$variant),*];
-            fn label(self) -> &'static str {
-                match self {
-                    $($name::$variant => $label,)*
-                }
-            }
-            fn index(self) -> usize {
-                self as usize
-            }
-        }
-    };
+    fn all() -> impl Iterator<Item = Self> {
+        T::iter()
+    }
 }
 
-/// One `T` per reason of `R`.
+/// One `T` per value of the label set `R`.
 #[derive(Debug)]
 pub struct ByReason<R, T> {
-    items: Box<[T]>,
-    reason: PhantomData<R>,
+    items: Box<[(R, T)]>,
 }
 
-impl<R: Reason, T> ByReason<R, T> {
-    /// One value per reason, made by `make`.
-    pub fn new(make: impl FnMut(R) -> T) -> Self {
+impl<R: Label, T> ByReason<R, T> {
+    /// One value per label, made by `make`.
+    pub fn new(mut make: impl FnMut(R) -> T) -> Self {
         ByReason {
-            items: R::ALL.iter().copied().map(make).collect(),
-            reason: PhantomData,
+            items: R::all().map(|r| (r, make(r))).collect(),
         }
     }
 
-    /// The value of `reason`.
+    /// The value of `reason` (a scan of a handful: no hashing, no
+    /// allocation).
     pub fn get(&self, reason: R) -> &T {
-        &self.items[reason.index()]
+        let (_, value) = self
+            .items
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .expect("every value of the set has its item");
+        value
     }
 
-    /// Each reason with its value, in [`Reason::ALL`]'s order.
+    /// Each label with its value, in the order of its declaration.
     pub fn iter(&self) -> impl Iterator<Item = (R, &T)> {
-        R::ALL.iter().copied().zip(self.items.iter())
+        self.items.iter().map(|(r, t)| (*r, t))
     }
 }
 
-impl<R: Reason, T: Default> Default for ByReason<R, T> {
+impl<R: Label, T: Default> Default for ByReason<R, T> {
     fn default() -> Self {
         ByReason::new(|_| T::default())
     }
 }
 
-impl<R, T: Clone> Clone for ByReason<R, T> {
+impl<R: Copy, T: Clone> Clone for ByReason<R, T> {
     fn clone(&self) -> Self {
         ByReason {
             items: self.items.clone(),
-            reason: PhantomData,
         }
+    }
+}
+
+impl<R: PartialEq, T: PartialEq> PartialEq for ByReason<R, T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.items == other.items
+    }
+}
+
+/// In JSON: each label, its value (`{"table_full": 0, ...}`).
+impl<R: Label, T: serde::Serialize> serde::Serialize for ByReason<R, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.items.len()))?;
+        for (r, t) in self.iter() {
+            map.serialize_entry(r.label(), t)?;
+        }
+        map.end()
     }
 }
 
@@ -92,20 +96,22 @@ impl<R, T: Clone> Clone for ByReason<R, T> {
 mod tests {
     use super::*;
 
-    crate::reasons! {
-        enum Why {
-            Slow = "slow",
-            Broken = "broken",
-        }
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+    #[strum(serialize_all = "snake_case")]
+    enum Why {
+        Slow,
+        #[strum(serialize = "broke")]
+        Broken,
     }
 
     #[test]
-    fn each_reason_has_its_own_value_in_order() {
+    fn each_label_has_its_own_value_in_order() {
         let by = ByReason::new(|why: Why| why.label().len());
-        assert_eq!(*by.get(Why::Broken), 6);
+        assert_eq!(*by.get(Why::Broken), 5);
         let all: Vec<_> = by.iter().map(|(why, n)| (why.label(), *n)).collect();
-        assert_eq!(all, [("slow", 4), ("broken", 6)]);
+        assert_eq!(all, [("slow", 4), ("broke", 5)]);
         let counts: ByReason<Why, u64> = ByReason::default();
         assert_eq!(*counts.get(Why::Slow), 0);
+        assert_eq!(serde_json::to_string(&counts).unwrap(), r#"{"slow":0,"broke":0}"#);
     }
 }

@@ -56,11 +56,10 @@ use std::time::Duration;
 use http::header::{HeaderMap, HeaderName, USER_AGENT};
 use ipnet::IpNet;
 use metrics::Counter;
-use serde::Serialize;
 use tokio::time::Instant;
 
 use lifeguard_base::peer::PeerKey;
-use lifeguard_base::reason::{ByReason, Reason};
+use lifeguard_base::reason::{ByReason, Label};
 use lifeguard_base::url::is_loopback;
 use lifeguard_drain::CheckerKey;
 
@@ -134,18 +133,18 @@ impl Checker {
     }
 }
 
-lifeguard_base::reasons! {
-    /// Why a probe was not counted: the `reason` label of the metric, and
-    /// the key in `GET /drain`.
-    pub enum NotCounted {
-        /// Every entry holds a checker that established an interval and still
-        /// probes.
-        TableFull = "table_full",
-        /// Its address already has `MAX_PER_ADDRESS` checkers, all established.
-        TooManyAgents = "too_many_agents",
-        /// Not from `--drain-wait-checker-ranges`.
-        OutsideRanges = "outside_ranges",
-    }
+/// Why a probe was not counted: the `reason` label of the metric, and
+/// the key in `GET /drain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum NotCounted {
+    /// Every entry holds a checker that established an interval and still
+    /// probes.
+    TableFull,
+    /// Its address already has `MAX_PER_ADDRESS` checkers, all established.
+    TooManyAgents,
+    /// Not from `--drain-wait-checker-ranges`.
+    OutsideRanges,
 }
 
 impl NotCounted {
@@ -162,13 +161,9 @@ impl NotCounted {
     }
 }
 
-/// Probes not counted so far, by reason (`GET /drain`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct NotCountedReport {
-    pub table_full: u64,
-    pub too_many_agents: u64,
-    pub outside_ranges: u64,
-}
+/// Probes not counted so far, by reason (`GET /drain`: each reason's
+/// label, its count).
+pub type NotCountedReport = ByReason<NotCounted, u64>;
 
 struct Entry {
     key: CheckerKey,
@@ -400,12 +395,7 @@ impl Checkers {
 
     /// Probes not counted so far, by reason.
     pub(crate) fn not_counted(&self) -> NotCountedReport {
-        let n = |why: NotCounted| self.inner.not_counted.get(why).load(Ordering::Relaxed);
-        NotCountedReport {
-            table_full: n(NotCounted::TableFull),
-            too_many_agents: n(NotCounted::TooManyAgents),
-            outside_ranges: n(NotCounted::OutsideRanges),
-        }
+        ByReason::new(|why: NotCounted| self.inner.not_counted.get(why).load(Ordering::Relaxed))
     }
 }
 
@@ -642,7 +632,7 @@ mod tests {
         // The rest of its agents are followed apart, not counted.
         let apart = checkers.snapshot().iter().filter(|c| !c.counted).count();
         assert_eq!(apart, 64 - MAX_PER_ADDRESS);
-        assert!(checkers.not_counted().too_many_agents > 0);
+        assert!(*checkers.not_counted().get(NotCounted::TooManyAgents) > 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -666,7 +656,7 @@ mod tests {
         round(2);
         checkers.record(late, at(2000), true);
         assert!(counted(&checkers).iter().all(|c| c.key != late));
-        assert_eq!(checkers.not_counted().table_full, 1);
+        assert_eq!(*checkers.not_counted().get(NotCounted::TableFull), 1);
         // (followed apart meanwhile: it may hold the wait)
         let apart: Vec<Checker> = checkers.snapshot().into_iter().filter(|c| !c.counted).collect();
         assert_eq!((apart.len(), apart[0].key), (1, late));
@@ -681,7 +671,7 @@ mod tests {
         assert!(!seen.iter().any(|c| c.key == key(0)));
         assert_eq!(seen.len(), MAX_CHECKERS);
         assert_eq!(checkers.snapshot().len(), MAX_CHECKERS, "no longer followed apart");
-        assert_eq!(checkers.not_counted().table_full, 1);
+        assert_eq!(*checkers.not_counted().get(NotCounted::TableFull), 1);
     }
 
     /// The checkers counted (in the table), not those followed apart.
@@ -756,7 +746,7 @@ mod tests {
         checkers.record(key_of([35, 191, 7, 1], "GoogleHC/1.0"), t0, true);
         checkers.record(key_of([10, 0, 0, 5], "GoogleHC/1.0"), t0, true);
         assert_eq!(checkers.snapshot().len(), 1);
-        assert_eq!(checkers.not_counted().outside_ranges, 1);
+        assert_eq!(*checkers.not_counted().get(NotCounted::OutsideRanges), 1);
     }
 
     /// One host holds a whole IPv6 /64: its addresses share the 4 checkers
@@ -780,6 +770,6 @@ mod tests {
             checkers.record(key(i), t0 + Duration::from_secs(2), true);
         }
         assert_eq!(counted(&checkers).len(), MAX_PER_ADDRESS);
-        assert_eq!(checkers.not_counted().too_many_agents, 4);
+        assert_eq!(*checkers.not_counted().get(NotCounted::TooManyAgents), 4);
     }
 }

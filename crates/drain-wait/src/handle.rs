@@ -17,6 +17,7 @@ use super::rule::CheckerReport;
 use super::{ms, DrainWaitPlan};
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::peer::PeerKey;
+use lifeguard_base::reason::Label;
 use lifeguard_drain::{Conclusion, Rotation, RotationVerdict, WaitingOn};
 
 /// Where the wait stands.
@@ -171,10 +172,12 @@ pub struct WaitEnd {
     pub line: String,
 }
 
-/// Why a wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a wait ended: the `reason` label of `lifeguard_drain_wait_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum WaitWhy {
     /// Out of rotation.
+    #[strum(serialize = "out_of_rotation")]
     Out,
     /// The caller's `?timeout=` came first.
     Timeout,
@@ -182,21 +185,6 @@ pub enum WaitWhy {
     Deadline,
     /// Envoy is stopping, or lifeguard is.
     Stopped,
-}
-
-impl WaitWhy {
-    /// Every reason, for the metric's series.
-    pub const ALL: [WaitWhy; 4] = [WaitWhy::Out, WaitWhy::Timeout, WaitWhy::Deadline, WaitWhy::Stopped];
-
-    /// The `reason` label of `lifeguard_drain_wait_seconds`.
-    pub fn label(self) -> &'static str {
-        match self {
-            WaitWhy::Out => "out_of_rotation",
-            WaitWhy::Timeout => "timeout",
-            WaitWhy::Deadline => "deadline",
-            WaitWhy::Stopped => "stopped",
-        }
-    }
 }
 
 impl WaitEnd {

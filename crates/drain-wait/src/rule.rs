@@ -43,8 +43,9 @@ use lifeguard_base::duration::GoDuration;
 use lifeguard_drain::{CheckerKey, Conclusion, Pending, WaitingOn};
 
 /// What a checker is, as the rule sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::EnumIter, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum CheckerState {
     /// Probing, not yet failed enough times in a row: the wait waits for it.
     Checking,

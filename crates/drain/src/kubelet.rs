@@ -202,8 +202,9 @@ impl NodeChecks {
 }
 
 /// How the kubelet's probe is answered in this drain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::EnumIter, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum KubeletAnswer {
     /// As Envoy is: 200 while it is ready and accepts new connections,
     /// until the node's load balancers' time is over (a drain the pod's
@@ -217,7 +218,8 @@ pub enum KubeletAnswer {
 
 /// Why the drain turned the kubelet's answer to 503 (in JSON and as a
 /// metric's label: its snake-case name).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr, strum::FromRepr)]
+#[strum(serialize_all = "snake_case")]
 pub enum NotServingBecause {
     /// An operator's drain (`POST /drain` while the pod is not
     /// terminating): the pod leaves its Service's endpoints.
@@ -235,26 +237,6 @@ pub enum NotServingBecause {
 }
 
 impl NotServingBecause {
-    /// Every reason, in the order of their number in the record.
-    pub const ALL: [NotServingBecause; 5] = [
-        NotServingBecause::OperatorDrain,
-        NotServingBecause::TerminatingReadinessFailing,
-        NotServingBecause::NodeLoadBalancersTime,
-        NotServingBecause::OutOfRotation,
-        NotServingBecause::EnvoyStopping,
-    ];
-
-    /// Its label, and its name in JSON.
-    pub fn label(self) -> &'static str {
-        match self {
-            NotServingBecause::OperatorDrain => "operator_drain",
-            NotServingBecause::TerminatingReadinessFailing => "terminating_readiness_failing",
-            NotServingBecause::NodeLoadBalancersTime => "node_load_balancers_time",
-            NotServingBecause::OutOfRotation => "out_of_rotation",
-            NotServingBecause::EnvoyStopping => "envoy_stopping",
-        }
-    }
-
     /// In words, for the log.
     pub fn words(self) -> &'static str {
         match self {
@@ -272,7 +254,7 @@ impl NotServingBecause {
 
 impl std::fmt::Display for NotServingBecause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
+        f.write_str((*self).into())
     }
 }
 
@@ -384,7 +366,7 @@ impl KubeletRecord {
         let mask = (1u64 << NANOS) - 1;
         let nanos = at.saturating_duration_since(self.base).as_nanos();
         let nanos = u64::try_from(nanos).unwrap_or(mask).min(mask);
-        let code = NotServingBecause::ALL.iter().position(|b| *b == because).unwrap_or(0) as u64;
+        let code = because as u64;
         let packed = (code << NANOS) | nanos;
         let _ = self
             .window_ends
@@ -402,10 +384,7 @@ impl KubeletRecord {
             return Ok(());
         }
         let code = (ends >> NANOS) as usize;
-        Err(NotServingBecause::ALL
-            .get(code)
-            .copied()
-            .unwrap_or(NotServingBecause::NodeLoadBalancersTime))
+        Err(NotServingBecause::from_repr(code).unwrap_or(NotServingBecause::NodeLoadBalancersTime))
     }
 
     /// Fills `kubelet` in with what was answered, the drain having begun

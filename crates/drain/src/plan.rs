@@ -285,9 +285,11 @@ impl Plan {
     }
 }
 
-/// What the drain waits for before Envoy is stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+/// What the drain waits for before Envoy is stopped (its label, as the
+/// flag takes it: `app-exit`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, strum::EnumIter, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum DrainUntil {
     /// A fixed time: `termination_drain_duration`.
     Time,

@@ -17,8 +17,21 @@ use super::ports::{Exit, Work};
 use super::rotation::WaitingOn;
 
 /// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::FromRepr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Phase {
     /// Not draining.
     Serving,
@@ -69,7 +82,7 @@ pub struct PhaseCell(std::sync::Arc<Cell>);
 
 #[derive(Debug, Default)]
 struct Cell {
-    /// The phase's number in [`PhaseCell::PHASES`], and
+    /// The phase's number (its place in [`Phase`]), and
     /// [`PhaseCell::KUBELET_FOLLOWS_ENVOY`].
     state: std::sync::atomic::AtomicU8,
     kubelet: KubeletRecord,
@@ -85,17 +98,6 @@ pub struct Published {
 }
 
 impl PhaseCell {
-    /// The phases, by their number in the cell.
-    const PHASES: [Phase; 8] = [
-        Phase::Serving,
-        Phase::Delaying,
-        Phase::DrainingReady,
-        Phase::LeavingRotation,
-        Phase::Draining,
-        Phase::Drained,
-        Phase::Stopping,
-        Phase::Stopped,
-    ];
     /// The bit beside the phase's number: the kubelet follows Envoy.
     const KUBELET_FOLLOWS_ENVOY: u8 = 0x10;
 
@@ -108,7 +110,7 @@ impl PhaseCell {
     /// Publishes the phase, and how the kubelet is answered (None: no
     /// drain yet).
     pub fn set(&self, phase: Phase, kubelet: Option<KubeletAnswer>) {
-        let n = Self::PHASES.iter().position(|p| *p == phase).unwrap_or(0) as u8;
+        let n = phase as u8;
         let follows = match kubelet {
             Some(KubeletAnswer::FollowsEnvoy) => Self::KUBELET_FOLLOWS_ENVOY,
             _ => 0,
@@ -126,10 +128,7 @@ impl PhaseCell {
     pub fn load(&self) -> Published {
         let state = self.0.state.load(std::sync::atomic::Ordering::Acquire);
         Published {
-            phase: Self::PHASES
-                .get(usize::from(state & 0x0f))
-                .copied()
-                .unwrap_or(Phase::Serving),
+            phase: Phase::from_repr(usize::from(state & 0x0f)).unwrap_or(Phase::Serving),
             kubelet_follows_envoy: state & Self::KUBELET_FOLLOWS_ENVOY != 0,
         }
     }

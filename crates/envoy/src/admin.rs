@@ -71,17 +71,20 @@ impl AdminError {
 
 /// The admin endpoints lifeguard calls. The caller names the endpoint of
 /// each call (nothing is guessed from the path); the observer gets it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Endpoint {
     /// `/ready`
     Ready,
     /// `/stats?...` (readiness and drain counts)
     Stats,
     /// `/stats/prometheus`
+    #[strum(serialize = "stats_prometheus")]
     Prometheus,
     /// `/drain_listeners`
     DrainListeners,
     /// `/quitquitquit`
+    #[strum(serialize = "quitquitquit")]
     Quit,
     /// `/config_dump` (the listeners, once a drain)
     ConfigDump,
@@ -91,39 +94,13 @@ pub enum Endpoint {
     HealthcheckFail,
 }
 
-impl Endpoint {
-    /// The value of the `endpoint` metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Endpoint::Ready => "ready",
-            Endpoint::Stats => "stats",
-            Endpoint::Prometheus => "stats_prometheus",
-            Endpoint::DrainListeners => "drain_listeners",
-            Endpoint::Quit => "quitquitquit",
-            Endpoint::ConfigDump => "config_dump",
-            Endpoint::ServerInfo => "server_info",
-            Endpoint::HealthcheckFail => "healthcheck_fail",
-        }
-    }
-}
-
-/// How an admin call ended, for the observer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How an admin call ended, for the observer: the `outcome` metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum CallOutcome {
     Ok,
     Error,
     Timeout,
-}
-
-impl CallOutcome {
-    /// The value of the `outcome` metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            CallOutcome::Ok => "ok",
-            CallOutcome::Error => "error",
-            CallOutcome::Timeout => "timeout",
-        }
-    }
 }
 
 /// Told of every admin call: which endpoint, how it ended, how long it took.

@@ -6,30 +6,10 @@ use std::fmt::Write as _;
 
 use super::names::*;
 use lifeguard_base::duration::unix_now;
+use lifeguard_base::reason::Label;
 use lifeguard_drain::{DrainUntil, Kubelet, KubeletAnswer, NotServingBecause, Phase, Status};
 use lifeguard_drain_wait::rule::CheckerState;
 use lifeguard_drain_wait::{DrainWaitStatus, WaitState};
-
-/// The drain phases and their `phase` label values, in order.
-const PHASES: [(Phase, &str); 8] = [
-    (Phase::Serving, "serving"),
-    (Phase::Delaying, "delaying"),
-    (Phase::DrainingReady, "draining_ready"),
-    (Phase::LeavingRotation, "leaving_rotation"),
-    (Phase::Draining, "draining"),
-    (Phase::Drained, "drained"),
-    (Phase::Stopping, "stopping"),
-    (Phase::Stopped, "stopped"),
-];
-
-/// The drain policies and their `policy` label values.
-const POLICIES: [(DrainUntil, &str); 5] = [
-    (DrainUntil::AppExit, "app-exit"),
-    (DrainUntil::OutOfRotation, "out-of-rotation"),
-    (DrainUntil::Time, "time"),
-    (DrainUntil::Connections, "connections"),
-    (DrainUntil::Requests, "requests"),
-];
 
 /// The drain's families, from its published status. Values that do not
 /// exist yet have no series.
@@ -38,10 +18,10 @@ pub(super) fn drain_families(out: &mut Exposition, status: &Status) {
         DRAIN_PHASE,
         "1 for the drain's current phase: serving, delaying (pre-drain delay), draining_ready (draining, readiness not failed yet), leaving_rotation (out-of-rotation: readiness 503, Envoy serving until the load balancers let go), draining, drained (waiting for SIGTERM), stopping (Envoy), stopped (Envoy has stopped).",
     );
-    for (phase, label) in PHASES {
+    for phase in Phase::all() {
         out.sample(
             DRAIN_PHASE,
-            &[("phase", label)],
+            &[("phase", phase.label())],
             f64::from(u8::from(status.phase == phase)),
         );
     }
@@ -49,10 +29,10 @@ pub(super) fn drain_families(out: &mut Exposition, status: &Status) {
         DRAIN_POLICY,
         "1 for the drain policy in force: app-exit, out-of-rotation, time, connections or requests.",
     );
-    for (policy, label) in POLICIES {
+    for policy in DrainUntil::all() {
         out.sample(
             DRAIN_POLICY,
-            &[("policy", label)],
+            &[("policy", policy.label())],
             f64::from(u8::from(status.policy == policy)),
         );
     }
@@ -73,13 +53,10 @@ fn drain_kubelet(out: &mut Exposition, kubelet: &Kubelet) {
         DRAIN_KUBELET_ANSWER,
         "1 for how the kubelet's readiness probe is answered in the drain: follows_envoy (the pod terminates: 200 while Envoy is ready and accepts new connections, for kube-proxy's fallback to a terminating endpoint, for the node's load balancers' time at most) or not_serving (503 from the drain's start, as the load balancers).",
     );
-    for (answer, label) in [
-        (KubeletAnswer::FollowsEnvoy, "follows_envoy"),
-        (KubeletAnswer::NotServing, "not_serving"),
-    ] {
+    for answer in KubeletAnswer::all() {
         out.sample(
             DRAIN_KUBELET_ANSWER,
-            &[("answer", label)],
+            &[("answer", answer.label())],
             f64::from(u8::from(kubelet.answer == answer)),
         );
     }
@@ -109,7 +86,7 @@ fn drain_kubelet(out: &mut Exposition, kubelet: &Kubelet) {
             DRAIN_KUBELET_NOT_SERVING_REASON,
             "1 for why the drain turned the kubelet's answer to 503: operator_drain (POST /drain: the pod leaves its endpoints), terminating_readiness_failing, node_load_balancers_time (the node's load balancers have had their time: announcers withdraw the node), out_of_rotation (the drain wait's verdict), envoy_stopping.",
         );
-        for reason in NotServingBecause::ALL {
+        for reason in NotServingBecause::all() {
             out.sample(
                 DRAIN_KUBELET_NOT_SERVING_REASON,
                 &[("reason", reason.label())],
@@ -196,16 +173,6 @@ fn drain_counts(out: &mut Exposition, status: &Status) {
     }
 }
 
-/// The checkers' states, and their `state` label values.
-const CHECKER_STATES: [(CheckerState, &str); 6] = [
-    (CheckerState::Checking, "checking"),
-    (CheckerState::Failed, "failed"),
-    (CheckerState::Vanished, "vanished"),
-    (CheckerState::TimedOut, "timed_out"),
-    (CheckerState::SeenOnce, "seen_once"),
-    (CheckerState::GoneBeforeDrain, "gone_before_drain"),
-];
-
 /// The drain wait's families, from its published status: the budget
 /// once a checker is learned; the checkers by state, and when each step
 /// came, once the drain began. Values that do not exist yet have no series.
@@ -229,9 +196,9 @@ pub(super) fn drain_wait_families(out: &mut Exposition, wait: &DrainWaitStatus) 
         DRAIN_WAIT_CHECKERS,
         "The checkers of the pod's readiness in the drain, by state: checking, failed (took the pod out), vanished (stopped probing), timed_out (let go at the checker timeout), seen_once, gone_before_drain.",
     );
-    for (state, label) in CHECKER_STATES {
+    for state in CheckerState::all() {
         let n = wait.checkers.iter().filter(|c| c.counted && c.state == state).count();
-        out.sample(DRAIN_WAIT_CHECKERS, &[("state", label)], n as f64);
+        out.sample(DRAIN_WAIT_CHECKERS, &[("state", state.label())], n as f64);
     }
     let times = [
         (

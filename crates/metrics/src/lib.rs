@@ -40,7 +40,7 @@ use tokio::time::Instant;
 
 use exposition::{drain_families, drain_wait_families, process_families, Exposition};
 use lifeguard_base::duration::unix_now;
-use lifeguard_base::reason::{ByReason, Reason};
+use lifeguard_base::reason::{ByReason, Label as _};
 use lifeguard_drain::Status;
 use lifeguard_drain_wait::checkers::NotCounted;
 use lifeguard_drain_wait::DrainWaitStatus;
@@ -62,13 +62,10 @@ struct Inner {
     recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
     started: Instant,
-    /// `lifeguard_probe_responses_total{code="200"}`.
-    probe_ok: Counter,
-    /// `lifeguard_probe_responses_total{code="503"}`.
-    probe_unavailable: Counter,
-    /// `lifeguard_envoy_readiness_changes_total{to="ready"}` and `{to="not_ready"}`.
-    became_ready: Counter,
-    became_not_ready: Counter,
+    /// `lifeguard_probe_responses_total{code}`.
+    probes: ProbeCounters,
+    /// `lifeguard_envoy_readiness_changes_total{to}`.
+    readiness_changes: ByReason<ReadyOrNot, Counter>,
     /// `lifeguard_readiness_kept_total`.
     readiness_kept: Counter,
     /// `lifeguard_scrape_envoy_reads_total{read="new"}`, `{read="joined"}`.
@@ -84,15 +81,61 @@ struct Inner {
     last_success: AtomicU64,
 }
 
-lifeguard_base::reasons! {
-    /// How one app probe ended, its series' `result` label.
-    pub enum AppProbeResult {
-        /// The app said yes.
-        Success = "success",
-        /// The app said no, or did not answer in time.
-        Failure = "failure",
-        /// Too many probes of the path were in flight.
-        Busy = "busy",
+/// How one app probe ended, its series' `result` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum AppProbeResult {
+    /// The app said yes.
+    Success,
+    /// The app said no, or did not answer in time.
+    Failure,
+    /// Too many probes of the path were in flight.
+    Busy,
+}
+
+/// An answer of the readiness probe (`code`), or what Envoy's readiness
+/// changed to (`to`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+pub enum ReadyOrNot {
+    #[strum(serialize = "ready")]
+    Ready,
+    #[strum(serialize = "not_ready")]
+    NotReady,
+}
+
+impl ReadyOrNot {
+    fn of(ready: bool) -> ReadyOrNot {
+        match ready {
+            true => ReadyOrNot::Ready,
+            false => ReadyOrNot::NotReady,
+        }
+    }
+
+    /// The probe's status code for it.
+    fn code(self) -> &'static str {
+        match self {
+            ReadyOrNot::Ready => "200",
+            ReadyOrNot::NotReady => "503",
+        }
+    }
+}
+
+/// The readiness probe's answers, counted by status code
+/// (`lifeguard_probe_responses_total{code}`): handles the status port
+/// keeps. Cloning shares them.
+#[derive(Clone)]
+pub struct ProbeCounters(ByReason<ReadyOrNot, Counter>);
+
+impl ProbeCounters {
+    /// Counts one answer, ready (200) or not (503).
+    #[inline]
+    pub fn count(&self, ready: bool) {
+        self.0.get(ReadyOrNot::of(ready)).increment(1);
+    }
+
+    /// Counters that count nowhere (no metrics wired).
+    pub fn noop() -> ProbeCounters {
+        ProbeCounters(ByReason::new(|_| Counter::noop()))
     }
 }
 
@@ -132,32 +175,32 @@ impl AppScrapeFailures {
     }
 }
 
-lifeguard_base::reasons! {
-    /// Why a merged scrape carries less than Envoy's (or an app target's)
-    /// whole body: its `reason` label.
-    pub enum Incomplete {
-        /// The scrape's time budget ran out first.
-        Timeout = "timeout",
-        /// Envoy could not be read, answered an error, or broke off.
-        Error = "error",
-        /// Envoy's body passed the size cap.
-        Cap = "cap",
-        /// Too many Envoy reads were already held for slow clients.
-        Busy = "busy",
-        /// The client held the shared window full while others waited, and
-        /// was let go (see the merged scrape's window, in `lifeguard_scrape`).
-        Slow = "slow",
-    }
+/// Why a merged scrape carries less than Envoy's (or an app target's)
+/// whole body: its `reason` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Incomplete {
+    /// The scrape's time budget ran out first.
+    Timeout,
+    /// Envoy could not be read, answered an error, or broke off.
+    Error,
+    /// Envoy's body passed the size cap.
+    Cap,
+    /// Too many Envoy reads were already held for slow clients.
+    Busy,
+    /// The client held the shared window full while others waited, and
+    /// was let go (see the merged scrape's window, in `lifeguard_scrape`).
+    Slow,
 }
 
-lifeguard_base::reasons! {
-    /// How a merged scrape got Envoy's metrics: its `read` label.
-    pub enum ScrapeRead {
-        /// A read of its own.
-        New = "new",
-        /// One shared with other scrapes already reading.
-        Joined = "joined",
-    }
+/// How a merged scrape got Envoy's metrics: its `read` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum ScrapeRead {
+    /// A read of its own.
+    New,
+    /// One shared with other scrapes already reading.
+    Joined,
 }
 
 pub mod names;
@@ -179,10 +222,12 @@ impl Metrics {
             recorder: recorder.clone(),
             handle,
             started,
-            probe_ok: r.counter(PROBE_RESPONSES, &[("code", "200")], probe_help),
-            probe_unavailable: r.counter(PROBE_RESPONSES, &[("code", "503")], probe_help),
-            became_ready: r.counter(READINESS_CHANGES, &[("to", "ready")], changes_help),
-            became_not_ready: r.counter(READINESS_CHANGES, &[("to", "not_ready")], changes_help),
+            probes: ProbeCounters(ByReason::new(|answer: ReadyOrNot| {
+                r.counter(PROBE_RESPONSES, &[("code", answer.code())], probe_help)
+            })),
+            readiness_changes: ByReason::new(|to: ReadyOrNot| {
+                r.counter(READINESS_CHANGES, &[("to", to.label())], changes_help)
+            }),
             readiness_kept: r.counter(
                 READINESS_KEPT,
                 &[],
@@ -216,7 +261,7 @@ impl Metrics {
         };
         // Every reason's series exists from the start, at 0: a panel or an
         // alert on the drain wait finds it before the first wait.
-        for why in WaitWhy::ALL {
+        for why in WaitWhy::all() {
             let series = Registrar::key(DRAIN_WAIT, &[("reason", why.label())]);
             drop(inner.recorder.register_histogram(&series, &META));
         }
@@ -230,8 +275,8 @@ impl Metrics {
     }
 
     /// The probe's counters, for the status service to keep.
-    pub fn probe_counters(&self) -> (Counter, Counter) {
-        (self.inner.probe_ok.clone(), self.inner.probe_unavailable.clone())
+    pub fn probe_counters(&self) -> ProbeCounters {
+        self.inner.probes.clone()
     }
 
     /// Records one answered drain wait: why it ended and how long it
@@ -382,10 +427,7 @@ impl ReadinessEvents for Metrics {
     /// The readiness answer changed (a read's verdict, or the kept answer
     /// going stale).
     fn readiness_changed(&self, ready: bool) {
-        match ready {
-            true => self.inner.became_ready.increment(1),
-            false => self.inner.became_not_ready.increment(1),
-        }
+        self.inner.readiness_changes.get(ReadyOrNot::of(ready)).increment(1);
     }
 
     /// A read timed out and the last answer was kept.
@@ -559,7 +601,7 @@ mod tests {
     fn every_reason_counts_for_an_app_target() {
         let metrics = Metrics::new(Instant::now());
         let failures = metrics.app_scrape("8080/metrics");
-        for &why in <Incomplete as Reason>::ALL {
+        for why in <Incomplete as lifeguard_base::reason::Label>::all() {
             failures.count(why);
         }
         let text = rendered(&metrics);
@@ -577,7 +619,7 @@ mod tests {
     #[test]
     fn every_reason_counts_for_envoy() {
         let metrics = Metrics::new(Instant::now());
-        for &why in <Incomplete as Reason>::ALL {
+        for why in <Incomplete as lifeguard_base::reason::Label>::all() {
             metrics.scrape_incomplete(why);
         }
         let text = rendered(&metrics);

@@ -17,7 +17,7 @@ use crate::read::{Place, Read};
 use crate::request::ScrapeRequest;
 use crate::shared::Shared;
 use crate::window::{End, Next};
-use lifeguard_base::reason::Reason;
+use lifeguard_base::reason::Label;
 use lifeguard_metrics::Incomplete;
 
 /// Where one client's body is.

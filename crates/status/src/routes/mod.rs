@@ -17,7 +17,6 @@ use bytes::Bytes;
 use futures_util::Stream;
 use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, USER_AGENT, VARY};
 use hyper::{Method, Request, Response, StatusCode};
-use metrics::Counter;
 use tokio::time::Instant;
 
 use super::app_probe::{AppProbe, AppProber};
@@ -26,7 +25,7 @@ use drain::{drain_wait, Control, DrainStatus, DrainStopped};
 use lifeguard_drain::DrainHandle;
 use lifeguard_drain_wait::{Checkers, DrainWait};
 use lifeguard_envoy::readiness::{Audience, Readiness};
-use lifeguard_metrics::Metrics;
+use lifeguard_metrics::{Metrics, ProbeCounters};
 use lifeguard_scrape::linger;
 use lifeguard_scrape::{ScrapeRequest, Scraper};
 
@@ -142,8 +141,7 @@ impl RoutesBuilder {
         RoutesBuilder {
             probe: Probe {
                 readiness,
-                ok: Counter::noop(),
-                unavailable: Counter::noop(),
+                counted: ProbeCounters::noop(),
                 checkers: None,
             },
             drain: None,
@@ -164,7 +162,7 @@ impl RoutesBuilder {
     /// through `scraper` (which tells its linger, if it has one, of each
     /// scrape).
     pub fn metrics(mut self, metrics: &Metrics, scraper: Scraper) -> Self {
-        (self.probe.ok, self.probe.unavailable) = metrics.probe_counters();
+        self.probe.counted = metrics.probe_counters();
         self.scrape = Some(Scrape { scraper });
         self
     }
@@ -324,8 +322,8 @@ impl Handler {
 /// for the drain wait.
 struct Probe {
     readiness: Readiness,
-    ok: Counter,
-    unavailable: Counter,
+    /// The answers, counted by status code.
+    counted: ProbeCounters,
     /// Who checks the pod's readiness (the drain wait's table, when it is
     /// wired): each probe's answer is recorded.
     checkers: Option<Checkers>,
@@ -345,12 +343,10 @@ impl Probe {
         headers.clear();
         let answer = self.readiness.answer(audience);
         self.readiness.answered(audience, &answer);
-        let status = if answer.ready {
-            self.ok.increment(1);
-            StatusCode::OK
-        } else {
-            self.unavailable.increment(1);
-            StatusCode::SERVICE_UNAVAILABLE
+        self.counted.count(answer.ready);
+        let status = match answer.ready {
+            true => StatusCode::OK,
+            false => StatusCode::SERVICE_UNAVAILABLE,
         };
         if let Some((checkers, key)) = checker {
             checkers.record(key, Instant::now(), answer.ready);
