@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::status::{Asker, Phase, PhaseCell, Signal, Status};
+use super::status::{Phase, PhaseCell, Status};
+use super::trigger::{Asker, Signal};
 
 /// What the drain machine is told.
 #[derive(Debug)]

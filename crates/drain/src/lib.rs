@@ -52,6 +52,7 @@ mod settings;
 mod status;
 #[cfg(test)]
 mod tests;
+mod trigger;
 
 pub use handle::DrainHandle;
 pub use kubelet::{
@@ -66,7 +67,8 @@ pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, E
 pub use rotation::{CheckerKey, Conclusion, Pending, Rotation, RotationVerdict, WaitingOn};
 pub use settings::{grace, PlanError, Reads, Settings};
 pub use status::Outcome;
-pub use status::{Asker, Awaiting, Left, Phase, PhaseCell, Published, Remaining, Signal, Status, Trigger};
+pub use status::{Awaiting, Left, Phase, PhaseCell, Published, Remaining, Status};
+pub use trigger::{Asker, Signal, Trigger};
 
 use std::time::Duration;
 

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::kubelet::{KubeletAnswer, NodeChecks, NotServingBecause, TerminatingReadiness};
 use super::ports::Active;
 pub use super::ports::DrainScope;
-use super::status::Trigger;
+use super::trigger::Trigger;
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::grace::Grace;
 
