@@ -137,6 +137,7 @@ fn gateways(rounds: usize) {
         inter: Duration::from_secs(5),
         fall: 3,
         rise: 1,
+        terminates: false,
     };
     let envoy = Balancer::Envoy {
         inter: Duration::from_secs(1),
@@ -224,6 +225,7 @@ fn nodes(rounds: usize) {
         inter: Duration::from_secs(s),
         fall: 3,
         rise: 1,
+        terminates: false,
     };
     const GRACE_75: &[&str] = &["--termination-grace-period", "75s"];
     let gateway: [(&str, &[&str]); 3] = [
@@ -291,6 +293,7 @@ fn nodes(rounds: usize) {
                         agent_args: args,
                         grace: Duration::from_secs(75),
                         kubelet: ProbeSpec::SHIPPED,
+                        client: Client::NEW_CONNECTIONS,
                     });
                     let failed = run.run.sent.iter().filter(|s| s.answer != Ok(200)).count();
                     let l = &run.run.left[0];

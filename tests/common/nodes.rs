@@ -39,7 +39,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::gateway::{Gateway, GATEWAY_PORT};
-use crate::lb::{delete_pod, gateway_at, pod_at, Balancer, Check, Front, Hook, Lan, Left, Load, Run};
+use crate::lb::{delete_pod, gateway_at, pod_at, Balancer, Check, Client, Front, Hook, Lan, Left, Load, Run};
 use crate::netns::Netns;
 use crate::pod::{INBOUND, STATUS};
 
@@ -456,6 +456,8 @@ pub struct NodeRollout<'a> {
     /// The pods' grace period (give lifeguard the same).
     pub grace: Duration,
     pub kubelet: ProbeSpec,
+    /// How the client sends.
+    pub client: Client,
 }
 
 /// How it went: the rollout's record (one pod replaced, `down` when the
@@ -495,7 +497,7 @@ pub fn node_rolling_restart(rollout: &NodeRollout) -> NodeRun {
     let front = Front::start(&lan, Balancer::Nodes(rollout.check), &servers, 1, NODE_PORT);
     let taken_in = rollout.check.inter * 2 + rollout.kubelet.period + Duration::from_secs(10);
     front.wait_marked("node0", true, taken_in);
-    let load = Load::start(&lan.host, &[front.frontend], rollout.rate);
+    let load = Load::with(&lan.host, &[front.frontend], rollout.rate, rollout.client);
     // A scenario's length: the traffic the pod has had when it is replaced.
     std::thread::sleep(rollout.steady);
     let (_new, new_ip) = pod(3);
