@@ -205,4 +205,17 @@ impl DrainWaitPlan {
     pub(crate) fn bound_under(&self, policy: DrainUntil) -> Duration {
         self.grace.deadline().saturating_sub(self.app_time_under(policy))
     }
+
+    /// From the drain's start, how long the slowest declared load balancer
+    /// (`--load-balancer-checks`) may go on sending new connections: the
+    /// readiness-fail delay, its interval × threshold, and the second the
+    /// change takes to reach it (zero when none is declared). The sum the
+    /// budget weighs.
+    pub(crate) fn declared_let_go(&self) -> Duration {
+        self.load_balancer_checks
+            .iter()
+            .map(|checks| self.fails_after + checks.takes() + budget::DECLARED_LAG)
+            .max()
+            .unwrap_or_default()
+    }
 }

@@ -72,8 +72,10 @@ pub struct Settings {
     /// after 3 failures in a row), comma-separated: `lifeguard check` and
     /// start-up say whether the grace period covers each (its interval x
     /// threshold, a second for the change to reach it, the quiet period
-    /// and the shutdown margin). For a load balancer that checks the node
-    /// (externalTrafficPolicy: Local), which the drain wait cannot learn.
+    /// and the shutdown margin), and a gateway keeps its kept-alive
+    /// connections open until that long after the drain began. For a load
+    /// balancer that checks the node (externalTrafficPolicy: Local), which
+    /// the drain wait cannot learn.
     #[arg(long = "load-balancer-checks", env = "LIFEGUARD_LOAD_BALANCER_CHECKS", value_name = "INTERVALxTHRESHOLD", value_delimiter = ',', value_parser = checks::parse)]
     #[serde(serialize_with = "checks::serialize_all")]
     pub load_balancer_checks: Vec<Checks>,

@@ -104,6 +104,15 @@ pub trait Rotation {
     /// Resolves once the pod is out of rotation, or once the wait gave up
     /// at its bound.
     fn verdict(&self) -> impl Future<Output = Verdict> + Send;
+    /// Resolves once the load balancers have let the pod go, whether or
+    /// not their traffic has stopped: every checker the wait follows is
+    /// done, and each load balancer declared to check the node has had
+    /// its time since the drain began (`--load-balancer-checks`); at once
+    /// when the wait gave up. What clients still send then comes on
+    /// connections they keep: a gateway closes them (at a request
+    /// boundary) from here, and they reconnect where the load balancers
+    /// now send.
+    fn let_go(&self) -> impl Future<Output = ()> + Send;
     /// What the wait still waits for, in words (for the progress line).
     fn waiting_on(&self) -> String;
 }
@@ -124,6 +133,9 @@ pub enum Verdict {
 #[cfg(any(test, feature = "testing"))]
 impl Rotation for () {
     async fn verdict(&self) -> Verdict {
+        std::future::pending().await
+    }
+    async fn let_go(&self) {
         std::future::pending().await
     }
     fn waiting_on(&self) -> String {
