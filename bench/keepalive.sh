@@ -14,5 +14,5 @@ cd "$(dirname "$0")/.."
 command -v haproxy >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends haproxy >/dev/null
 ENVOY_BIN=$(scripts/envoy-bin)
 export ENVOY_BIN
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(haproxy -v | head -n 1), $("$ENVOY_BIN" --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*' | head -n 1)"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(haproxy -v | head -n 1), Envoy $("$ENVOY_BIN" --version | grep -o '/[0-9]*\.[0-9]*\.[0-9]*/' | tail -n 1 | tr -d /)"
 cargo bench --locked --bench keepalive -- "${1:-1}"
