@@ -868,7 +868,9 @@ fn behind_nodes(check: Check, gateway: Option<Gateway>, rate: u32) -> NodeRun {
     run
 }
 
-/// An AWS NLB's defaults with instance targets: every 10 s, out after 3.
+/// Every 10 s, out after 3 (the AWS Load Balancer Controller's own
+/// defaults for instance targets under `Local` take a node out after 2:
+/// `tests/overlays.rs` plays those, from the overlay).
 const NODE_EVERY_10S: Check = Check {
     inter: Duration::from_secs(10),
     fall: 3,
