@@ -390,7 +390,17 @@ impl Rotation for DrainWait {
     }
 
     fn waiting_on(&self) -> String {
-        match &self.status.borrow().waiting_on {
+        let status = self.status.borrow();
+        if let (Some(WaitingOn::Quiet { .. }), Some(began)) = (&status.waiting_on, status.began) {
+            let left = (began + self.declared_let_go).saturating_duration_since(Instant::now());
+            if !left.is_zero() {
+                return format!(
+                    "the load balancers of --load-balancer-checks to let the pod go ({} left)",
+                    GoDuration(ms(left))
+                );
+            }
+        }
+        match &status.waiting_on {
             Some(waiting) => waiting.to_string(),
             None => "the drain wait's first read".into(),
         }
@@ -443,6 +453,10 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert!(!let_go.is_finished(), "the declared load balancer still sends");
+        assert_eq!(
+            wait.waiting_on(),
+            "the load balancers of --load-balancer-checks to let the pod go (6s left)"
+        );
         let at = let_go.await.unwrap();
         assert_eq!(at - began, Duration::from_secs(21));
 
