@@ -139,6 +139,7 @@ fn gateways(rounds: usize) {
         inter: Duration::from_secs(5),
         fall: 3,
         rise: 1,
+        terminates: false,
     };
     let envoy = Balancer::Envoy {
         inter: Duration::from_secs(1),
@@ -228,6 +229,7 @@ fn nodes(rounds: usize) {
         inter: Duration::from_secs(s),
         fall: 3,
         rise: 1,
+        terminates: false,
     };
     const GRACE: &[&str] = &["--termination-grace-period", "90s"];
     let gateway: [(&str, &[&str]); 3] = [
@@ -297,6 +299,7 @@ fn nodes(rounds: usize) {
                         agent_args: args,
                         grace: Duration::from_secs(90),
                         kubelet: ProbeSpec::SHIPPED,
+                        client: Client::NEW_CONNECTIONS,
                     });
                     let failed = run.run.sent.iter().filter(|s| s.answer != Ok(200)).count();
                     let l = &run.run.left[0];

@@ -148,6 +148,7 @@ const SLOWER: Check = Check {
     inter: Duration::from_secs(5),
     fall: 3,
     rise: 1,
+    terminates: false,
 };
 /// Envoy as the front proxy, checking every second.
 const FRONT_ENVOY: Balancer = Balancer::Envoy {
@@ -289,6 +290,7 @@ fn a_hostile_prober_can_neither_end_the_wait_early_nor_hold_it() {
         inter: Duration::from_secs(3),
         fall: 3,
         rise: 1,
+        terminates: false,
     };
     let servers = [("old0".to_owned(), pod_ip)];
     let front = Front::start(&lan, Balancer::Haproxy(real), &servers, 1, pod::INBOUND);
@@ -415,6 +417,7 @@ fn a_flood_of_agents_at_the_checkers_own_address_cannot_end_a_gateways_drain_ear
         inter: Duration::from_secs(3),
         fall: 3,
         rise: 1,
+        terminates: false,
     };
     let servers = [("old0".to_owned(), pod_ip)];
     let front = Front::start(&lan, Balancer::Haproxy(real), &servers, 1, pod::GATEWAY_PORT);
@@ -868,6 +871,7 @@ fn behind(way: NodeWay, gateway: Option<Gateway>, rate: u32) -> NodeRun {
         agent_args: args,
         grace: Duration::from_secs(90),
         kubelet: ProbeSpec::SHIPPED,
+        client: Client::NEW_CONNECTIONS,
     });
     assert_nothing_lost(&run.run);
     let within = match (way, busy, gateway) {
@@ -885,17 +889,21 @@ fn behind(way: NodeWay, gateway: Option<Gateway>, rate: u32) -> NodeRun {
     run
 }
 
-/// An AWS NLB's defaults with instance targets: every 10 s, out after 3.
+/// Every 10 s, out after 3 (the AWS Load Balancer Controller's own
+/// defaults for instance targets under `Local` take a node out after 2:
+/// `tests/overlays.rs` plays those, from the overlay).
 const NODE_EVERY_10S: Check = Check {
     inter: Duration::from_secs(10),
     fall: 3,
     rise: 1,
+    terminates: false,
 };
 /// Every 5 s, out after 3.
 const NODE_EVERY_5S: Check = Check {
     inter: Duration::from_secs(5),
     fall: 3,
     rise: 1,
+    terminates: false,
 };
 
 #[test]
@@ -964,6 +972,7 @@ fn a_pod_failing_the_kubelets_probe_at_sigterm_loses_the_nodes_traffic() {
             failure_threshold: 2,
             timeout: Duration::from_secs(1),
         },
+        client: Client::NEW_CONNECTIONS,
     });
     let failed = run.run.sent.iter().filter(|s| s.answer != Ok(200)).count();
     let l = &run.run.left[0];
@@ -997,6 +1006,7 @@ fn a_pod_serving_for_the_kubelet_until_envoy_stops_loses_an_announced_nodes_traf
         agent_args: &["--drain-scope", "all"],
         grace: GRACE,
         kubelet: ProbeSpec::SHIPPED,
+        client: Client::NEW_CONNECTIONS,
     });
     let failed = run.run.sent.iter().filter(|s| s.answer != Ok(200)).count();
     let l = &run.run.left[0];

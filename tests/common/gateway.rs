@@ -38,6 +38,9 @@ pub const EG_STATUS: u16 = 19002;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gateway {
     Shipped,
+    /// The shipped bootstrap, its traffic listener as it could have been
+    /// (the benchmark of what a drain does to kept-alive clients).
+    ShippedWith(TrafficListener),
     IstioShaped,
     FileXds,
     EnvoyGatewayShaped,
@@ -51,11 +54,27 @@ impl Gateway {
     }
 }
 
+/// The shipped traffic listener's alternatives: what it would do with its
+/// kept-alive clients from the drain's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrafficListener {
+    /// The default drain type (no `drain_type: MODIFY_ONLY`): the
+    /// `/healthcheck/fail` that fails the load balancers' checks of its
+    /// `health_check` filter also makes Envoy close every kept-alive
+    /// connection at its next response from the drain's start.
+    DefaultDrainType,
+    /// No `health_check` filter (and the default drain type): nothing
+    /// makes Envoy fail checks of the traffic port, nor close anything,
+    /// before `drain_listeners`.
+    NoHealthCheckFilter,
+}
+
 /// The bootstrap of a `kind` gateway whose upstream is at `peer:port`;
 /// files it needs besides (LDS, CDS) are written to `dir`.
 pub fn gateway_bootstrap(kind: Gateway, peer: Ipv4Addr, port: u16, dir: &Path) -> String {
     match kind {
         Gateway::Shipped => shipped(peer, port),
+        Gateway::ShippedWith(listener) => shipped_with(listener, peer, port),
         Gateway::IstioShaped => istio_shaped(peer, port),
         Gateway::FileXds => file_xds(peer, port, dir),
         Gateway::EnvoyGatewayShaped => envoy_gateway(peer, port, dir),
@@ -75,6 +94,30 @@ fn shipped(peer: Ipv4Addr, port: u16) -> String {
         .replace("type: STRICT_DNS", "type: STATIC");
     assert!(!out.contains("STRICT_DNS"));
     out
+}
+
+/// config/envoy-gateway.yaml, its traffic listener changed to `listener`.
+fn shipped_with(listener: TrafficListener, peer: Ipv4Addr, port: u16) -> String {
+    let text = shipped(peer, port);
+    let drain_type = "\n    drain_type: MODIFY_ONLY\n";
+    assert!(
+        text.contains(drain_type),
+        "config/envoy-gateway.yaml's drain type changed"
+    );
+    let text = text.replacen(drain_type, "\n", 1);
+    match listener {
+        TrafficListener::DefaultDrainType => text,
+        TrafficListener::NoHealthCheckFilter => {
+            let start = text
+                .find("          - name: envoy.filters.http.health_check")
+                .expect("config/envoy-gateway.yaml's health_check filter");
+            let end = start
+                + text[start..]
+                    .find("          - name: envoy.filters.http.router")
+                    .expect("the router after the health_check filter");
+            format!("{}{}", &text[..start], &text[end..])
+        }
+    }
 }
 
 const HCM: &str = "envoy.filters.network.http_connection_manager

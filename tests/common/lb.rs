@@ -165,13 +165,20 @@ fn prefix_byte(pid: u32) -> u8 {
     200 + (pid % 50) as u8
 }
 
-/// How a load balancer checks each pod.
+/// How a load balancer checks each pod (or node), and what it does to the
+/// connections of one it marks down.
 #[derive(Debug, Clone, Copy)]
 pub struct Check {
     pub inter: Duration,
     /// Failed checks in a row that mark a server down.
     pub fall: u32,
     pub rise: u32,
+    /// The load balancer resets the client connections of a server it
+    /// marks down (HAProxy's `on-marked-down shutdown-sessions`), as an
+    /// AWS NLB does to an unhealthy target while its target group's
+    /// `target_health_state.unhealthy.connection_termination.enabled` is
+    /// true, its default.
+    pub terminates: bool,
 }
 
 impl Check {
@@ -181,11 +188,13 @@ impl Check {
         inter: Duration::from_secs(1),
         fall: 2,
         rise: 2,
+        terminates: false,
     };
     pub const SLOW: Check = Check {
         inter: Duration::from_secs(2),
         fall: 3,
         rise: 2,
+        terminates: false,
     };
 }
 
@@ -203,6 +212,15 @@ pub enum Balancer {
     /// target group does by default: `GET /healthz` on 15006 with the
     /// ELB's `User-Agent`, through Envoy's inbound listener to the app.
     TrafficPort(Check),
+    /// HAProxy checking 15021 as [`Balancer::Haproxy`] does, its
+    /// connections to the pods pooled and reused for any client's requests
+    /// (`http-reuse always`), as an L7 cloud load balancer (an ALB, Google's
+    /// front ends) keeps its connections to its targets.
+    Pooling(Check),
+    /// HAProxy in TCP mode (an L4 load balancer passing each client
+    /// connection through to a pod: an AWS NLB with IP targets) checking
+    /// each pod's 15021 `/healthz/ready` over HTTP.
+    PassThrough(Check),
     /// HAProxy that never checks: the pod leaves its endpoints 0.5-3 s
     /// after deletion (the test sets the server to maintenance through
     /// HAProxy's runtime API, as a controller watching the endpoints
@@ -222,10 +240,19 @@ pub enum Balancer {
 
 impl Balancer {
     pub fn name(&self) -> String {
-        let check = |c: &Check| format!("every {:?}, down after {}", c.inter, c.fall);
+        let check = |c: &Check| {
+            let resets = if c.terminates {
+                ", resetting the connections of one it marks down"
+            } else {
+                ""
+            };
+            format!("every {:?}, down after {}{resets}", c.inter, c.fall)
+        };
         match self {
             Balancer::Haproxy(c) => format!("HAProxy checking 15021 ({})", check(c)),
             Balancer::HaproxyOn(c, port) => format!("HAProxy checking {port} ({})", check(c)),
+            Balancer::Pooling(c) => format!("HAProxy checking 15021, its connections pooled ({})", check(c)),
+            Balancer::PassThrough(c) => format!("HAProxy in TCP mode checking 15021 ({})", check(c)),
             Balancer::TrafficPort(c) => format!("HAProxy checking the traffic port ({})", check(c)),
             Balancer::Endpoints => "HAProxy without checks, the pod removed 0.5-3 s after deletion".into(),
             Balancer::Envoy { inter, http2: false } => format!("Envoy checking 15021 every {inter:?}"),
@@ -394,7 +421,11 @@ impl Front {
             host.run(move || std::net::TcpStream::connect_timeout(&frontend, Duration::from_secs(1)).map(drop))
         });
         let (group, up) = match self.kind {
-            Balancer::Haproxy(_) | Balancer::HaproxyOn(..) | Balancer::TrafficPort(_) => ("new", false),
+            Balancer::Haproxy(_)
+            | Balancer::HaproxyOn(..)
+            | Balancer::TrafficPort(_)
+            | Balancer::Pooling(_)
+            | Balancer::PassThrough(_) => ("new", false),
             Balancer::Envoy { .. } => ("old", true),
             Balancer::Endpoints | Balancer::Nodes(_) => return,
         };
@@ -530,7 +561,7 @@ fn haproxy_config(
 ) -> String {
     let ms = |d: Duration| d.as_millis();
     let mode = match kind {
-        Balancer::Nodes(_) => "tcp",
+        Balancer::Nodes(_) | Balancer::PassThrough(_) => "tcp",
         _ => "http",
     };
     let mut cfg = format!(
@@ -542,23 +573,30 @@ fn haproxy_config(
         lan.host_ip(source),
     );
     let default_server = match kind {
-        Balancer::Haproxy(c) | Balancer::HaproxyOn(c, _) => format!(
+        Balancer::Haproxy(c) | Balancer::HaproxyOn(c, _) | Balancer::Pooling(c) | Balancer::PassThrough(c) => format!(
             "  option httpchk\n  http-check send meth GET uri /healthz/ready ver HTTP/1.1 hdr Host pod\n\
-             \x20 default-server inter {}ms fall {} rise {} check port {}\n",
+             \x20 default-server inter {}ms fall {} rise {} check port {}{}\n{}",
             ms(c.inter),
             c.fall,
             c.rise,
             match kind {
                 Balancer::HaproxyOn(_, port) => port,
                 _ => STATUS,
+            },
+            on_marked_down(c),
+            match kind {
+                Balancer::Pooling(_) => "  http-reuse always\n",
+                _ => "",
             }
         ),
         Balancer::Nodes(c) => format!(
             "  option httpchk\n  http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host node\n\
-             \x20 default-server inter {}ms fall {} rise 1 check port {}\n",
+             \x20 default-server inter {}ms fall {} rise {} check port {}{}\n",
             ms(c.inter),
             c.fall,
+            c.rise,
             crate::nodes::HEALTH_CHECK_NODE_PORT,
+            on_marked_down(c),
         ),
         Balancer::TrafficPort(c) => format!(
             "  option httpchk\n  http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host pod hdr User-Agent ELB-HealthChecker/2.0\n\
@@ -576,6 +614,15 @@ fn haproxy_config(
         cfg.push_str(&format!("  server {name} {addr}:{port}{disabled}\n"));
     }
     cfg
+}
+
+/// HAProxy's words for resetting the connections of a server it marks
+/// down, when the check says so.
+fn on_marked_down(c: Check) -> &'static str {
+    match c.terminates {
+        true => " on-marked-down shutdown-sessions",
+        false => "",
+    }
 }
 
 /// The front Envoy's bootstrap: a listener on the LB host's loopback, a
@@ -689,28 +736,65 @@ pub fn parse_utc(text: &str) -> Option<SystemTime> {
 }
 
 /// One request of the client: when it was sent, which load balancer it
-/// went through, and its status or error (and the start of the body of an
-/// answer that is not 200: who said it).
+/// went through, whether it opened a connection, and its status or error
+/// (and the start of the body of an answer that is not 200: who said it).
 #[derive(Debug, Clone)]
 pub struct Sent {
     pub at: SystemTime,
     pub through: SocketAddr,
+    /// It opened a connection of its own (a kept-alive client's first
+    /// request on a connection; every request of the others).
+    pub connected: bool,
+    /// The path asked for (`/`, or `/slow`: 3 s at the peer).
+    pub path: &'static str,
     pub answer: Result<u16, String>,
     pub said: String,
 }
 
+/// How the client sends its requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    /// Each worker keeps its connection open between requests (a
+    /// browser's, an API client's: through an L4 load balancer the
+    /// connection stays with the pod or node it reached) and opens a new
+    /// one only when the server closed it (`Connection: close`); a request
+    /// that fails on a kept-alive connection is not sent again. False: each
+    /// request on a new connection.
+    pub kept_alive: bool,
+    /// Every n-th request asks for `/slow` (answered 3 s later), on a
+    /// connection of its own: requests in flight whenever a load balancer
+    /// acts.
+    pub slow_every: Option<u32>,
+}
+
+impl Client {
+    /// Each request on a new connection, none slow.
+    pub const NEW_CONNECTIONS: Client = Client {
+        kept_alive: false,
+        slow_every: None,
+    };
+}
+
 /// A client on the LB host: requests at a fixed rate through `targets`
-/// (in turn), each on a new connection, every answer kept.
+/// (in turn), every answer kept.
 pub struct Load {
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<Vec<Sent>>>,
 }
 
+/// The client's workers.
+const WORKERS: u32 = 8;
+
 impl Load {
-    /// `rate` requests a second, spread over 8 workers (a request slower
-    /// than a worker's share never holds the others up).
+    /// `rate` requests a second, each on a new connection, spread over 8
+    /// workers (a request slower than a worker's share never holds the
+    /// others up).
     pub fn start(host: &Netns, targets: &[SocketAddr], rate: u32) -> Load {
-        const WORKERS: u32 = 8;
+        Load::with(host, targets, rate, Client::NEW_CONNECTIONS)
+    }
+
+    /// `rate` requests a second over 8 workers, sent as `client` says.
+    pub fn with(host: &Netns, targets: &[SocketAddr], rate: u32, client: Client) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let every = Duration::from_secs(1) * WORKERS / rate;
         let begin = Instant::now() + Duration::from_millis(50);
@@ -719,26 +803,27 @@ impl Load {
                 let (stop, targets) = (stop.clone(), targets.to_vec());
                 host.spawn(move || {
                     let mut sent = Vec::new();
+                    let mut slow = Vec::new();
+                    let mut kept: Vec<Option<KeptAlive>> = targets.iter().map(|_| None).collect();
                     let mut due = begin + every * w / WORKERS;
                     let mut n = w as usize;
                     while !stop.load(Ordering::Relaxed) {
                         std::thread::sleep(due.saturating_duration_since(Instant::now()));
-                        let target = targets[n % targets.len()];
-                        let at = SystemTime::now();
-                        let (answer, said) = match http_timeout("GET", target, "/", Duration::from_secs(5)) {
-                            Ok((200, _)) => (Ok(200), String::new()),
-                            Ok((status, body)) => (Ok(status), body.chars().take(160).collect()),
-                            Err(e) => (Err(e.to_string()), String::new()),
-                        };
-                        sent.push(Sent {
-                            at,
-                            through: target,
-                            answer,
-                            said,
-                        });
+                        let t = n % targets.len();
+                        let target = targets[t];
+                        if client.slow_every.is_some_and(|k| n.is_multiple_of(k as usize)) {
+                            // Its own connection, its own thread: the
+                            // worker's pace is kept.
+                            slow.push(std::thread::spawn(move || one_request(target, "/slow")));
+                        } else if client.kept_alive {
+                            sent.push(KeptAlive::send(&mut kept[t], target));
+                        } else {
+                            sent.push(one_request(target, "/"));
+                        }
                         due += every;
                         n += WORKERS as usize;
                     }
+                    sent.extend(slow.into_iter().map(|s| s.join().unwrap()));
                     sent
                 })
             })
@@ -752,6 +837,130 @@ impl Load {
         let mut all: Vec<Sent> = self.workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
         all.sort_by_key(|s| s.at);
         all
+    }
+}
+
+/// `GET path` on a new connection (`connection: close`) within 10 s.
+fn one_request(target: SocketAddr, path: &'static str) -> Sent {
+    let at = SystemTime::now();
+    let (answer, said) = match http_timeout("GET", target, path, Duration::from_secs(10)) {
+        Ok((200, _)) => (Ok(200), String::new()),
+        Ok((status, body)) => (Ok(status), body.chars().take(160).collect()),
+        Err(e) => (Err(e.to_string()), String::new()),
+    };
+    Sent {
+        at,
+        through: target,
+        connected: true,
+        path,
+        answer,
+        said,
+    }
+}
+
+/// A kept-alive HTTP/1.1 connection of the client, raw: whether the
+/// server said `Connection: close`, and a failure on a reused connection,
+/// are seen as they are (a pooling client would retry and hide them).
+struct KeptAlive {
+    reader: BufReader<std::net::TcpStream>,
+}
+
+impl KeptAlive {
+    /// `GET /` on the kept connection `slot` (a new one when there is
+    /// none); the connection is dropped when the server closes it or the
+    /// request fails.
+    fn send(slot: &mut Option<KeptAlive>, target: SocketAddr) -> Sent {
+        let at = SystemTime::now();
+        let connected = slot.is_none();
+        let result = match slot.take() {
+            Some(conn) => Ok(conn),
+            None => std::net::TcpStream::connect_timeout(&target, Duration::from_secs(5)).map(|stream| {
+                let _ = stream.set_nodelay(true);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                KeptAlive {
+                    reader: BufReader::new(stream),
+                }
+            }),
+        }
+        .and_then(|mut conn| {
+            let (status, close, body) = conn.exchange()?;
+            if !close {
+                *slot = Some(conn);
+            }
+            Ok((status, body))
+        });
+        let (answer, said) = match result {
+            Ok((200, _)) => (Ok(200), String::new()),
+            Ok((status, body)) => (Ok(status), body.chars().take(160).collect()),
+            Err(e) => (Err(e.to_string()), String::new()),
+        };
+        Sent {
+            at,
+            through: target,
+            connected,
+            path: "/",
+            answer,
+            said,
+        }
+    }
+
+    /// One request and its whole answer: the status, whether the server
+    /// closes the connection after it, the body.
+    fn exchange(&mut self) -> std::io::Result<(u16, bool, String)> {
+        use std::io::{Read, Write};
+        let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
+        self.reader
+            .get_mut()
+            .write_all(b"GET / HTTP/1.1\r\nHost: gateway\r\nUser-Agent: kept-alive-client\r\n\r\n")?;
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the connection closed before an answer",
+            ));
+        }
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| bad(&format!("status line {line:?}")))?;
+        let (mut length, mut close, mut chunked) = (0usize, false, false);
+        loop {
+            let mut header = String::new();
+            if self.reader.read_line(&mut header)? == 0 {
+                return Err(bad("the connection closed in the headers"));
+            }
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            let (name, value) = header.split_once(':').ok_or_else(|| bad(header))?;
+            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim().to_ascii_lowercase());
+            match name.as_str() {
+                "content-length" => length = value.parse().map_err(|_| bad(header))?,
+                "connection" => close = value.split(',').any(|v| v.trim() == "close"),
+                "transfer-encoding" => chunked = value.contains("chunked"),
+                _ => {}
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let mut size = String::new();
+                self.reader.read_line(&mut size)?;
+                let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad("chunk size"))?;
+                let mut chunk = vec![0u8; size + 2];
+                self.reader.read_exact(&mut chunk)?;
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..size]);
+            }
+        } else {
+            body.resize(length, 0);
+            self.reader.read_exact(&mut body)?;
+        }
+        Ok((status, close, String::from_utf8_lossy(&body).into_owned()))
     }
 }
 

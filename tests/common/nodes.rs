@@ -54,7 +54,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::gateway::{Gateway, GATEWAY_PORT};
-use crate::lb::{delete_pod, gateway_at, pod_at, Balancer, Check, Front, Hook, Lan, Left, Load, Run};
+use crate::lb::{delete_pod, gateway_at, pod_at, Balancer, Check, Client, Front, Hook, Lan, Left, Load, Run};
 use crate::netns::Netns;
 use crate::pod::{INBOUND, STATUS};
 
@@ -629,6 +629,8 @@ pub struct NodeRollout<'a> {
     /// The pods' grace period (give lifeguard the same).
     pub grace: Duration,
     pub kubelet: ProbeSpec,
+    /// How the client sends.
+    pub client: Client,
 }
 
 /// How it went: the rollout's record (one pod replaced, `down` when the
@@ -727,7 +729,7 @@ pub fn node_rolling_restart(rollout: &NodeRollout) -> NodeRun {
     };
     let t0 = SystemTime::UNIX_EPOCH;
     front.wait(0, true, t0, taken_in);
-    let load = Load::start(&lan.host, &[front.frontend()], rollout.rate);
+    let load = Load::with(&lan.host, &[front.frontend()], rollout.rate, rollout.client);
     // A scenario's length: the traffic the pod has had when it is replaced.
     std::thread::sleep(rollout.steady);
     let (_new, new_ip) = pod(3);

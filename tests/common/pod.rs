@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use crate::gateway::{gateway_bootstrap, Gateway, EG_ADMIN, EG_STATUS, GATEWAY_PORT};
+pub use crate::gateway::{gateway_bootstrap, Gateway, TrafficListener, EG_ADMIN, EG_STATUS, GATEWAY_PORT};
 pub use crate::netns::{Net, Netns};
 use crate::{
     children, envoy_command, lifeguard_bin, reply, temp_dir, unique, wait_for, KeepAliveClient, Proc, TempDir,
@@ -720,15 +720,16 @@ impl TestPod {
         });
         match beside {
             true => argv.extend(
+                // As config/k8s/envoy-gateway/envoyproxy.yaml sets them.
                 [
                     "--admin-url",
-                    &format!("http://127.0.0.1:{EG_ADMIN}"),
+                    &format!("http://localhost:{EG_ADMIN}"),
                     "--status-addr",
                     &format!("0.0.0.0:{EG_STATUS}"),
                     "--drain-scope",
                     "all",
                     "--ignore-listener-port",
-                    "19001",
+                    "19001,19003",
                 ]
                 .map(String::from),
             ),

@@ -8,7 +8,7 @@
 //! container mounts is the proxy's alone.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -35,6 +35,9 @@ pub struct LoopbackUrl {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum To {
     Tcp(SocketAddr),
+    /// `localhost:PORT`: 127.0.0.1, else ::1 (an admin bound to one of the
+    /// two, as Envoy Gateway binds its own to ::1 on IPv6-only clusters).
+    Localhost(u16),
     Unix(PathBuf),
 }
 
@@ -54,6 +57,7 @@ impl LoopbackUrl {
     pub fn port(&self) -> Option<u16> {
         match &self.to {
             To::Tcp(addr) => Some(addr.port()),
+            To::Localhost(port) => Some(*port),
             To::Unix(_) => None,
         }
     }
@@ -64,14 +68,23 @@ impl LoopbackUrl {
     }
 
     /// A new connection (with `TCP_NODELAY` over TCP). No timeout here:
-    /// callers bound the whole exchange.
+    /// callers bound the whole exchange. `localhost` tries 127.0.0.1, then
+    /// ::1 when that fails (a refused connection on loopback costs some
+    /// microseconds); the first failure is the one returned when both do.
     pub async fn connect(&self) -> std::io::Result<LocalStream> {
+        let tcp = |stream: TcpStream| {
+            let _ = stream.set_nodelay(true);
+            Either::Left(stream)
+        };
         match &self.to {
-            To::Tcp(addr) => {
-                let stream = TcpStream::connect(addr).await?;
-                let _ = stream.set_nodelay(true);
-                Ok(Either::Left(stream))
-            }
+            To::Tcp(addr) => Ok(tcp(TcpStream::connect(addr).await?)),
+            To::Localhost(port) => match TcpStream::connect((Ipv4Addr::LOCALHOST, *port)).await {
+                Ok(stream) => Ok(tcp(stream)),
+                Err(v4) => match TcpStream::connect((Ipv6Addr::LOCALHOST, *port)).await {
+                    Ok(stream) => Ok(tcp(stream)),
+                    Err(_) => Err(v4),
+                },
+            },
             To::Unix(path) => Ok(Either::Right(UnixStream::connect(path).await?)),
         }
     }
@@ -80,7 +93,7 @@ impl LoopbackUrl {
 impl fmt::Display for LoopbackUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.to {
-            To::Tcp(_) => write!(f, "http://{}", self.authority),
+            To::Tcp(_) | To::Localhost(_) => write!(f, "http://{}", self.authority),
             To::Unix(path) => write!(f, "unix://{}", path.display()),
         }
     }
@@ -133,20 +146,24 @@ pub fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), UrlError> {
     let path = Some(path)
         .filter(|p| !p.trim_end_matches('/').is_empty())
         .unwrap_or("/");
-    let addr: SocketAddr = if let Some(port) = authority.strip_prefix("localhost:") {
+    let to = if let Some(port) = authority.strip_prefix("localhost:") {
         let port: u16 = port.parse().map_err(|_| UrlError::BadPort)?;
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+        if port == 0 {
+            return Err(UrlError::PortZero);
+        }
+        To::Localhost(port)
     } else {
-        authority.parse().map_err(|_| UrlError::NotIpPort)?
+        let addr: SocketAddr = authority.parse().map_err(|_| UrlError::NotIpPort)?;
+        if !addr.ip().is_loopback() {
+            return Err(UrlError::NotLoopback(addr.ip()));
+        }
+        if addr.port() == 0 {
+            return Err(UrlError::PortZero);
+        }
+        To::Tcp(addr)
     };
-    if !addr.ip().is_loopback() {
-        return Err(UrlError::NotLoopback(addr.ip()));
-    }
-    if addr.port() == 0 {
-        return Err(UrlError::PortZero);
-    }
     let url = LoopbackUrl {
-        to: To::Tcp(addr),
+        to,
         authority: authority.to_owned(),
     };
     Ok((url, path.to_owned()))
@@ -207,4 +224,29 @@ pub fn query_encode(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `localhost` reaches an admin on either loopback address: Envoy
+    /// Gateway binds its admin to 127.0.0.1, or to ::1 on IPv6-only
+    /// clusters, and one setting serves both.
+    #[tokio::test]
+    async fn localhost_reaches_an_admin_bound_to_127_0_0_1_or_to_the_ipv6_loopback() {
+        for bound in [IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)] {
+            let listener = tokio::net::TcpListener::bind((bound, 0)).await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let url: LoopbackUrl = format!("http://localhost:{port}").parse().unwrap();
+            assert_eq!(url.port(), Some(port));
+            assert_eq!(url.to_string(), format!("http://localhost:{port}"));
+            let connected = url.connect().await;
+            let (_, from) = listener.accept().await.unwrap();
+            assert!(connected.is_ok(), "{bound}");
+            assert_eq!(from.ip(), bound, "connected over {bound}");
+        }
+        assert_eq!("http://localhost:0".parse::<LoopbackUrl>(), Err(UrlError::PortZero));
+        assert_eq!("http://localhost:x".parse::<LoopbackUrl>(), Err(UrlError::BadPort));
+    }
 }

@@ -124,6 +124,9 @@ pub struct DrainWait {
     status: watch::Receiver<DrainWaitStatus>,
     /// The wait's bound: the drain's deadline less the app's time.
     bound: Duration,
+    /// How long after the drain's start the declared load balancers have
+    /// let the pod go ([`DrainWaitPlan::declared_let_go`]).
+    declared_let_go: Duration,
     checkers: Checkers,
     observer: Option<WaitObserver>,
     /// Waits held open by callers from outside the pod.
@@ -202,6 +205,7 @@ impl DrainWait {
         let handle = DrainWait {
             status: rx,
             bound: plan.bound(),
+            declared_let_go: plan.declared_let_go(),
             checkers,
             observer: None,
             remote: Arc::default(),
@@ -356,8 +360,39 @@ impl Rotation for DrainWait {
         }
     }
 
+    /// Every checker done (the rule waits for the quiet period alone, or
+    /// is out), then the declared load balancers' time since the drain's
+    /// start; at once when the wait ended without a verdict.
+    async fn let_go(&self) {
+        let mut rx = self.status.clone();
+        loop {
+            let until = {
+                let status = rx.borrow_and_update();
+                match status.state {
+                    WaitState::Bound | WaitState::Stopped => return,
+                    WaitState::Out => status.began,
+                    WaitState::Waiting if matches!(status.waiting_on, Some(WaitingOn::Quiet { .. })) => status.began,
+                    WaitState::NotStarted | WaitState::Waiting => None,
+                }
+            };
+            if let Some(began) = until {
+                return sleep_until(began + self.declared_let_go).await;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     fn waiting_on(&self) -> WaitingOn {
-        self.status.borrow().waiting_on.clone().unwrap_or(WaitingOn::FirstRead)
+        let status = self.status.borrow();
+        if let (Some(WaitingOn::Quiet { .. }), Some(began)) = (&status.waiting_on, status.began) {
+            let left = (began + self.declared_let_go).saturating_duration_since(Instant::now());
+            if !left.is_zero() {
+                return WaitingOn::DeclaredLetGo { left };
+            }
+        }
+        status.waiting_on.clone().unwrap_or(WaitingOn::FirstRead)
     }
 }
 
@@ -398,6 +433,60 @@ lifeguard_base::serialize_as_display!(HealthChecks);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The load balancers let the pod go once every checker is done (the
+    /// rule waits for the quiet period alone) and the declared ones have
+    /// had their time since the drain began: a node checked every 10 s,
+    /// out after 2, 21 s after it (with the second the change takes to
+    /// reach kube-proxy). A wait that ended without a verdict lets go at
+    /// once.
+    #[tokio::test(start_paused = true)]
+    async fn the_load_balancers_let_go_once_every_checker_is_done_and_the_declared_ones_had_their_time() {
+        let mut plan = DrainWaitPlan::for_tests();
+        plan.node_checks = lifeguard_drain::NodeChecks::new(vec![crate::checks::parse("10sx2").unwrap()]);
+        let (wait, publish) = DrainWait::new(&plan, Checkers::default());
+        let began = Instant::now();
+        let let_go = {
+            let wait = wait.clone();
+            tokio::spawn(async move {
+                wait.let_go().await;
+                Instant::now()
+            })
+        };
+        publish.send_modify(|s| {
+            s.state = WaitState::Waiting;
+            s.began = Some(began);
+            s.waiting_on = Some(WaitingOn::Checkers {
+                pending: Vec::new(),
+                unfollowed: true,
+            });
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!let_go.is_finished(), "a checker still checks");
+        publish.send_modify(|s| {
+            s.waiting_on = Some(WaitingOn::Quiet {
+                quiet: Duration::from_millis(500),
+                so_far: Duration::ZERO,
+            });
+        });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!let_go.is_finished(), "the declared load balancer still sends");
+        assert_eq!(
+            wait.waiting_on().to_string(),
+            "the load balancers of --load-balancer-checks to let the pod go (6s left)"
+        );
+        let at = let_go.await.unwrap();
+        assert_eq!(at - began, Duration::from_secs(21));
+
+        let (wait, publish) = DrainWait::new(&plan, Checkers::default());
+        publish.send_modify(|s| {
+            s.state = WaitState::Bound;
+            s.began = Some(Instant::now());
+        });
+        let start = Instant::now();
+        wait.let_go().await;
+        assert_eq!(start.elapsed(), Duration::ZERO, "no verdict: let go at once");
+    }
 
     #[test]
     fn a_peer_outside_the_pod_holds_a_few_waits_and_no_more() {

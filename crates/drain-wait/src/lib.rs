@@ -226,4 +226,19 @@ impl DrainWaitPlan {
         let bound = self.bound_under(policy);
         self.max_quiet_period.map_or(bound, |max| max.min(bound))
     }
+
+    /// From the drain's start, how long the slowest declared load balancer
+    /// (`--load-balancer-checks`) may go on sending new connections: the
+    /// readiness-fail delay, its interval × threshold, and the second the
+    /// change takes to reach it (zero when none is declared: what is
+    /// assumed for the kubelet's answer does not hold a gateway's
+    /// kept-alive clients). The sum the budget weighs.
+    pub(crate) fn declared_let_go(&self) -> Duration {
+        self.node_checks
+            .declared()
+            .iter()
+            .map(|checks| self.fails_after + checks.takes() + lifeguard_drain::KUBE_PROXY_LAG)
+            .max()
+            .unwrap_or_default()
+    }
 }

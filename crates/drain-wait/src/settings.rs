@@ -83,7 +83,9 @@ pub struct Settings {
     /// has let the node go, then 503, so that announcers (MetalLB)
     /// withdraw the node. `lifeguard check` and start-up say whether the
     /// grace period covers each (its interval x threshold, a second for
-    /// the change to reach it, the quiet period and the shutdown margin).
+    /// the change to reach it, the quiet period and the shutdown margin),
+    /// and a gateway keeps its kept-alive connections open until that long
+    /// after the drain began.
     #[arg(long = "load-balancer-checks", env = "LIFEGUARD_LOAD_BALANCER_CHECKS", value_name = "INTERVALxTHRESHOLD", value_delimiter = ',', value_parser = checks::parse)]
     #[serde(serialize_with = "checks::serialize_all")]
     pub load_balancer_checks: Vec<Checks>,

@@ -155,7 +155,8 @@ impl NodeChecks {
     /// 10 s, out after 3, which covers the common clouds' node checks with
     /// `externalTrafficPolicy: Local` (the AWS Load Balancer Controller's
     /// NLB with instance targets: every 10 s, out after 2; GKE's L4 load
-    /// balancer: every 8 s, out after 3).
+    /// balancer: every 3 s, out after 2, or 8 s and 3 for a Service whose
+    /// policy is Cluster).
     pub const ASSUMED: Checks = Checks {
         interval: Duration::from_secs(10),
         threshold: 3,

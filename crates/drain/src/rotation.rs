@@ -22,6 +22,15 @@ pub trait Rotation {
     /// Resolves once the pod is out of rotation, or once the wait gave up
     /// at its bound.
     fn verdict(&self) -> impl Future<Output = RotationVerdict> + Send;
+    /// Resolves once the load balancers have let the pod go, whether or
+    /// not their traffic has stopped: every checker the wait follows is
+    /// done, and each load balancer declared to check the node has had
+    /// its time since the drain began (`--load-balancer-checks`); at once
+    /// when the wait gave up. What clients still send then comes on
+    /// connections they keep: a gateway closes them (at a request
+    /// boundary) from here, and they reconnect where the load balancers
+    /// now send.
+    fn let_go(&self) -> impl Future<Output = ()> + Send;
     /// What the wait still waits for (for the progress line).
     fn waiting_on(&self) -> WaitingOn;
 }
@@ -32,6 +41,9 @@ pub trait Rotation {
 #[cfg(any(test, feature = "testing"))]
 impl Rotation for () {
     async fn verdict(&self) -> RotationVerdict {
+        std::future::pending().await
+    }
+    async fn let_go(&self) {
         std::future::pending().await
     }
     fn waiting_on(&self) -> WaitingOn {
@@ -129,6 +141,10 @@ pub enum WaitingOn {
     Unfollowed { left: Duration },
     /// No new request for `quiet`; none for `so_far` at the read.
     Quiet { quiet: Duration, so_far: Duration },
+    /// Every checker is done; the load balancers of
+    /// `--load-balancer-checks` may still send new connections for `left`
+    /// (a gateway keeps its kept-alive connections open until then).
+    DeclaredLetGo { left: Duration },
     /// The drain's deadline came before the verdict.
     Deadline,
     /// The wait ended (with Envoy) before its verdict.
@@ -152,7 +168,10 @@ impl WaitingOn {
     /// they still send is lost once Envoy stops), rather than the traffic
     /// or the time.
     pub fn is_checkers(&self) -> bool {
-        matches!(self, WaitingOn::Checkers { .. } | WaitingOn::Unfollowed { .. })
+        matches!(
+            self,
+            WaitingOn::Checkers { .. } | WaitingOn::Unfollowed { .. } | WaitingOn::DeclaredLetGo { .. }
+        )
     }
 
     /// What comes of stopping Envoy while the wait still waits for this,
@@ -206,6 +225,11 @@ impl fmt::Display for WaitingOn {
                 "no new request for {} (none for {} so far)",
                 GoDuration(ms(*quiet)),
                 GoDuration(ms(*so_far))
+            ),
+            WaitingOn::DeclaredLetGo { left } => write!(
+                f,
+                "the load balancers of --load-balancer-checks to let the pod go ({} left)",
+                GoDuration(ms(*left))
             ),
             WaitingOn::Deadline => f.write_str("the drain wait's verdict, by the deadline"),
             WaitingOn::Ended => f.write_str("the drain wait, which has ended"),

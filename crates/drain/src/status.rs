@@ -13,9 +13,9 @@ use tokio::time::Instant;
 
 use super::kubelet::{Kubelet, KubeletAnswer, KubeletRecord, NotServingBecause};
 use super::plan::DrainUntil;
-use super::trigger::{Signal, Trigger};
 use super::ports::{Exit, Work};
 use super::rotation::WaitingOn;
+use super::trigger::{Signal, Trigger};
 
 /// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
 #[derive(

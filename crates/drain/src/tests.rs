@@ -1159,16 +1159,22 @@ fn out() -> RotationVerdict {
     })
 }
 
-/// The drain wait's verdict, as a test gives it.
+/// The drain wait's verdict, and the load balancers letting the pod go
+/// before it, as a test gives them.
 #[derive(Clone)]
-struct FakeRotation(watch::Sender<Option<RotationVerdict>>);
+struct FakeRotation(watch::Sender<Option<RotationVerdict>>, watch::Sender<bool>);
 
 impl FakeRotation {
     fn new() -> Self {
-        FakeRotation(watch::channel(None).0)
+        FakeRotation(watch::channel(None).0, watch::channel(false).0)
     }
+    /// The verdict (the load balancers let go with it, if not before).
     fn give(&self, verdict: RotationVerdict) {
         self.0.send_replace(Some(verdict));
+    }
+    /// The load balancers let the pod go; no verdict yet.
+    fn let_go_now(&self) {
+        self.1.send_replace(true);
     }
 }
 
@@ -1177,6 +1183,13 @@ impl Rotation for FakeRotation {
         let mut rx = self.0.subscribe();
         let verdict = rx.wait_for(Option::is_some).await.expect("sender kept");
         verdict.clone().unwrap()
+    }
+    async fn let_go(&self) {
+        let (mut verdict, mut let_go) = (self.0.subscribe(), self.1.subscribe());
+        tokio::select! {
+            _ = verdict.wait_for(Option::is_some) => {}
+            _ = let_go.wait_for(|l| *l) => {}
+        }
     }
     fn waiting_on(&self) -> WaitingOn {
         checker_pending(2)
@@ -1215,38 +1228,51 @@ where
     (tokio::spawn(drain.run()), handle)
 }
 
-/// A gateway: Envoy serves as before (no drain of its listeners) until
-/// the load balancers have let go, however long past the 5 s minimum that
-/// is; then drains, and stops once no request is in flight.
+/// A gateway: Envoy serves as before (no drain of its listeners: its
+/// kept-alive connections stay open) until the load balancers have let the
+/// pod go, however long past the 5 s minimum that is; then drains (each
+/// kept-alive connection closed at a request boundary) while the traffic
+/// still comes, and stops once the verdict came and no request is in
+/// flight.
 #[tokio::test(start_paused = true)]
-async fn out_of_rotation_serves_until_the_verdict_then_drains_and_stops_once_idle() {
+async fn out_of_rotation_serves_until_let_go_then_drains_and_stops_once_out_and_idle() {
     // Requests flow until 7.3 s (the load balancer's last), then none.
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t < secs(7.3))));
     let rotation = FakeRotation::new();
     let (task, handle) = start_gateway(plan(DrainUntil::OutOfRotation), &envoy, (), &rotation);
     handle.signal(Signal::Term).await;
-    at(&envoy, 6.9).await;
+    at(&envoy, 5.9).await;
     let status = handle.status();
     assert_eq!(status.phase, Phase::LeavingRotation, "readiness 503, Envoy serving");
     assert_eq!(
-        progress_at(&handle, 6.9).as_deref(),
-        Some("leaving rotation, Envoy serving: waiting for 1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s); 21.1s to the deadline")
+        progress_at(&handle, 5.9).as_deref(),
+        Some("leaving rotation, Envoy serving: waiting for 1 checker: 10.0.0.5 (1 of 3 failures in a row, every 2s); 22.1s to the deadline")
     );
-    assert!(envoy.drain_calls().is_empty(), "no drain before the verdict");
+    assert!(
+        envoy.drain_calls().is_empty(),
+        "no drain before the load balancers let go"
+    );
+    at(&envoy, 6.0).await;
+    rotation.let_go_now();
+    at(&envoy, 6.9).await;
+    assert_eq!(
+        envoy.drain_calls(),
+        [(
+            secs(6.0),
+            Call::DrainListeners {
+                skip_exit: false,
+                phase: Phase::LeavingRotation
+            }
+        )],
+        "kept-alive connections closed once let go, before the verdict"
+    );
+    assert_eq!(handle.status().phase, Phase::LeavingRotation);
+    assert!(envoy.stops().is_empty(), "no stop before the verdict");
     at(&envoy, 7.0).await;
     rotation.give(out());
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
-    assert_eq!(
-        envoy.drain_calls(),
-        [(
-            secs(7.0),
-            Call::DrainListeners {
-                skip_exit: false,
-                phase: Phase::Draining
-            }
-        )]
-    );
+    assert_eq!(envoy.drain_calls().len(), 1, "one drain");
     // The last request ends at 7.3 s; nothing for 100 ms: one read later.
     assert_between(envoy.stops()[0], 7.4, 7.45);
     let status = handle.status();

@@ -32,9 +32,10 @@ pub const ALWAYS_IGNORED_PORTS: [u16; 2] = [15021, 15090];
 #[derive(Debug, Clone, Args, Serialize)]
 #[group(skip)]
 pub struct Settings {
-    /// Envoy's admin API: a loopback URL, or a Unix socket
-    /// (`unix:///PATH`, the locked form). Every admin call goes there:
-    /// readiness, the drain, the counts, the merged scrape, the stop.
+    /// Envoy's admin API: a loopback URL (`localhost`: 127.0.0.1, else
+    /// ::1), or a Unix socket (`unix:///PATH`, the locked form). Every
+    /// admin call goes there: readiness, the drain, the counts, the merged
+    /// scrape, the stop.
     #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL", default_value = "http://127.0.0.1:15000", value_parser = url::parse)]
     #[serde(serialize_with = "url::serialize")]
     pub admin_url: LoopbackUrl,

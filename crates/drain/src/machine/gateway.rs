@@ -1,16 +1,17 @@
 //! The gateway's part of the drain (`out-of-rotation`): which policy a pod
-//! without an app drains by, and the wait for the load balancers' verdict
-//! while Envoy serves.
+//! without an app drains by, and the waits while Envoy serves: for the
+//! load balancers to let the pod go (then Envoy closes its kept-alive
+//! connections), and for their verdict.
 
 use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 
-use super::inbox::Interrupt;
+use super::inbox::{Inbox, Interrupt};
 use super::reads::Refusals;
 use super::Drain;
 use crate::kubelet::{KubeletAnswer, NotServingBecause};
-use crate::plan::{DrainScope, DrainUntil};
+use crate::plan::{DrainScope, DrainUntil, Plan};
 use crate::ports::{AppControl, ControlError, EnvoyControl};
 use crate::rotation::{Rotation, RotationVerdict, WaitingOn};
 use crate::status::{Awaiting, Phase};
@@ -65,6 +66,29 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         Ok(())
     }
 
+    /// A gateway: waits until the load balancers have let the pod go
+    /// (every checker done, every declared load balancer's time passed)
+    /// while Envoy serves as before, kept-alive connections and all: a
+    /// client that reconnected now could come back to this same pod. At
+    /// the deadline, goes on all the same (the verdict's wait then ends at
+    /// once too).
+    pub(super) async fn wait_for_let_go(&mut self, deadline: Instant) -> Result<(), Interrupt> {
+        let (inbox, envoy, rotation) = (&mut self.inbox, &self.envoy, &self.rotation);
+        let let_go = rotation.let_go();
+        if leaving_rotation(inbox, envoy, rotation, &self.plan, deadline, let_go)
+            .await?
+            .is_some()
+        {
+            let took = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            tracing::info!(
+                took = %GoDuration(Duration::from_millis((took * 1000.0) as u64)),
+                "the load balancers have let the pod go: Envoy closes its kept-alive connections at a request \
+                 boundary and serves until their traffic has stopped"
+            );
+        }
+        Ok(())
+    }
+
     /// Out of rotation: waits for the drain wait's verdict while Envoy
     /// serves (a gateway's) or drains and accepts (another policy's, while
     /// the kubelet follows Envoy), or the deadline. What still held it
@@ -73,40 +97,9 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let (inbox, envoy, rotation) = (&mut self.inbox, &self.envoy, &self.rotation);
         let policy = self.plan.drain_until;
         let verdict = rotation.verdict();
-        tokio::pin!(verdict);
-        // An Envoy not lifeguard's child is seen gone by its admin refusing
-        // connections: nothing is read of it meanwhile but this.
-        let mut gone = GoneWatch::new(!envoy.is_child());
-        // A progress line every few seconds while the load balancers let go
-        // (the drain wait logs each of their steps once).
-        let mut next_line = Instant::now() + PROGRESS_HEARTBEAT;
-        let verdict = loop {
-            let tick = deadline.min(next_line).min(gone.next_look());
-            let next = async {
-                tokio::select! {
-                    verdict = &mut verdict => Some(verdict),
-                    _ = sleep_until(tick) => None,
-                }
-            };
-            if let Some(verdict) = inbox.race(envoy, next).await? {
-                break verdict;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break RotationVerdict::NotOut(WaitingOn::Deadline);
-            }
-            if gone.due(now) {
-                let look = tokio::time::timeout(self.plan.admin_timeout, envoy.answering());
-                gone.saw(inbox.race(envoy, look).await?, Instant::now())?;
-            }
-            if now >= next_line {
-                next_line = now + PROGRESS_HEARTBEAT;
-                let awaiting = Awaiting::Rotation(rotation.waiting_on());
-                let to_deadline = deadline.saturating_duration_since(now);
-                let line = awaiting.line(policy, Duration::ZERO, to_deadline);
-                tracing::info!("draining: {line}");
-                inbox.publish(|s| s.awaiting = Some(awaiting));
-            }
+        let verdict = match leaving_rotation(inbox, envoy, rotation, &self.plan, deadline, verdict).await? {
+            Some(verdict) => verdict,
+            None => RotationVerdict::NotOut(WaitingOn::Deadline),
         };
         let took = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
         let then = match policy {
@@ -141,6 +134,55 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 self.inbox.publish(|s| s.held_by = Some(held.clone()));
                 Ok(Some(held))
             }
+        }
+    }
+}
+
+/// Awaits `what` (the load balancers letting go, or the verdict) while the
+/// pod leaves rotation: a progress line every few seconds, an Envoy not
+/// lifeguard's child looked at, a signal or Envoy's exit heard. None when
+/// the deadline came first.
+async fn leaving_rotation<T>(
+    inbox: &mut Inbox,
+    envoy: &impl EnvoyControl,
+    rotation: &impl Rotation,
+    plan: &Plan,
+    deadline: Instant,
+    what: impl std::future::Future<Output = T>,
+) -> Result<Option<T>, Interrupt> {
+    tokio::pin!(what);
+    // An Envoy not lifeguard's child is seen gone by its admin refusing
+    // connections: nothing is read of it meanwhile but this.
+    let mut gone = GoneWatch::new(!envoy.is_child());
+    // A progress line every few seconds while the load balancers let go
+    // (the drain wait logs each of their steps once).
+    let mut next_line = Instant::now() + PROGRESS_HEARTBEAT;
+    loop {
+        let tick = deadline.min(next_line).min(gone.next_look());
+        let next = async {
+            tokio::select! {
+                done = &mut what => Some(done),
+                _ = sleep_until(tick) => None,
+            }
+        };
+        if let Some(done) = inbox.race(envoy, next).await? {
+            return Ok(Some(done));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(None);
+        }
+        if gone.due(now) {
+            let look = tokio::time::timeout(plan.admin_timeout, envoy.answering());
+            gone.saw(inbox.race(envoy, look).await?, Instant::now())?;
+        }
+        if now >= next_line {
+            next_line = now + PROGRESS_HEARTBEAT;
+            let awaiting = Awaiting::Rotation(rotation.waiting_on());
+            let to_deadline = deadline.saturating_duration_since(now);
+            let line = awaiting.line(plan.drain_until, Duration::ZERO, to_deadline);
+            tracing::info!("draining: {line}");
+            inbox.publish(|s| s.awaiting = Some(awaiting));
         }
     }
 }

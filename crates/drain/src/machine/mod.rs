@@ -1,8 +1,9 @@
 //! The drain state machine: one task that owns the phase, the deadline and
 //! the policy, fed by events through a [`DrainHandle`].
 //!
-//! - [`gateway`]: the policy of a pod without an app, and the wait for the
-//!   load balancers' verdict (`out-of-rotation`);
+//! - [`gateway`]: the policy of a pod without an app, and the waits for
+//!   the load balancers to let the pod go and for their verdict
+//!   (`out-of-rotation`);
 //! - [`inbox`]: the events that reach the machine while it waits;
 //! - [`reads`]: the reads of Envoy and the app while the policy waits.
 
@@ -170,15 +171,21 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         }
 
         // 3. Envoy drains its listeners; readiness fails after the
-        // readiness-fail delay. Out of rotation: Envoy serves as before
-        // until the load balancers have let go, and only then drains.
+        // readiness-fail delay. Out of rotation: Envoy serves as before,
+        // kept-alive connections and all, until the load balancers have
+        // let the pod go; then drains (each kept-alive connection closed
+        // at a request boundary: its client reconnects where the load
+        // balancers now send) and serves until the verdict.
         let mut held = None;
         if gateway {
             self.fail_readiness_after(fail_delay, Instant::now(), deadline).await?;
+            self.wait_for_let_go(deadline).await?;
+            self.drain_listeners(deadline).await?;
             held = self.wait_for_rotation(deadline).await?;
             self.inbox.publish(|s| s.phase = Phase::Draining);
+        } else {
+            self.drain_listeners(deadline).await?;
         }
-        self.drain_listeners(deadline).await?;
         let drain_began = Instant::now();
         if !gateway {
             self.fail_readiness_after(fail_delay, drain_began, deadline).await?;
