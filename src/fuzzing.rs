@@ -505,8 +505,10 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
                 path: path.clone(),
             })
             .collect();
-        let scraper = crate::scrape::Scraper::new(metrics.clone(), readiness.clone(), admin)
-            .with_app_metrics(&AppMetrics(targets));
+        let scraper = crate::scrape::Scraper::builder(metrics.clone(), readiness.clone())
+            .envoy(admin)
+            .app_metrics(&AppMetrics(targets))
+            .build();
         svc = svc.metrics(&metrics, scraper);
     }
     if let Some((json, dest)) = &opts.app_probes {

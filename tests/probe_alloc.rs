@@ -62,7 +62,7 @@ fn the_probe_allocates_nothing_for_the_kubelet_or_a_load_balancer_in_any_phase()
     // Far from stale: the test runs longer than the default 4 s.
     let readiness = Readiness::new(Duration::from_secs(3600), handle.phase());
     let metrics = Metrics::new(Instant::now());
-    let scraper = Scraper::new(metrics.clone(), readiness.clone(), None);
+    let scraper = Scraper::builder(metrics.clone(), readiness.clone()).build();
     let checkers = Checkers::default();
     let wait = DrainWait::new(&DrainWaitPlan::for_tests(), checkers).0;
     let mut svc = StatusService::builder(readiness.clone())

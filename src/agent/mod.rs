@@ -34,7 +34,7 @@ use crate::envoy::version;
 use crate::exit::Ended;
 use crate::metrics::Metrics;
 use crate::scrape::linger::Linger;
-use crate::scrape::Scraper;
+use crate::scrape::{Scraper, ScraperBuilder};
 use crate::status::connections::connection_limit;
 use crate::status::control::{self, ControlServer};
 use crate::status::server::{self, StatusServer};
@@ -202,7 +202,7 @@ pub(crate) async fn run(
     let checkers = Checkers::new(plan.drain_wait.checker_ranges.clone(), metrics.probes_not_counted());
     let (wait, drain_wait_task) = drain_wait(plan.drain_wait.clone(), inbound, checkers, &handle, &metrics, &shutdown);
     let scraper = scraper(&plan, &metrics, &readiness, &admin, &handle, &heartbeat, &shutdown);
-    let scraper = scraper.with_drain_wait(wait.clone()).with_linger(linger.clone());
+    let scraper = scraper.drain_wait(wait.clone()).linger(linger.clone()).build();
     let drain = drain.with_rotation(wait.clone());
     let wait_status = wait.clone();
     let service = StatusService::builder(readiness.clone())
@@ -275,13 +275,14 @@ fn scraper(
     drain: &DrainHandle,
     heartbeat: &Heartbeat,
     shutdown: &CancellationToken,
-) -> Scraper {
+) -> ScraperBuilder {
     let envoy = plan.metrics.merge_envoy_metrics.then(|| admin.clone());
-    Scraper::new(metrics.clone(), readiness.clone(), envoy)
-        .with_app_metrics(&plan.metrics.app_metrics)
-        .with_drain(drain.clone())
-        .with_heartbeat(heartbeat.clone())
-        .with_shutdown(shutdown.clone())
+    Scraper::builder(metrics.clone(), readiness.clone())
+        .envoy(envoy)
+        .app_metrics(&plan.metrics.app_metrics)
+        .drain(drain.clone())
+        .heartbeat(heartbeat.clone())
+        .shutdown(shutdown.clone())
 }
 
 /// The drain wait: its handle (telling the metrics of each answered wait)
