@@ -14,7 +14,7 @@
 //!
 //! - `stages`: `run` in stages (build: the ports bound, Envoy launched,
 //!   every piece made; spawn; until stopped), each a type.
-//! - [`signals`]: process signals handed to the drain, and reaping as PID 1.
+//! - `signals`: process signals handed to the drain, and reaping as PID 1.
 
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ use crate::{cli, hooks, inject, logging};
 use signals::SignalsError;
 use stages::Builder;
 
-pub mod signals;
+mod signals;
 mod stages;
 
 /// Runs what the command line asked for, or reports the bad setting that
