@@ -29,17 +29,6 @@ use tower::Service;
 #[global_allocator]
 static GLOBAL: common::alloc::Counting = common::alloc::Counting;
 
-const PHASES: [Phase; 8] = [
-    Phase::Serving,
-    Phase::Delaying,
-    Phase::DrainingReady,
-    Phase::LeavingRotation,
-    Phase::Draining,
-    Phase::Drained,
-    Phase::Stopping,
-    Phase::Stopped,
-];
-
 /// The kubelet's probe and a load balancer's, by their `User-Agent`.
 const AUDIENCES: [&str; 2] = ["kube-probe/1.34", "ELB-HealthChecker/2.0"];
 
@@ -143,7 +132,7 @@ fn the_probe_allocates_nothing_in_any_phase_for_either_audience() {
     let _guard = runtime.enter();
     let metrics = Metrics::new(Instant::now());
     let (mut cases, mut failures) = (0, Vec::new());
-    for phase in PHASES {
+    for phase in Phase::ALL {
         for kubelet in KUBELET {
             for envoy_ready in [true, false] {
                 let (mut svc, cell) = service(&metrics, envoy_ready);
@@ -161,6 +150,6 @@ fn the_probe_allocates_nothing_in_any_phase_for_either_audience() {
         }
     }
     eprintln!("{cases} cases");
-    assert_eq!(cases, PHASES.len() * KUBELET.len() * 2 * AUDIENCES.len());
+    assert_eq!(cases, Phase::ALL.len() * KUBELET.len() * 2 * AUDIENCES.len());
     assert!(failures.is_empty(), "the probe allocated: {failures:#?}");
 }

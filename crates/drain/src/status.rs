@@ -41,6 +41,18 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in order.
+    pub const ALL: [Phase; 8] = [
+        Phase::Serving,
+        Phase::Delaying,
+        Phase::DrainingReady,
+        Phase::LeavingRotation,
+        Phase::Draining,
+        Phase::Drained,
+        Phase::Stopping,
+        Phase::Stopped,
+    ];
+
     /// Whether readiness answers the load balancers 503 `draining` in
     /// this phase, whatever Envoy says (the kubelet: see
     /// [`Phase::envoy_accepts`]).
@@ -85,16 +97,7 @@ pub struct Published {
 
 impl PhaseCell {
     /// The phases, by their number in the cell.
-    const PHASES: [Phase; 8] = [
-        Phase::Serving,
-        Phase::Delaying,
-        Phase::DrainingReady,
-        Phase::LeavingRotation,
-        Phase::Draining,
-        Phase::Drained,
-        Phase::Stopping,
-        Phase::Stopped,
-    ];
+    const PHASES: [Phase; 8] = Phase::ALL;
     /// The bit beside the phase's number: the kubelet follows Envoy.
     const KUBELET_FOLLOWS_ENVOY: u8 = 0x10;
 
