@@ -72,7 +72,7 @@ fn service(ready: bool) -> StatusService {
         ));
     }
     let metrics = Metrics::new(Instant::now());
-    let scraper = Scraper::new(metrics.clone(), readiness.clone(), None);
+    let scraper = Scraper::builder(metrics.clone(), readiness.clone()).build();
     StatusService::builder(readiness).metrics(&metrics, scraper).service()
 }
 

@@ -1,6 +1,7 @@
 //! Who can drain or stop Envoy: the control socket (`--control-socket`),
 //! loopback control turned off (`--loopback-control false`), and Envoy's
-//! admin on a Unix socket that is missing, not a socket, or refusing.
+//! admin on a Unix socket that is missing, not a socket, or refusing; and
+//! a control socket or a status port in the way, which stops start-up.
 //! Against the real Envoy, through the binary.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -93,6 +94,30 @@ fn loopback_control_off_without_a_socket_or_a_socket_in_the_way_stops_start_up()
     let (code, out) = run_lifeguard(&["check", "--control-socket", "control.sock"]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("absolute"), "{out}");
+}
+
+/// The status port is bound first: taken, it stops start-up before the
+/// control socket is made and before Envoy is launched.
+#[test]
+fn a_status_port_in_use_stops_start_up_before_the_control_socket_and_envoy() {
+    let taken = port();
+    let _holder = bind_leased(&taken);
+    let dir = temp_dir("port-in-use");
+    let socket = dir.path().join("control.sock");
+    let launched = dir.path().join("envoy-launched");
+    let status = taken.addr().to_string();
+    let touch = format!("touch {}", launched.display());
+    let socket_arg = socket.display().to_string();
+    let args = ["run", "--status-addr", &status, "--control-socket", &socket_arg];
+    let envoy = ["--", "/bin/sh", "-c", &touch];
+    let (code, out) = run_lifeguard(&[&args[..], &envoy[..]].concat());
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!("cannot bind the status address {status}")),
+        "{out}"
+    );
+    assert!(!socket.exists(), "the control socket was made: {out}");
+    assert!(!launched.exists(), "Envoy was launched: {out}");
 }
 
 #[test]

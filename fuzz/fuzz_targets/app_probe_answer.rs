@@ -16,8 +16,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{fields, header_map, runtime, text};
-use hyper::header::HOST;
-use lifeguard::fuzzing::{app_probe_exchange, app_probe_headers, app_probe_redirect, Refused, APP_PROBE_BODY_CAP};
+use hyper::header::{HeaderMap, HOST};
+use hyper_util::rt::TokioIo;
+use lifeguard::fuzzing::{app_probe_exchange, app_probe_headers, app_probe_redirect, HttpCall, APP_PROBE_BODY_CAP};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const STATUS_PORT: u16 = 15020;
@@ -33,8 +34,19 @@ const HOP_BY_HOP: [&str; 9] = [
     "http2-settings",
 ];
 
+/// A probe's first call to `app`, over `https` or not.
+fn call(app: SocketAddr, https: bool, path: String, headers: HeaderMap) -> HttpCall {
+    HttpCall {
+        port: app.port(),
+        https,
+        path,
+        headers,
+    }
+}
+
 fn check_redirect(app: SocketAddr, https: bool, location: &str) {
-    let Some((_, _, path)) = app_probe_redirect(app, https, location) else {
+    let first = call(app, https, "/".into(), HeaderMap::new());
+    let Some((_, _, path)) = app_probe_redirect(&first, location, app.ip()) else {
         return;
     };
     assert!(path.starts_with('/'), "{location:?} led to {path:?}");
@@ -94,7 +106,8 @@ pub fn run(data: &[u8]) {
             let mut request = Vec::new();
             let _ = server.read_to_end(&mut request).await;
         });
-        let exchange = app_probe_exchange(client, h2, &path, sent, app);
+        let call = call(app, h2, path, sent);
+        let exchange = app_probe_exchange(TokioIo::new(client), h2, &call, app.ip());
         let result = tokio::time::timeout(Duration::from_secs(5), exchange).await;
         app_side.abort();
         result
@@ -102,13 +115,13 @@ pub fn run(data: &[u8]) {
     match result.expect("the exchange ends once the app has closed its side") {
         Ok((status, location, body)) => {
             assert!(body.len() <= APP_PROBE_BODY_CAP);
-            if (300..400).contains(&status) {
+            if status.is_redirection() {
                 assert!(body.is_empty());
                 if let Some(location) = location {
                     check_redirect(app, https, &location);
                 }
             }
         }
-        Err(Refused(why)) => assert!(!why.is_empty()),
+        Err(why) => assert!(!why.to_string().is_empty()),
     }
 }

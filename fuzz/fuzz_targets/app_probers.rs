@@ -10,13 +10,13 @@
 
 use std::collections::BTreeMap;
 
-use lifeguard::fuzzing::{app_probers, Action, Refused};
+use lifeguard::fuzzing::{Action, AppProbes};
 use serde::de::IgnoredAny;
 
 /// One input, as the fuzz target runs it: panics when a promise above is broken.
 pub fn run(data: &[u8]) {
     let Ok(json) = std::str::from_utf8(data) else { return };
-    match app_probers(json) {
+    match AppProbes::parse(json) {
         Ok(probes) => {
             let checked = probes.checked();
             assert_eq!(checked.len(), probes.0.len(), "an accepted entry does not check");
@@ -38,9 +38,11 @@ pub fn run(data: &[u8]) {
                 }
             }
             let shown = probes.to_json();
-            assert_eq!(app_probers(&shown).as_ref(), Ok(&probes), "{shown}");
+            let again = AppProbes::parse(&shown).map_err(|e| e.to_string());
+            assert_eq!(again.as_ref(), Ok(&probes), "{shown}");
         }
-        Err(Refused(why)) => {
+        Err(e) => {
+            let why = e.to_string();
             // The entries' names, whatever their values (a number too large
             // for a float is still an entry to name).
             let keys: Vec<String> = match serde_json::from_str::<BTreeMap<String, IgnoredAny>>(json) {

@@ -12,15 +12,15 @@
 //! short; a version is read only from a `version` of the form
 //! `commit/x.y.z/...`.
 
+use hyper::StatusCode;
 use lifeguard::fuzzing::{
-    active_counts, envoy_version, readiness_verdict, ready_answer, stats_find, stats_lines, Refused, StatValue,
-    XdsCheck,
+    active_counts, readiness_verdict, stats_find, stats_lines, EnvoyVersion, ReadyAnswer, StatValue, XdsCheck,
 };
 
 /// One input, as the fuzz target runs it: panics when a promise above is broken.
 pub fn run(data: &[u8]) {
     let body = super::text(data);
-    let lines = stats_lines(&body);
+    let lines: Vec<_> = stats_lines(&body).collect();
     assert_eq!(lines.len(), body.lines().filter(|l| !l.trim().is_empty()).count());
     let mut total = 0u64;
     for line in &lines {
@@ -53,7 +53,8 @@ pub fn run(data: &[u8]) {
     let first = |name: &str| lines.iter().find(|l| l.name == name).map(|l| l.value);
     let mut ready_before = true;
     for xds in [XdsCheck::Off, XdsCheck::Auto, XdsCheck::Required] {
-        let (ready, text) = readiness_verdict(&body, xds);
+        let verdict = readiness_verdict(&body, xds, tokio::time::Instant::now());
+        let (ready, text) = (verdict.is_ready(), verdict.text());
         if ready {
             assert!(ready_before, "{xds:?} ready where a looser check was not");
             assert_eq!(first("server.state"), Some(StatValue::Number(0)));
@@ -65,15 +66,17 @@ pub fn run(data: &[u8]) {
         ready_before = ready;
     }
 
-    for status in [200, 503, 404] {
-        match ready_answer(status, data) {
-            Ok(state) => assert_eq!(state, body.trim()),
-            Err(Refused(kept)) => assert!(kept.chars().count() <= 40 * 10 + 32, "{kept:?}"),
+    for status in [StatusCode::OK, StatusCode::SERVICE_UNAVAILABLE, StatusCode::NOT_FOUND] {
+        match ReadyAnswer::parse(status, data) {
+            ReadyAnswer::State(state) => assert_eq!(state.name(), body.trim()),
+            ReadyAnswer::Unrecognized(kept) => assert!(kept.chars().count() <= 40 * 10 + 32, "{kept:?}"),
         }
     }
 
-    match envoy_version(&body) {
-        Ok((major, minor, patch)) => {
+    match EnvoyVersion::from_server_info(&body) {
+        Ok(EnvoyVersion {
+            major, minor, patch, ..
+        }) => {
             let info: serde_json::Value = serde_json::from_str(&body).expect("it was read as JSON");
             let build = info["version"].as_str().expect("it has a version");
             let number = build.split('/').nth(1).expect("commit/x.y.z/...");
@@ -86,6 +89,6 @@ pub fn run(data: &[u8]) {
                 .collect();
             assert_eq!(parts, [major, minor, patch], "{build:?}");
         }
-        Err(Refused(why)) => assert!(!why.is_empty()),
+        Err(why) => assert!(!why.to_string().is_empty()),
     }
 }

@@ -12,9 +12,9 @@
 
 use std::time::Duration;
 
-use super::{fields, flags, settings_file};
+use super::{fields, flags, settings_file, settings_table};
 use lifeguard::fuzzing::{
-    cli_wait_durations, go_duration, go_duration_display, load_settings, Refused, SettingsError, GO_DURATION_MAX,
+    command_line, go_duration, load_settings, Command, ConfigError, GoDuration, Source, GO_DURATION_MAX,
 };
 
 /// Settings of each duration parser, and the shortest each takes.
@@ -26,7 +26,7 @@ const SETTINGS: [(&str, Duration); 4] = [
 ];
 
 fn round_trip(d: Duration) {
-    let shown = go_duration_display(d);
+    let shown = GoDuration(d).to_string();
     assert!(!shown.contains(' '), "{shown:?}");
     assert_eq!(go_duration(&shown), Ok(d), "{d:?} displayed as {shown:?}");
 }
@@ -41,20 +41,17 @@ fn setting(key: &str, min: Duration, text: &str) {
     };
     let want = read.ok().filter(|d| *d >= min);
     match load_settings(Some(&path), None) {
-        Ok((table, _)) => {
+        Ok(loaded) => {
             let d = want.unwrap_or_else(|| panic!("{key} = {text:?} taken"));
-            assert_eq!(table[key].as_str(), Some(go_duration_display(d).as_str()));
+            let table = settings_table(&loaded);
+            assert_eq!(table[key].as_str(), Some(GoDuration(d).to_string().as_str()));
         }
-        Err(SettingsError::Invalid {
-            field, origin, message, ..
-        }) if field == key => {
-            assert_eq!(origin, "file");
-            assert!(want.is_none(), "{key} = {text:?} refused: {message}");
+        Err(ConfigError::Invalid { field, origin, why, .. }) if field == key => {
+            assert_eq!(origin, Source::File);
+            assert!(want.is_none(), "{key} = {text:?} refused: {why}");
         }
         // The grace period must be longer than the shutdown margin (2s).
-        Err(SettingsError::Invalid { field, .. })
-            if key == "termination_grace_period" && field == "shutdown_margin" =>
-        {
+        Err(ConfigError::Invalid { field, .. }) if key == "termination_grace_period" && field == "shutdown_margin" => {
             assert!(want.is_some_and(|d| d <= Duration::from_secs(2)));
         }
         Err(e) => panic!("{key} = {text:?}: {e:?}"),
@@ -73,7 +70,7 @@ pub fn run(data: &[u8]) {
             assert!(!text.trim().starts_with('-'));
             round_trip(d);
         }
-        Err(Refused(why)) => assert!(why.contains(&format!("{text:?}")), "{why}"),
+        Err(e) => assert!(e.to_string().contains(&format!("{text:?}")), "{e}"),
     }
 
     let mut raw = [0u8; 12];
@@ -87,12 +84,15 @@ pub fn run(data: &[u8]) {
     setting(key, min, text);
 
     let parsed = go_duration(text).ok();
-    match cli_wait_durations(text, text) {
-        Ok((timeout, period)) => {
-            assert_eq!(Some(timeout), parsed);
-            assert!(!period.is_zero());
+    let (timeout, period) = (format!("--timeout={text}"), format!("--period={text}"));
+    match command_line(&["lifeguard", "wait", &timeout, &period]).map(|cli| cli.command) {
+        Ok(Command::Wait(opts)) => {
+            assert_eq!(Some(opts.timeout), parsed);
+            assert!(!opts.period.is_zero());
         }
-        Err(Refused(why)) => {
+        Ok(other) => panic!("{text:?}: not the wait command: {other:?}"),
+        Err(e) => {
+            let why = e.to_string();
             assert!(why.contains("--timeout") || why.contains("--period"), "{why}");
             assert!(parsed.is_none_or(|d| d.is_zero()), "{text:?}: {why}");
         }

@@ -15,13 +15,15 @@
 
 use super::{fields, flags, text};
 use lifeguard::fuzzing::{
-    inbound_choose, inbound_dumped_listeners, inbound_filter, inbound_total, stats_lines, StatValue,
+    dumped_listeners, inbound_choose, inbound_filter, inbound_total, stats_lines, Counted, DrainScope, Listener,
+    Selection, StatValue,
 };
 
 /// One input, as the fuzz target runs it: panics when a promise above is broken.
 pub fn run(data: &[u8]) {
     let (flags, rest) = flags(data);
     let (all, ignore) = (flags & 1 == 1, flags & 2 == 2);
+    let scope = if all { DrainScope::All } else { DrainScope::Inbound };
     let ignored: &[u16] = if ignore { &[15021, 15090] } else { &[] };
     let f = fields(rest, 2);
     let (dump, stats) = (text(f[0]), text(f[1]));
@@ -30,7 +32,7 @@ pub fn run(data: &[u8]) {
     let readable = json
         .as_ref()
         .is_some_and(|j| matches!(j.get("configs"), None | Some(serde_json::Value::Array(_))));
-    let listeners = match inbound_dumped_listeners(&dump) {
+    let listeners = match dumped_listeners(&dump) {
         Ok(listeners) => {
             assert!(readable, "{dump:?} was read");
             let configs = json.as_ref().and_then(|j| j.get("configs")).and_then(|c| c.as_array());
@@ -39,19 +41,25 @@ pub fn run(data: &[u8]) {
         }
         Err(why) => {
             assert!(!readable, "{dump:?} refused: {why}");
-            assert!(!why.0.is_empty());
+            assert!(!why.to_string().is_empty());
             Vec::new()
         }
     };
 
-    let wanted = |l: &&(Option<String>, bool, Option<u16>, Vec<String>, Vec<String>)| {
-        (all || l.1) && !l.2.is_some_and(|p| ignored.contains(&p))
-    };
-    let (chosen, words) = inbound_choose(&listeners, all, ignored);
+    let wanted = |l: &&Listener| (all || l.inbound) && !l.port.is_some_and(|p| ignored.contains(&p));
+    let (chosen, words) = inbound_choose(&listeners, scope, ignored);
     assert!(!words.is_empty());
-    let named: Vec<&String> = listeners.iter().filter(wanted).filter_map(|l| l.0.as_ref()).collect();
+    let named: Vec<&String> = listeners
+        .iter()
+        .filter(wanted)
+        .filter_map(|l| l.stat_name.as_ref())
+        .collect();
     match &chosen {
-        Some([counted, http, tcp, bare]) => {
+        Counted::Chosen(Selection {
+            listeners: counted,
+            bare,
+            ..
+        }) => {
             let mut sorted = counted.clone();
             sorted.sort();
             sorted.dedup();
@@ -66,23 +74,22 @@ pub fn run(data: &[u8]) {
                 assert!(counted.contains(name), "{name} counted by connections but not chosen");
             }
             assert!(!counted.is_empty());
-            let _ = (http, tcp);
             if !all {
-                let (every, _) = inbound_choose(&listeners, true, ignored);
-                let every = every.expect("inbound chosen, so all too");
-                assert!(counted.iter().all(|n| every[0].contains(n)));
+                let Counted::Chosen(every) = inbound_choose(&listeners, DrainScope::All, ignored).0 else {
+                    panic!("inbound chosen, so all too");
+                };
+                assert!(counted.iter().all(|n| every.listeners.contains(n)));
             }
         }
-        None => assert!(named.is_empty(), "{named:?} wanted but nothing chosen"),
+        Counted::Every => assert!(named.is_empty(), "{named:?} wanted but nothing chosen"),
     }
 
     // Envoy answers the filter with the lines whose name it matches: the
     // total of that answer is the total of the whole.
-    for chosen in [chosen.clone(), None] {
+    for chosen in [chosen.clone(), Counted::Every] {
         let filter = inbound_filter(&chosen);
         let regex = regex::Regex::new(&filter).unwrap_or_else(|e| panic!("{filter:?}: {e}"));
         let kept: String = stats_lines(&stats)
-            .into_iter()
             .filter(|l| regex.is_match(l.name))
             .filter_map(|l| match l.value {
                 StatValue::Number(n) => Some(format!("{}: {n}\n", l.name)),
@@ -95,7 +102,8 @@ pub fn run(data: &[u8]) {
             "{filter:?} drops a counted line"
         );
     }
-    let nothing = Some([vec![], vec![], vec![], vec![]]);
+    let nothing = Counted::Chosen(Selection::default());
     assert_eq!(inbound_total(&stats, &nothing, ignored).0, 0);
-    assert!(inbound_total(&stats, &None, &[15021, 15090]).0 <= inbound_total(&stats, &None, &[]).0);
+    let every = Counted::Every;
+    assert!(inbound_total(&stats, &every, &[15021, 15090]).0 <= inbound_total(&stats, &every, &[]).0);
 }

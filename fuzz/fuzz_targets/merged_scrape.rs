@@ -33,7 +33,7 @@ use hyper::body::Frame;
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use lifeguard::fuzzing::{exposition_for_accept, note_families, status_service, Exposition, StatusOptions};
+use lifeguard::fuzzing::{note_families, status_service, AppMetrics, AppMetricsTarget, Format, StatusOptions};
 use tokio::net::{TcpListener, UnixListener};
 
 /// What one fake server answers: its status, `Content-Type`, body chunks.
@@ -207,14 +207,20 @@ pub fn run(data: &[u8]) {
     for i in 0..=run.apps.len() {
         let (name, body) = sentinel(i);
         sentinels.push((name, body.clone()));
-        targets.push((servers.ports[2 * i], "/metrics".to_owned()));
+        targets.push(AppMetricsTarget {
+            port: servers.ports[2 * i],
+            path: "/metrics".to_owned(),
+        });
         answers.push(Answer {
             status: 200,
             content_type: None,
             chunks: vec![Bytes::from(body)],
         });
         if let Some((content_type, body)) = run.apps.get(i) {
-            targets.push((servers.ports[2 * i + 1], "/metrics".to_owned()));
+            targets.push(AppMetricsTarget {
+                port: servers.ports[2 * i + 1],
+                path: "/metrics".to_owned(),
+            });
             answers.push(Answer {
                 status: if run.failing_app && i == 0 { 404 } else { 200 },
                 content_type: Some(String::from_utf8_lossy(content_type).into_owned()),
@@ -227,7 +233,7 @@ pub fn run(data: &[u8]) {
     *ANSWERS.lock().unwrap() = answers;
     let opts = StatusOptions {
         scrape: Some(run.envoy.map(|_| servers.admin.clone())),
-        app_metrics: targets,
+        app_metrics: AppMetrics(targets),
         ..StatusOptions::default()
     };
     let (mut svc, _readiness) = status_service(&opts);
@@ -256,7 +262,7 @@ pub fn run(data: &[u8]) {
         )
     });
 
-    let format = exposition_for_accept(&run.accept);
+    let format = Format::for_accept(&super::accept_headers(&run.accept));
     assert_eq!(content_type.as_deref(), Some(format.content_type()));
     assert_eq!(encoding.as_deref(), run.gzip.then_some("gzip"));
     let out = match run.gzip {
@@ -281,7 +287,7 @@ pub fn run(data: &[u8]) {
         envoy.push(b'\n');
     }
     assert!(out.starts_with(&envoy), "Envoy's part is not the answer's start");
-    let om = format != Exposition::Text;
+    let om = format != Format::Text;
     let mut at = envoy.len();
     let mut starts = Vec::new();
     for (name, body) in &sentinels {

@@ -17,10 +17,14 @@
 
 use std::collections::HashSet;
 
-use super::{fields, flags};
-use lifeguard::fuzzing::{exposition_for_accept, exposition_of_content_type, note_families, AppLines, Exposition};
+use super::{accept_headers, fields, flags};
+use lifeguard::fuzzing::{note_families, Format, LineFilter};
 
-const FORMATS: [Exposition; 3] = [Exposition::Text, Exposition::OpenMetrics1, Exposition::OpenMetrics0];
+const FORMATS: [Format; 3] = [
+    Format::Text,
+    Format::OpenMetrics { v1: true },
+    Format::OpenMetrics { v1: false },
+];
 const SUFFIXES: [&str; 9] = [
     "_total", "_created", "_bucket", "_sum", "_count", "_gsum", "_gcount", "_info", "_max",
 ];
@@ -33,13 +37,13 @@ fn clashes(taken: &HashSet<String>, name: &str) -> bool {
 
 /// The filter's output for `app`, pushed at once or in pieces of whole lines.
 fn filtered(
-    from: Exposition,
-    to: Exposition,
+    from: Format,
+    to: Format,
     taken: &HashSet<String>,
     app: &[u8],
     piece: usize,
 ) -> (Vec<u8>, Vec<String>, HashSet<String>) {
-    let mut filter = AppLines::new(from, to);
+    let mut filter = LineFilter::new(from, to);
     let mut out = Vec::new();
     let mut lines = app.split_inclusive(|&b| b == b'\n').peekable();
     while lines.peek().is_some() {
@@ -90,11 +94,11 @@ pub fn run(data: &[u8]) {
     let (accept, before, app) = (f[0], f[1], f[2]);
 
     let accepts: Vec<&[u8]> = accept.split(|&b| b == b'\n').collect();
-    let answer = exposition_for_accept(&accepts);
+    let answer = Format::for_accept(&accept_headers(&accepts));
     let lower = String::from_utf8_lossy(accept).to_ascii_lowercase();
-    assert!(answer == Exposition::Text || lower.contains("openmetrics") || lower.contains("application/*"));
+    assert!(answer == Format::Text || lower.contains("openmetrics") || lower.contains("application/*"));
     for format in FORMATS {
-        assert_eq!(exposition_of_content_type(format.content_type()), format);
+        assert_eq!(Format::of_content_type(format.content_type()), format);
     }
 
     let mut taken = HashSet::new();
@@ -130,7 +134,7 @@ pub fn run(data: &[u8]) {
         out.len(),
         app.len()
     );
-    let to_om = to != Exposition::Text;
+    let to_om = to != Format::Text;
     let inputs: Vec<&str> = app
         .split(|&b| b == b'\n')
         .filter_map(|l| std::str::from_utf8(l.strip_suffix(b"\r").unwrap_or(l)).ok())
@@ -189,7 +193,7 @@ pub fn run(data: &[u8]) {
         assert!(at < inputs.len(), "{line:?} is no input line, nor its start");
         // Converted lines are cut to `name{labels} value` (checked where
         // the line is printable text: what other bytes do is unspecified).
-        let converted = (from != Exposition::Text) != to_om;
+        let converted = (from != Format::Text) != to_om;
         let printable = line.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
         if let Some(end) = labels_end(line, name.len()).filter(|_| converted && printable) {
             // Blanks and tabs separate a sample's tokens.

@@ -8,14 +8,14 @@
 //! proxy's own) and paths that fit a request line, and reads back the same
 //! from the JSON `lifeguard check` shows.
 
-use lifeguard::fuzzing::{prometheus_annotations, Refused};
+use lifeguard::fuzzing::AppMetrics;
 
 const RESERVED: [u16; 9] = [15000, 15001, 15004, 15006, 15008, 15020, 15021, 15053, 15090];
 
 /// One input, as the fuzz target runs it: panics when a promise above is broken.
 pub fn run(data: &[u8]) {
     let Ok(json) = std::str::from_utf8(data) else { return };
-    match prometheus_annotations(json) {
+    match AppMetrics::parse(json) {
         Ok(metrics) => {
             for t in &metrics.0 {
                 assert!(t.port > 0 && !RESERVED.contains(&t.port), "{}", t.port);
@@ -29,9 +29,11 @@ pub fn run(data: &[u8]) {
             }
             assert!(metrics.check_ports(15020, Some(15000)).is_ok());
             let shown = metrics.to_json();
-            assert_eq!(prometheus_annotations(&shown).as_ref(), Ok(&metrics), "{shown}");
+            let again = AppMetrics::parse(&shown).map_err(|e| e.to_string());
+            assert_eq!(again.as_ref(), Ok(&metrics), "{shown}");
         }
-        Err(Refused(why)) => {
+        Err(e) => {
+            let why = e.to_string();
             let field = why.split(':').next().unwrap_or("");
             let by_field = matches!(field, "port" | "path")
                 || field

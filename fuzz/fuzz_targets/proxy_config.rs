@@ -8,28 +8,32 @@
 //! accepted value comes from PROXY_CONFIG or the default; what is loaded,
 //! written as a settings file, loads back the same.
 
-use super::settings_read_back;
-use lifeguard::fuzzing::{load_settings, SettingsError};
+use super::{settings_read_back, settings_table};
+use lifeguard::fuzzing::{load_settings, ConfigError, Source};
 
 /// One input, as the fuzz target runs it: panics when a promise above is broken.
 pub fn run(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     match load_settings(None, Some(text)) {
-        Ok((table, effective)) => {
-            for (key, _, source) in &effective {
-                assert!(source == "default" || source == "PROXY_CONFIG", "{key} from {source}");
+        Ok(loaded) => {
+            for e in &loaded.effective {
+                let (key, source) = (&e.key, e.source);
+                assert!(
+                    source == Source::Default || source == Source::ProxyConfig,
+                    "{key} from {source}"
+                );
             }
-            settings_read_back(&table);
+            settings_read_back(&settings_table(&loaded));
         }
-        Err(SettingsError::Invalid {
-            field, origin, message, ..
-        }) => {
-            assert!(
-                origin != "PROXY_CONFIG" || field.starts_with("PROXY_CONFIG"),
-                "a value from PROXY_CONFIG not named as written there: {message}"
-            );
-            assert!(origin == "PROXY_CONFIG" || origin == "default", "{message}");
-        }
-        Err(SettingsError::File(e)) => panic!("no file was given: {e}"),
+        Err(e) => match &e {
+            ConfigError::Invalid { field, origin, .. } => {
+                assert!(
+                    *origin != Source::ProxyConfig || field.starts_with("PROXY_CONFIG"),
+                    "a value from PROXY_CONFIG not named as written there: {e}"
+                );
+                assert!(matches!(origin, Source::ProxyConfig | Source::Default), "{e}");
+            }
+            ConfigError::File { .. } => panic!("no file was given: {e}"),
+        },
     }
 }

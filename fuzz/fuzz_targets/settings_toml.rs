@@ -9,8 +9,8 @@
 //! PROXY_CONFIG or the default; what is loaded, written as a settings file,
 //! loads back the same.
 
-use super::{fields, settings_file, settings_read_back};
-use lifeguard::fuzzing::{load_settings, SettingsError};
+use super::{fields, settings_file, settings_read_back, settings_table};
+use lifeguard::fuzzing::{load_settings, ConfigError, Source};
 
 /// One input, as the fuzz target runs it: panics when a promise above is broken.
 pub fn run(data: &[u8]) {
@@ -34,32 +34,37 @@ pub fn run(data: &[u8]) {
     let path = settings_file(file);
     let proxy = (!proxy.is_empty()).then_some(proxy);
     match load_settings(Some(&path), proxy) {
-        Ok((table, effective)) => {
-            for (key, _, source) in &effective {
+        Ok(loaded) => {
+            for e in &loaded.effective {
+                let (key, source) = (&e.key, e.source);
                 assert!(
-                    matches!(source.as_str(), "default" | "file" | "PROXY_CONFIG"),
+                    matches!(source, Source::Default | Source::File | Source::ProxyConfig),
                     "{key} from {source}"
                 );
                 assert!(
-                    source != "file" || in_file(key),
+                    source != Source::File || in_file(key),
                     "{key} from the file, which has no such key"
                 );
             }
-            settings_read_back(&table);
+            settings_read_back(&settings_table(&loaded));
         }
-        Err(SettingsError::File(e)) => {
-            assert!(e.starts_with(&format!("config file {}: ", path.display())), "{e}");
+        Err(e) => {
+            let message = e.to_string();
+            match &e {
+                ConfigError::File { .. } => {
+                    let file = format!("config file {}: ", path.display());
+                    assert!(message.starts_with(&file), "{message}");
+                }
+                ConfigError::Invalid { field, origin, .. } => match origin {
+                    Source::File => assert!(keys.contains(field), "not the file's key: {message}"),
+                    Source::ProxyConfig => assert!(
+                        field.starts_with("PROXY_CONFIG"),
+                        "not as PROXY_CONFIG has it: {message}"
+                    ),
+                    Source::Default => {}
+                    Source::Flag | Source::Env => panic!("no flag or env variable was given: {message}"),
+                },
+            }
         }
-        Err(SettingsError::Invalid {
-            field, origin, message, ..
-        }) => match origin.as_str() {
-            "file" => assert!(keys.contains(&field), "not the file's key: {message}"),
-            "PROXY_CONFIG" => assert!(
-                field.starts_with("PROXY_CONFIG"),
-                "not as PROXY_CONFIG has it: {message}"
-            ),
-            "default" => {}
-            _ => panic!("no flag or env variable was given: {message}"),
-        },
     }
 }

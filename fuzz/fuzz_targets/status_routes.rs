@@ -24,10 +24,7 @@ use super::{fields, header_map, runtime};
 use http_body_util::BodyExt;
 use hyper::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, VARY};
 use hyper::{Method, Request, StatusCode, Uri};
-use lifeguard::fuzzing::{
-    go_duration, status_for_control_socket, status_for_peer, status_service, Readiness, StatusOptions, StatusService,
-    Verdict,
-};
+use lifeguard::fuzzing::{go_duration, status_service, AppProbes, Readiness, StatusOptions, StatusService, Verdict};
 
 const PROBE: &str = "/app-health/app/readyz";
 
@@ -35,6 +32,8 @@ const PROBE: &str = "/app-health/app/readyz";
 fn services() -> &'static [(StatusService, Readiness); 4] {
     static SERVICES: OnceLock<[(StatusService, Readiness); 4]> = OnceLock::new();
     SERVICES.get_or_init(|| {
+        let json = format!(r#"{{"{PROBE}":{{"tcpSocket":{{"port":1}}}}}}"#);
+        let probes = AppProbes::parse(&json).expect("one TCP probe");
         runtime().block_on(async {
             std::array::from_fn(|i| {
                 let opts = StatusOptions {
@@ -43,11 +42,8 @@ fn services() -> &'static [(StatusService, Readiness); 4] {
                     drain: true,
                     drain_wait: true,
                     scrape: Some(None),
-                    app_metrics: Vec::new(),
-                    app_probes: Some((
-                        format!(r#"{{"{PROBE}":{{"tcpSocket":{{"port":1}}}}}}"#),
-                        IpAddr::from([127, 0, 0, 1]),
-                    )),
+                    app_metrics: Default::default(),
+                    app_probes: Some((probes.clone(), IpAddr::from([127, 0, 0, 1]))),
                 };
                 status_service(&opts)
             })
@@ -123,8 +119,8 @@ pub fn run(data: &[u8]) {
     };
     let control_socket = flags & 0x10 != 0;
     let mut svc = match control_socket {
-        true => status_for_control_socket(svc),
-        false => status_for_peer(svc, peer),
+        true => svc.for_control_socket(),
+        false => svc.for_peer(peer),
     };
     let ready = flags & 0x20 != 0;
     readiness.store(match ready {

@@ -16,7 +16,7 @@
 //!   (its address, forwarded by Envoy's status listener, and its agent),
 //!   which teaches each checker's interval and counts its failures in a
 //!   row; a table no prober can make forget a checker it has learned;
-//! - [`quiet`]: the traffic the pod had before the drain, and how long "no
+//! - `quiet`: the traffic the pod had before the drain, and how long "no
 //!   new request" must last to be evidence rather than chance;
 //! - [`rule`]: out of rotation once every checker has failed its threshold
 //!   of probes in a row (or stopped probing, or held the wait as long as a
@@ -40,7 +40,7 @@
 pub mod budget;
 pub mod checkers;
 mod handle;
-pub mod quiet;
+mod quiet;
 pub mod rule;
 mod settings;
 mod task;

@@ -18,7 +18,7 @@
 //!    that not even the second table could follow ([`super::checkers`]),
 //!    the wait is held until the checker timeout.
 //! 2. **No new request has arrived at Envoy's inbound listeners for the
-//!    quiet period** ([`super::quiet`]: derived from the traffic before the
+//!    quiet period** (`quiet`: derived from the traffic before the
 //!    drain), counted from the last read that saw one (a failed read counts
 //!    as one: not knowing is not quiet; so does a read of other listeners
 //!    than the last), and at the earliest from the start of the drain. This

@@ -16,7 +16,7 @@
 //! (`initContainerStatuses` for a native sidecar.) The same summary is the
 //! last log line. Before it, the agent may linger for a last scrape.
 //!
-//! - [`mod@code`]: the process exit code of every run of the binary,
+//! - `code`: the process exit code of every run of the binary,
 //!   decided in one place from how it ended ([`Ended`], [`code()`]).
 
 use std::fmt;
@@ -30,7 +30,7 @@ use lifeguard_drain::{DrainUntil, Exit, Kubelet, Outcome, Signal, Status, Trigge
 use lifeguard_drain_wait::rule::CheckerState;
 use lifeguard_drain_wait::{DrainWaitStatus, WaitState};
 
-pub mod code;
+mod code;
 
 pub use code::{code, Ended};
 

@@ -23,7 +23,7 @@
 //!
 //! - `proxy`: which container is the proxy, and its status port.
 //! - `rewrite`: one container's probes and hooks.
-//! - [`error`]: why inject stopped ([`InjectError`]: where, and what).
+//! - `error`: why inject stopped ([`InjectError`]: where, and what).
 //! - `yaml`: reading the fields of a YAML value.
 
 use std::io::Read;
@@ -35,7 +35,7 @@ use serde_norway::Value;
 use lifeguard_base::settings::go_bool;
 use lifeguard_istio::probers::AppProbes;
 
-pub mod error;
+mod error;
 mod proxy;
 mod rewrite;
 mod yaml;

@@ -21,8 +21,8 @@
 //!   series, rather than a 0 that reads as a real value.
 //!
 //! [`Metrics::render`] writes them all, as the text format: the state
-//! families by [`exposition`], the events by the recorder; their names are
-//! [`names`]'. Serving them is another crate's: `lifeguard_scrape` (the
+//! families by `exposition`, the events by the recorder; their names are
+//! `names`'. Serving them is another crate's: `lifeguard_scrape` (the
 //! merged scrape) streams Envoy's own `/stats/prometheus` (families named
 //! `envoy_*`) and the app's metrics around what [`Metrics::render`] writes
 //! (`lifeguard_*`, `process_*`). These families read nothing from Envoy:
@@ -49,7 +49,7 @@ use lifeguard_envoy::admin::{CallOutcome, Endpoint};
 use lifeguard_envoy::poller::ReadinessEvents;
 use lifeguard_envoy::readiness::{Audience, Readiness};
 
-pub mod exposition;
+mod exposition;
 
 /// The metric handles, registered once. Cloning shares them.
 #[derive(Clone)]
@@ -203,7 +203,7 @@ pub enum ScrapeRead {
     Joined,
 }
 
-pub mod names;
+mod names;
 
 use names::*;
 

@@ -1,7 +1,7 @@
 //! The pod around the proxy, as `/proc` shows it: what the app still holds
 //! and the processes lifeguard must reap.
 //!
-//! - [`sockets`]: the namespace's TCP sockets and their owning processes.
+//! - `sockets`: the namespace's TCP sockets and their owning processes.
 //! - [`app`]: what the app still holds (sockets, processes by cgroup), the
 //!   proxy known by pid: the drain's real [`lifeguard_drain::AppControl`] and
 //!   `wait-app-exit`'s evidence.
@@ -12,7 +12,7 @@
 pub mod app;
 mod exits;
 pub mod reaper;
-pub mod sockets;
+mod sockets;
 
 /// What the app-exit policy leaves out of the app. In the file: the
 /// section `[pod]`, a key a field.

@@ -270,8 +270,10 @@ mod tests {
             port,
             path: "/metrics".into(),
         }]);
-        let scraper = Scraper::new(metrics, Readiness::standalone(Duration::from_secs(4)), Some(admin))
-            .with_app_metrics(&targets);
+        let scraper = Scraper::builder(metrics, Readiness::standalone(Duration::from_secs(4)))
+            .envoy(Some(admin))
+            .app_metrics(&targets)
+            .build();
         let body: Vec<Bytes> = scraper
             .body(ScrapeRequest::new(None, &HeaderMap::new()))
             .collect()

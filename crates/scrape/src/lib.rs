@@ -9,10 +9,10 @@
 //! If Envoy or an app target cannot be read, lifeguard's part is still
 //! served and the failure is counted (by
 //! [`Incomplete`](lifeguard_metrics::Incomplete)). Its pieces: the
-//! scrape ([`Scraper`], below), the app's metrics ([`app`]), the
-//! [`linger`], and the `[metrics]` section of the settings ([`Settings`],
-//! and the [`Plan`] they make: the app's metrics, Envoy's merged or not,
-//! the linger).
+//! scrape ([`Scraper`], made by its [`ScraperBuilder`], below), the app's
+//! metrics ([`app`]), the [`linger`], and the `[metrics]` section of the
+//! settings ([`Settings`], and the [`Plan`] they make: the app's metrics,
+//! Envoy's merged or not, the linger).
 //!
 //! Envoy's body grows with its config (134 KB at 10 clusters, 63 MB at
 //! 5,000, about 250 MB at 20,000) and its admin thread is busy for the
@@ -125,87 +125,50 @@ pub use request::ScrapeRequest;
 pub use settings::{app_metrics, Plan, PlanError, Settings};
 use shared::{AppSource, Shared};
 
-/// The merged scrape's shared state. Cloning shares it.
+/// The merged scrape, built and running: what every scrape shares.
+/// Cloning shares it. Made by [`Scraper::builder`]; once built, nothing of
+/// it is configured again.
 #[derive(Clone)]
 pub struct Scraper {
     inner: Arc<Shared>,
 }
 
+/// The merged scrape being configured: what it reads (Envoy, the app's
+/// targets) and whom it tells (the linger, the poller's heartbeat). What
+/// is not given is not read or told; [`ScraperBuilder::build`] makes the
+/// [`Scraper`] the routes serve.
+pub struct ScraperBuilder {
+    metrics: Metrics,
+    readiness: Readiness,
+    admin: Option<AdminClient>,
+    drain: Option<DrainHandle>,
+    drain_wait: Option<DrainWait>,
+    linger: Option<Linger>,
+    heartbeat: Heartbeat,
+    shutdown: CancellationToken,
+    apps: Vec<AppSource>,
+}
+
 impl Scraper {
-    pub fn new(metrics: Metrics, readiness: Readiness, admin: Option<AdminClient>) -> Self {
-        Self {
-            inner: Arc::new(Shared {
-                admin,
-                metrics,
-                readiness,
-                drain: None,
-                drain_wait: None,
-                linger: None,
-                heartbeat: Heartbeat::default(),
-                shutdown: CancellationToken::new(),
-                reads: Mutex::new(HashMap::new()),
-                live: Arc::new(AtomicUsize::new(0)),
-                apps: Vec::new(),
-                app_slots: Arc::new(Semaphore::new(MAX_APP_READS)),
-                logged_drops: Mutex::new(HashSet::new()),
-            }),
+    /// A scrape of lifeguard's families (rendered from `metrics`, with
+    /// `readiness`'s verdict) and nothing else, until the builder adds more.
+    pub fn builder(metrics: Metrics, readiness: Readiness) -> ScraperBuilder {
+        ScraperBuilder {
+            metrics,
+            readiness,
+            admin: None,
+            drain: None,
+            drain_wait: None,
+            linger: None,
+            heartbeat: Heartbeat::default(),
+            shutdown: CancellationToken::new(),
+            apps: Vec::new(),
         }
-    }
-
-    fn inner_mut(&mut self) -> &mut Shared {
-        Arc::get_mut(&mut self.inner).expect("configured before it is shared")
-    }
-
-    /// Takes the drain gauges from `drain`'s status.
-    pub fn with_drain(mut self, drain: DrainHandle) -> Self {
-        self.inner_mut().drain = Some(drain);
-        self
-    }
-
-    /// Tells `linger` of each scrape (the last one, after Envoy stopped,
-    /// lets lifeguard exit).
-    pub fn with_linger(mut self, linger: Linger) -> Self {
-        self.inner_mut().linger = Some(linger);
-        self
     }
 
     /// The linger told of each scrape, if there is one.
     pub fn linger(&self) -> Option<&Linger> {
         self.inner.linger.as_ref()
-    }
-
-    /// Takes the drain wait's gauges from `wait`'s status.
-    pub fn with_drain_wait(mut self, wait: DrainWait) -> Self {
-        self.inner_mut().drain_wait = Some(wait);
-        self
-    }
-
-    /// Tells `heartbeat` each time Envoy sends a chunk (the poller's proof
-    /// that a busy admin thread is alive).
-    pub fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Self {
-        self.inner_mut().heartbeat = heartbeat;
-        self
-    }
-
-    /// Serves the app's metrics from `targets` after lifeguard's part.
-    pub fn with_app_metrics(mut self, targets: &AppMetrics) -> Self {
-        let inner = self.inner_mut();
-        inner.apps = targets
-            .0
-            .iter()
-            .map(|target| AppSource {
-                target: target.clone(),
-                label: target.label(),
-                failures: inner.metrics.app_scrape(&target.label()),
-            })
-            .collect();
-        self
-    }
-
-    /// Stops Envoy reads under way when `shutdown` is cancelled.
-    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
-        self.inner_mut().shutdown = shutdown;
-        self
     }
 
     /// The body of one scrape: Envoy's part, then lifeguard's, gzipped when
@@ -230,5 +193,82 @@ impl Scraper {
             Some((frame, client))
         })
         .filter(|b| std::future::ready(!b.is_empty()))
+    }
+}
+
+impl ScraperBuilder {
+    /// Serves Envoy's own metrics first, read through `admin` (None:
+    /// merging is off, lifeguard's part alone).
+    pub fn envoy(mut self, admin: Option<AdminClient>) -> Self {
+        self.admin = admin;
+        self
+    }
+
+    /// Takes the drain gauges from `drain`'s status.
+    pub fn drain(mut self, drain: DrainHandle) -> Self {
+        self.drain = Some(drain);
+        self
+    }
+
+    /// Takes the drain wait's gauges from `wait`'s status.
+    pub fn drain_wait(mut self, wait: DrainWait) -> Self {
+        self.drain_wait = Some(wait);
+        self
+    }
+
+    /// Tells `linger` of each scrape (the last one, after Envoy stopped,
+    /// lets lifeguard exit).
+    pub fn linger(mut self, linger: Linger) -> Self {
+        self.linger = Some(linger);
+        self
+    }
+
+    /// Tells `heartbeat` each time Envoy sends a chunk (the poller's proof
+    /// that a busy admin thread is alive).
+    pub fn heartbeat(mut self, heartbeat: Heartbeat) -> Self {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// Serves the app's metrics from `targets` after lifeguard's part.
+    pub fn app_metrics(mut self, targets: &AppMetrics) -> Self {
+        let metrics = &self.metrics;
+        self.apps = targets
+            .0
+            .iter()
+            .map(|target| AppSource {
+                target: target.clone(),
+                label: target.label(),
+                failures: metrics.app_scrape(&target.label()),
+            })
+            .collect();
+        self
+    }
+
+    /// Stops Envoy reads under way when `shutdown` is cancelled.
+    pub fn shutdown(mut self, shutdown: CancellationToken) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
+    /// The scrape, ready to serve.
+    pub fn build(self) -> Scraper {
+        Scraper {
+            inner: Arc::new(Shared {
+                admin: self.admin,
+                metrics: self.metrics,
+                readiness: self.readiness,
+                drain: self.drain,
+                drain_wait: self.drain_wait,
+                linger: self.linger,
+                heartbeat: self.heartbeat,
+                shutdown: self.shutdown,
+                reads: Mutex::new(HashMap::new()),
+                live: Arc::new(AtomicUsize::new(0)),
+                apps: self.apps,
+                app_slots: Arc::new(Semaphore::new(MAX_APP_READS)),
+                logged_drops: Mutex::new(HashSet::new()),
+            }),
+        }
     }
 }

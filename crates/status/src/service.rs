@@ -428,7 +428,7 @@ mod tests {
     fn a_known_path_with_another_method_is_405_with_its_methods() {
         let (builder, r, _drain) = with_drain();
         let metrics = lifeguard_metrics::Metrics::new(Instant::now());
-        let scraper = lifeguard_scrape::Scraper::new(metrics.clone(), r, None);
+        let scraper = lifeguard_scrape::Scraper::builder(metrics.clone(), r).build();
         let (wait, _publish) = DrainWait::new(&wait_plan(), Checkers::default());
         let svc = builder.metrics(&metrics, scraper).drain_wait(wait).service();
         for (method, path, allow) in [
