@@ -17,7 +17,8 @@ use lifeguard::drain_wait::{DrainWaitStatus, WaitState, WaitWhy};
 use lifeguard::envoy::admin::{CallOutcome, Endpoint};
 use lifeguard::envoy::poller::ReadinessEvents;
 use lifeguard::envoy::readiness::{Readiness, Verdict};
-use lifeguard::metrics::{Incomplete, Metrics};
+use lifeguard::metrics::{CounterFamily, Metrics};
+use lifeguard::status::app_probe::AppProbeResult;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -47,8 +48,16 @@ fn exported() -> BTreeSet<String> {
     metrics.admin_call(Endpoint::Stats, CallOutcome::Ok, Duration::from_millis(1));
     metrics.envoy_read(true, true);
     metrics.envoy_read(true, false);
-    metrics.app_probe("/app-health/web/readyz").duration.record(0.01);
-    metrics.app_scrape("8080/metrics").count(Incomplete::Timeout);
+    // The families another crate's words name, as the status port and the
+    // merged scrape register them when the agent starts.
+    let path = [("path", "/app-health/web/readyz")];
+    metrics.counters::<AppProbeResult>(CounterFamily::APP_PROBE_RESULTS, &path, |_| true);
+    metrics.app_probe_duration("/app-health/web/readyz").record(0.01);
+    let targets = lifeguard::istio::annotations::AppMetrics::parse(r#"{"scrape":"true","port":"8080"}"#).unwrap();
+    let readiness = Readiness::standalone(Duration::from_secs(4));
+    let _scraper = lifeguard::scrape::Scraper::builder(metrics.clone(), readiness)
+        .app_metrics(&targets)
+        .build();
     metrics.drain_wait(WaitWhy::Out, Duration::from_millis(1500));
     let readiness = Readiness::standalone(Duration::from_secs(4));
     readiness.store(Verdict::ready(tokio::time::Instant::now()));

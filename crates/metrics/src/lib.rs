@@ -6,10 +6,11 @@
 //! - **Events**, counted as they happen on a recorder that belongs to the
 //!   agent (no global recorder), with handles registered once: probe
 //!   answers, admin requests and their durations (by `endpoint`), changes
-//!   of Envoy's readiness, the app's probes ([`AppProbeMetrics`]), and how
-//!   the merged scrape read its sources ([`Metrics::scrape_read`],
-//!   [`Metrics::scrape_incomplete`], [`AppScrapeFailures`], by
-//!   [`Incomplete`]). The probe path increments a stored counter, with no
+//!   of Envoy's readiness; and families whose values are another crate's
+//!   words, declared where their type lives ([`CounterFamily`],
+//!   [`Metrics::counters`]): how the merged scrape read its sources (the
+//!   scrape's `Incomplete`, `ScrapeRead`), the app's probes (the status
+//!   port's results). The probe path increments a stored counter, with no
 //!   name lookup or label formatting per request.
 //! - **State**, written at scrape time from what it describes, so it can
 //!   never disagree with it: the drain's published status (the same one
@@ -34,13 +35,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use metrics::{Counter, Histogram, Key, Label, Metadata, Recorder, Unit};
+use metrics::{Counter, Histogram, Key, Label as MetricLabel, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tokio::time::Instant;
 
 use exposition::{drain_families, drain_wait_families, process_families, Exposition};
 use lifeguard_base::duration::unix_now;
-use lifeguard_base::reason::{ByReason, Label as _};
+use lifeguard_base::reason::{ByReason, Label};
 use lifeguard_drain::Status;
 use lifeguard_drain_wait::checkers::NotCounted;
 use lifeguard_drain_wait::DrainWaitStatus;
@@ -68,10 +69,6 @@ struct Inner {
     readiness_changes: ByReason<ReadyOrNot, Counter>,
     /// `lifeguard_readiness_kept_total`.
     readiness_kept: Counter,
-    /// `lifeguard_scrape_envoy_reads_total{read="new"}`, `{read="joined"}`.
-    scrape_reads: ByReason<ScrapeRead, Counter>,
-    /// `lifeguard_scrape_envoy_incomplete_total{reason}`, by [`Incomplete`].
-    scrape_incomplete: ByReason<Incomplete, Counter>,
     /// `lifeguard_drain_wait_probes_not_counted_total{reason}`, by
     /// `lifeguard_drain_wait::checkers::NotCounted`.
     probes_not_counted: ByReason<NotCounted, Counter>,
@@ -79,18 +76,6 @@ struct Inner {
     first_ready: OnceLock<f64>,
     /// Unix time of the last admin read Envoy answered, as f64 bits (0: none).
     last_success: AtomicU64,
-}
-
-/// How one app probe ended, its series' `result` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum AppProbeResult {
-    /// The app said yes.
-    Success,
-    /// The app said no, or did not answer in time.
-    Failure,
-    /// Too many probes of the path were in flight.
-    Busy,
 }
 
 /// An answer of the readiness probe (`code`), or what Envoy's readiness
@@ -139,68 +124,45 @@ impl ProbeCounters {
     }
 }
 
-/// One app probe's series.
-#[derive(Clone)]
-pub struct AppProbeMetrics {
-    /// `result="success"`, `"failure"`, `"busy"`.
-    results: ByReason<AppProbeResult, Counter>,
-    pub duration: Histogram,
+/// One of lifeguard's counter families whose series are one per value of
+/// a label set another crate declares, where its type lives (the merged
+/// scrape's `Incomplete`, the status port's app probe results): the
+/// family's name, help and label key are lifeguard_metrics' (the one list
+/// of names), the values the caller's.
+#[derive(Debug, Clone, Copy)]
+pub struct CounterFamily {
+    name: &'static str,
+    key: &'static str,
+    help: &'static str,
 }
 
-impl AppProbeMetrics {
-    /// Counts one probe that ended with `result`, having taken `took`.
-    pub fn record(&self, result: AppProbeResult, took: Duration) {
-        self.results.get(result).increment(1);
-        self.duration.record(took.as_secs_f64());
-    }
-}
-
-/// One app metrics target's failures: `lifeguard_scrape_app_incomplete_total
-/// {target,reason}` by [`Incomplete`], each also counted in
-/// `lifeguard_scrape_failures_total{source="app"}`.
-#[derive(Clone)]
-pub struct AppScrapeFailures {
-    /// Each reason's series (counting in the source's total too); `slow`'s
-    /// is the total alone.
-    by_reason: ByReason<Incomplete, Counter>,
-}
-
-impl AppScrapeFailures {
-    /// Counts one scrape whose part from the target is missing or cut
-    /// short, for `why`. An app read has no shared window, so it is never
-    /// let go as [`Incomplete::Slow`]; were it, it counts as a failure of
-    /// the app source, with no reason series of its own.
-    pub fn count(&self, why: Incomplete) {
-        self.by_reason.get(why).increment(1);
-    }
-}
-
-/// Why a merged scrape carries less than Envoy's (or an app target's)
-/// whole body: its `reason` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum Incomplete {
-    /// The scrape's time budget ran out first.
-    Timeout,
-    /// Envoy could not be read, answered an error, or broke off.
-    Error,
-    /// Envoy's body passed the size cap.
-    Cap,
-    /// Too many Envoy reads were already held for slow clients.
-    Busy,
-    /// The client held the shared window full while others waited, and
-    /// was let go (see the merged scrape's window, in `lifeguard_scrape`).
-    Slow,
-}
-
-/// How a merged scrape got Envoy's metrics: its `read` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum ScrapeRead {
-    /// A read of its own.
-    New,
-    /// One shared with other scrapes already reading.
-    Joined,
+impl CounterFamily {
+    /// `lifeguard_scrape_envoy_reads_total{read}`.
+    pub const SCRAPE_ENVOY_READS: CounterFamily = CounterFamily {
+        name: SCRAPE_ENVOY_READS,
+        key: "read",
+        help: "Merged scrapes by how they got Envoy's metrics: a new Envoy read, or one shared with other scrapes.",
+    };
+    /// `lifeguard_scrape_envoy_incomplete_total{reason}`.
+    pub const SCRAPE_ENVOY_INCOMPLETE: CounterFamily = CounterFamily {
+        name: SCRAPE_ENVOY_INCOMPLETE,
+        key: "reason",
+        help: "Merged scrapes whose Envoy part is missing or cut short, by reason (timeout, error, cap, busy, slow).",
+    };
+    /// `lifeguard_scrape_app_incomplete_total{target,reason}`.
+    pub const SCRAPE_APP_INCOMPLETE: CounterFamily = CounterFamily {
+        name: SCRAPE_APP_INCOMPLETE,
+        key: "reason",
+        help: "Merged scrapes whose part from an app target is missing or cut short, by target (port and path) and \
+               reason (timeout, error, cap, busy).",
+    };
+    /// `lifeguard_app_probe_results_total{path,result}`.
+    pub const APP_PROBE_RESULTS: CounterFamily = CounterFamily {
+        name: APP_PROBE_RESULTS,
+        key: "result",
+        help: "App probes and hooks run through the status port (/app-health, /app-lifecycle), by path and result: \
+               success, failure (the app answered no or not in time) or busy (too many of the path in flight).",
+    };
 }
 
 mod names;
@@ -233,20 +195,6 @@ impl Metrics {
                 &[],
                 "Readiness reads that timed out while the last answer was kept (it is trusted until older than the staleness bound).",
             ),
-            scrape_reads: ByReason::new(|read: ScrapeRead| {
-                r.counter(
-                    SCRAPE_ENVOY_READS,
-                    &[("read", read.label())],
-                    "Merged scrapes by how they got Envoy's metrics: a new Envoy read, or one shared with other scrapes.",
-                )
-            }),
-            scrape_incomplete: ByReason::new(|why: Incomplete| {
-                r.failure_counted("envoy", r.counter(
-                    SCRAPE_ENVOY_INCOMPLETE,
-                    &[("reason", why.label())],
-                    "Merged scrapes whose Envoy part is missing or cut short, by reason (timeout, error, cap, busy, slow).",
-                ))
-            }),
             probes_not_counted: ByReason::new(|why: NotCounted| {
                 r.counter(
                     DRAIN_WAIT_NOT_COUNTED,
@@ -302,70 +250,56 @@ impl Metrics {
             .record(took.as_secs_f64());
     }
 
-    /// The handles of one app probe's series, by its status-port `path`:
-    /// its results (success, failure, busy) and the duration of its calls.
-    pub fn app_probe(&self, path: &str) -> AppProbeMetrics {
+    /// One counter per value of the label set `L` in `family`, each also
+    /// labelled `fixed` (a target, a path), every series there from now,
+    /// at 0. Values for which `has_series` says no count nowhere of their
+    /// own (a reason a family does not list).
+    pub fn counters<L: Label>(
+        &self,
+        family: CounterFamily,
+        fixed: &[(&'static str, &str)],
+        has_series: impl Fn(L) -> bool,
+    ) -> ByReason<L, Counter> {
         let recorder = &self.inner.recorder;
-        recorder.describe_counter(
-            APP_PROBE_RESULTS.into(),
-            None,
-            "App probes and hooks run through the status port (/app-health, /app-lifecycle), by path and result: \
-             success, failure (the app answered no or not in time) or busy (too many of the path in flight)."
-                .into(),
-        );
+        recorder.describe_counter(family.name.into(), None, family.help.into());
+        ByReason::new(|value: L| match has_series(value) {
+            true => {
+                let mut labels: Vec<MetricLabel> = fixed
+                    .iter()
+                    .map(|(k, v)| MetricLabel::new(*k, (*v).to_owned()))
+                    .collect();
+                labels.push(MetricLabel::from_static_parts(family.key, value.label()));
+                recorder.register_counter(&Key::from_parts(family.name, labels), &META)
+            }
+            false => Counter::noop(),
+        })
+    }
+
+    /// `counters`, each also counting in `lifeguard_scrape_failures_total
+    /// {source}`: every failure of a source of the merged scrape (`envoy`,
+    /// `app`), whatever the reason.
+    pub fn scrape_failures<L: Label>(
+        &self,
+        source: &'static str,
+        counters: ByReason<L, Counter>,
+    ) -> ByReason<L, Counter> {
+        let r = Registrar {
+            recorder: &self.inner.recorder,
+        };
+        ByReason::new(|value: L| r.failure_counted(source, counters.get(value).clone()))
+    }
+
+    /// The duration of one app probe's calls, by its status-port `path`
+    /// (`lifeguard_app_probe_duration_seconds{path}`).
+    pub fn app_probe_duration(&self, path: &str) -> Histogram {
+        let recorder = &self.inner.recorder;
         recorder.describe_histogram(
             APP_PROBE_DURATION.into(),
             Some(Unit::Seconds),
             "Duration of the app probes lifeguard ran, by path.".into(),
         );
-        let key = |name: &'static str, result: Option<&'static str>| {
-            let mut labels = vec![Label::new("path", path.to_owned())];
-            labels.extend(result.map(|r| Label::from_static_parts("result", r)));
-            Key::from_parts(name, labels)
-        };
-        AppProbeMetrics {
-            results: ByReason::new(|r: AppProbeResult| {
-                recorder.register_counter(&key(APP_PROBE_RESULTS, Some(r.label())), &META)
-            }),
-            duration: recorder.register_histogram(&key(APP_PROBE_DURATION, None), &META),
-        }
-    }
-
-    /// A merged scrape got Envoy's metrics from a new read or a shared one.
-    pub fn scrape_read(&self, read: ScrapeRead) {
-        self.inner.scrape_reads.get(read).increment(1);
-    }
-
-    /// A merged scrape's Envoy part is missing or cut short.
-    pub fn scrape_incomplete(&self, why: Incomplete) {
-        self.inner.scrape_incomplete.get(why).increment(1);
-    }
-
-    /// The handles of one app target's failures
-    /// (`lifeguard_scrape_app_incomplete_total{target,reason}`), by
-    /// [`Incomplete`]; `target` is its port and path.
-    pub fn app_scrape(&self, target: &str) -> AppScrapeFailures {
-        let recorder = &self.inner.recorder;
-        recorder.describe_counter(
-            SCRAPE_APP_INCOMPLETE.into(),
-            None,
-            "Merged scrapes whose part from an app target is missing or cut short, by target (port and path) and \
-             reason (timeout, error, cap, busy)."
-                .into(),
-        );
-        let registrar = Registrar { recorder };
-        let by_reason = ByReason::new(|why: Incomplete| match why {
-            Incomplete::Slow => registrar.source_failures("app"),
-            why => {
-                let labels = vec![
-                    Label::new("target", target.to_owned()),
-                    Label::from_static_parts("reason", why.label()),
-                ];
-                let counter = recorder.register_counter(&Key::from_parts(SCRAPE_APP_INCOMPLETE, labels), &META);
-                registrar.failure_counted("app", counter)
-            }
-        });
-        AppScrapeFailures { by_reason }
+        let key = Key::from_parts(APP_PROBE_DURATION, vec![MetricLabel::new("path", path.to_owned())]);
+        recorder.register_histogram(&key, &META)
     }
 
     /// Renders lifeguard's families: the state read now, then the events.
@@ -479,7 +413,7 @@ impl Registrar<'_> {
             name,
             labels
                 .iter()
-                .map(|(k, v)| Label::from_static_parts(k, v))
+                .map(|(k, v)| MetricLabel::from_static_parts(k, v))
                 .collect::<Vec<_>>(),
         )
     }
@@ -594,59 +528,33 @@ mod tests {
         metrics.render(&Readiness::standalone(Duration::from_secs(4)), Some(&status), None)
     }
 
-    /// Every reason counts for an app target, none panics: each of an app
-    /// read's own in its series; `slow` (never an app read's) in the app
-    /// source's total only, with no series of its own.
+    /// A family of another crate's label set: each value in its series
+    /// (labelled with the fixed labels too), from the start at 0; a value
+    /// without a series counts nowhere of its own; a scrape source's
+    /// failures also count in its total.
     #[test]
-    fn every_reason_counts_for_an_app_target() {
+    fn a_family_counts_each_value_of_a_label_set_in_its_series() {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+        #[strum(serialize_all = "snake_case")]
+        enum Why {
+            Timeout,
+            Slow,
+        }
         let metrics = Metrics::new(Instant::now());
-        let failures = metrics.app_scrape("8080/metrics");
-        for why in <Incomplete as lifeguard_base::reason::Label>::all() {
-            failures.count(why);
-        }
+        let fixed = [("target", "8080/metrics")];
+        let counters = metrics.counters(CounterFamily::SCRAPE_APP_INCOMPLETE, &fixed, |why| why != Why::Slow);
         let text = rendered(&metrics);
-        for reason in ["timeout", "error", "cap", "busy"] {
-            let series = format!("{SCRAPE_APP_INCOMPLETE}{{target=\"8080/metrics\",reason=\"{reason}\"}} 1\n");
-            assert!(text.contains(&series), "{series}{text}");
-        }
-        let app_slow = |l: &str| l.starts_with(SCRAPE_APP_INCOMPLETE) && l.contains("reason=\"slow\"");
-        assert!(!text.lines().any(app_slow), "{text}");
-        let total = format!("{SCRAPE_FAILURES}{{source=\"app\"}} 5\n");
+        let series = format!("{SCRAPE_APP_INCOMPLETE}{{target=\"8080/metrics\",reason=\"timeout\"}} 0\n");
+        assert!(text.contains(&series), "there from the start: {series}{text}");
+        let counted = metrics.scrape_failures("app", counters);
+        counted.get(Why::Timeout).increment(1);
+        counted.get(Why::Slow).increment(1);
+        let text = rendered(&metrics);
+        assert!(text.contains(&series.replace("} 0", "} 1")), "{text}");
+        let slow = |l: &str| l.starts_with(SCRAPE_APP_INCOMPLETE) && l.contains("reason=\"slow\"");
+        assert!(!text.lines().any(slow), "{text}");
+        let total = format!("{SCRAPE_FAILURES}{{source=\"app\"}} 2\n");
         assert!(text.contains(&total), "{total}{text}");
-    }
-
-    /// Envoy's part counts every reason in its own series.
-    #[test]
-    fn every_reason_counts_for_envoy() {
-        let metrics = Metrics::new(Instant::now());
-        for why in <Incomplete as lifeguard_base::reason::Label>::all() {
-            metrics.scrape_incomplete(why);
-        }
-        let text = rendered(&metrics);
-        for reason in ["timeout", "error", "cap", "busy", "slow"] {
-            let series = format!("{SCRAPE_ENVOY_INCOMPLETE}{{reason=\"{reason}\"}} 1\n");
-            assert!(text.contains(&series), "{series}{text}");
-        }
-        let total = format!("{SCRAPE_FAILURES}{{source=\"envoy\"}} 5\n");
-        assert!(text.contains(&total), "{total}{text}");
-    }
-
-    /// An app probe's result counts in the series of its label.
-    #[test]
-    fn app_probe_results_count_by_label() {
-        let metrics = Metrics::new(Instant::now());
-        let probe = metrics.app_probe("/app-health/web/readyz");
-        probe.record(AppProbeResult::Success, Duration::from_millis(5));
-        probe.record(AppProbeResult::Busy, Duration::from_millis(5));
-        probe.record(AppProbeResult::Busy, Duration::from_millis(5));
-        let text = rendered(&metrics);
-        for (result, count) in [("success", 1), ("failure", 0), ("busy", 2)] {
-            let series =
-                format!("{APP_PROBE_RESULTS}{{path=\"/app-health/web/readyz\",result=\"{result}\"}} {count}\n");
-            assert!(text.contains(&series), "{series}{text}");
-        }
-        let count = format!("{APP_PROBE_DURATION}_count{{path=\"/app-health/web/readyz\"}} 3\n");
-        assert!(text.contains(&count), "{count}{text}");
     }
 
     #[test]

@@ -12,13 +12,13 @@ use tokio::time::Instant;
 
 use crate::app::fetch::{self, Piece};
 use crate::app::lines::{note_families, Format, LineFilter};
+use crate::counters::Incomplete;
 use crate::gzip::{GzTail, GZIP_HEADER};
 use crate::read::{Place, Read};
 use crate::request::ScrapeRequest;
 use crate::shared::Shared;
 use crate::window::{End, Next};
 use lifeguard_base::reason::Label;
-use lifeguard_metrics::Incomplete;
 
 /// Where one client's body is.
 pub(crate) enum Step {
@@ -136,9 +136,9 @@ impl Client {
         match next {
             Next::Item(chunk) => return Some(chunk),
             Next::End(End::Complete) => {}
-            Next::End(End::Cut(why)) => self.shared.metrics.scrape_incomplete(why),
+            Next::End(End::Cut(why)) => self.shared.envoy_counters.incomplete(why),
             Next::Timeout => {
-                self.shared.metrics.scrape_incomplete(Incomplete::Timeout);
+                self.shared.envoy_counters.incomplete(Incomplete::Timeout);
                 tracing::debug!(
                     budget_ms = self.req.budget.as_millis() as u64,
                     "a scrape took what Envoy had sent by its timeout"

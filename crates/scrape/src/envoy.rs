@@ -13,11 +13,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::lines::note_families;
+use crate::counters::Incomplete;
 use crate::read::{bounded, Read, REUSE_MIN};
 use crate::window::{End, List};
 use lifeguard_envoy::admin::{AdminClient, CallOutcome, Endpoint};
 use lifeguard_envoy::poller::Heartbeat;
-use lifeguard_metrics::Incomplete;
 
 /// Largest Envoy body taken into a scrape: far above a 20,000-cluster
 /// Envoy's (about 250 MB). Past it the rest is left out, logged and counted.

@@ -12,9 +12,9 @@ use flate2::write::DeflateEncoder;
 use flate2::Compression;
 use tokio_util::sync::CancellationToken;
 
+use crate::counters::Incomplete;
 use crate::read::{bounded, GzChunk, Read};
 use crate::window::{Cursor, End, List, Next};
-use lifeguard_metrics::Incomplete;
 
 /// The gzip member header: deflate, no name, no time, unknown OS.
 pub(crate) const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];

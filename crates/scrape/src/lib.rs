@@ -8,7 +8,7 @@
 //! and the app, and serves what [`Metrics::render`] writes between them.
 //! If Envoy or an app target cannot be read, lifeguard's part is still
 //! served and the failure is counted (by
-//! [`Incomplete`](lifeguard_metrics::Incomplete)). Its pieces: the
+//! [`Incomplete`]). Its pieces: the
 //! scrape ([`Scraper`], made by its [`ScraperBuilder`], below), the app's
 //! metrics ([`app`]), the [`linger`], and the `[metrics]` section of the
 //! settings ([`Settings`], and the [`Plan`] they make: the app's metrics,
@@ -91,6 +91,7 @@
 
 pub mod app;
 mod client;
+mod counters;
 mod envoy;
 mod gzip;
 pub mod linger;
@@ -114,6 +115,8 @@ use tokio_util::sync::CancellationToken;
 use crate::app::fetch::MAX_APP_READS;
 use crate::linger::Linger;
 use client::{Client, Step};
+use counters::{AppFailures, EnvoyCounters};
+pub use counters::{Incomplete, ScrapeRead};
 use lifeguard_drain::DrainHandle;
 use lifeguard_drain_wait::DrainWait;
 use lifeguard_envoy::admin::AdminClient;
@@ -239,7 +242,7 @@ impl ScraperBuilder {
             .map(|target| AppSource {
                 target: target.clone(),
                 label: target.label(),
-                failures: metrics.app_scrape(&target.label()),
+                failures: AppFailures::new(metrics, &target.label()),
             })
             .collect();
         self
@@ -256,6 +259,7 @@ impl ScraperBuilder {
         Scraper {
             inner: Arc::new(Shared {
                 admin: self.admin,
+                envoy_counters: EnvoyCounters::new(&self.metrics),
                 metrics: self.metrics,
                 readiness: self.readiness,
                 drain: self.drain,

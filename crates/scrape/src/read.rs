@@ -12,8 +12,8 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::counters::Incomplete;
 use crate::window::{Cursor, End, List, Weight};
-use lifeguard_metrics::Incomplete;
 
 /// A completed read is shared for at least this long.
 pub(crate) const REUSE_MIN: Duration = Duration::from_secs(1);

@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::counters::{Incomplete, ScrapeRead};
 use crate::envoy::produce;
 use crate::gzip::compress;
 use crate::read::{Live, Place, Read, GZIP_WINDOW, PLAIN_WINDOW};
 use crate::shared::Shared;
 use crate::window::List;
-use lifeguard_metrics::{Incomplete, ScrapeRead};
 
 /// How many Envoy reads may be held in memory at once.
 pub(crate) const MAX_LIVE_READS: usize = 2;
@@ -35,7 +35,7 @@ impl Shared {
         let shared = newest.as_ref().filter(|r| r.shareable(now));
         if let Some(joined) = shared.and_then(|r| Some((r.clone(), r.place(gzip, &inner.shutdown)?))) {
             joined.0.extend(deadline);
-            inner.metrics.scrape_read(ScrapeRead::Joined);
+            inner.envoy_counters.read(ScrapeRead::Joined);
             return Some(joined);
         }
         if inner.live.load(Ordering::Relaxed) >= MAX_LIVE_READS && !release_idle(&reads) {
@@ -43,11 +43,11 @@ impl Shared {
             // still held, or lifeguard's part alone.
             if let Some(joined) = newest.and_then(|r| Some((r.clone(), r.place(gzip, &inner.shutdown)?))) {
                 joined.0.extend(deadline);
-                inner.metrics.scrape_read(ScrapeRead::Joined);
+                inner.envoy_counters.read(ScrapeRead::Joined);
                 return Some(joined);
             }
             drop(reads);
-            inner.metrics.scrape_incomplete(Incomplete::Busy);
+            inner.envoy_counters.incomplete(Incomplete::Busy);
             tracing::debug!(
                 query,
                 "Envoy's metrics left out of a scrape: {MAX_LIVE_READS} reads already held for other clients"
@@ -66,7 +66,7 @@ impl Shared {
             _live: Live(inner.live.clone()),
         });
         reads.insert(query.to_owned(), Arc::downgrade(&read));
-        inner.metrics.scrape_read(ScrapeRead::New);
+        inner.envoy_counters.read(ScrapeRead::New);
         // Its first reader joins before anything is read: nothing is dropped
         // before it has it.
         let place = read.place(gzip, &inner.shutdown).expect("a new read holds its start");

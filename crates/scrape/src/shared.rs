@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::counters::{AppFailures, EnvoyCounters};
 use crate::linger::Linger;
 use crate::read::Read;
 use lifeguard_drain::DrainHandle;
@@ -18,7 +19,7 @@ use lifeguard_envoy::admin::AdminClient;
 use lifeguard_envoy::poller::Heartbeat;
 use lifeguard_envoy::readiness::Readiness;
 use lifeguard_istio::annotations::Target;
-use lifeguard_metrics::{AppScrapeFailures, Metrics};
+use lifeguard_metrics::Metrics;
 
 /// The merged scrape's state, shared by every scrape ([`crate::Scraper`]
 /// holds it).
@@ -26,6 +27,8 @@ pub(crate) struct Shared {
     /// Envoy's admin (None: merging is off, lifeguard's part alone).
     pub(crate) admin: Option<AdminClient>,
     pub(crate) metrics: Metrics,
+    /// Envoy's part, counted.
+    pub(crate) envoy_counters: EnvoyCounters,
     pub(crate) readiness: Readiness,
     pub(crate) drain: Option<DrainHandle>,
     pub(crate) drain_wait: Option<DrainWait>,
@@ -44,11 +47,11 @@ pub(crate) struct Shared {
     pub(crate) logged_drops: Mutex<HashSet<String>>,
 }
 
-/// One app metrics target and its failure counters (by [`Incomplete`](lifeguard_metrics::Incomplete)).
+/// One app metrics target and its failure counters (by [`Incomplete`](crate::Incomplete)).
 pub(crate) struct AppSource {
     pub(crate) target: Target,
     pub(crate) label: String,
-    pub(crate) failures: AppScrapeFailures,
+    pub(crate) failures: AppFailures,
 }
 
 impl Shared {

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use lifeguard_metrics::Incomplete;
+use crate::counters::Incomplete;
 
 /// How long a reader may hold the window full while another waits.
 pub(crate) const STALL: Duration = Duration::from_secs(2);

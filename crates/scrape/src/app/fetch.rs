@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::lines::Format;
+use crate::counters::Incomplete;
 use lifeguard_istio::annotations::Target;
-use lifeguard_metrics::Incomplete;
 
 /// The largest body taken from one app target; the rest is left out
 /// (cut after the last whole line), logged and counted.

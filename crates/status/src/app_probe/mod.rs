@@ -35,12 +35,50 @@ use tokio::time::Instant;
 
 use call::{HttpAnswer, HttpCall, Target};
 use grpc::{Health, ServingStatus};
+use lifeguard_base::reason::ByReason;
 use lifeguard_istio::probers::{Action, AppProbes, Checked};
-use lifeguard_metrics::{AppProbeMetrics, AppProbeResult, Metrics};
+use lifeguard_metrics::{CounterFamily, Metrics};
+use metrics::{Counter, Histogram};
 
 pub mod call;
 mod error;
 pub mod grpc;
+
+/// How one app probe ended, its series' `result` label
+/// (`lifeguard_app_probe_results_total{path,result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum AppProbeResult {
+    /// The app said yes.
+    Success,
+    /// The app said no, or did not answer in time.
+    Failure,
+    /// Too many probes of the path were in flight.
+    Busy,
+}
+
+/// One app probe's series: its results, and the duration of its calls.
+#[derive(Clone)]
+struct AppProbeMetrics {
+    results: ByReason<AppProbeResult, Counter>,
+    duration: Histogram,
+}
+
+impl AppProbeMetrics {
+    /// The series of the probe served on `path`, there from now.
+    fn new(metrics: &Metrics, path: &str) -> AppProbeMetrics {
+        AppProbeMetrics {
+            results: metrics.counters(CounterFamily::APP_PROBE_RESULTS, &[("path", path)], |_| true),
+            duration: metrics.app_probe_duration(path),
+        }
+    }
+
+    /// Counts one probe that ended with `result`, having taken `took`.
+    fn record(&self, result: AppProbeResult, took: Duration) {
+        self.results.get(result).increment(1);
+        self.duration.record(took.as_secs_f64());
+    }
+}
 
 /// Calls of one path at once; more wait (within the probe's timeout) for
 /// one to end, so a flood of probes makes no more than this many calls to
@@ -89,7 +127,7 @@ impl AppProber {
             .into_iter()
             .map(|(path, probe)| AppProbe {
                 inner: Arc::new(Entry {
-                    metrics: metrics.map(|m| m.app_probe(&path)),
+                    metrics: metrics.map(|m| AppProbeMetrics::new(m, &path)),
                     slots: Arc::new(Semaphore::new(IN_FLIGHT)),
                     path,
                     probe,
