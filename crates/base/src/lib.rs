@@ -10,8 +10,9 @@
 //! - [`grace`]: the pod's grace period and the shutdown margin, one
 //!   value the drain, the drain wait and the budget share.
 //! - [`reason`]: counting by reason, one value per reason of a closed set.
-//! - [`settings`]: what every crate's settings are made of: the parsers
-//!   clap and the file share, Go's booleans, the bad value's error.
+//! - [`settings`]: what every crate's settings are made of: the value
+//!   types clap and the file read alike (durations, Go's booleans), the
+//!   error of a rule across settings.
 //! - [`sys`]: the `unsafe` calls (a pre-exec hook, one socket option, a
 //!   descriptor handed to the reactor) and the process's memory settings.
 
