@@ -343,7 +343,7 @@ pub fn cli_wait_durations(timeout: &str, period: &str) -> Result<(Duration, Dura
     ];
     let matches = Cli::command().try_get_matches_from(argv).map_err(Refused::of)?;
     match Cli::from_arg_matches(&matches).map_err(Refused::of)?.command {
-        Command::Wait(opts) => Ok((opts.timeout, opts.period)),
+        Command::Wait(opts) => Ok((opts.timeout.get(), opts.period.get())),
         _ => Err(Refused("not the wait command".into())),
     }
 }

@@ -8,6 +8,8 @@
 //! A line that can repeat without bound (a refused connection, a failed
 //! read) goes through a [`Throttle`].
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,9 +26,8 @@ use serde::Serialize;
 pub struct Settings {
     /// Log filter: a level (`info`), or targets and their levels
     /// (`warn,lifeguard=debug`).
-    #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER", default_value = "info", value_parser = filter::parse)]
-    #[serde(serialize_with = "filter::serialize")]
-    pub log: String,
+    #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER", default_value = "info")]
+    pub log: LogFilter,
 
     /// Log line format: text (for people) or json (one JSON object a line,
     /// with `timestamp`, `level` and `fields`, for log pipelines).
@@ -34,10 +35,10 @@ pub struct Settings {
     pub log_format: LogFormat,
 }
 
-crate::setting_value!(
-    /// A log filter, as tracing's `Targets` reads one.
-    pub filter: String = log_filter, shown as |f: &String| f.clone()
-);
+/// A log filter, as tracing's `Targets` reads one: a level, or targets
+/// and their levels (`warn,lifeguard=debug`); shown as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogFilter(String);
 
 /// A log filter that is not a level, nor targets and their levels.
 #[derive(Debug, thiserror::Error)]
@@ -55,19 +56,37 @@ pub enum FilterError {
 /// target, or `target=level`, a target being a Rust path: `Targets` takes
 /// any text for a target (`[[[`), which matches no line and silences the
 /// log, so a directive that could name none of ours is refused here.
-fn log_filter(s: &str) -> Result<String, FilterError> {
-    for directive in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        let target = match directive.split_once('=') {
-            Some((target, _level)) => target,
-            None if directive.parse::<tracing_subscriber::filter::LevelFilter>().is_ok() => continue,
-            None => directive,
-        };
-        if !is_rust_path(target) {
-            return Err(FilterError::Directive(directive.to_owned()));
+impl FromStr for LogFilter {
+    type Err = FilterError;
+    fn from_str(s: &str) -> Result<LogFilter, FilterError> {
+        for directive in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let target = match directive.split_once('=') {
+                Some((target, _level)) => target,
+                None if directive.parse::<tracing_subscriber::filter::LevelFilter>().is_ok() => continue,
+                None => directive,
+            };
+            if !is_rust_path(target) {
+                return Err(FilterError::Directive(directive.to_owned()));
+            }
         }
+        s.parse::<Targets>()?;
+        Ok(LogFilter(s.to_owned()))
     }
-    s.parse::<Targets>()?;
-    Ok(s.to_owned())
+}
+
+impl fmt::Display for LogFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+crate::serialize_as_display!(LogFilter);
+
+impl LogFilter {
+    /// The filter tracing applies.
+    fn targets(&self) -> Targets {
+        self.0.parse().expect("the log filter was checked when read")
+    }
 }
 
 /// `lifeguard`, `lifeguard_drain::machine`: identifiers joined by `::`.
@@ -84,10 +103,7 @@ fn is_rust_path(target: &str) -> bool {
 /// `Targets` reads them (no regex engine in the binary for it).
 pub fn init(settings: &Settings) {
     let format = settings.log_format;
-    let filter: Targets = settings
-        .log
-        .parse()
-        .expect("the log filter was validated with the settings");
+    let filter = settings.log.targets();
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false);
@@ -167,7 +183,7 @@ mod tests {
             "off",
             "lifeguard",
         ] {
-            assert_eq!(log_filter(good).unwrap(), good);
+            assert_eq!(good.parse::<LogFilter>().unwrap().to_string(), good);
         }
         for bad in [
             "[[[",
@@ -178,7 +194,7 @@ mod tests {
             "=info",
             "9lives",
         ] {
-            let error = log_filter(bad).unwrap_err().to_string();
+            let error = bad.parse::<LogFilter>().unwrap_err().to_string();
             assert!(error.starts_with("not a log filter"), "{bad}: {error}");
         }
     }

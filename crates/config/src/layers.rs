@@ -299,7 +299,7 @@ impl Settings {
             .map_err(refused(named))?;
         let drain_wait = self.drain_wait.plan(&drain).map_err(refused(named))?;
         let status = self.status.plan().map_err(refused(named))?;
-        let (status_port, admin_port) = (self.status.status_addr.port(), self.envoy.admin_url.port());
+        let (status_port, admin_port) = (self.status.status_addr.get().port(), self.envoy.admin_url.port());
         let metrics = self.metrics.plan(status_port, admin_port).map_err(refused(named))?;
         Ok(Plan {
             log: self.log.clone(),

@@ -230,42 +230,47 @@ pub(crate) mod tests {
     #[test]
     fn defaults_are_the_documented_ones() {
         let (s, eff) = load(&[]).unwrap();
-        assert_eq!(s.settings.status.status_addr, "0.0.0.0:15020".parse().unwrap());
+        assert_eq!(s.settings.status.status_addr.to_string(), "0.0.0.0:15020");
         assert_eq!(s.settings.envoy.admin_url.to_string(), "http://127.0.0.1:15000");
-        assert_eq!(s.settings.envoy.poll_interval, Duration::from_secs(1));
-        assert_eq!(s.settings.envoy.startup_poll_interval, Duration::from_millis(100));
-        assert_eq!(s.settings.envoy.admin_timeout, Duration::from_secs(1));
+        assert_eq!(s.settings.envoy.poll_interval.get(), Duration::from_secs(1));
+        assert_eq!(s.settings.envoy.startup_poll_interval.get(), Duration::from_millis(100));
+        assert_eq!(s.settings.envoy.admin_timeout.get(), Duration::from_secs(1));
         assert_eq!(s.settings.envoy.xds_check, XdsCheck::Auto);
-        assert_eq!(s.settings.log.log, "info");
-        assert!(s.settings.metrics.merge_envoy_metrics && !s.settings.drain.exit_on_zero_active_connections);
+        assert_eq!(s.settings.log.log.to_string(), "info");
+        assert!(
+            s.settings.metrics.merge_envoy_metrics.get() && !s.settings.drain.exit_on_zero_active_connections.get()
+        );
         assert_eq!(s.plan.envoy.stale_after, Duration::from_secs(4));
         assert_eq!(eff.len(), 38);
         assert_eq!(
             (
-                s.settings.drain_wait.unhealthy_threshold,
-                s.settings.drain_wait.min_quiet_period
+                s.settings.drain_wait.unhealthy_threshold.get(),
+                s.settings.drain_wait.min_quiet_period.get()
             ),
             (3, Duration::from_millis(500))
         );
         assert_eq!(
-            (s.settings.drain_wait.checker_timeout, s.settings.drain_wait.app_time),
+            (
+                s.settings.drain_wait.checker_timeout.get(),
+                s.settings.drain_wait.app_time.get()
+            ),
             (Duration::from_secs(20), Duration::from_secs(5))
         );
         assert!(s.settings.drain_wait.checker_ranges.is_empty());
         assert!(
             s.settings.status.app_probers.0.is_empty()
                 && s.settings.status.pod_ip.0.is_none()
-                && !s.settings.status.app_probe_localhost
+                && !s.settings.status.app_probe_localhost.get()
         );
         assert_eq!(s.settings.status.control_socket, ControlSocket(None));
-        assert!(s.settings.status.loopback_control);
-        assert_eq!(s.settings.drain.readiness_fail_delay, Duration::ZERO);
+        assert!(s.settings.status.loopback_control.get());
+        assert_eq!(s.settings.drain.readiness_fail_delay.get(), Duration::ZERO);
         assert_eq!(
             s.plan.drain.terminating_readiness(),
             lifeguard_drain::TerminatingReadiness::Serving
         );
         assert_eq!(s.settings.log.log_format, LogFormat::Text);
-        assert_eq!(s.settings.metrics.linger, Duration::ZERO);
+        assert_eq!(s.settings.metrics.linger.get(), Duration::ZERO);
         assert_eq!(s.settings.exit.termination_message_path, MessagePath::Auto);
         assert!(eff.iter().all(|e| e.source == Source::Default));
     }
@@ -277,9 +282,9 @@ pub(crate) mod tests {
             "poll_interval = \"2s\"\nadmin_timeout = \"300ms\"\nlog = \"debug\"\n",
         );
         let (s, eff) = load(&["--config", file.arg(), "--poll-interval", "500ms"]).unwrap();
-        assert_eq!(s.settings.envoy.poll_interval, Duration::from_millis(500));
-        assert_eq!(s.settings.envoy.admin_timeout, Duration::from_millis(300));
-        assert_eq!(s.settings.log.log, "debug");
+        assert_eq!(s.settings.envoy.poll_interval.get(), Duration::from_millis(500));
+        assert_eq!(s.settings.envoy.admin_timeout.get(), Duration::from_millis(300));
+        assert_eq!(s.settings.log.log.to_string(), "debug");
         let src = |k| eff.iter().find(|e| e.key == k).unwrap().source;
         assert_eq!(src("poll_interval"), Source::Flag);
         assert_eq!(src("admin_timeout"), Source::File);
@@ -356,20 +361,18 @@ pub(crate) mod tests {
     #[test]
     fn booleans_take_gos_forms() {
         for t in ["1", "t", "T", "TRUE", "true", "True"] {
-            assert!(
-                settings(&["--exit-on-zero-active-connections", t])
-                    .settings
-                    .drain
-                    .exit_on_zero_active_connections
-            );
+            assert!(settings(&["--exit-on-zero-active-connections", t])
+                .settings
+                .drain
+                .exit_on_zero_active_connections
+                .get());
         }
         for f in ["0", "f", "F", "FALSE", "false", "False"] {
-            assert!(
-                !settings(&["--merge-envoy-metrics", f])
-                    .settings
-                    .metrics
-                    .merge_envoy_metrics
-            );
+            assert!(!settings(&["--merge-envoy-metrics", f])
+                .settings
+                .metrics
+                .merge_envoy_metrics
+                .get());
         }
         for bad in ["yes", "tRUE", "2", ""] {
             refused(
@@ -393,14 +396,16 @@ pub(crate) mod tests {
             settings(&["--termination-grace-period", "45"])
                 .settings
                 .drain
-                .termination_grace_period,
+                .termination_grace_period
+                .get(),
             Duration::from_secs(45)
         );
         assert_eq!(
             settings(&["--termination-grace-period", "8760h"])
                 .settings
                 .drain
-                .termination_grace_period,
+                .termination_grace_period
+                .get(),
             duration::MAX
         );
     }
@@ -414,7 +419,11 @@ pub(crate) mod tests {
             "at least 10ms",
         );
         assert_eq!(
-            settings(&["--poll-interval", "10ms"]).settings.envoy.poll_interval,
+            settings(&["--poll-interval", "10ms"])
+                .settings
+                .envoy
+                .poll_interval
+                .get(),
             Duration::from_millis(10)
         );
     }
@@ -430,7 +439,7 @@ pub(crate) mod tests {
             "none",
         ]);
         assert_eq!(s.settings.log.log_format, LogFormat::Json);
-        assert_eq!(s.settings.metrics.linger, Duration::from_secs(20));
+        assert_eq!(s.settings.metrics.linger.get(), Duration::from_secs(20));
         assert_eq!(s.settings.exit.termination_message_path.resolve(), None);
         let s = settings(&["--termination-message-path", "/tmp/msg"]);
         assert_eq!(
@@ -450,7 +459,11 @@ pub(crate) mod tests {
     #[test]
     fn log_filters_are_validated() {
         assert_eq!(
-            settings(&["--log", "warn,lifeguard=debug"]).settings.log.log,
+            settings(&["--log", "warn,lifeguard=debug"])
+                .settings
+                .log
+                .log
+                .to_string(),
             "warn,lifeguard=debug"
         );
         refused(&["--log", "lifeguard=loud"], "--log", "lifeguard=loud");
@@ -535,7 +548,7 @@ pub(crate) mod tests {
             "--ignore-listener-port=8081,15021",
         ]);
         assert_eq!(s.plan.drain.drain_until(), DrainUntil::Requests);
-        assert_eq!(s.settings.drain.termination_grace_period, Duration::from_secs(45));
+        assert_eq!(s.settings.drain.termination_grace_period.get(), Duration::from_secs(45));
         assert_eq!(s.plan.envoy.ignored_listener_ports, vec![8081, 15021, 15090]);
     }
 

@@ -47,7 +47,7 @@ impl ProxyLayer {
             layer.set("envoy_drain_time", field("drainDuration"), d);
         }
         if let Some(port) = config.status_port {
-            let mut addr = below.status.status_addr;
+            let mut addr = below.status.status_addr.get();
             addr.set_port(port);
             layer.set("status_addr", field("statusPort"), addr.to_string());
         }

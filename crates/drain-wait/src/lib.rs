@@ -57,7 +57,10 @@ use lifeguard_drain::{ControlError, DrainUntil};
 
 pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, RemoteWait, WaitEnd, WaitState, WaitWhy};
-pub use settings::{checks, range, threshold, Checks, PlanError, Settings, ValueError};
+pub use settings::{
+    AddressRange, Checks, KubeletProbe, LoadBalancerChecks, NotAChecks, NotAProbe, NotARange, NotAThreshold, PlanError,
+    Settings, Threshold,
+};
 pub use task::run;
 pub use waiting::{HealthChecks, Pending, WaitingOn};
 

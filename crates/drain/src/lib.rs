@@ -61,7 +61,7 @@ pub use plan::DrainUntil;
 pub use plan::{DrainScope, Plan};
 pub use ports::Active;
 pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Held, Rotation, Verdict, Work};
-pub use settings::{grace, PlanError, Reads, Settings};
+pub use settings::{GracePeriod, PlanError, Reads, Settings};
 pub use status::Outcome;
 pub use status::{Asker, Awaiting, Left, Phase, PhaseCell, Published, Signal, Status, Trigger, WaitingOn};
 
