@@ -118,43 +118,6 @@ impl fmt::Display for GoBool {
 
 crate::serialize_as_display!(GoBool);
 
-/// Declares a setting's parser (`NAME::parse`, for clap's `value_parser`)
-/// and how its value is shown (`NAME::serialize`, for serde's
-/// `serialize_with`): `setting_value!(pub span: Duration = parse_fn, shown
-/// as show_fn)`. The calling crate names `serde`.
-#[macro_export]
-macro_rules! setting_value {
-    ($(#[$doc:meta])* $vis:vis $name:ident: $ty:ty = $parse:expr, shown as $show:expr) => {
-        $(#[$doc])*
-        $vis mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-            /// The value from its text (a flag, an env variable, a file's value).
-            pub fn parse(s: &str) -> Result<$ty, impl std::error::Error + Send + Sync + 'static> {
-                ($parse)(s)
-            }
-            /// The value as a user writes it.
-            pub fn serialize<S: serde::Serializer>(v: &$ty, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(&($show)(v))
-            }
-        }
-    };
-}
-
-setting_value!(
-    /// Any duration, zero included.
-    pub span: Duration = duration::parse, shown as |d: &Duration| GoDuration(*d)
-);
-setting_value!(
-    /// A duration greater than zero.
-    pub positive: Duration = duration::positive, shown as |d: &Duration| GoDuration(*d)
-);
-
-/// A boolean the way Go's `strconv.ParseBool` (and so Istio) reads one.
-pub fn go_bool(s: &str) -> Result<bool, NotABool> {
-    s.parse().map(GoBool::get)
-}
-
 /// A rule across a crate's settings that does not hold, once every layer
 /// is in: the setting it refuses (its key, as the file writes it), the
 /// value as a user writes it, and why (`Display`). The settings' loader
