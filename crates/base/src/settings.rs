@@ -132,6 +132,7 @@ pub trait SettingError: std::error::Error {
 /// A crate's settings at their defaults, as clap makes them with no flag
 /// and no environment variable: the plans tests build start from these,
 /// never from numbers restated by hand.
+#[cfg(any(test, feature = "testing"))]
 pub fn defaults<S: clap::Args + clap::FromArgMatches>() -> S {
     let cmd = S::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
     let matches = cmd
