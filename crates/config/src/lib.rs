@@ -24,6 +24,9 @@
 //! - `proxy_config`: `PROXY_CONFIG` as a layer.
 //! - `sections`: the file's sections, a crate's each, and the one list
 //!   `Settings` and the sections are made from.
+//! - `entry`: one value of a lower layer, as the file and `PROXY_CONFIG`
+//!   give it and the layers lay it (the modules above share it; it
+//!   imports none of them).
 //! - [`reference()`]: docs/configuration.md, written from the settings.
 
 use std::fmt;
@@ -31,6 +34,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+mod entry;
 mod layers;
 mod proxy_config;
 mod reference;

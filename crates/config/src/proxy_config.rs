@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use lifeguard_istio::proxy_config::{ProxyConfig, ProxyConfigError};
 
-use crate::layers::{Entry, Text};
+use crate::entry::{Entry, Text};
 use crate::Settings;
 
 /// What `PROXY_CONFIG` sets: a value by setting key, as a user types it,

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use clap::Command;
 
-use crate::layers::{Entry, Text};
+use crate::entry::{Entry, Text};
 use crate::SECTIONS;
 
 /// One crate's settings as the file and the reference group them.
