@@ -19,6 +19,8 @@ pub(crate) struct Section {
     /// The reference's heading.
     pub(crate) heading: &'static str,
     args: fn(Command) -> Command,
+    /// Its keys, read once from its arguments.
+    keys: OnceLock<Vec<String>>,
 }
 
 impl Section {
@@ -33,6 +35,7 @@ impl Section {
             krate,
             heading,
             args,
+            keys: OnceLock::new(),
         }
     }
 
@@ -41,15 +44,12 @@ impl Section {
         (self.args)(Command::new("lifeguard"))
     }
 
-    /// The section's keys (its clap arguments read once).
-    pub(crate) fn keys(&self) -> &'static [String] {
-        static KEYS: OnceLock<Vec<Vec<String>>> = OnceLock::new();
-        let all = KEYS.get_or_init(|| {
-            let ids = |s: &Section| s.command().get_arguments().map(|a| a.get_id().to_string()).collect();
-            SECTIONS.iter().map(ids).collect()
-        });
-        let at = SECTIONS.iter().position(|s| s.name == self.name).unwrap_or_default();
-        &all[at]
+    /// The section's keys (its clap arguments' ids, read once).
+    pub(crate) fn keys(&self) -> &[String] {
+        self.keys.get_or_init(|| {
+            let args = self.command();
+            args.get_arguments().map(|a| a.get_id().to_string()).collect()
+        })
     }
 
     /// The section that owns `key`, if a setting has it.
@@ -82,7 +82,7 @@ macro_rules! sections {
 
         /// Every crate's settings as the file and the reference group
         /// them, in the order [`Settings`] declares them.
-        pub(crate) const SECTIONS: &[$crate::sections::Section] = &[
+        pub(crate) static SECTIONS: [$crate::sections::Section; [$($section),*].len()] = [
             $( $crate::sections::Section::new($section, $krate, $heading, <$ty as clap::Args>::augment_args), )*
         ];
     };
@@ -210,7 +210,7 @@ mod tests {
         every.sort();
         every.dedup();
         assert_eq!(every.len(), count, "a key in two sections");
-        for section in SECTIONS {
+        for section in &SECTIONS {
             assert!(!every.iter().any(|k| *k == section.name), "[{}] is a key", section.name);
         }
     }
