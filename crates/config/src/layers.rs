@@ -23,7 +23,7 @@ use clap::{ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use crate::entry::{Entry, Text};
 use crate::proxy_config::{EnvNames, ProxyLayer};
 use crate::sections::FileValues;
-use crate::{ConfigError, Effective, Loaded, Plan, RunArgs, Settings, Source, Why};
+use crate::{ConfigError, Effective, FileError, Loaded, Plan, RunArgs, Settings, Source, Why};
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::settings::SettingError;
 
@@ -329,22 +329,22 @@ const MAX_FILE_BYTES: u64 = 1 << 20;
 /// without blocking, so a FIFO is refused at once rather than waited on.
 /// Its keys come out of their sections.
 fn read_file(path: &Path) -> Result<FileValues, ConfigError> {
-    let bad = |message: &dyn fmt::Display| ConfigError::File {
-        path: path.to_owned(),
-        message: message.to_string(),
+    let values = || {
+        let mut options = std::fs::OpenOptions::new();
+        let file = options.read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(FileError::NotARegularFile);
+        }
+        let mut text = String::new();
+        file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(FileError::TooLarge);
+        }
+        let table = text.parse().map_err(FileError::NotToml)?;
+        Ok(FileValues::from_file(table)?)
     };
-    let mut options = std::fs::OpenOptions::new();
-    let file = options.read(true).custom_flags(libc::O_NONBLOCK).open(path);
-    let file = file.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(bad(&"not a regular file"));
-    }
-    let mut text = String::new();
-    let read = file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text);
-    read.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
-    if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(bad(&"larger than 1 MiB"));
-    }
-    let table = text.parse().map_err(|e: toml::de::Error| bad(&e.message()))?;
-    FileValues::from_file(table).map_err(|message| bad(&message))
+    values().map_err(|why| ConfigError::File {
+        path: path.to_owned(),
+        why,
+    })
 }

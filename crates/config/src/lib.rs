@@ -23,7 +23,8 @@
 //! - `layers`: the layers, the effective values and their sources.
 //! - `proxy_config`: `PROXY_CONFIG` as a layer.
 //! - `sections`: the file's sections, a crate's each, and the one list
-//!   `Settings` and the sections are made from.
+//!   `Settings` and the sections are made from; a key out of place
+//!   ([`KeyError`]).
 //! - `entry`: one value of a lower layer, as the file and `PROXY_CONFIG`
 //!   give it and the layers lay it (the modules above share it; it
 //!   imports none of them).
@@ -42,6 +43,7 @@ mod sections;
 
 pub use layers::from_clap_error;
 pub use reference::reference;
+pub use sections::KeyError;
 
 /// Options of `lifeguard run` and `check`: the settings file, then the settings.
 #[derive(Debug, Clone, Args)]
@@ -135,8 +137,8 @@ pub struct Effective {
 /// A configuration error. The message names the field and the value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("config file {path}: {message}")]
-    File { path: PathBuf, message: String },
+    #[error("config file {path}: {why}")]
+    File { path: PathBuf, why: FileError },
     #[error("invalid {field} = {value:?} (from {origin}): {why}")]
     Invalid {
         field: String,
@@ -144,6 +146,22 @@ pub enum ConfigError {
         origin: Source,
         why: Why,
     },
+}
+
+/// Why the settings file was refused as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("not a regular file")]
+    NotARegularFile,
+    #[error("larger than 1 MiB")]
+    TooLarge,
+    #[error("{}", .0.message())]
+    NotToml(#[source] toml::de::Error),
+    /// A key that is no setting, or not where it may be.
+    #[error(transparent)]
+    Key(#[from] KeyError),
 }
 
 /// Why a value was refused, kept as the error that refused it until the
@@ -494,6 +512,24 @@ pub(crate) mod tests {
             &["--config", "/nonexistent/lifeguard.toml"],
             "/nonexistent/lifeguard.toml",
             "cannot read",
+        );
+        // Typed to the end: a caller can tell a missing file from a bad key.
+        let missing = load(&["--config", "/nonexistent/lifeguard.toml"]).map(|_| ());
+        assert!(
+            matches!(&missing, Err(ConfigError::File { why: FileError::Read(e), .. }) if e.kind() == std::io::ErrorKind::NotFound),
+            "{missing:?}"
+        );
+        let misplaced = TempFile::new("misplaced.toml", "[drain]\npoll_interval = \"2s\"\n");
+        let err = load(&["--config", misplaced.arg()]).map(|_| ());
+        assert!(
+            matches!(
+                &err,
+                Err(ConfigError::File {
+                    why: FileError::Key(KeyError::Misplaced { home: "envoy", .. }),
+                    ..
+                })
+            ),
+            "{err:?}"
         );
     }
 
