@@ -72,7 +72,7 @@ sections::sections! {
         drain_wait: lifeguard_drain_wait::Settings => "drain_wait", "lifeguard-drain-wait", "The drain wait";
         pod: lifeguard_pod::Settings => "pod", "lifeguard-pod", "The app in the pod";
         metrics: lifeguard_scrape::Settings => "metrics", "lifeguard-scrape", "Metrics and the merged scrape";
-        log: lifeguard_base::logging::Settings => "logging", "lifeguard-base", "Logs";
+        log: lifeguard_logging::Settings => "logging", "lifeguard-logging", "Logs";
         exit: lifeguard_exit::Settings => "exit", "lifeguard-exit", "The exit summary";
     }
 }
@@ -81,7 +81,7 @@ sections::sections! {
 /// once every layer was in.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub log: lifeguard_base::logging::Settings,
+    pub log: lifeguard_logging::Settings,
     pub envoy: lifeguard_envoy::Plan,
     pub drain: lifeguard_drain::Plan,
     pub drain_wait: lifeguard_drain_wait::DrainWaitPlan,
@@ -197,12 +197,12 @@ pub(crate) mod tests {
 
     use clap::FromArgMatches;
     use lifeguard_base::duration;
-    use lifeguard_base::logging::LogFormat;
     use lifeguard_base::url::{ControlSocket, LoopbackUrl};
     use lifeguard_drain::{DrainScope, DrainUntil};
     use lifeguard_envoy::state::XdsCheck;
     use lifeguard_envoy::ALWAYS_IGNORED_PORTS;
     use lifeguard_exit::MessagePath;
+    use lifeguard_logging::LogFormat;
     use std::ffi::OsString;
 
     /// Loads `lifeguard run ARGS` as main does, without reading the environment.

@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use hyper::{Method, StatusCode};
 
 use lifeguard_base::duration::GoDuration;
-use lifeguard_base::local_http::{fetch, FetchError};
 use lifeguard_base::settings::{PositiveSpan, Span};
 use lifeguard_base::url::{parse_loopback_url, ControlSocket, LoopbackUrl, UrlError};
+use lifeguard_http::{fetch, FetchError};
 use lifeguard_pod::app;
 
 /// How a hook helper ended.

@@ -1,18 +1,20 @@
 //! Log set-up: lines on stderr, as text for people or as one JSON object a
-//! line for log pipelines (`--log-format`), filtered by `--log`.
+//! line for log pipelines (`--log-format`), filtered by `--log`; the log's
+//! settings (the section `[logging]`), and [`init`], which the binary
+//! calls once.
 //!
 //! In JSON each line is an object with `timestamp`, `level` and `fields`
 //! (the message is `fields.message`); the exit summary's fields arrive as
 //! fields of the last line, not as a string to parse again.
 //!
-//! A line that can repeat without bound (a refused connection, a failed
-//! read) goes through a [`Throttle`].
+//! A crate of its own so that `tracing-subscriber` is built for the
+//! binary and the settings alone: every other crate logs through
+//! `tracing`, and a line that can repeat without bound goes through
+//! `lifeguard_base::throttle::Throttle`.
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
 
-use tokio::time::Instant;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -80,7 +82,7 @@ impl fmt::Display for LogFilter {
     }
 }
 
-crate::serialize_as_display!(LogFilter);
+lifeguard_base::serialize_as_display!(LogFilter);
 
 impl LogFilter {
     /// The filter tracing applies.
@@ -133,42 +135,7 @@ pub enum LogFormat {
     Json,
 }
 
-crate::display_as_value!(LogFormat);
-
-/// Lets a repeated log line through at most once per period, and counts
-/// the occurrences it held back, so a flood of one event is one line that
-/// says how many there were.
-pub struct Throttle {
-    every: Duration,
-    last: Option<Instant>,
-    held: u64,
-}
-
-impl Throttle {
-    pub fn new(every: Duration) -> Self {
-        Self {
-            every,
-            last: None,
-            held: 0,
-        }
-    }
-
-    /// Whether a line is due at `now`; when it is not, this occurrence is
-    /// counted as held back.
-    pub fn due(&mut self, now: Instant) -> bool {
-        let due = self.last.is_none_or(|t| now.duration_since(t) >= self.every);
-        match due {
-            true => self.last = Some(now),
-            false => self.held += 1,
-        }
-        due
-    }
-
-    /// How many occurrences were held back since the last line; resets.
-    pub fn take_held(&mut self) -> u64 {
-        std::mem::take(&mut self.held)
-    }
-}
+lifeguard_base::display_as_value!(LogFormat);
 
 #[cfg(test)]
 mod tests {
