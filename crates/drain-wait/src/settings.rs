@@ -108,11 +108,7 @@ pub struct Settings {
     /// (MetalLB) withdraws the node only once the kubelet has seen that
     /// many failed probes, which `lifeguard check` and start-up weigh
     /// against the grace period (set, they hold the pod to it).
-    #[arg(
-        long = "kubelet-probe",
-        env = "LIFEGUARD_KUBELET_PROBE",
-        value_name = "PERIODxTHRESHOLD"
-    )]
+    #[arg(long = "kubelet-probe", env = "LIFEGUARD_KUBELET_PROBE", value_name = "PERIODxTHRESHOLD")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubelet_probe: Option<KubeletProbe>,
 

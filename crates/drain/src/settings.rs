@@ -49,24 +49,14 @@ lifeguard_base::serialize_as_display!(GracePeriod);
 pub struct Settings {
     /// The pod's terminationGracePeriodSeconds (a bare number counts as
     /// seconds); the drain ends by this minus the shutdown margin.
-    #[arg(
-        long,
-        env = "TERMINATION_GRACE_PERIOD",
-        value_name = "DURATION",
-        default_value = "30s"
-    )]
+    #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION", default_value = "30s")]
     pub termination_grace_period: GracePeriod,
 
     /// Time kept back from the grace period to stop Envoy and exit (at
     /// least 100ms): the drain's deadline is the grace period less this.
     /// Envoy gets the rest of the grace period between SIGTERM and SIGKILL
     /// (less a quarter of this, for lifeguard's own exit).
-    #[arg(
-        long,
-        env = "LIFEGUARD_SHUTDOWN_MARGIN",
-        value_name = "DURATION",
-        default_value = "2s"
-    )]
+    #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s")]
     pub shutdown_margin: Span,
 
     /// Pause after readiness turns 503 and before Envoy starts draining, so
@@ -78,12 +68,7 @@ pub struct Settings {
     /// balancers as Envoy does for this long (the opposite order of
     /// --drain-delay), as Envoy Gateway's healthCheckFailureDelay: they
     /// see the 503 only then.
-    #[arg(
-        long,
-        env = "LIFEGUARD_READINESS_FAIL_DELAY",
-        value_name = "DURATION",
-        default_value = "0s"
-    )]
+    #[arg(long, env = "LIFEGUARD_READINESS_FAIL_DELAY", value_name = "DURATION", default_value = "0s")]
     pub readiness_fail_delay: Span,
 
     /// Fixed policy: how long Envoy drains before it is stopped (5s when
@@ -94,12 +79,7 @@ pub struct Settings {
 
     /// Stop Envoy once its active downstream connections reach zero (true
     /// or false; makes --drain-until default to connections).
-    #[arg(
-        long,
-        env = "EXIT_ON_ZERO_ACTIVE_CONNECTIONS",
-        value_name = "BOOL",
-        default_value = "false"
-    )]
+    #[arg(long, env = "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value_name = "BOOL", default_value = "false")]
     pub exit_on_zero_active_connections: GoBool,
 
     /// Exit-on-zero policies: the shortest drain.
@@ -135,12 +115,7 @@ pub struct Settings {
     /// but app-exit) or failing (503 from the drain's start, as every
     /// other prober). Load balancers get 503 from the drain's start either
     /// way; an operator's POST /drain gives everyone 503.
-    #[arg(
-        long,
-        env = "LIFEGUARD_TERMINATING_READINESS",
-        value_name = "ANSWER",
-        default_value = "serving"
-    )]
+    #[arg(long, env = "LIFEGUARD_TERMINATING_READINESS", value_name = "ANSWER", default_value = "serving")]
     pub terminating_readiness: TerminatingReadiness,
 }
 

@@ -59,12 +59,7 @@ pub struct Settings {
     /// Envoy's admin API: a loopback URL, or a Unix socket
     /// (`unix:///PATH`, the locked form). Every admin call goes there:
     /// readiness, the drain, the counts, the merged scrape, the stop.
-    #[arg(
-        long,
-        env = "LIFEGUARD_ADMIN_URL",
-        value_name = "URL",
-        default_value = "http://127.0.0.1:15000"
-    )]
+    #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL", default_value = "http://127.0.0.1:15000")]
     pub admin_url: LoopbackUrl,
 
     /// How often Envoy's admin is read once Envoy is ready (`/ready`; at
@@ -74,12 +69,7 @@ pub struct Settings {
 
     /// How often Envoy's admin is read while Envoy is not ready (the full
     /// stats check; at least 10ms).
-    #[arg(
-        long,
-        env = "LIFEGUARD_STARTUP_POLL_INTERVAL",
-        value_name = "DURATION",
-        default_value = "100ms"
-    )]
+    #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION", default_value = "100ms")]
     pub startup_poll_interval: PollInterval,
 
     /// Timeout of one admin API call: connect, request and body.
@@ -95,12 +85,7 @@ pub struct Settings {
     /// sets it: how long Envoy may take before it closes drained listeners
     /// (Istio's drainDuration). 0s: the grace period, so Envoy never closes
     /// them before lifeguard's deadline.
-    #[arg(
-        long,
-        env = "LIFEGUARD_ENVOY_DRAIN_TIME",
-        value_name = "DURATION",
-        default_value = "0s"
-    )]
+    #[arg(long, env = "LIFEGUARD_ENVOY_DRAIN_TIME", value_name = "DURATION", default_value = "0s")]
     pub envoy_drain_time: Span,
 
     /// Listener port whose connections the drain does not wait for

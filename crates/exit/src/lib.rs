@@ -348,12 +348,7 @@ pub struct Settings {
     /// Where the exit summary (one line of JSON, at most 4 KiB) is written
     /// for Kubernetes to show as the container's termination message: auto
     /// (/dev/termination-log when that file exists), none, or a path.
-    #[arg(
-        long,
-        env = "LIFEGUARD_TERMINATION_MESSAGE_PATH",
-        value_name = "PATH",
-        default_value = "auto"
-    )]
+    #[arg(long, env = "LIFEGUARD_TERMINATION_MESSAGE_PATH", value_name = "PATH", default_value = "auto")]
     pub termination_message_path: MessagePath,
 }
 

@@ -21,12 +21,7 @@ pub struct Settings {
     pub app_metrics: AppMetrics,
 
     /// Append Envoy's own metrics to `/stats/prometheus` (true or false).
-    #[arg(
-        long,
-        env = "LIFEGUARD_MERGE_ENVOY_METRICS",
-        value_name = "BOOL",
-        default_value = "true"
-    )]
+    #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL", default_value = "true")]
     pub merge_envoy_metrics: GoBool,
 
     /// After Envoy stops, keep the status port answering until one scrape of

@@ -59,12 +59,7 @@ lifeguard_base::serialize_as_display!(StatusAddr);
 #[group(skip)]
 pub struct Settings {
     /// Address the status server (readiness, drain, metrics) listens on.
-    #[arg(
-        long,
-        env = "LIFEGUARD_STATUS_ADDR",
-        value_name = "ADDR",
-        default_value = "0.0.0.0:15020"
-    )]
+    #[arg(long, env = "LIFEGUARD_STATUS_ADDR", value_name = "ADDR", default_value = "0.0.0.0:15020")]
     pub status_addr: StatusAddr,
 
     /// A Unix socket (mode 0600) serving POST /drain, POST /quitquitquit and
@@ -75,12 +70,7 @@ pub struct Settings {
 
     /// Whether loopback callers of the status port may drain and stop Envoy
     /// (POST /drain, /quitquitquit). false: only the control socket may.
-    #[arg(
-        long,
-        env = "LIFEGUARD_LOOPBACK_CONTROL",
-        value_name = "BOOL",
-        default_value = "true"
-    )]
+    #[arg(long, env = "LIFEGUARD_LOOPBACK_CONTROL", value_name = "BOOL", default_value = "true")]
     pub loopback_control: GoBool,
 
     /// The app's probes and hooks to serve on the status port, as JSON:
@@ -100,12 +90,7 @@ pub struct Settings {
 
     /// Send the app probes to loopback instead of the pod's address
     /// (Istio's legacy mode; true or false).
-    #[arg(
-        long,
-        env = "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION",
-        value_name = "BOOL",
-        default_value = "false"
-    )]
+    #[arg(long, env = "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION", value_name = "BOOL", default_value = "false")]
     pub app_probe_localhost: GoBool,
 }
 
