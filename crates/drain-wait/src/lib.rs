@@ -58,8 +58,8 @@ use lifeguard_drain::{ControlError, DrainUntil};
 pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, RemoteWait, WaitEnd, WaitState, WaitWhy};
 pub use settings::{
-    AddressRange, Checks, KubeletProbe, LoadBalancerChecks, NotAChecks, NotAProbe, NotARange, NotAThreshold, PlanError,
-    Settings, Threshold,
+    AddressRange, Checks, ChecksSetting, KubeletProbe, LoadBalancerChecks, NotAChecks, NotAProbe, NotARange,
+    NotAThreshold, PlanError, Settings, Threshold,
 };
 pub use task::run;
 pub use waiting::{HealthChecks, Pending, WaitingOn};

@@ -3,6 +3,7 @@
 //! drain's plan (its deadline, grace period and margin).
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -254,65 +255,52 @@ impl fmt::Display for AddressRange {
 
 lifeguard_base::serialize_as_display!(AddressRange);
 
-/// A load balancer's checks of the node: `10sx3`, `10s x 3`, `10s*3` or
-/// `10s×3` ([`Checks`], refused in the words of `--load-balancer-checks`).
+/// [`Checks`] as a setting takes them (`10sx3`, `10s x 3`, `10s*3` or
+/// `10s×3`), refused in that setting's words: `E`, the error of
+/// `--load-balancer-checks` ([`LoadBalancerChecks`]) or of
+/// `--kubelet-probe` ([`KubeletProbe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LoadBalancerChecks(Checks);
+pub struct ChecksSetting<E>(Checks, PhantomData<E>);
+
+/// A load balancer's checks of the node.
+pub type LoadBalancerChecks = ChecksSetting<NotAChecks>;
+
+/// The kubelet's readiness probe, written as a load balancer's checks
+/// (`5sx3`: periodSeconds 5, failureThreshold 3).
+pub type KubeletProbe = ChecksSetting<NotAProbe>;
 
 /// Text that is not a load balancer's checks.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, thiserror::Error)]
 #[error("expected a load balancer's checks as INTERVALxTHRESHOLD, for example 10sx3 (every 10 s, out after 3 failures in a row)")]
 pub struct NotAChecks;
 
-impl LoadBalancerChecks {
-    pub fn get(self) -> Checks {
-        self.0
-    }
-}
-
-impl FromStr for LoadBalancerChecks {
-    type Err = NotAChecks;
-    fn from_str(s: &str) -> Result<LoadBalancerChecks, NotAChecks> {
-        s.parse().map(LoadBalancerChecks).map_err(|_| NotAChecks)
-    }
-}
-
-impl fmt::Display for LoadBalancerChecks {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-lifeguard_base::serialize_as_display!(LoadBalancerChecks);
-
-/// The kubelet's readiness probe, written as a load balancer's checks
-/// (`5sx3`: periodSeconds 5, failureThreshold 3), refused in the words of
-/// `--kubelet-probe`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KubeletProbe(Checks);
-
 /// Text that is not the kubelet's probe.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, thiserror::Error)]
 #[error("expected the kubelet's readiness probe as PERIODxFAILURE_THRESHOLD, for example 5sx3 (periodSeconds 5, failureThreshold 3)")]
 pub struct NotAProbe;
 
-impl KubeletProbe {
+impl<E> ChecksSetting<E> {
     pub fn get(self) -> Checks {
         self.0
     }
 }
 
-impl FromStr for KubeletProbe {
-    type Err = NotAProbe;
-    fn from_str(s: &str) -> Result<KubeletProbe, NotAProbe> {
-        s.parse().map(KubeletProbe).map_err(|_| NotAProbe)
+impl<E: Default> FromStr for ChecksSetting<E> {
+    type Err = E;
+    fn from_str(s: &str) -> Result<ChecksSetting<E>, E> {
+        let checks = s.parse().map_err(|_| E::default())?;
+        Ok(ChecksSetting(checks, PhantomData))
     }
 }
 
-impl fmt::Display for KubeletProbe {
+impl<E> fmt::Display for ChecksSetting<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }
 }
 
-lifeguard_base::serialize_as_display!(KubeletProbe);
+impl<E> Serialize for ChecksSetting<E> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
