@@ -19,14 +19,10 @@ use std::time::Duration;
 use crate::duration::{self, DurationError, GoDuration};
 
 /// Any duration, zero included: `0s`, `500ms`, `1m30s`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span(Duration);
 
 impl Span {
-    pub const fn new(d: Duration) -> Span {
-        Span(d)
-    }
-
     pub fn get(self) -> Duration {
         self.0
     }
@@ -48,15 +44,10 @@ impl fmt::Display for Span {
 crate::serialize_as_display!(Span);
 
 /// A duration greater than zero.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PositiveSpan(Duration);
 
 impl PositiveSpan {
-    /// `d`, unless it is zero.
-    pub fn new(d: Duration) -> Option<PositiveSpan> {
-        Some(PositiveSpan(d)).filter(|_| !d.is_zero())
-    }
-
     pub fn get(self) -> Duration {
         self.0
     }
@@ -86,14 +77,10 @@ pub struct NotABool;
 /// `true`, `1`, `t`, `T`, `TRUE`, `True` and their `false` forms; shown
 /// as `true` or `false`. A flag of this type takes its value
 /// (`--flag false`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GoBool(bool);
 
 impl GoBool {
-    pub const fn new(b: bool) -> GoBool {
-        GoBool(b)
-    }
-
     pub fn get(self) -> bool {
         self.0
     }
@@ -131,8 +118,9 @@ pub trait SettingError: std::error::Error {
 
 /// A crate's settings at their defaults, as clap makes them with no flag
 /// and no environment variable: the plans tests build start from these,
-/// never from numbers restated by hand.
-#[cfg(any(test, feature = "testing"))]
+/// never from numbers restated by hand. (Clap is base's for this alone:
+/// the `testing` feature.)
+#[cfg(feature = "testing")]
 pub fn defaults<S: clap::Args + clap::FromArgMatches>() -> S {
     let cmd = S::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
     let matches = cmd
@@ -155,7 +143,6 @@ mod tests {
         assert_eq!("0".parse::<Span>().unwrap().to_string(), "0s");
         let err = "0s".parse::<PositiveSpan>().unwrap_err();
         assert_eq!(err.to_string(), "must be greater than zero");
-        assert_eq!(PositiveSpan::new(Duration::ZERO), None);
         for (text, b) in [("T", true), ("1", true), ("True", true), ("f", false), ("FALSE", false)] {
             let value: GoBool = text.parse().unwrap();
             assert_eq!((value.get(), value.to_string()), (b, b.to_string()));
