@@ -14,11 +14,7 @@ use lifeguard_hooks::{AppExitOptions, DrainOptions, WaitOptions};
 use lifeguard_inject::InjectOptions;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "lifeguard",
-    version,
-    about = "Sidecar agent that owns Envoy's readiness, drain and exit"
-)]
+#[command(name = "lifeguard", version, about = "Sidecar agent that owns Envoy's readiness, drain and exit")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -14,16 +14,19 @@ pub mod cli;
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use lifeguard_base::{duration, local_http, logging, peer, url};
+pub use lifeguard_base::{duration, peer, url};
 pub use lifeguard_config as config;
 pub use lifeguard_drain as drain;
 pub use lifeguard_drain_wait as drain_wait;
 pub use lifeguard_envoy as envoy;
 pub use lifeguard_exit as exit;
 pub use lifeguard_hooks as hooks;
+pub use lifeguard_http as http;
 pub use lifeguard_inject as inject;
 pub use lifeguard_istio as istio;
+pub use lifeguard_logging as logging;
 pub use lifeguard_metrics as metrics;
 pub use lifeguard_pod as pod;
 pub use lifeguard_scrape as scrape;
 pub use lifeguard_status as status;
+pub use lifeguard_sys as sys;

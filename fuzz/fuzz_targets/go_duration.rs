@@ -87,8 +87,8 @@ pub fn run(data: &[u8]) {
     let (timeout, period) = (format!("--timeout={text}"), format!("--period={text}"));
     match command_line(&["lifeguard", "wait", &timeout, &period]).map(|cli| cli.command) {
         Ok(Command::Wait(opts)) => {
-            assert_eq!(Some(opts.timeout), parsed);
-            assert!(!opts.period.is_zero());
+            assert_eq!(Some(opts.timeout.get()), parsed);
+            assert!(!opts.period.get().is_zero());
         }
         Ok(other) => panic!("{text:?}: not the wait command: {other:?}"),
         Err(e) => {

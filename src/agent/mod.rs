@@ -46,7 +46,7 @@ pub fn main(invocation: Result<Invocation, BadSetting>) -> Ended {
             logging::init(&plan.log);
             log_settings(&plan, &effective);
             // Start-up tuning, once, before the runtime: memory and open files.
-            let open_files = lifeguard_base::sys::tune_for_run();
+            let open_files = lifeguard_sys::tune_for_run();
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .on_thread_park(return_freed_memory_now_and_then)
@@ -131,7 +131,7 @@ fn return_freed_memory_now_and_then() {
     thread_local!(static LAST: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) });
     // A coarse clock: the hook runs at every park, many times a second
     // under load.
-    let now = lifeguard_base::sys::coarse_monotonic();
+    let now = lifeguard_sys::coarse_monotonic();
     let due = LAST
         .get()
         .is_none_or(|last| now.saturating_sub(last) >= Duration::from_millis(100));

@@ -1,19 +1,20 @@
 //! The vocabulary every layer of lifeguard shares, and nothing of what
-//! lifeguard does: a crate with no lifeguard crate under it.
+//! lifeguard does: a crate with no lifeguard crate under it, and no HTTP,
+//! log subscriber or system call (`lifeguard_http`, `lifeguard_logging`
+//! and `lifeguard_sys` hold those, for the crates that use them), so the
+//! drain builds on it alone.
 //!
 //! - [`duration`]: durations as Go (and Istio's users) write them.
 //! - [`url`]: loopback URLs and Unix sockets, the only places lifeguard
 //!   sends a request.
-//! - [`local_http`]: one HTTP/1.1 request to such a URL.
 //! - [`peer`]: the one key of a peer, for every per-peer limit and table.
-//! - [`logging`]: log lines (text or JSON), their settings, a throttle.
+//! - [`throttle`]: a log line that can repeat, let through once a period.
 //! - [`grace`]: the pod's grace period and the shutdown margin, one
 //!   value the drain, the drain wait and the budget share.
 //! - [`reason`]: counting by reason, one value per reason of a closed set.
-//! - [`settings`]: what every crate's settings are made of: the parsers
-//!   clap and the file share, Go's booleans, the bad value's error.
-//! - [`sys`]: the `unsafe` calls (a pre-exec hook, one socket option, a
-//!   descriptor handed to the reactor) and the process's memory settings.
+//! - [`settings`]: what every crate's settings are made of: the value
+//!   types clap and the file read alike (durations, Go's booleans), the
+//!   error of a rule across settings.
 
 /// `Display` for a clap `ValueEnum`: the value as the user types it
 /// (`app-exit`, `inbound`, `json`). The crate that calls it names `clap`.
@@ -44,11 +45,8 @@ macro_rules! serialize_as_display {
 
 pub mod duration;
 pub mod grace;
-pub mod local_http;
-pub mod logging;
 pub mod peer;
 pub mod reason;
 pub mod settings;
-#[allow(unsafe_code)]
-pub mod sys;
+pub mod throttle;
 pub mod url;

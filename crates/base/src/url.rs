@@ -99,6 +99,8 @@ impl fmt::Display for LoopbackUrl {
     }
 }
 
+crate::serialize_as_display!(LoopbackUrl);
+
 /// Why an address was refused as a local HTTP address.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UrlError {
@@ -213,6 +215,8 @@ impl fmt::Display for ControlSocket {
         }
     }
 }
+
+crate::serialize_as_display!(ControlSocket);
 
 /// `text` for a query string: every byte but the unreserved ones as `%XX`.
 pub fn query_encode(text: &str) -> String {

@@ -20,9 +20,10 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
-use super::proxy_config::{EnvNames, ProxyLayer};
-use super::sections::FileValues;
-use super::{ConfigError, Effective, Loaded, Plan, RunArgs, Settings, Source, Why};
+use crate::entry::{Entry, Text};
+use crate::proxy_config::{EnvNames, ProxyLayer};
+use crate::sections::FileValues;
+use crate::{ConfigError, Effective, FileError, Loaded, Plan, RunArgs, Settings, Source, Why};
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::settings::SettingError;
 
@@ -56,56 +57,6 @@ fn field_name(key: &str, source: Source) -> String {
         (Source::Env, Some(arg)) => arg.get_env().map_or(key.into(), |e| e.to_string_lossy().into()),
         _ => key.to_owned(),
     }
-}
-
-/// A value a lower layer gives, in the words a user types on the command
-/// line: one value, or a list (a TOML array); or a file's value of a shape
-/// no setting takes (a table, an array in an array), refused when laid.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Text {
-    One(String),
-    List(Vec<String>),
-    Unfit(String),
-}
-
-/// A list the way a user types it on the command line: comma-separated.
-impl fmt::Display for Text {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Text::One(text) | Text::Unfit(text) => f.write_str(text),
-            Text::List(items) => f.write_str(&items.join(",")),
-        }
-    }
-}
-
-impl Text {
-    /// A file's value: a string as written, a number or a boolean as a
-    /// user types it, an array as a list of those.
-    pub(crate) fn of_toml(value: &toml::Value) -> Text {
-        let one = |value: &toml::Value| match value {
-            toml::Value::String(s) => Some(s.clone()),
-            toml::Value::Integer(i) => Some(i.to_string()),
-            toml::Value::Float(x) => Some(x.to_string()),
-            toml::Value::Boolean(b) => Some(b.to_string()),
-            toml::Value::Datetime(d) => Some(d.to_string()),
-            toml::Value::Array(_) | toml::Value::Table(_) => None,
-        };
-        let text = match value {
-            toml::Value::Array(items) => items.iter().map(one).collect::<Option<_>>().map(Text::List),
-            other => one(other).map(Text::One),
-        };
-        text.unwrap_or_else(|| Text::Unfit(value.to_string()))
-    }
-}
-
-/// One value of a lower layer: the setting's key, its text, and the name
-/// the user gave it under (`drain.shutdown_margin`, `PROXY_CONFIG
-/// drainDuration`, `POD_IP`).
-#[derive(Debug, Clone)]
-pub(crate) struct Entry {
-    pub(crate) key: String,
-    pub(crate) text: Text,
-    pub(crate) field: String,
 }
 
 /// The settings as the layers make them, and where each value that is no
@@ -299,7 +250,7 @@ impl Settings {
             .map_err(refused(named))?;
         let drain_wait = self.drain_wait.plan(&drain).map_err(refused(named))?;
         let status = self.status.plan().map_err(refused(named))?;
-        let (status_port, admin_port) = (self.status.status_addr.port(), self.envoy.admin_url.port());
+        let (status_port, admin_port) = (self.status.status_addr.get().port(), self.envoy.admin_url.port());
         let metrics = self.metrics.plan(status_port, admin_port).map_err(refused(named))?;
         Ok(Plan {
             log: self.log.clone(),
@@ -378,22 +329,22 @@ const MAX_FILE_BYTES: u64 = 1 << 20;
 /// without blocking, so a FIFO is refused at once rather than waited on.
 /// Its keys come out of their sections.
 fn read_file(path: &Path) -> Result<FileValues, ConfigError> {
-    let bad = |message: &dyn fmt::Display| ConfigError::File {
-        path: path.to_owned(),
-        message: message.to_string(),
+    let values = || {
+        let mut options = std::fs::OpenOptions::new();
+        let file = options.read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(FileError::NotARegularFile);
+        }
+        let mut text = String::new();
+        file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(FileError::TooLarge);
+        }
+        let table = text.parse().map_err(FileError::NotToml)?;
+        Ok(FileValues::from_file(table)?)
     };
-    let mut options = std::fs::OpenOptions::new();
-    let file = options.read(true).custom_flags(libc::O_NONBLOCK).open(path);
-    let file = file.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(bad(&"not a regular file"));
-    }
-    let mut text = String::new();
-    let read = file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text);
-    read.map_err(|e| bad(&format_args!("cannot read: {e}")))?;
-    if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(bad(&"larger than 1 MiB"));
-    }
-    let table = text.parse().map_err(|e: toml::de::Error| bad(&e.message()))?;
-    FileValues::from_file(table).map_err(|message| bad(&message))
+    values().map_err(|why| ConfigError::File {
+        path: path.to_owned(),
+        why,
+    })
 }

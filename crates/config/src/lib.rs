@@ -23,7 +23,11 @@
 //! - `layers`: the layers, the effective values and their sources.
 //! - `proxy_config`: `PROXY_CONFIG` as a layer.
 //! - `sections`: the file's sections, a crate's each, and the one list
-//!   `Settings` and the sections are made from.
+//!   `Settings` and the sections are made from; a key out of place
+//!   ([`KeyError`]).
+//! - `entry`: one value of a lower layer, as the file and `PROXY_CONFIG`
+//!   give it and the layers lay it (the modules above share it; it
+//!   imports none of them).
 //! - [`reference()`]: docs/configuration.md, written from the settings.
 
 use std::fmt;
@@ -31,6 +35,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+mod entry;
 mod layers;
 mod proxy_config;
 mod reference;
@@ -38,6 +43,7 @@ mod sections;
 
 pub use layers::from_clap_error;
 pub use reference::reference;
+pub use sections::KeyError;
 
 /// Options of `lifeguard run` and `check`: the settings file, then the settings.
 #[derive(Debug, Clone, Args)]
@@ -66,7 +72,7 @@ sections::sections! {
         drain_wait: lifeguard_drain_wait::Settings => "drain_wait", "lifeguard-drain-wait", "The drain wait";
         pod: lifeguard_pod::Settings => "pod", "lifeguard-pod", "The app in the pod";
         metrics: lifeguard_scrape::Settings => "metrics", "lifeguard-scrape", "Metrics and the merged scrape";
-        log: lifeguard_base::logging::Settings => "logging", "lifeguard-base", "Logs";
+        log: lifeguard_logging::Settings => "logging", "lifeguard-logging", "Logs";
         exit: lifeguard_exit::Settings => "exit", "lifeguard-exit", "The exit summary";
     }
 }
@@ -75,7 +81,7 @@ sections::sections! {
 /// once every layer was in.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub log: lifeguard_base::logging::Settings,
+    pub log: lifeguard_logging::Settings,
     pub envoy: lifeguard_envoy::Plan,
     pub drain: lifeguard_drain::Plan,
     pub drain_wait: lifeguard_drain_wait::DrainWaitPlan,
@@ -131,8 +137,8 @@ pub struct Effective {
 /// A configuration error. The message names the field and the value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("config file {path}: {message}")]
-    File { path: PathBuf, message: String },
+    #[error("config file {path}: {why}")]
+    File { path: PathBuf, why: FileError },
     #[error("invalid {field} = {value:?} (from {origin}): {why}")]
     Invalid {
         field: String,
@@ -140,6 +146,22 @@ pub enum ConfigError {
         origin: Source,
         why: Why,
     },
+}
+
+/// Why the settings file was refused as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("not a regular file")]
+    NotARegularFile,
+    #[error("larger than 1 MiB")]
+    TooLarge,
+    #[error("{}", .0.message())]
+    NotToml(#[source] toml::de::Error),
+    /// A key that is no setting, or not where it may be.
+    #[error(transparent)]
+    Key(#[from] KeyError),
 }
 
 /// Why a value was refused, kept as the error that refused it until the
@@ -175,12 +197,12 @@ pub(crate) mod tests {
 
     use clap::FromArgMatches;
     use lifeguard_base::duration;
-    use lifeguard_base::logging::LogFormat;
     use lifeguard_base::url::{ControlSocket, LoopbackUrl};
     use lifeguard_drain::{DrainScope, DrainUntil};
     use lifeguard_envoy::state::XdsCheck;
     use lifeguard_envoy::ALWAYS_IGNORED_PORTS;
     use lifeguard_exit::MessagePath;
+    use lifeguard_logging::LogFormat;
     use std::ffi::OsString;
 
     /// Loads `lifeguard run ARGS` as main does, without reading the environment.
@@ -230,42 +252,47 @@ pub(crate) mod tests {
     #[test]
     fn defaults_are_the_documented_ones() {
         let (s, eff) = load(&[]).unwrap();
-        assert_eq!(s.settings.status.status_addr, "0.0.0.0:15020".parse().unwrap());
+        assert_eq!(s.settings.status.status_addr.to_string(), "0.0.0.0:15020");
         assert_eq!(s.settings.envoy.admin_url.to_string(), "http://127.0.0.1:15000");
-        assert_eq!(s.settings.envoy.poll_interval, Duration::from_secs(1));
-        assert_eq!(s.settings.envoy.startup_poll_interval, Duration::from_millis(100));
-        assert_eq!(s.settings.envoy.admin_timeout, Duration::from_secs(1));
+        assert_eq!(s.settings.envoy.poll_interval.get(), Duration::from_secs(1));
+        assert_eq!(s.settings.envoy.startup_poll_interval.get(), Duration::from_millis(100));
+        assert_eq!(s.settings.envoy.admin_timeout.get(), Duration::from_secs(1));
         assert_eq!(s.settings.envoy.xds_check, XdsCheck::Auto);
-        assert_eq!(s.settings.log.log, "info");
-        assert!(s.settings.metrics.merge_envoy_metrics && !s.settings.drain.exit_on_zero_active_connections);
+        assert_eq!(s.settings.log.log.to_string(), "info");
+        assert!(
+            s.settings.metrics.merge_envoy_metrics.get() && !s.settings.drain.exit_on_zero_active_connections.get()
+        );
         assert_eq!(s.plan.envoy.stale_after, Duration::from_secs(4));
         assert_eq!(eff.len(), 38);
         assert_eq!(
             (
-                s.settings.drain_wait.unhealthy_threshold,
-                s.settings.drain_wait.min_quiet_period
+                s.settings.drain_wait.unhealthy_threshold.get(),
+                s.settings.drain_wait.min_quiet_period.get()
             ),
             (3, Duration::from_millis(500))
         );
         assert_eq!(
-            (s.settings.drain_wait.checker_timeout, s.settings.drain_wait.app_time),
+            (
+                s.settings.drain_wait.checker_timeout.get(),
+                s.settings.drain_wait.app_time.get()
+            ),
             (Duration::from_secs(20), Duration::from_secs(5))
         );
         assert!(s.settings.drain_wait.checker_ranges.is_empty());
         assert!(
             s.settings.status.app_probers.0.is_empty()
                 && s.settings.status.pod_ip.0.is_none()
-                && !s.settings.status.app_probe_localhost
+                && !s.settings.status.app_probe_localhost.get()
         );
         assert_eq!(s.settings.status.control_socket, ControlSocket(None));
-        assert!(s.settings.status.loopback_control);
-        assert_eq!(s.settings.drain.readiness_fail_delay, Duration::ZERO);
+        assert!(s.settings.status.loopback_control.get());
+        assert_eq!(s.settings.drain.readiness_fail_delay.get(), Duration::ZERO);
         assert_eq!(
             s.plan.drain.terminating_readiness(),
             lifeguard_drain::TerminatingReadiness::Serving
         );
         assert_eq!(s.settings.log.log_format, LogFormat::Text);
-        assert_eq!(s.settings.metrics.linger, Duration::ZERO);
+        assert_eq!(s.settings.metrics.linger.get(), Duration::ZERO);
         assert_eq!(s.settings.exit.termination_message_path, MessagePath::Auto);
         assert!(eff.iter().all(|e| e.source == Source::Default));
     }
@@ -277,9 +304,9 @@ pub(crate) mod tests {
             "poll_interval = \"2s\"\nadmin_timeout = \"300ms\"\nlog = \"debug\"\n",
         );
         let (s, eff) = load(&["--config", file.arg(), "--poll-interval", "500ms"]).unwrap();
-        assert_eq!(s.settings.envoy.poll_interval, Duration::from_millis(500));
-        assert_eq!(s.settings.envoy.admin_timeout, Duration::from_millis(300));
-        assert_eq!(s.settings.log.log, "debug");
+        assert_eq!(s.settings.envoy.poll_interval.get(), Duration::from_millis(500));
+        assert_eq!(s.settings.envoy.admin_timeout.get(), Duration::from_millis(300));
+        assert_eq!(s.settings.log.log.to_string(), "debug");
         let src = |k| eff.iter().find(|e| e.key == k).unwrap().source;
         assert_eq!(src("poll_interval"), Source::Flag);
         assert_eq!(src("admin_timeout"), Source::File);
@@ -356,20 +383,18 @@ pub(crate) mod tests {
     #[test]
     fn booleans_take_gos_forms() {
         for t in ["1", "t", "T", "TRUE", "true", "True"] {
-            assert!(
-                settings(&["--exit-on-zero-active-connections", t])
-                    .settings
-                    .drain
-                    .exit_on_zero_active_connections
-            );
+            assert!(settings(&["--exit-on-zero-active-connections", t])
+                .settings
+                .drain
+                .exit_on_zero_active_connections
+                .get());
         }
         for f in ["0", "f", "F", "FALSE", "false", "False"] {
-            assert!(
-                !settings(&["--merge-envoy-metrics", f])
-                    .settings
-                    .metrics
-                    .merge_envoy_metrics
-            );
+            assert!(!settings(&["--merge-envoy-metrics", f])
+                .settings
+                .metrics
+                .merge_envoy_metrics
+                .get());
         }
         for bad in ["yes", "tRUE", "2", ""] {
             refused(
@@ -393,14 +418,16 @@ pub(crate) mod tests {
             settings(&["--termination-grace-period", "45"])
                 .settings
                 .drain
-                .termination_grace_period,
+                .termination_grace_period
+                .get(),
             Duration::from_secs(45)
         );
         assert_eq!(
             settings(&["--termination-grace-period", "8760h"])
                 .settings
                 .drain
-                .termination_grace_period,
+                .termination_grace_period
+                .get(),
             duration::MAX
         );
     }
@@ -414,7 +441,11 @@ pub(crate) mod tests {
             "at least 10ms",
         );
         assert_eq!(
-            settings(&["--poll-interval", "10ms"]).settings.envoy.poll_interval,
+            settings(&["--poll-interval", "10ms"])
+                .settings
+                .envoy
+                .poll_interval
+                .get(),
             Duration::from_millis(10)
         );
     }
@@ -430,7 +461,7 @@ pub(crate) mod tests {
             "none",
         ]);
         assert_eq!(s.settings.log.log_format, LogFormat::Json);
-        assert_eq!(s.settings.metrics.linger, Duration::from_secs(20));
+        assert_eq!(s.settings.metrics.linger.get(), Duration::from_secs(20));
         assert_eq!(s.settings.exit.termination_message_path.resolve(), None);
         let s = settings(&["--termination-message-path", "/tmp/msg"]);
         assert_eq!(
@@ -450,7 +481,11 @@ pub(crate) mod tests {
     #[test]
     fn log_filters_are_validated() {
         assert_eq!(
-            settings(&["--log", "warn,lifeguard=debug"]).settings.log.log,
+            settings(&["--log", "warn,lifeguard=debug"])
+                .settings
+                .log
+                .log
+                .to_string(),
             "warn,lifeguard=debug"
         );
         refused(&["--log", "lifeguard=loud"], "--log", "lifeguard=loud");
@@ -477,6 +512,24 @@ pub(crate) mod tests {
             &["--config", "/nonexistent/lifeguard.toml"],
             "/nonexistent/lifeguard.toml",
             "cannot read",
+        );
+        // Typed to the end: a caller can tell a missing file from a bad key.
+        let missing = load(&["--config", "/nonexistent/lifeguard.toml"]).map(|_| ());
+        assert!(
+            matches!(&missing, Err(ConfigError::File { why: FileError::Read(e), .. }) if e.kind() == std::io::ErrorKind::NotFound),
+            "{missing:?}"
+        );
+        let misplaced = TempFile::new("misplaced.toml", "[drain]\npoll_interval = \"2s\"\n");
+        let err = load(&["--config", misplaced.arg()]).map(|_| ());
+        assert!(
+            matches!(
+                &err,
+                Err(ConfigError::File {
+                    why: FileError::Key(KeyError::Misplaced { home: "envoy", .. }),
+                    ..
+                })
+            ),
+            "{err:?}"
         );
     }
 
@@ -535,7 +588,7 @@ pub(crate) mod tests {
             "--ignore-listener-port=8081,15021",
         ]);
         assert_eq!(s.plan.drain.drain_until(), DrainUntil::Requests);
-        assert_eq!(s.settings.drain.termination_grace_period, Duration::from_secs(45));
+        assert_eq!(s.settings.drain.termination_grace_period.get(), Duration::from_secs(45));
         assert_eq!(s.plan.envoy.ignored_listener_ports, vec![8081, 15021, 15090]);
     }
 

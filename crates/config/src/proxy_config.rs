@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use lifeguard_istio::proxy_config::{ProxyConfig, ProxyConfigError};
 
-use crate::layers::{Entry, Text};
+use crate::entry::{Entry, Text};
 use crate::Settings;
 
 /// What `PROXY_CONFIG` sets: a value by setting key, as a user types it,
@@ -47,7 +47,7 @@ impl ProxyLayer {
             layer.set("envoy_drain_time", field("drainDuration"), d);
         }
         if let Some(port) = config.status_port {
-            let mut addr = below.status.status_addr;
+            let mut addr = below.status.status_addr.get();
             addr.set_port(port);
             layer.set("status_addr", field("statusPort"), addr.to_string());
         }

@@ -57,7 +57,7 @@ pub fn reference() -> String {
             out.push_str(&row(arg, None));
         }
     }
-    for section in SECTIONS {
+    for section in &SECTIONS {
         let (heading, krate, name) = (section.heading, section.krate, section.name);
         out.push_str(&format!(
             "\n## {heading}\n\n`{krate}`'s settings; in the file, the section `[{name}]`.\n\n"

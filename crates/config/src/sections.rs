@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use clap::Command;
 
-use crate::layers::{Entry, Text};
+use crate::entry::{Entry, Text};
 use crate::SECTIONS;
 
 /// One crate's settings as the file and the reference group them.
@@ -19,6 +19,8 @@ pub(crate) struct Section {
     /// The reference's heading.
     pub(crate) heading: &'static str,
     args: fn(Command) -> Command,
+    /// Its keys, read once from its arguments.
+    keys: OnceLock<Vec<String>>,
 }
 
 impl Section {
@@ -33,6 +35,7 @@ impl Section {
             krate,
             heading,
             args,
+            keys: OnceLock::new(),
         }
     }
 
@@ -41,15 +44,12 @@ impl Section {
         (self.args)(Command::new("lifeguard"))
     }
 
-    /// The section's keys (its clap arguments read once).
-    pub(crate) fn keys(&self) -> &'static [String] {
-        static KEYS: OnceLock<Vec<Vec<String>>> = OnceLock::new();
-        let all = KEYS.get_or_init(|| {
-            let ids = |s: &Section| s.command().get_arguments().map(|a| a.get_id().to_string()).collect();
-            SECTIONS.iter().map(ids).collect()
-        });
-        let at = SECTIONS.iter().position(|s| s.name == self.name).unwrap_or_default();
-        &all[at]
+    /// The section's keys (its clap arguments' ids, read once).
+    pub(crate) fn keys(&self) -> &[String] {
+        self.keys.get_or_init(|| {
+            let args = self.command();
+            args.get_arguments().map(|a| a.get_id().to_string()).collect()
+        })
     }
 
     /// The section that owns `key`, if a setting has it.
@@ -82,7 +82,7 @@ macro_rules! sections {
 
         /// Every crate's settings as the file and the reference group
         /// them, in the order [`Settings`] declares them.
-        pub(crate) const SECTIONS: &[$crate::sections::Section] = &[
+        pub(crate) static SECTIONS: [$crate::sections::Section; [$($section),*].len()] = [
             $( $crate::sections::Section::new($section, $krate, $heading, <$ty as clap::Args>::augment_args), )*
         ];
     };
@@ -97,6 +97,53 @@ pub(crate) struct FileValues {
     pub(crate) entries: Vec<Entry>,
     /// Keys written under a name they no longer have: read, and said.
     pub(crate) renamed: Vec<String>,
+}
+
+/// A key of the file that is no setting, or not where it may be.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// At the top level, neither a setting nor a section.
+    #[error(
+        "unknown field `{key}`, expected one of {} (at the top level or in its section: {})",
+        every_key(),
+        every_section()
+    )]
+    Unknown { key: String },
+    /// In a section, no setting at all.
+    #[error("unknown field `{key}` in [{section}], expected one of {}", section_keys(.section))]
+    UnknownInSection { key: String, section: &'static str },
+    /// In a section, another section's setting.
+    #[error("`{key}` belongs in [{home}], not in [{section}]")]
+    Misplaced {
+        key: String,
+        home: &'static str,
+        section: &'static str,
+    },
+    /// A section's name at the top level, with a value.
+    #[error("`{0}` is a section: write [{0}] and its keys under it")]
+    NotATable(String),
+    /// One setting under two names (the top level and its section, or an
+    /// old name and the new).
+    #[error("`{key}` is set twice: as `{first}` and as `{second}`")]
+    SetTwice { key: String, first: String, second: String },
+}
+
+/// Every setting's key, in the sections' order.
+fn every_key() -> String {
+    let keys: Vec<&str> = SECTIONS.iter().flat_map(Section::keys).map(String::as_str).collect();
+    keys.join(", ")
+}
+
+/// Every section, as the file writes it: `[status], [envoy], ...`.
+fn every_section() -> String {
+    let sections: Vec<String> = SECTIONS.iter().map(|s| format!("[{}]", s.name)).collect();
+    sections.join(", ")
+}
+
+/// The keys of the section named `name`.
+fn section_keys(name: &str) -> String {
+    let section = SECTIONS.iter().filter(|s| s.name == name);
+    section.flat_map(Section::keys).cloned().collect::<Vec<_>>().join(", ")
 }
 
 /// Keys renamed, the old name first: the drain wait's keys no longer
@@ -122,26 +169,25 @@ impl FileValues {
     /// The file's keys out of their sections. A key that is no setting, a
     /// section that is not a table, a key in a section that does not own
     /// it, and a key set twice are refused, named.
-    pub(crate) fn from_file(file: toml::Table) -> Result<FileValues, String> {
+    pub(crate) fn from_file(file: toml::Table) -> Result<FileValues, KeyError> {
         let mut out = FileValues::default();
         for (key, value) in file {
             let Some(section) = SECTIONS.iter().find(|s| s.name == key) else {
                 let (now, renamed) = current(key.clone());
                 if Section::home(&now).is_none() {
-                    return Err(unknown(&key));
+                    return Err(KeyError::Unknown { key });
                 }
                 out.note_renamed(renamed, &key, &now);
                 out.insert(now, key, value)?;
                 continue;
             };
             let toml::Value::Table(table) = value else {
-                return Err(format!("`{key}` is a section: write [{key}] and its keys under it"));
+                return Err(KeyError::NotATable(key));
             };
-            let keys = section.keys();
             for (inner, value) in table {
                 let (now, renamed) = current(inner.clone());
-                if !keys.contains(&now) {
-                    return Err(misplaced(&inner, section.name, keys));
+                if !section.keys().contains(&now) {
+                    return Err(misplaced(inner, section.name));
                 }
                 let written = format!("{key}.{inner}");
                 out.note_renamed(renamed, &written, &format!("{key}.{now}"));
@@ -159,9 +205,14 @@ impl FileValues {
         }
     }
 
-    fn insert(&mut self, key: String, written: String, value: toml::Value) -> Result<(), String> {
+    fn insert(&mut self, key: String, written: String, value: toml::Value) -> Result<(), KeyError> {
         if let Some(first) = self.entries.iter().find(|e| e.key == key) {
-            return Err(format!("`{key}` is set twice: as `{}` and as `{written}`", first.field));
+            let first = first.field.clone();
+            return Err(KeyError::SetTwice {
+                key,
+                first,
+                second: written,
+            });
         }
         self.entries.push(Entry {
             key,
@@ -172,26 +223,16 @@ impl FileValues {
     }
 }
 
-/// Why the top-level `key` is refused: it is no setting and no section.
-fn unknown(key: &str) -> String {
-    let keys: Vec<&String> = SECTIONS.iter().flat_map(Section::keys).collect();
-    let sections: Vec<String> = SECTIONS.iter().map(|s| format!("[{}]", s.name)).collect();
-    format!(
-        "unknown field `{key}`, expected one of {} (at the top level or in its section: {})",
-        keys.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
-        sections.join(", ")
-    )
-}
-
 /// Why `key` may not sit in `[section]`: it belongs in another, or it is
 /// no setting at all.
-fn misplaced(key: &str, section: &str, keys: &[String]) -> String {
-    match Section::home(key) {
-        Some(home) => format!("`{key}` belongs in [{}], not in [{section}]", home.name),
-        None => format!(
-            "unknown field `{key}` in [{section}], expected one of {}",
-            keys.join(", ")
-        ),
+fn misplaced(key: String, section: &'static str) -> KeyError {
+    match Section::home(&key) {
+        Some(home) => KeyError::Misplaced {
+            key,
+            home: home.name,
+            section,
+        },
+        None => KeyError::UnknownInSection { key, section },
     }
 }
 
@@ -200,7 +241,7 @@ mod tests {
     use super::*;
 
     fn flat(text: &str) -> Result<FileValues, String> {
-        FileValues::from_file(text.parse().unwrap())
+        FileValues::from_file(text.parse().unwrap()).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -210,7 +251,7 @@ mod tests {
         every.sort();
         every.dedup();
         assert_eq!(every.len(), count, "a key in two sections");
-        for section in SECTIONS {
+        for section in &SECTIONS {
             assert!(!every.iter().any(|k| *k == section.name), "[{}] is a key", section.name);
         }
     }

@@ -451,16 +451,17 @@ mod tests {
     /// second for the change to reach it, the quiet period and the margin.
     #[test]
     fn a_declared_load_balancers_checks_are_weighed_against_the_grace_period() {
-        use crate::settings::checks;
+        use crate::LoadBalancerChecks;
+        let checks = |s: &str| s.parse::<LoadBalancerChecks>().map(LoadBalancerChecks::get);
         for same in ["10s x 3", "10s*3", "10s×3"] {
-            assert_eq!(checks::parse(same).unwrap(), checks::parse("10sx3").unwrap(), "{same}");
+            assert_eq!(checks(same).unwrap(), checks("10sx3").unwrap(), "{same}");
         }
         for bad in ["10s", "x3", "10sx0", "0sx3", "tenx3"] {
-            assert!(checks::parse(bad).is_err(), "{bad}");
+            assert!(checks(bad).is_err(), "{bad}");
         }
         let mut plan = DrainWaitPlan::for_tests();
         plan.grace = Grace::new(Duration::from_secs(60), Duration::from_secs(2)).unwrap();
-        plan.node_checks = NodeChecks::new(vec![checks::parse("10sx3").unwrap(), checks::parse("20sx3").unwrap()]);
+        plan.node_checks = NodeChecks::new(vec![checks("10sx3").unwrap(), checks("20sx3").unwrap()]);
         let quiet = (Duration::from_secs(5), "");
         let budgets = node_checked(&plan, DrainUntil::OutOfRotation, quiet);
         // 30 + 1 + 5 + 2 = 38 s fits 60 s; 60 + 1 + 5 + 2 = 68 s does not.

@@ -443,7 +443,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_load_balancers_let_go_once_every_checker_is_done_and_the_declared_ones_had_their_time() {
         let mut plan = DrainWaitPlan::for_tests();
-        plan.node_checks = lifeguard_drain::NodeChecks::new(vec![crate::checks::parse("10sx2").unwrap()]);
+        plan.node_checks =
+            lifeguard_drain::NodeChecks::new(vec!["10sx2".parse::<crate::LoadBalancerChecks>().unwrap().get()]);
         let (wait, publish) = DrainWait::new(&plan, Checkers::default());
         let began = Instant::now();
         let let_go = {

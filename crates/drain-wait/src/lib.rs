@@ -56,7 +56,10 @@ use lifeguard_drain::{ControlError, DrainUntil};
 
 pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, HealthChecks, RemoteWait, WaitEnd, WaitState, WaitWhy};
-pub use settings::{checks, range, threshold, Checks, PlanError, Settings, ValueError};
+pub use settings::{
+    AddressRange, Checks, ChecksSetting, KubeletProbe, LoadBalancerChecks, NotAChecks, NotAProbe, NotARange,
+    NotAThreshold, PlanError, Settings, Threshold,
+};
 pub use task::run;
 
 /// What other crates' tests read of the checker table (the `testing`

@@ -2,30 +2,20 @@
 //! and how long it may take; the [`DrainWaitPlan`] they make with the
 //! drain's plan (its deadline, grace period and margin).
 
+use std::fmt;
+use std::marker::PhantomData;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::Args;
 use ipnet::IpNet;
 use lifeguard_base::duration::GoDuration;
-use lifeguard_base::settings::{positive, span};
+use lifeguard_base::settings::{PositiveSpan, Span};
 pub use lifeguard_drain::Checks;
 use lifeguard_drain::NodeChecks;
 use serde::Serialize;
 
 use crate::DrainWaitPlan;
-
-/// Why a drain wait's value was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ValueError {
-    #[error("expected an address range (CIDR), for example 35.191.0.0/16, or an address")]
-    NotARange,
-    #[error("expected a whole number from 1 to 100")]
-    NotAThreshold,
-    #[error("expected a load balancer's checks as INTERVALxTHRESHOLD, for example 10sx3 (every 10 s, out after 3 failures in a row)")]
-    NotAChecks,
-    #[error("expected the kubelet's readiness probe as PERIODxFAILURE_THRESHOLD, for example 5sx3 (periodSeconds 5, failureThreshold 3)")]
-    NotAProbe,
-}
 
 /// The drain wait's settings. In the file: the section `[drain_wait]`, a key a field
 /// (the flags and variables keep `drain-wait` in their names: they share
@@ -37,40 +27,61 @@ pub struct Settings {
     /// (a load balancer) has taken the pod out once it has had this many
     /// failed probes in a row (HAProxy and the kubelet default to 3, AWS
     /// and GCP to 2).
-    #[arg(long = "drain-wait-unhealthy-threshold", env = "LIFEGUARD_DRAIN_WAIT_UNHEALTHY_THRESHOLD", value_name = "N", default_value = "3", value_parser = threshold::parse)]
-    pub unhealthy_threshold: u32,
+    #[arg(
+        long = "drain-wait-unhealthy-threshold",
+        env = "LIFEGUARD_DRAIN_WAIT_UNHEALTHY_THRESHOLD",
+        value_name = "N",
+        default_value = "3"
+    )]
+    pub unhealthy_threshold: Threshold,
 
     /// The drain wait: the shortest quiet period. Once every checker has
     /// taken the pod out, no new request on Envoy's inbound listeners for
     /// the quiet period means the traffic has stopped; the quiet period is
     /// derived from the traffic before the drain (a gap that comes by
     /// chance at most once in a thousand), never shorter than this.
-    #[arg(long = "drain-wait-min-quiet-period", env = "LIFEGUARD_DRAIN_WAIT_MIN_QUIET_PERIOD", value_name = "DURATION", default_value = "500ms", value_parser = positive::parse)]
-    #[serde(serialize_with = "positive::serialize")]
-    pub min_quiet_period: Duration,
+    #[arg(
+        long = "drain-wait-min-quiet-period",
+        env = "LIFEGUARD_DRAIN_WAIT_MIN_QUIET_PERIOD",
+        value_name = "DURATION",
+        default_value = "500ms"
+    )]
+    pub min_quiet_period: PositiveSpan,
 
     /// The drain wait: only readiness probes from these address ranges
     /// (CIDR, comma-separated; cloud health checkers publish theirs, e.g.
     /// GoogleHC's 35.191.0.0/16,130.211.0.0/22) count as a load balancer's
     /// checks; empty: probes from anywhere but the kubelet.
-    #[arg(long = "drain-wait-checker-ranges", env = "LIFEGUARD_DRAIN_WAIT_CHECKER_RANGES", value_name = "CIDR", value_delimiter = ',', value_parser = range)]
-    #[serde(serialize_with = "ranges_shown")]
-    pub checker_ranges: Vec<IpNet>,
+    #[arg(
+        long = "drain-wait-checker-ranges",
+        env = "LIFEGUARD_DRAIN_WAIT_CHECKER_RANGES",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
+    pub checker_ranges: Vec<AddressRange>,
 
     /// The drain wait: no checker of the pod's readiness holds the wait
     /// longer than this after the drain began (a prober that checks
     /// rarely, or keeps probing without failing enough, cannot hold every
     /// rollout to the grace period).
-    #[arg(long = "drain-wait-checker-timeout", env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT", value_name = "DURATION", default_value = "20s", value_parser = positive::parse)]
-    #[serde(serialize_with = "positive::serialize")]
-    pub checker_timeout: Duration,
+    #[arg(
+        long = "drain-wait-checker-timeout",
+        env = "LIFEGUARD_DRAIN_WAIT_CHECKER_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "20s"
+    )]
+    pub checker_timeout: PositiveSpan,
 
     /// The drain wait: time kept for the app between the wait's end and the
     /// drain's deadline, when the wait ends at its bound (at most half the
     /// deadline): the app gets its SIGTERM this long before Envoy is stopped.
-    #[arg(long = "drain-wait-app-time", env = "LIFEGUARD_DRAIN_WAIT_APP_TIME", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
-    #[serde(serialize_with = "span::serialize")]
-    pub app_time: Duration,
+    #[arg(
+        long = "drain-wait-app-time",
+        env = "LIFEGUARD_DRAIN_WAIT_APP_TIME",
+        value_name = "DURATION",
+        default_value = "5s"
+    )]
+    pub app_time: Span,
 
     /// The health checks of the load balancers that check the node
     /// (externalTrafficPolicy: Local: an NLB with instance targets, GKE's
@@ -86,9 +97,13 @@ pub struct Settings {
     /// the change to reach it, the quiet period and the shutdown margin),
     /// and a gateway keeps its kept-alive connections open until that long
     /// after the drain began.
-    #[arg(long = "load-balancer-checks", env = "LIFEGUARD_LOAD_BALANCER_CHECKS", value_name = "INTERVALxTHRESHOLD", value_delimiter = ',', value_parser = checks::parse)]
-    #[serde(serialize_with = "checks::serialize_all")]
-    pub load_balancer_checks: Vec<Checks>,
+    #[arg(
+        long = "load-balancer-checks",
+        env = "LIFEGUARD_LOAD_BALANCER_CHECKS",
+        value_name = "INTERVALxTHRESHOLD",
+        value_delimiter = ','
+    )]
+    pub load_balancer_checks: Vec<LoadBalancerChecks>,
 
     /// The kubelet's readinessProbe of this container as the pod spec sets
     /// it, periodSeconds x failureThreshold (Kubernetes' defaults, 10sx3,
@@ -96,9 +111,9 @@ pub struct Settings {
     /// (MetalLB) withdraws the node only once the kubelet has seen that
     /// many failed probes, which `lifeguard check` and start-up weigh
     /// against the grace period (set, they hold the pod to it).
-    #[arg(long = "kubelet-probe", env = "LIFEGUARD_KUBELET_PROBE", value_name = "PERIODxTHRESHOLD", value_parser = checks::probe)]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "checks::serialize_one")]
-    pub kubelet_probe: Option<Checks>,
+    #[arg(long = "kubelet-probe", env = "LIFEGUARD_KUBELET_PROBE", value_name = "PERIODxTHRESHOLD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_probe: Option<KubeletProbe>,
 
     /// The drain wait: the longest quiet period (not set: the wait's
     /// bound). At sparse traffic the quiet period that tells a stopped
@@ -107,42 +122,13 @@ pub struct Settings {
     /// cost: a gap this long then comes by chance more often than once in
     /// a thousand, and a load balancer still sending after it loses those
     /// requests.
-    #[arg(long = "drain-wait-max-quiet-period", env = "LIFEGUARD_DRAIN_WAIT_MAX_QUIET_PERIOD", value_name = "DURATION", value_parser = positive::parse)]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "given_positive")]
-    pub max_quiet_period: Option<Duration>,
-}
-
-/// A duration given, as a user writes it.
-fn given_positive<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => positive::serialize(d, s),
-        None => s.serialize_none(),
-    }
-}
-
-/// A load balancer's checks: `10sx3`, `10s x 3`, `10s*3` or `10s×3`.
-pub mod checks {
-    use super::*;
-
-    pub fn parse(s: &str) -> Result<Checks, ValueError> {
-        s.parse().map_err(|_| ValueError::NotAChecks)
-    }
-
-    /// The kubelet's probe, written the same way (`5sx3`).
-    pub fn probe(s: &str) -> Result<Checks, ValueError> {
-        s.parse().map_err(|_| ValueError::NotAProbe)
-    }
-
-    pub fn serialize_all<S: serde::Serializer>(v: &[Checks], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(v.iter().map(ToString::to_string))
-    }
-
-    pub fn serialize_one<S: serde::Serializer>(v: &Option<Checks>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(v) => s.collect_str(v),
-            None => s.serialize_none(),
-        }
-    }
+    #[arg(
+        long = "drain-wait-max-quiet-period",
+        env = "LIFEGUARD_DRAIN_WAIT_MAX_QUIET_PERIOD",
+        value_name = "DURATION"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_quiet_period: Option<PositiveSpan>,
 }
 
 /// A rule across the drain wait's settings that does not hold.
@@ -171,64 +157,152 @@ impl Settings {
     /// plan takes them (how long the kubelet is told a terminating pod
     /// serves).
     pub fn node_checks(&self) -> NodeChecks {
-        NodeChecks::new(self.load_balancer_checks.clone())
+        NodeChecks::new(self.load_balancer_checks.iter().map(|c| c.get()).collect())
     }
 
     /// The drain wait's plan, within the drain's.
     pub fn plan(&self, drain: &lifeguard_drain::Plan) -> Result<DrainWaitPlan, PlanError> {
-        if let Some(max) = self.max_quiet_period.filter(|max| *max < self.min_quiet_period) {
-            return Err(PlanError::MaxQuietBelowMin(self.min_quiet_period, max));
+        let (min, max) = (
+            self.min_quiet_period.get(),
+            self.max_quiet_period.map(PositiveSpan::get),
+        );
+        if let Some(max) = max.filter(|max| *max < min) {
+            return Err(PlanError::MaxQuietBelowMin(min, max));
         }
         let deadline = drain.grace().deadline();
         Ok(DrainWaitPlan {
-            unhealthy_threshold: self.unhealthy_threshold,
-            min_quiet_period: self.min_quiet_period,
-            checker_timeout: self.checker_timeout,
+            unhealthy_threshold: self.unhealthy_threshold.get(),
+            min_quiet_period: min,
+            checker_timeout: self.checker_timeout.get(),
             fails_after: drain.readiness_fail_delay(),
-            checker_ranges: self.checker_ranges.clone(),
+            checker_ranges: self.checker_ranges.iter().map(|r| r.get()).collect(),
             grace: drain.grace(),
             // Never more than half the deadline: a short grace period
             // still leaves the wait half of it.
-            app_time: self.app_time.min(deadline / 2),
+            app_time: self.app_time.get().min(deadline / 2),
             node_checks: drain.node_checks().clone(),
-            kubelet_probe: self.kubelet_probe,
+            kubelet_probe: self.kubelet_probe.map(KubeletProbe::get),
             kubelet_served: drain.terminating_readiness() == lifeguard_drain::TerminatingReadiness::Serving,
-            max_quiet_period: self.max_quiet_period,
+            max_quiet_period: max,
         })
     }
 }
 
 /// A count of failed probes in a row, 1 to 100.
-pub mod threshold {
-    use super::*;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Threshold(u32);
 
-    /// From its text (a flag's, an env variable's, a file's).
-    pub fn parse(s: &str) -> Result<u32, ValueError> {
-        let n: u32 = s.trim().parse().map_err(|_| ValueError::NotAThreshold)?;
-        check(n)
+/// A threshold that is not a whole number from 1 to 100.
+#[derive(Debug, thiserror::Error)]
+#[error("expected a whole number from 1 to 100")]
+pub struct NotAThreshold;
+
+impl Threshold {
+    pub fn get(self) -> u32 {
+        self.0
     }
+}
 
-    fn check(n: u32) -> Result<u32, ValueError> {
-        match n {
-            1..=100 => Ok(n),
-            _ => Err(ValueError::NotAThreshold),
+impl FromStr for Threshold {
+    type Err = NotAThreshold;
+    fn from_str(s: &str) -> Result<Threshold, NotAThreshold> {
+        match s.trim().parse() {
+            Ok(n @ 1..=100) => Ok(Threshold(n)),
+            _ => Err(NotAThreshold),
         }
     }
 }
 
-/// An address range: `35.191.0.0/16`, `2600:2d00:1:b029::/64`, or one
-/// address (`10.0.0.5`, a range of one).
-pub fn range(s: &str) -> Result<IpNet, ValueError> {
-    let s = s.trim();
-    if let Ok(net) = s.parse::<IpNet>() {
-        return Ok(net.trunc());
+impl fmt::Display for Threshold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
-    s.parse::<std::net::IpAddr>()
-        .map(IpNet::from)
-        .map_err(|_| ValueError::NotARange)
 }
 
-/// Address ranges, as a user writes them.
-fn ranges_shown<S: serde::Serializer>(v: &[IpNet], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(v.iter().map(ToString::to_string))
+lifeguard_base::serialize_as_display!(Threshold);
+
+/// An address range: `35.191.0.0/16`, `2600:2d00:1:b029::/64`, or one
+/// address (`10.0.0.5`, a range of one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressRange(IpNet);
+
+/// Text that is neither an address range nor an address.
+#[derive(Debug, thiserror::Error)]
+#[error("expected an address range (CIDR), for example 35.191.0.0/16, or an address")]
+pub struct NotARange;
+
+impl AddressRange {
+    pub fn get(self) -> IpNet {
+        self.0
+    }
+}
+
+impl FromStr for AddressRange {
+    type Err = NotARange;
+    fn from_str(s: &str) -> Result<AddressRange, NotARange> {
+        let s = s.trim();
+        if let Ok(net) = s.parse::<IpNet>() {
+            return Ok(AddressRange(net.trunc()));
+        }
+        let addr = s.parse::<std::net::IpAddr>().map_err(|_| NotARange)?;
+        Ok(AddressRange(addr.into()))
+    }
+}
+
+impl fmt::Display for AddressRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+lifeguard_base::serialize_as_display!(AddressRange);
+
+/// [`Checks`] as a setting takes them (`10sx3`, `10s x 3`, `10s*3` or
+/// `10s×3`), refused in that setting's words: `E`, the error of
+/// `--load-balancer-checks` ([`LoadBalancerChecks`]) or of
+/// `--kubelet-probe` ([`KubeletProbe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChecksSetting<E>(Checks, PhantomData<E>);
+
+/// A load balancer's checks of the node.
+pub type LoadBalancerChecks = ChecksSetting<NotAChecks>;
+
+/// The kubelet's readiness probe, written as a load balancer's checks
+/// (`5sx3`: periodSeconds 5, failureThreshold 3).
+pub type KubeletProbe = ChecksSetting<NotAProbe>;
+
+/// Text that is not a load balancer's checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, thiserror::Error)]
+#[error("expected a load balancer's checks as INTERVALxTHRESHOLD, for example 10sx3 (every 10 s, out after 3 failures in a row)")]
+pub struct NotAChecks;
+
+/// Text that is not the kubelet's probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, thiserror::Error)]
+#[error("expected the kubelet's readiness probe as PERIODxFAILURE_THRESHOLD, for example 5sx3 (periodSeconds 5, failureThreshold 3)")]
+pub struct NotAProbe;
+
+impl<E> ChecksSetting<E> {
+    pub fn get(self) -> Checks {
+        self.0
+    }
+}
+
+impl<E: Default> FromStr for ChecksSetting<E> {
+    type Err = E;
+    fn from_str(s: &str) -> Result<ChecksSetting<E>, E> {
+        let checks = s.parse().map_err(|_| E::default())?;
+        Ok(ChecksSetting(checks, PhantomData))
+    }
+}
+
+impl<E> fmt::Display for ChecksSetting<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<E> Serialize for ChecksSetting<E> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }

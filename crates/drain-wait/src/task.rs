@@ -21,7 +21,7 @@ use super::{ms, DrainWaitPlan, Traffic, READ_EVERY};
 use lifeguard_base::duration::GoDuration;
 #[cfg(test)]
 use lifeguard_base::grace::Grace;
-use lifeguard_base::logging::Throttle;
+use lifeguard_base::throttle::Throttle;
 use lifeguard_drain::CheckerKey;
 use lifeguard_drain::WaitingOn;
 use lifeguard_drain::{DrainUntil, Phase, Status};

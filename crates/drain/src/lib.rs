@@ -65,7 +65,7 @@ pub use plan::{DrainScope, Plan};
 pub use ports::Active;
 pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Work};
 pub use rotation::{CheckerKey, Conclusion, Pending, Rotation, RotationVerdict, WaitingOn};
-pub use settings::{grace, PlanError, Reads, Settings};
+pub use settings::{GracePeriod, PlanError, Reads, Settings};
 pub use status::Outcome;
 pub use status::{Awaiting, Left, Phase, PhaseCell, Published, Remaining, Status};
 pub use trigger::{Asker, Signal, Trigger};

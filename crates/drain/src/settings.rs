@@ -2,26 +2,46 @@
 //! policy and its times, which listeners drain), and the [`Plan`] they
 //! make once the rules across them hold ([`PlanError`] when one does not).
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{ArgAction, Args};
-use lifeguard_base::duration::{self, DurationError, GoDuration};
+use clap::Args;
+use lifeguard_base::duration::{DurationError, GoDuration};
 use lifeguard_base::grace::{Grace, GraceError};
-use lifeguard_base::settings::{go_bool, span, SettingError};
+use lifeguard_base::settings::{GoBool, PositiveSpan, SettingError, Span};
 use serde::Serialize;
 
 use crate::{DrainScope, DrainUntil, NodeChecks, Plan, TerminatingReadiness};
 
-lifeguard_base::setting_value!(
-    /// The grace period: a duration, or a bare number of seconds as
-    /// Kubernetes writes terminationGracePeriodSeconds; greater than zero.
-    pub grace: Duration = grace_period, shown as |d: &Duration| GoDuration(*d)
-);
+/// The pod's grace period: a duration, or a bare number of seconds as
+/// Kubernetes writes terminationGracePeriodSeconds (`30`); greater than
+/// zero. Shown as a duration (`30s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GracePeriod(PositiveSpan);
 
-fn grace_period(s: &str) -> Result<Duration, DurationError> {
-    let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    duration::positive(&if bare { format!("{s}s") } else { s.to_owned() })
+impl GracePeriod {
+    pub fn get(self) -> Duration {
+        self.0.get()
+    }
 }
+
+impl FromStr for GracePeriod {
+    type Err = DurationError;
+    fn from_str(s: &str) -> Result<GracePeriod, DurationError> {
+        let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let span = if bare { format!("{s}s").parse() } else { s.parse() };
+        span.map(GracePeriod)
+    }
+}
+
+impl fmt::Display for GracePeriod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+lifeguard_base::serialize_as_display!(GracePeriod);
 
 /// The drain's settings. In the file: the section `[drain]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -29,47 +49,42 @@ fn grace_period(s: &str) -> Result<Duration, DurationError> {
 pub struct Settings {
     /// The pod's terminationGracePeriodSeconds (a bare number counts as
     /// seconds); the drain ends by this minus the shutdown margin.
-    #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION", default_value = "30s", value_parser = grace::parse)]
-    #[serde(serialize_with = "grace::serialize")]
-    pub termination_grace_period: Duration,
+    #[arg(long, env = "TERMINATION_GRACE_PERIOD", value_name = "DURATION", default_value = "30s")]
+    pub termination_grace_period: GracePeriod,
 
     /// Time kept back from the grace period to stop Envoy and exit (at
     /// least 100ms): the drain's deadline is the grace period less this.
     /// Envoy gets the rest of the grace period between SIGTERM and SIGKILL
     /// (less a quarter of this, for lifeguard's own exit).
-    #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s", value_parser = span::parse)]
-    #[serde(serialize_with = "span::serialize")]
-    pub shutdown_margin: Duration,
+    #[arg(long, env = "LIFEGUARD_SHUTDOWN_MARGIN", value_name = "DURATION", default_value = "2s")]
+    pub shutdown_margin: Span,
 
     /// Pause after readiness turns 503 and before Envoy starts draining, so
     /// endpoint removal can propagate.
-    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
-    #[serde(serialize_with = "span::serialize")]
-    pub drain_delay: Duration,
+    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DURATION", default_value = "0s")]
+    pub drain_delay: Span,
 
     /// Start Envoy's drain at once but keep readiness answering the load
     /// balancers as Envoy does for this long (the opposite order of
     /// --drain-delay), as Envoy Gateway's healthCheckFailureDelay: they
     /// see the 503 only then.
-    #[arg(long, env = "LIFEGUARD_READINESS_FAIL_DELAY", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
-    #[serde(serialize_with = "span::serialize")]
-    pub readiness_fail_delay: Duration,
+    #[arg(long, env = "LIFEGUARD_READINESS_FAIL_DELAY", value_name = "DURATION", default_value = "0s")]
+    pub readiness_fail_delay: Span,
 
     /// Fixed policy: how long Envoy drains before it is stopped (5s when
     /// not given; given, it makes the fixed policy the default).
-    #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION", value_parser = span::parse)]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "given_span")]
-    pub termination_drain_duration: Option<Duration>,
+    #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub termination_drain_duration: Option<Span>,
 
     /// Stop Envoy once its active downstream connections reach zero (true
     /// or false; makes --drain-until default to connections).
-    #[arg(long, env = "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value_name = "BOOL", default_value = "false", action = ArgAction::Set, value_parser = go_bool)]
-    pub exit_on_zero_active_connections: bool,
+    #[arg(long, env = "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", value_name = "BOOL", default_value = "false")]
+    pub exit_on_zero_active_connections: GoBool,
 
     /// Exit-on-zero policies: the shortest drain.
-    #[arg(long, env = "MINIMUM_DRAIN_DURATION", value_name = "DURATION", default_value = "5s", value_parser = span::parse)]
-    #[serde(serialize_with = "span::serialize")]
-    pub minimum_drain_duration: Duration,
+    #[arg(long, env = "MINIMUM_DRAIN_DURATION", value_name = "DURATION", default_value = "5s")]
+    pub minimum_drain_duration: Span,
 
     /// What the drain waits for: app-exit (Envoy idle and the app gone),
     /// out-of-rotation (a gateway: every load balancer has taken the pod
@@ -100,22 +115,8 @@ pub struct Settings {
     /// but app-exit) or failing (503 from the drain's start, as every
     /// other prober). Load balancers get 503 from the drain's start either
     /// way; an operator's POST /drain gives everyone 503.
-    #[arg(
-        long,
-        env = "LIFEGUARD_TERMINATING_READINESS",
-        value_name = "ANSWER",
-        default_value = "serving"
-    )]
+    #[arg(long, env = "LIFEGUARD_TERMINATING_READINESS", value_name = "ANSWER", default_value = "serving")]
     pub terminating_readiness: TerminatingReadiness,
-}
-
-/// A duration given, as a user writes it (`skip_serializing_if` leaves
-/// out one not given).
-fn given_span<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => span::serialize(d, s),
-        None => s.serialize_none(),
-    }
 }
 
 /// The fixed policy's drain when none is given (Istio's
@@ -159,7 +160,7 @@ impl SettingError for PlanError {
 impl Settings {
     /// The pod's grace period and the margin kept back from it.
     pub fn grace(&self) -> Result<Grace, GraceError> {
-        Grace::new(self.termination_grace_period, self.shutdown_margin)
+        Grace::new(self.termination_grace_period.get(), self.shutdown_margin.get())
     }
 
     /// The drain's plan; `reads` are the Envoy crate's, `node_checks` the
@@ -168,12 +169,13 @@ impl Settings {
     /// duration, the scope.
     pub fn plan(&self, reads: Reads, node_checks: NodeChecks) -> Result<Plan, PlanError> {
         let grace = self.grace()?;
-        if !self.drain_delay.is_zero() && !self.readiness_fail_delay.is_zero() {
-            return Err(PlanError::BothDelays(self.readiness_fail_delay));
+        let (drain_delay, readiness_fail_delay) = (self.drain_delay.get(), self.readiness_fail_delay.get());
+        if !drain_delay.is_zero() && !readiness_fail_delay.is_zero() {
+            return Err(PlanError::BothDelays(readiness_fail_delay));
         }
         let drain_until = match self.drain_until {
             Some(asked) => asked,
-            None if self.exit_on_zero_active_connections => DrainUntil::Connections,
+            None if self.exit_on_zero_active_connections.get() => DrainUntil::Connections,
             None if self.termination_drain_duration.is_some() => DrainUntil::Time,
             // A gateway: no app to wait for.
             None if self.drain_scope == DrainScope::All => DrainUntil::OutOfRotation,
@@ -183,12 +185,12 @@ impl Settings {
             drain_until,
             asked: self.drain_until.is_some(),
             scope: self.drain_scope,
-            drain_delay: self.drain_delay,
-            readiness_fail_delay: self.readiness_fail_delay,
+            drain_delay,
+            readiness_fail_delay,
             termination_drain_duration: self
                 .termination_drain_duration
-                .unwrap_or(DEFAULT_TERMINATION_DRAIN_DURATION),
-            minimum_drain_duration: self.minimum_drain_duration,
+                .map_or(DEFAULT_TERMINATION_DRAIN_DURATION, Span::get),
+            minimum_drain_duration: self.minimum_drain_duration.get(),
             grace,
             admin_timeout: reads.admin_timeout,
             poll_interval: reads.poll_interval,

@@ -2,7 +2,7 @@
 //! Unix socket only the proxy's container can reach).
 //!
 //! Every call opens a fresh connection (loopback TCP or a Unix socket,
-//! through [`lifeguard_base::local_http`]), and the whole exchange (connect,
+//! through [`lifeguard_http`]), and the whole exchange (connect,
 //! request, reading the body) runs under one timeout, so a hung or slow
 //! Envoy costs at most that timeout and never a stuck task; the one
 //! exception is the merged scrape's streamed read ([`AdminClient::open`]),
@@ -23,8 +23,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use lifeguard_base::local_http::{fetch, FetchError};
 use lifeguard_base::url::{LocalStream, LoopbackUrl};
+use lifeguard_http::{fetch, FetchError};
 
 /// Why an admin call did not produce a usable body.
 #[derive(Debug, thiserror::Error)]

@@ -39,4 +39,4 @@ pub mod state;
 pub mod stats;
 pub mod version;
 
-pub use settings::{poll, url, Plan, Settings, ALWAYS_IGNORED_PORTS};
+pub use settings::{Plan, PollInterval, Settings, ALWAYS_IGNORED_PORTS};

@@ -140,7 +140,7 @@ impl Child {
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty Envoy command"))?;
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(std::process::Stdio::null()).process_group(0);
-        lifeguard_base::sys::kill_child_when_parent_dies(&mut cmd);
+        lifeguard_sys::kill_child_when_parent_dies(&mut cmd);
         let mut child = cmd.spawn()?;
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
         let (tx, rx) = watch::channel(None);

@@ -3,26 +3,50 @@
 //! requires, Envoy's own drain time and the listeners the drain leaves out;
 //! the [`Plan`] they make.
 
-use lifeguard_base::grace::Grace;
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::Args;
-use lifeguard_base::duration::{self, GoDuration};
-use lifeguard_base::settings::{positive, span};
+use lifeguard_base::duration::{self, DurationError, GoDuration};
+use lifeguard_base::grace::Grace;
+use lifeguard_base::settings::{PositiveSpan, Span};
 use lifeguard_base::url::LoopbackUrl;
 use serde::Serialize;
+
+use lifeguard_drain::Reads;
 
 use crate::poller::Schedule;
 use crate::state::XdsCheck;
 
-lifeguard_base::setting_value!(
-    /// A loopback URL or a Unix socket.
-    pub url: LoopbackUrl = <LoopbackUrl as std::str::FromStr>::from_str, shown as |u: &LoopbackUrl| u.clone()
-);
-lifeguard_base::setting_value!(
-    /// A poll interval: at least 10ms.
-    pub poll: Duration = |s| duration::at_least(s, Duration::from_millis(10)), shown as |d: &Duration| GoDuration(*d)
-);
+/// How often Envoy's admin is read: a duration of at least
+/// [`PollInterval::MIN`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollInterval(Duration);
+
+impl PollInterval {
+    /// The shortest interval: 10ms.
+    pub const MIN: Duration = Duration::from_millis(10);
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
+}
+
+impl FromStr for PollInterval {
+    type Err = DurationError;
+    fn from_str(s: &str) -> Result<PollInterval, DurationError> {
+        duration::at_least(s, Self::MIN).map(PollInterval)
+    }
+}
+
+impl fmt::Display for PollInterval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        GoDuration(self.0).fmt(f)
+    }
+}
+
+lifeguard_base::serialize_as_display!(PollInterval);
 
 /// Listener ports never waited for: Istio's status (15021) and Prometheus
 /// (15090) listeners, whose own probe and scrape traffic never ends.
@@ -36,26 +60,22 @@ pub struct Settings {
     /// ::1), or a Unix socket (`unix:///PATH`, the locked form). Every
     /// admin call goes there: readiness, the drain, the counts, the merged
     /// scrape, the stop.
-    #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL", default_value = "http://127.0.0.1:15000", value_parser = url::parse)]
-    #[serde(serialize_with = "url::serialize")]
+    #[arg(long, env = "LIFEGUARD_ADMIN_URL", value_name = "URL", default_value = "http://127.0.0.1:15000")]
     pub admin_url: LoopbackUrl,
 
     /// How often Envoy's admin is read once Envoy is ready (`/ready`; at
     /// least 10ms).
-    #[arg(long, env = "LIFEGUARD_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = poll::parse)]
-    #[serde(serialize_with = "poll::serialize")]
-    pub poll_interval: Duration,
+    #[arg(long, env = "LIFEGUARD_POLL_INTERVAL", value_name = "DURATION", default_value = "1s")]
+    pub poll_interval: PollInterval,
 
     /// How often Envoy's admin is read while Envoy is not ready (the full
     /// stats check; at least 10ms).
-    #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION", default_value = "100ms", value_parser = poll::parse)]
-    #[serde(serialize_with = "poll::serialize")]
-    pub startup_poll_interval: Duration,
+    #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION", default_value = "100ms")]
+    pub startup_poll_interval: PollInterval,
 
     /// Timeout of one admin API call: connect, request and body.
-    #[arg(long, env = "LIFEGUARD_ADMIN_TIMEOUT", value_name = "DURATION", default_value = "1s", value_parser = positive::parse)]
-    #[serde(serialize_with = "positive::serialize")]
-    pub admin_timeout: Duration,
+    #[arg(long, env = "LIFEGUARD_ADMIN_TIMEOUT", value_name = "DURATION", default_value = "1s")]
+    pub admin_timeout: PositiveSpan,
 
     /// Require the first CDS/LDS update: auto (when Envoy has those
     /// counters, as when fed by istiod), required, or off.
@@ -66,9 +86,8 @@ pub struct Settings {
     /// sets it: how long Envoy may take before it closes drained listeners
     /// (Istio's drainDuration). 0s: the grace period, so Envoy never closes
     /// them before lifeguard's deadline.
-    #[arg(long, env = "LIFEGUARD_ENVOY_DRAIN_TIME", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
-    #[serde(serialize_with = "span::serialize")]
-    pub envoy_drain_time: Duration,
+    #[arg(long, env = "LIFEGUARD_ENVOY_DRAIN_TIME", value_name = "DURATION", default_value = "0s")]
+    pub envoy_drain_time: Span,
 
     /// Listener port whose connections the drain does not wait for
     /// (repeatable; 15021 and 15090 are always left out).
@@ -95,10 +114,10 @@ pub struct Plan {
 
 impl Settings {
     /// How the drain reads Envoy.
-    pub fn reads(&self) -> lifeguard_drain::Reads {
-        lifeguard_drain::Reads {
-            admin_timeout: self.admin_timeout,
-            poll_interval: self.poll_interval,
+    pub fn reads(&self) -> Reads {
+        Reads {
+            admin_timeout: self.admin_timeout.get(),
+            poll_interval: self.poll_interval.get(),
         }
     }
 
@@ -109,16 +128,20 @@ impl Settings {
         ignored.extend(ALWAYS_IGNORED_PORTS);
         ignored.sort_unstable();
         ignored.dedup();
+        let Reads {
+            admin_timeout,
+            poll_interval,
+        } = self.reads();
         Plan {
             admin_url: self.admin_url.clone(),
-            admin_timeout: self.admin_timeout,
+            admin_timeout,
             schedule: Schedule {
-                poll_interval: self.poll_interval,
-                startup_poll_interval: self.startup_poll_interval,
+                poll_interval,
+                startup_poll_interval: self.startup_poll_interval.get(),
                 xds_check: self.xds_check,
             },
-            stale_after: self.poll_interval * 3 + self.admin_timeout,
-            drain_time: match self.envoy_drain_time {
+            stale_after: poll_interval * 3 + admin_timeout,
+            drain_time: match self.envoy_drain_time.get() {
                 t if t.is_zero() => grace.period(),
                 t => t,
             },

@@ -349,15 +349,9 @@ pub struct Settings {
     /// Where the exit summary (one line of JSON, at most 4 KiB) is written
     /// for Kubernetes to show as the container's termination message: auto
     /// (/dev/termination-log when that file exists), none, or a path.
-    #[arg(long, env = "LIFEGUARD_TERMINATION_MESSAGE_PATH", value_name = "PATH", default_value = "auto", value_parser = message_path::parse)]
-    #[serde(serialize_with = "message_path::serialize")]
+    #[arg(long, env = "LIFEGUARD_TERMINATION_MESSAGE_PATH", value_name = "PATH", default_value = "auto")]
     pub termination_message_path: MessagePath,
 }
-
-lifeguard_base::setting_value!(
-    /// Where the exit summary goes: `auto`, `none`, or a path.
-    pub message_path: MessagePath = MessagePath::from_str, shown as |p: &MessagePath| p.clone()
-);
 
 /// Why a termination-message path was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -387,6 +381,8 @@ impl fmt::Display for MessagePath {
         }
     }
 }
+
+lifeguard_base::serialize_as_display!(MessagePath);
 
 #[cfg(test)]
 mod tests {

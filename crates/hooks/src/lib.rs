@@ -16,16 +16,16 @@
 //! exit code: 0 done, 1 otherwise), having said why on stderr. Every
 //! network call has a timeout, and every URL must be loopback.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
 
-use std::str::FromStr;
-
-use lifeguard_base::duration::{self, GoDuration};
-use lifeguard_base::local_http::{fetch, FetchError};
-use lifeguard_base::url::ControlSocket;
-use lifeguard_base::url::{parse_loopback_url, LoopbackUrl};
+use lifeguard_base::duration::GoDuration;
+use lifeguard_base::settings::{PositiveSpan, Span};
+use lifeguard_base::url::{parse_loopback_url, ControlSocket, LoopbackUrl, UrlError};
+use lifeguard_http::{fetch, FetchError};
 use lifeguard_pod::app;
 
 /// How a hook helper ended.
@@ -43,37 +43,59 @@ pub enum HookEnd {
 /// How often a waiting helper reports on stderr.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 
+/// A URL to poll: a loopback address and a path
+/// (`http://127.0.0.1:15021/healthz/ready`).
+#[derive(Debug, Clone)]
+pub(crate) struct PollUrl {
+    url: LoopbackUrl,
+    path: String,
+}
+
+impl FromStr for PollUrl {
+    type Err = UrlError;
+    fn from_str(s: &str) -> Result<PollUrl, UrlError> {
+        let (url, path) = parse_loopback_url(s)?;
+        Ok(PollUrl { url, path })
+    }
+}
+
+impl fmt::Display for PollUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.url, self.path)
+    }
+}
+
 /// Options of `lifeguard wait`, as the command line declares them.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WaitOptions {
     /// Readiness URL to poll (loopback only).
-    #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready", value_parser = parse_loopback_url)]
-    pub(crate) url: (LoopbackUrl, String),
+    #[arg(long, default_value = "http://127.0.0.1:15021/healthz/ready")]
+    pub(crate) url: PollUrl,
     /// Give up after this long; 0 waits forever.
-    #[arg(long, default_value = "60s", value_parser = duration::parse)]
-    pub timeout: Duration,
+    #[arg(long, default_value = "60s")]
+    pub timeout: Span,
     /// Time between attempts.
-    #[arg(long, default_value = "500ms", value_parser = duration::positive)]
-    pub period: Duration,
+    #[arg(long, default_value = "500ms")]
+    pub period: PositiveSpan,
     /// Timeout of one attempt.
-    #[arg(long, default_value = "500ms", value_parser = duration::positive)]
-    pub(crate) request_timeout: Duration,
+    #[arg(long, default_value = "500ms")]
+    pub(crate) request_timeout: PositiveSpan,
 }
 
 /// Polls the readiness URL until it answers 200.
 pub async fn wait(opts: &WaitOptions) -> HookEnd {
-    let (url, path) = &opts.url;
+    let PollUrl { url, path } = &opts.url;
+    let (timeout, period, request_timeout) = (opts.timeout.get(), opts.period.get(), opts.request_timeout.get());
     let started = Instant::now();
     let mut last_report = started;
     loop {
         let attempt = Instant::now();
-        let answer = tokio::time::timeout(opts.request_timeout, fetch(url, Method::GET, path, 4096)).await;
+        let answer = tokio::time::timeout(request_timeout, fetch(url, Method::GET, path, 4096)).await;
         let last = match answer {
             Ok(Ok((StatusCode::OK, _))) => {
                 eprintln!(
-                    "lifeguard wait: {}{} is ready after {}",
-                    url,
-                    path,
+                    "lifeguard wait: {} is ready after {}",
+                    opts.url,
                     GoDuration(round_ms(started.elapsed()))
                 );
                 return HookEnd::Done;
@@ -83,15 +105,13 @@ pub async fn wait(opts: &WaitOptions) -> HookEnd {
                 format!("{} {}", status.as_u16(), body.trim())
             }
             Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {}", GoDuration(opts.request_timeout)),
+            Err(_) => format!("no answer within {}", opts.request_timeout),
         };
         let waited = started.elapsed();
-        if !opts.timeout.is_zero() && waited >= opts.timeout {
+        if !timeout.is_zero() && waited >= timeout {
             eprintln!(
-                "lifeguard wait: {}{} not ready after {}; last answer: {last}",
-                url,
-                path,
-                GoDuration(opts.timeout)
+                "lifeguard wait: {} not ready after {}; last answer: {last}",
+                opts.url, opts.timeout
             );
             return HookEnd::GaveUp;
         }
@@ -102,9 +122,9 @@ pub async fn wait(opts: &WaitOptions) -> HookEnd {
             );
             last_report = Instant::now();
         }
-        let mut next = attempt + opts.period;
-        if !opts.timeout.is_zero() {
-            next = next.min(started + opts.timeout);
+        let mut next = attempt + period;
+        if !timeout.is_zero() {
+            next = next.min(started + timeout);
         }
         tokio::time::sleep_until(next.into()).await;
     }
@@ -114,11 +134,11 @@ pub async fn wait(opts: &WaitOptions) -> HookEnd {
 #[derive(Debug, Clone, clap::Args)]
 pub struct DrainOptions {
     /// The agent's status address (loopback only).
-    #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
+    #[arg(long, default_value = "http://127.0.0.1:15020")]
     pub(crate) url: LoopbackUrl,
     /// Give up after this long.
-    #[arg(long, default_value = "5m", value_parser = duration::positive)]
-    pub(crate) timeout: Duration,
+    #[arg(long, default_value = "5m")]
+    pub(crate) timeout: PositiveSpan,
     /// The agent's control socket: used instead of --url when the file
     /// exists.
     #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
@@ -140,7 +160,7 @@ pub async fn drain(opts: &DrainOptions) -> HookEnd {
         true => "/drain",
         false => "/drain?prestop",
     };
-    let answer = tokio::time::timeout(opts.timeout, fetch(&url, Method::POST, path, 64 * 1024)).await;
+    let answer = tokio::time::timeout(opts.timeout.get(), fetch(&url, Method::POST, path, 64 * 1024)).await;
     match answer {
         Ok(Ok((StatusCode::OK, body))) => {
             println!("{}", String::from_utf8_lossy(&body).trim());
@@ -161,11 +181,7 @@ pub async fn drain(opts: &DrainOptions) -> HookEnd {
             HookEnd::Failed
         }
         Err(_) => {
-            eprintln!(
-                "lifeguard drain: {}/drain did not answer within {}",
-                url,
-                GoDuration(opts.timeout)
-            );
+            eprintln!("lifeguard drain: {}/drain did not answer within {}", url, opts.timeout);
             HookEnd::GaveUp
         }
     }
@@ -176,21 +192,21 @@ pub async fn drain(opts: &DrainOptions) -> HookEnd {
 pub struct AppExitOptions {
     /// Give up (exit 1) after this long; 0 waits until the kubelet ends
     /// the hook.
-    #[arg(long, default_value = "0s", value_parser = duration::parse)]
-    pub(crate) timeout: Duration,
+    #[arg(long, default_value = "0s")]
+    pub(crate) timeout: Span,
     /// Time between checks.
-    #[arg(long, default_value = "500ms", value_parser = duration::positive)]
-    pub(crate) period: Duration,
+    #[arg(long, default_value = "500ms")]
+    pub(crate) period: PositiveSpan,
     /// A local port whose sockets never count: another sidecar's
     /// (repeatable).
     #[arg(long = "ignore-port", value_name = "PORT")]
     pub(crate) ignore_ports: Vec<u16>,
     /// The agent's status address: told that termination began; the
     /// process that owns it is the proxy's (loopback only).
-    #[arg(long, default_value = "http://127.0.0.1:15020", value_parser = LoopbackUrl::from_str)]
+    #[arg(long, default_value = "http://127.0.0.1:15020")]
     pub(crate) agent_url: LoopbackUrl,
     /// Envoy's admin API: the process that owns it is Envoy (loopback only).
-    #[arg(long, default_value = "http://127.0.0.1:15000", value_parser = LoopbackUrl::from_str)]
+    #[arg(long, default_value = "http://127.0.0.1:15000")]
     pub(crate) admin_url: LoopbackUrl,
     /// The agent's control socket: used instead of --agent-url when the
     /// file exists.
@@ -258,19 +274,17 @@ pub async fn wait_app_exit(opts: &AppExitOptions) -> HookEnd {
             );
             return HookEnd::Done;
         }
-        if !opts.timeout.is_zero() && started.elapsed() >= opts.timeout {
+        let timeout = opts.timeout.get();
+        if !timeout.is_zero() && started.elapsed() >= timeout {
             let all = work.listed_in_full();
-            eprintln!(
-                "lifeguard wait-app-exit: gave up after {}; still: {all}",
-                GoDuration(opts.timeout)
-            );
+            eprintln!("lifeguard wait-app-exit: gave up after {}; still: {all}", opts.timeout);
             return HookEnd::GaveUp;
         }
         if last_report.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
             eprintln!("lifeguard wait-app-exit: waiting for {work}");
             last_report = Some(Instant::now());
         }
-        tokio::time::sleep(opts.period).await;
+        tokio::time::sleep(opts.period.get()).await;
     }
 }
 

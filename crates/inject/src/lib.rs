@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_norway::Value;
 
-use lifeguard_base::settings::go_bool;
+use lifeguard_base::settings::GoBool;
 use lifeguard_istio::probers::AppProbes;
 
 mod error;
@@ -169,8 +169,8 @@ fn rewrite_pod_of(object: &mut Value, path: &[&str], opts: &InjectOptions) -> Re
             return Ok(Some(b));
         }
         let text = value.as_str().map_or_else(|| text_of(value), str::to_owned);
-        match go_bool(&text) {
-            Ok(b) => Ok(Some(b)),
+        match text.parse::<GoBool>() {
+            Ok(b) => Ok(Some(b.get())),
             Err(why) => Err(Fault::NotABool {
                 section,
                 key,

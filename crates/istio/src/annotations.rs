@@ -9,6 +9,9 @@
 //! `"false"` turns it off, a missing port is 80 and a missing path
 //! `/metrics`; the app is read on 127.0.0.1.
 
+use std::fmt;
+use std::str::FromStr;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -43,9 +46,30 @@ impl Target {
 }
 
 /// The app's metrics endpoints, in the order their parts are served.
-/// Empty: no app metrics.
+/// Empty: no app metrics. Read from the injector's JSON (`FromStr`,
+/// [`AppMetrics::parse`]), written back as JSON (`Display`, serde).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AppMetrics(pub Vec<Target>);
+
+impl FromStr for AppMetrics {
+    type Err = AnnotationsError;
+    fn from_str(json: &str) -> Result<AppMetrics, AnnotationsError> {
+        AppMetrics::parse(json)
+    }
+}
+
+impl fmt::Display for AppMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_json())
+    }
+}
+
+/// As `lifeguard check` shows it: its JSON, in a string.
+impl serde::Serialize for AppMetrics {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 /// The injector's JSON; unknown fields are ignored, as Istio does.
 #[derive(Deserialize, Default)]

@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Every app probe, by its path on the status port.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
+/// Every app probe, by its path on the status port: read from the JSON
+/// of `ISTIO_KUBE_APP_PROBERS` (`FromStr`, [`AppProbes::parse`]) and
+/// written back as that JSON (`Display`, serde).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct AppProbes(pub BTreeMap<String, Probe>);
 
 /// One probe or hook: exactly one handler, and its timeout.
@@ -143,6 +144,13 @@ impl fmt::Display for PodIp {
             Some(ip) => write!(f, "{ip}"),
             None => Ok(()),
         }
+    }
+}
+
+/// As a user writes it (empty: not given).
+impl Serialize for PodIp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -272,10 +280,30 @@ pub enum ProbeSpecError {
     Header(String),
 }
 
+impl FromStr for AppProbes {
+    type Err = ProbersError;
+    fn from_str(json: &str) -> Result<AppProbes, ProbersError> {
+        AppProbes::parse(json)
+    }
+}
+
+impl fmt::Display for AppProbes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_json())
+    }
+}
+
+/// As `ISTIO_KUBE_APP_PROBERS` carries it: its JSON, in a string.
+impl Serialize for AppProbes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 impl AppProbes {
     /// The JSON form, as `ISTIO_KUBE_APP_PROBERS` carries it.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("app probes serialize")
+        serde_json::to_string(&self.0).expect("app probes serialize")
     }
 
     /// Parses `ISTIO_KUBE_APP_PROBERS`'s JSON (empty: no probes) and checks
@@ -284,7 +312,7 @@ impl AppProbes {
         if json.trim().is_empty() {
             return Ok(AppProbes::default());
         }
-        let probes: AppProbes = serde_json::from_str(json)?;
+        let probes = AppProbes(serde_json::from_str(json)?);
         for (path, probe) in &probes.0 {
             probe.check(path).map_err(|fault| ProbersError::Entry {
                 path: path.clone(),
@@ -404,9 +432,10 @@ mod tests {
                 service: "x".into()
             }
         );
-        // What inject writes reads back the same.
-        let json = serde_json::to_string(&probes).unwrap();
-        assert_eq!(AppProbes::parse(&json).unwrap(), probes);
+        // What inject writes reads back the same, and so does the
+        // setting as `lifeguard check` shows it.
+        assert_eq!(AppProbes::parse(&probes.to_json()).unwrap(), probes);
+        assert_eq!(probes.to_string().parse::<AppProbes>().unwrap(), probes);
         assert!(AppProbes::parse("").unwrap().0.is_empty());
     }
 

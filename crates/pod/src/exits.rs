@@ -51,7 +51,7 @@ fn watch(pid: u32) -> Result<Option<AsyncFd<OwnedFd>>, Gone> {
         return Ok(None);
     };
     match pidfd_open(pid, PidfdFlags::NONBLOCK) {
-        Ok(fd) => Ok(lifeguard_base::sys::readable(fd).ok()),
+        Ok(fd) => Ok(lifeguard_sys::readable(fd).ok()),
         Err(Errno::SRCH) => Err(Gone),
         Err(_) => Ok(None),
     }

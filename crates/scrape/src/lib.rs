@@ -125,7 +125,7 @@ use lifeguard_envoy::readiness::Readiness;
 use lifeguard_istio::annotations::AppMetrics;
 use lifeguard_metrics::Metrics;
 pub use request::ScrapeRequest;
-pub use settings::{app_metrics, Plan, PlanError, Settings};
+pub use settings::{Plan, PlanError, Settings};
 use shared::{AppSource, Shared};
 
 /// The merged scrape, built and running: what every scrape shares.

@@ -3,15 +3,10 @@
 
 use std::time::Duration;
 
-use clap::{ArgAction, Args};
-use lifeguard_base::settings::{go_bool, span, SettingError};
+use clap::Args;
+use lifeguard_base::settings::{GoBool, SettingError, Span};
 use lifeguard_istio::annotations::{AnnotationsError, AppMetrics};
 use serde::Serialize;
-
-lifeguard_base::setting_value!(
-    /// `ISTIO_PROMETHEUS_ANNOTATIONS`: the app's metrics endpoints.
-    pub app_metrics: AppMetrics = AppMetrics::parse, shown as |m: &AppMetrics| m.to_json()
-);
 
 /// The merged scrape's settings. In the file: the section `[metrics]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -22,20 +17,18 @@ pub struct Settings {
     /// "path":"/metrics"}` or `{"targets":[{"port":..,"path":..},...]}`;
     /// `"scrape":"false"` or empty: none. Read on 127.0.0.1; a target on a
     /// port of the proxy stops start-up, named.
-    #[arg(long, env = "ISTIO_PROMETHEUS_ANNOTATIONS", value_name = "JSON", default_value = "", value_parser = app_metrics::parse)]
-    #[serde(serialize_with = "app_metrics::serialize")]
+    #[arg(long, env = "ISTIO_PROMETHEUS_ANNOTATIONS", value_name = "JSON", default_value = "")]
     pub app_metrics: AppMetrics,
 
     /// Append Envoy's own metrics to `/stats/prometheus` (true or false).
-    #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
-    pub merge_envoy_metrics: bool,
+    #[arg(long, env = "LIFEGUARD_MERGE_ENVOY_METRICS", value_name = "BOOL", default_value = "true")]
+    pub merge_envoy_metrics: GoBool,
 
     /// After Envoy stops, keep the status port answering until one scrape of
     /// /stats/prometheus has seen the final state, or this long at most;
     /// never past the grace period.
-    #[arg(long, env = "LIFEGUARD_LINGER", value_name = "DURATION", default_value = "0s", value_parser = span::parse)]
-    #[serde(serialize_with = "span::serialize")]
-    pub linger: Duration,
+    #[arg(long, env = "LIFEGUARD_LINGER", value_name = "DURATION", default_value = "0s")]
+    pub linger: Span,
 }
 
 /// An app metrics target on one of the proxy's own ports.
@@ -74,8 +67,8 @@ impl Settings {
         }
         Ok(Plan {
             app_metrics: self.app_metrics.clone(),
-            merge_envoy_metrics: self.merge_envoy_metrics,
-            linger: self.linger,
+            merge_envoy_metrics: self.merge_envoy_metrics.get(),
+            linger: self.linger.get(),
         })
     }
 }

@@ -427,7 +427,7 @@ const SPARE_FDS: u64 = 64;
 /// The connection cap for a process that may open `open_files` files
 /// (None: unknown or unlimited): [`MAX_CONNECTIONS`], or that limit less
 /// some spare descriptors when it is lower. The agent raises the limit at
-/// start-up (`lifeguard_base::sys::tune_for_run`).
+/// start-up (`lifeguard_sys::tune_for_run`).
 pub fn connection_limit(open_files: Option<u64>) -> usize {
     let Some(soft) = open_files else {
         return MAX_CONNECTIONS;

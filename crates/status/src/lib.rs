@@ -56,4 +56,4 @@ pub mod server;
 pub mod service;
 mod settings;
 
-pub use settings::{addr, app_probes, control_socket, pod_ip, AddrError, Plan, PlanError, Settings};
+pub use settings::{AddrError, Plan, PlanError, Settings, StatusAddr};

@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use super::connections::{Activity, ConnectionSlots, Refused, SlotLimits, TimedIo};
 use super::service::StatusService;
-use lifeguard_base::logging::Throttle;
+use lifeguard_base::throttle::Throttle;
 
 /// How long a client may take to send a request's headers; also how long
 /// a keep-alive connection may stay idle between requests.

@@ -2,12 +2,13 @@
 //! (loopback callers, the control socket), the app's probes and where they
 //! reach the app; the [`Plan`] they make.
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use clap::{ArgAction, Args};
-use lifeguard_base::settings::{go_bool, SettingError};
+use clap::Args;
+use lifeguard_base::settings::{GoBool, SettingError};
 use lifeguard_base::url::ControlSocket;
 use lifeguard_istio::probers::{AppProbes, PodIp};
 use serde::Serialize;
@@ -15,22 +16,9 @@ use serde::Serialize;
 use crate::app_probe::AppProber;
 use crate::service::ControlAccess;
 
-lifeguard_base::setting_value!(
-    /// The status port's address: `IP:PORT`, the port not 0.
-    pub addr: SocketAddr = status_addr, shown as |a: &SocketAddr| *a
-);
-lifeguard_base::setting_value!(
-    /// A control socket's absolute path, or `none`.
-    pub control_socket: ControlSocket = ControlSocket::from_str, shown as |p: &ControlSocket| p.clone()
-);
-lifeguard_base::setting_value!(
-    /// `ISTIO_KUBE_APP_PROBERS`: the app's probes by status-port path.
-    pub app_probes: AppProbes = AppProbes::parse, shown as |p: &AppProbes| p.to_json()
-);
-lifeguard_base::setting_value!(
-    /// The pod's address (`INSTANCE_IP`), or empty.
-    pub pod_ip: PodIp = PodIp::from_str, shown as |p: &PodIp| *p
-);
+/// The status port's address: `IP:PORT`, the port not 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusAddr(SocketAddr);
 
 /// Why the status address was refused.
 #[derive(Debug, thiserror::Error)]
@@ -41,34 +29,49 @@ pub enum AddrError {
     PortZero,
 }
 
-fn status_addr(s: &str) -> Result<SocketAddr, AddrError> {
-    let addr: SocketAddr = s.parse().map_err(|_| AddrError::NotAnAddress)?;
-    if addr.port() == 0 {
-        return Err(AddrError::PortZero);
+impl StatusAddr {
+    pub fn get(self) -> SocketAddr {
+        self.0
     }
-    Ok(addr)
 }
+
+impl FromStr for StatusAddr {
+    type Err = AddrError;
+    fn from_str(s: &str) -> Result<StatusAddr, AddrError> {
+        let addr: SocketAddr = s.parse().map_err(|_| AddrError::NotAnAddress)?;
+        if addr.port() == 0 {
+            return Err(AddrError::PortZero);
+        }
+        Ok(StatusAddr(addr))
+    }
+}
+
+impl fmt::Display for StatusAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+lifeguard_base::serialize_as_display!(StatusAddr);
 
 /// The status port's settings. In the file: the section `[status]`, a key a field.
 #[derive(Debug, Clone, Args, Serialize)]
 #[group(skip)]
 pub struct Settings {
     /// Address the status server (readiness, drain, metrics) listens on.
-    #[arg(long, env = "LIFEGUARD_STATUS_ADDR", value_name = "ADDR", default_value = "0.0.0.0:15020", value_parser = addr::parse)]
-    #[serde(serialize_with = "addr::serialize")]
-    pub status_addr: SocketAddr,
+    #[arg(long, env = "LIFEGUARD_STATUS_ADDR", value_name = "ADDR", default_value = "0.0.0.0:15020")]
+    pub status_addr: StatusAddr,
 
     /// A Unix socket (mode 0600) serving POST /drain, POST /quitquitquit and
     /// GET /drain to whoever may open it; none by default. The hook
     /// commands use it too when the file exists.
-    #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none", value_parser = control_socket::parse)]
-    #[serde(serialize_with = "control_socket::serialize")]
+    #[arg(long, env = "LIFEGUARD_CONTROL_SOCKET", value_name = "PATH", default_value = "none")]
     pub control_socket: ControlSocket,
 
     /// Whether loopback callers of the status port may drain and stop Envoy
     /// (POST /drain, /quitquitquit). false: only the control socket may.
-    #[arg(long, env = "LIFEGUARD_LOOPBACK_CONTROL", value_name = "BOOL", default_value = "true", action = ArgAction::Set, value_parser = go_bool)]
-    pub loopback_control: bool,
+    #[arg(long, env = "LIFEGUARD_LOOPBACK_CONTROL", value_name = "BOOL", default_value = "true")]
+    pub loopback_control: GoBool,
 
     /// The app's probes and hooks to serve on the status port, as JSON:
     /// the map Istio's injector (or `lifeguard inject`) writes, from
@@ -76,21 +79,19 @@ pub struct Settings {
     /// `/app-lifecycle/<container>/prestopz|poststartz` to the original
     /// probe (`httpGet`, `tcpSocket` or `grpc`, and `timeoutSeconds`). An
     /// entry that is wrong stops start-up, named.
-    #[arg(long, env = "ISTIO_KUBE_APP_PROBERS", value_name = "JSON", default_value = "", value_parser = app_probes::parse)]
-    #[serde(serialize_with = "app_probes::serialize")]
+    #[arg(long, env = "ISTIO_KUBE_APP_PROBERS", value_name = "JSON", default_value = "")]
     pub app_probers: AppProbes,
 
     /// The pod's address, where the app probes reach the app (as the
     /// kubelet would); POD_IP is read when INSTANCE_IP is not set, and
     /// loopback when neither is.
-    #[arg(long, env = "INSTANCE_IP", value_name = "IP", default_value = "", value_parser = pod_ip::parse)]
-    #[serde(serialize_with = "pod_ip::serialize")]
+    #[arg(long, env = "INSTANCE_IP", value_name = "IP", default_value = "")]
     pub pod_ip: PodIp,
 
     /// Send the app probes to loopback instead of the pod's address
     /// (Istio's legacy mode; true or false).
-    #[arg(long, env = "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION", value_name = "BOOL", default_value = "false", action = ArgAction::Set, value_parser = go_bool)]
-    pub app_probe_localhost: bool,
+    #[arg(long, env = "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION", value_name = "BOOL", default_value = "false")]
+    pub app_probe_localhost: GoBool,
 }
 
 /// A rule across the status port's settings that does not hold.
@@ -127,19 +128,17 @@ impl Settings {
     /// The status port's plan.
     pub fn plan(&self) -> Result<Plan, PlanError> {
         let socket = self.control_socket.0.clone();
-        if !self.loopback_control && socket.is_none() {
+        let loopback = self.loopback_control.get();
+        if !loopback && socket.is_none() {
             return Err(PlanError::NoWayToControl);
         }
         Ok(Plan {
-            addr: self.status_addr,
+            addr: self.status_addr.get(),
             control_socket: socket.clone(),
-            access: ControlAccess {
-                loopback: self.loopback_control,
-                socket,
-            },
+            access: ControlAccess { loopback, socket },
             app_probers: self.app_probers.clone(),
             pod_ip: self.pod_ip,
-            app_probe_localhost: self.app_probe_localhost,
+            app_probe_localhost: self.app_probe_localhost.get(),
         })
     }
 }

@@ -14,7 +14,7 @@ use crate::ports::{Active, AppControl, ControlError, EnvoyControl, Work};
 use crate::rotation::Rotation;
 use crate::{APP_SCAN, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use lifeguard_base::duration::GoDuration;
-use lifeguard_base::logging::Throttle;
+use lifeguard_base::throttle::Throttle;
 
 /// A read under a timeout: its answer, its failure, or no answer in time.
 pub(super) enum Read<T, E = ControlError> {

@@ -84,7 +84,7 @@ impl Target {
             SocketAddr::V6(_) => TcpSocket::new_v6()?,
         };
         if !self.source_missing.load(Ordering::Relaxed) {
-            let _ = lifeguard_base::sys::bind_address_no_port(&socket);
+            let _ = lifeguard_sys::bind_address_no_port(&socket);
             if let Err(e) = socket.bind(SocketAddr::new(self.source, 0)) {
                 if !self.source_missing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(source = %self.source, error = %e,

@@ -7,6 +7,15 @@
 //! (`src/agent`). Also the process's memory settings. `unsafe` is denied
 //! everywhere else; the other system calls (signals, limits, reaping,
 //! pidfds) go through `rustix`'s safe wrappers where they are used.
+//!
+//! A crate of its own, used by those who make these calls (Envoy's
+//! process, the app's exits, the app probes' sockets, the binary's
+//! start-up), so that the vocabulary (`lifeguard_base`) and the drain
+//! need neither `libc` nor `rustix`.
+
+// The workspace denies `unsafe_code`; this crate is where it is allowed,
+// each `unsafe` block with its SAFETY comment.
+#![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};

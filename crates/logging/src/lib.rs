@@ -1,16 +1,20 @@
 //! Log set-up: lines on stderr, as text for people or as one JSON object a
-//! line for log pipelines (`--log-format`), filtered by `--log`.
+//! line for log pipelines (`--log-format`), filtered by `--log`; the log's
+//! settings (the section `[logging]`), and [`init`], which the binary
+//! calls once.
 //!
 //! In JSON each line is an object with `timestamp`, `level` and `fields`
 //! (the message is `fields.message`); the exit summary's fields arrive as
 //! fields of the last line, not as a string to parse again.
 //!
-//! A line that can repeat without bound (a refused connection, a failed
-//! read) goes through a [`Throttle`].
+//! A crate of its own so that `tracing-subscriber` is built for the
+//! binary and the settings alone: every other crate logs through
+//! `tracing`, and a line that can repeat without bound goes through
+//! `lifeguard_base::throttle::Throttle`.
 
-use std::time::Duration;
+use std::fmt;
+use std::str::FromStr;
 
-use tokio::time::Instant;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -24,9 +28,8 @@ use serde::Serialize;
 pub struct Settings {
     /// Log filter: a level (`info`), or targets and their levels
     /// (`warn,lifeguard=debug`).
-    #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER", default_value = "info", value_parser = filter::parse)]
-    #[serde(serialize_with = "filter::serialize")]
-    pub log: String,
+    #[arg(long, env = "LIFEGUARD_LOG", value_name = "FILTER", default_value = "info")]
+    pub log: LogFilter,
 
     /// Log line format: text (for people) or json (one JSON object a line,
     /// with `timestamp`, `level` and `fields`, for log pipelines).
@@ -34,10 +37,10 @@ pub struct Settings {
     pub log_format: LogFormat,
 }
 
-crate::setting_value!(
-    /// A log filter, as tracing's `Targets` reads one.
-    pub filter: String = log_filter, shown as |f: &String| f.clone()
-);
+/// A log filter, as tracing's `Targets` reads one: a level, or targets
+/// and their levels (`warn,lifeguard=debug`); shown as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogFilter(String);
 
 /// A log filter that is not a level, nor targets and their levels.
 #[derive(Debug, thiserror::Error)]
@@ -55,19 +58,37 @@ pub enum FilterError {
 /// target, or `target=level`, a target being a Rust path: `Targets` takes
 /// any text for a target (`[[[`), which matches no line and silences the
 /// log, so a directive that could name none of ours is refused here.
-fn log_filter(s: &str) -> Result<String, FilterError> {
-    for directive in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        let target = match directive.split_once('=') {
-            Some((target, _level)) => target,
-            None if directive.parse::<tracing_subscriber::filter::LevelFilter>().is_ok() => continue,
-            None => directive,
-        };
-        if !is_rust_path(target) {
-            return Err(FilterError::Directive(directive.to_owned()));
+impl FromStr for LogFilter {
+    type Err = FilterError;
+    fn from_str(s: &str) -> Result<LogFilter, FilterError> {
+        for directive in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let target = match directive.split_once('=') {
+                Some((target, _level)) => target,
+                None if directive.parse::<tracing_subscriber::filter::LevelFilter>().is_ok() => continue,
+                None => directive,
+            };
+            if !is_rust_path(target) {
+                return Err(FilterError::Directive(directive.to_owned()));
+            }
         }
+        s.parse::<Targets>()?;
+        Ok(LogFilter(s.to_owned()))
     }
-    s.parse::<Targets>()?;
-    Ok(s.to_owned())
+}
+
+impl fmt::Display for LogFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+lifeguard_base::serialize_as_display!(LogFilter);
+
+impl LogFilter {
+    /// The filter tracing applies.
+    fn targets(&self) -> Targets {
+        self.0.parse().expect("the log filter was checked when read")
+    }
 }
 
 /// `lifeguard`, `lifeguard_drain::machine`: identifiers joined by `::`.
@@ -84,10 +105,7 @@ fn is_rust_path(target: &str) -> bool {
 /// `Targets` reads them (no regex engine in the binary for it).
 pub fn init(settings: &Settings) {
     let format = settings.log_format;
-    let filter: Targets = settings
-        .log
-        .parse()
-        .expect("the log filter was validated with the settings");
+    let filter = settings.log.targets();
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false);
@@ -117,42 +135,7 @@ pub enum LogFormat {
     Json,
 }
 
-crate::display_as_value!(LogFormat);
-
-/// Lets a repeated log line through at most once per period, and counts
-/// the occurrences it held back, so a flood of one event is one line that
-/// says how many there were.
-pub struct Throttle {
-    every: Duration,
-    last: Option<Instant>,
-    held: u64,
-}
-
-impl Throttle {
-    pub fn new(every: Duration) -> Self {
-        Self {
-            every,
-            last: None,
-            held: 0,
-        }
-    }
-
-    /// Whether a line is due at `now`; when it is not, this occurrence is
-    /// counted as held back.
-    pub fn due(&mut self, now: Instant) -> bool {
-        let due = self.last.is_none_or(|t| now.duration_since(t) >= self.every);
-        match due {
-            true => self.last = Some(now),
-            false => self.held += 1,
-        }
-        due
-    }
-
-    /// How many occurrences were held back since the last line; resets.
-    pub fn take_held(&mut self) -> u64 {
-        std::mem::take(&mut self.held)
-    }
-}
+lifeguard_base::display_as_value!(LogFormat);
 
 #[cfg(test)]
 mod tests {
@@ -167,7 +150,7 @@ mod tests {
             "off",
             "lifeguard",
         ] {
-            assert_eq!(log_filter(good).unwrap(), good);
+            assert_eq!(good.parse::<LogFilter>().unwrap().to_string(), good);
         }
         for bad in [
             "[[[",
@@ -178,7 +161,7 @@ mod tests {
             "=info",
             "9lives",
         ] {
-            let error = log_filter(bad).unwrap_err().to_string();
+            let error = bad.parse::<LogFilter>().unwrap_err().to_string();
             assert!(error.starts_with("not a log filter"), "{bad}: {error}");
         }
     }

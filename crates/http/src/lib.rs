@@ -1,15 +1,19 @@
-//! One HTTP/1.1 request to a local URL (loopback TCP or a Unix socket, see
-//! [`crate::url`]) on a fresh connection, its body read up to a limit:
+//! One HTTP/1.1 request to a local URL (loopback TCP or a Unix socket, a
+//! [`LoopbackUrl`]) on a fresh connection, its body read up to a limit:
 //! what Envoy's admin client (`lifeguard_envoy::admin`, which words the
 //! errors as Envoy's) and the hooks calling lifeguard's own port
 //! (`lifeguard_hooks`) share. No timeout here: callers bound it.
+//!
+//! A crate of its own so that hyper's client is built for those two
+//! alone: the vocabulary (`lifeguard_base`), and the drain on it, need
+//! no HTTP.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use crate::url::LoopbackUrl;
+use lifeguard_base::url::LoopbackUrl;
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
