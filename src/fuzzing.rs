@@ -21,7 +21,7 @@ use tokio::time::Instant;
 pub use crate::envoy::counts::active as active_counts;
 pub use crate::envoy::readiness::{Readiness, Verdict};
 pub use crate::envoy::state::{evaluate as readiness_verdict, ReadyAnswer, XdsCheck};
-pub use crate::envoy::stats::{find as stats_find, lines as stats_lines, Value as StatValue};
+pub use crate::envoy::stats::{find as stats_find, lines as stats_lines, StatValue};
 pub use crate::envoy::version::EnvoyVersion;
 
 // ---- Envoy's inbound listeners, for the drain wait (envoy/inbound.rs) ----
@@ -34,7 +34,7 @@ pub use crate::envoy::listeners::{dumped_listeners, Listener};
 
 // ---- The app's metrics and the merged scrape's formats (scrape/app/) ----
 
-pub use crate::istio::annotations::{AppMetrics, Target as AppMetricsTarget};
+pub use crate::istio::annotations::{AppMetrics, MetricsTarget};
 pub use crate::scrape::app::lines::{note_families, Format, LineFilter};
 
 // ---- The app's probes (status/app_probe/) ----

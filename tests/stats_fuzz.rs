@@ -7,7 +7,7 @@ use std::time::Instant;
 use lifeguard::envoy::counts::active;
 use lifeguard::envoy::state::evaluate;
 use lifeguard::envoy::state::XdsCheck;
-use lifeguard::envoy::stats::{lines, Value};
+use lifeguard::envoy::stats::{lines, StatValue};
 use proptest::prelude::*;
 
 /// Stat names as Envoy writes them, plus near-misses.
@@ -64,7 +64,7 @@ proptest! {
     fn the_parser_never_panics_and_trims_names(text in body()) {
         for line in lines(&text) {
             prop_assert_eq!(line.name, line.name.trim());
-            if let Value::Wrapped(v) = line.value {
+            if let StatValue::Wrapped(v) = line.value {
                 prop_assert!(v > i64::MAX as u64);
             }
         }
@@ -74,7 +74,7 @@ proptest! {
     fn active_counts_never_panic_and_never_exceed_the_numbers_read(text in body()) {
         let counted = active(&text, &[15021, 15090]);
         let total: u64 = lines(&text)
-            .filter_map(|l| match l.value { Value::Number(n) => Some(n), _ => None })
+            .filter_map(|l| match l.value { StatValue::Number(n) => Some(n), _ => None })
             .fold(0u64, u64::saturating_add);
         prop_assert!(counted.connections <= total);
         prop_assert!(counted.requests <= total);
@@ -86,8 +86,8 @@ proptest! {
         if verdict.is_ready() {
             let state = lines(&text).find(|l| l.name == "server.state").map(|l| l.value);
             let workers = lines(&text).find(|l| l.name == "listener_manager.workers_started").map(|l| l.value);
-            prop_assert_eq!(state, Some(Value::Number(0)));
-            prop_assert_eq!(workers, Some(Value::Number(1)));
+            prop_assert_eq!(state, Some(StatValue::Number(0)));
+            prop_assert_eq!(workers, Some(StatValue::Number(1)));
         } else {
             prop_assert!(!verdict.text().is_empty());
         }

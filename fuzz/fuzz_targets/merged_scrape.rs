@@ -33,7 +33,7 @@ use hyper::body::Frame;
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use lifeguard::fuzzing::{note_families, status_service, AppMetrics, AppMetricsTarget, Format, StatusOptions};
+use lifeguard::fuzzing::{note_families, status_service, AppMetrics, Format, MetricsTarget, StatusOptions};
 use tokio::net::{TcpListener, UnixListener};
 
 /// What one fake server answers: its status, `Content-Type`, body chunks.
@@ -207,7 +207,7 @@ pub fn run(data: &[u8]) {
     for i in 0..=run.apps.len() {
         let (name, body) = sentinel(i);
         sentinels.push((name, body.clone()));
-        targets.push(AppMetricsTarget {
+        targets.push(MetricsTarget {
             port: servers.ports[2 * i],
             path: "/metrics".to_owned(),
         });
@@ -217,7 +217,7 @@ pub fn run(data: &[u8]) {
             chunks: vec![Bytes::from(body)],
         });
         if let Some((content_type, body)) = run.apps.get(i) {
-            targets.push(AppMetricsTarget {
+            targets.push(MetricsTarget {
                 port: servers.ports[2 * i + 1],
                 path: "/metrics".to_owned(),
             });

@@ -109,9 +109,9 @@ pub(crate) enum StartError {
     #[error(transparent)]
     Signals(#[from] SignalsError),
     #[error(transparent)]
-    StatusAddress(#[from] server::BindError),
+    StatusAddress(#[from] server::AddrBindError),
     #[error(transparent)]
-    ControlSocket(#[from] control::BindError),
+    ControlSocket(#[from] control::SocketBindError),
     #[error(transparent)]
     Envoy(#[from] LaunchError),
 }

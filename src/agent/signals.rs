@@ -14,7 +14,7 @@
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::drain::{DrainHandle, Signal as Asked};
+use crate::drain::DrainHandle;
 
 /// A signal handler could not be installed.
 #[derive(Debug, thiserror::Error)]
@@ -58,9 +58,9 @@ impl Signals {
         loop {
             let received = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = self.term.recv() => Received::Drain(Asked::Term),
-                _ = self.int.recv() => Received::Drain(Asked::Int),
-                _ = self.quit.recv() => Received::Drain(Asked::Quit),
+                _ = self.term.recv() => Received::Drain(lifeguard_drain::Signal::Term),
+                _ = self.int.recv() => Received::Drain(lifeguard_drain::Signal::Int),
+                _ = self.quit.recv() => Received::Drain(lifeguard_drain::Signal::Quit),
                 _ = self.hup.recv() => Received::Ignored("SIGHUP"),
                 _ = self.usr1.recv() => Received::Ignored("SIGUSR1"),
                 _ = self.usr2.recv() => Received::Ignored("SIGUSR2"),
@@ -84,7 +84,7 @@ impl Signals {
 /// A signal received: one the drain takes, or one logged and ignored
 /// (named for the log).
 enum Received {
-    Drain(Asked),
+    Drain(lifeguard_drain::Signal),
     Ignored(&'static str),
 }
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
     #[error("invalid duration {text:?}: {fault} (write it like 500ms, 5s, 1m30s)")]
-    Invalid { text: String, fault: Fault },
+    Invalid { text: String, fault: DurationFault },
     /// Zero, where a duration must be positive.
     #[error("must be greater than zero")]
     Zero,
@@ -34,7 +34,7 @@ pub enum DurationError {
 
 /// What is wrong with a text that is not a Go duration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Fault {
+pub enum DurationFault {
     #[error("empty")]
     Empty,
     #[error("negative durations are not allowed")]
@@ -62,10 +62,10 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     };
     let s = text.trim();
     if s.is_empty() {
-        return Err(err(Fault::Empty));
+        return Err(err(DurationFault::Empty));
     }
     if s.starts_with('-') {
-        return Err(err(Fault::Negative));
+        return Err(err(DurationFault::Negative));
     }
     let s = s.strip_prefix('+').unwrap_or(s);
     if s == "0" {
@@ -77,9 +77,9 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     while !rest.is_empty() {
         let num_len = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| err(Fault::MissingUnit))?;
+            .ok_or_else(|| err(DurationFault::MissingUnit))?;
         if num_len == 0 {
-            return Err(err(Fault::NoNumber));
+            return Err(err(DurationFault::NoNumber));
         }
         let (number, after) = rest.split_at(num_len);
         let unit_len = after
@@ -93,12 +93,12 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
             "s" => 1_000_000_000,
             "m" => 60 * 1_000_000_000,
             "h" => 3_600 * 1_000_000_000,
-            _ => return Err(err(Fault::UnknownUnit)),
+            _ => return Err(err(DurationFault::UnknownUnit)),
         };
-        let value = scaled(number, unit_nanos).ok_or_else(|| err(Fault::BadNumber))?;
+        let value = scaled(number, unit_nanos).ok_or_else(|| err(DurationFault::BadNumber))?;
         total_nanos = total_nanos.saturating_add(value);
         if total_nanos > MAX.as_nanos() {
-            return Err(err(Fault::TooLarge));
+            return Err(err(DurationFault::TooLarge));
         }
         rest = after;
     }
@@ -229,7 +229,7 @@ mod tests {
         assert!(matches!(
             at_least("5x", Duration::ZERO),
             Err(DurationError::Invalid {
-                fault: Fault::UnknownUnit,
+                fault: DurationFault::UnknownUnit,
                 ..
             })
         ));

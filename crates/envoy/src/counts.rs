@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::admin::{AdminClient, AdminError, Endpoint, ACTIVE_LIMIT};
-use crate::stats::{lines, Value};
+use crate::stats::{lines, StatValue};
 use lifeguard_base::url::query_encode;
 use lifeguard_drain::{Active, ControlError, PACE};
 
@@ -176,11 +176,11 @@ pub fn active(body: &str, ignored_ports: &[u16]) -> Active {
         };
         let Some(sum) = counted else { continue };
         match line.value {
-            Value::Number(n) => *sum = sum.saturating_add(n),
-            Value::Wrapped(n) => out
+            StatValue::Number(n) => *sum = sum.saturating_add(n),
+            StatValue::Wrapped(n) => out
                 .skipped
                 .push(format!("{} = {n} (a gauge that went below zero)", line.name)),
-            Value::Unparsable(text) => out.skipped.push(format!("{} = {text:?} (not a number)", line.name)),
+            StatValue::Unparsable(text) => out.skipped.push(format!("{} = {text:?} (not a number)", line.name)),
         }
     }
     out.tcp = out.connections.saturating_sub(http_connections);

@@ -37,7 +37,7 @@
 use crate::admin::{AdminClient, AdminError, Endpoint};
 use crate::counts::{control_error, CountsReader};
 use crate::listeners::{dumped_listeners, DumpError, Listener};
-use crate::stats::{lines, Value};
+use crate::stats::{lines, StatValue};
 use lifeguard_base::url::query_encode;
 use lifeguard_drain::{DrainScope, PACE};
 use lifeguard_drain_wait::{Arrivals, Traffic, TrafficError, READ_EVERY};
@@ -438,7 +438,7 @@ pub(crate) fn select(listeners: &[Listener], scope: DrainScope, ignored_ports: &
 pub fn total(body: &str, counted: &Counted, ignored_ports: &[u16]) -> (u64, u64) {
     let (mut plus, mut minus, mut changes) = (0u64, 0u64, 0u64);
     for line in lines(body) {
-        let Value::Number(n) = line.value else { continue };
+        let StatValue::Number(n) = line.value else { continue };
         let name = line.name;
         let change = name
             .strip_prefix("listener_manager.listener_")

@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{AdminClient, AdminError, Endpoint, STATS_LIMIT};
 use crate::readiness::{Readiness, Verdict};
 use crate::state::{evaluate, ReadyAnswer, ServerState, XdsCheck, READINESS_STATS, SERVER_STATE};
-use crate::stats::{self, Value};
+use crate::stats::{self, StatValue};
 
 /// The two reads the poller makes. [`AdminClient`] is the real one.
 pub trait EnvoyReadiness {
@@ -263,7 +263,7 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
         match self.envoy.readiness_stats().await {
             Ok(body) => {
                 let state = match stats::find(&body, SERVER_STATE) {
-                    Some(Value::Number(n)) => Some(n),
+                    Some(StatValue::Number(n)) => Some(n),
                     _ => None,
                 };
                 let verdict = evaluate(&body, xds, Instant::now());

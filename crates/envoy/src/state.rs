@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::readiness::Verdict;
-use crate::stats::{self, Value};
+use crate::stats::{self, StatValue};
 
 /// The admin query that says whether Envoy is live, plus the xDS counters
 /// that say whether its first CDS and LDS updates arrived.
@@ -105,8 +105,8 @@ fn server_reason(body: &str) -> Option<String> {
                 "{SERVER_STATE} missing from Envoy's stats (Envoy is still initializing)"
             ))
         }
-        Some(Value::Number(0)) => {}
-        Some(Value::Number(n)) => {
+        Some(StatValue::Number(0)) => {}
+        Some(StatValue::Number(n)) => {
             let name = match n {
                 1 => "DRAINING",
                 2 => "PRE_INITIALIZING",
@@ -119,8 +119,8 @@ fn server_reason(body: &str) -> Option<String> {
     }
     match stats::find(body, WORKERS_STARTED) {
         None => Some(format!("{WORKERS_STARTED} missing: Envoy's workers have not started")),
-        Some(Value::Number(1)) => None,
-        Some(Value::Number(n)) => Some(format!(
+        Some(StatValue::Number(1)) => None,
+        Some(StatValue::Number(n)) => Some(format!(
             "{WORKERS_STARTED} is {n}, not 1: Envoy's workers have not started"
         )),
         Some(other) => Some(bad_value(WORKERS_STARTED, other)),
@@ -134,7 +134,7 @@ fn xds_reason(body: &str, mode: XdsCheck) -> Option<String> {
         let stat = |what: &str| {
             let name = format!("{prefix}.update_{what}");
             match stats::find(body, &name) {
-                Some(Value::Number(n)) => Ok(Some(n)),
+                Some(StatValue::Number(n)) => Ok(Some(n)),
                 Some(other) => Err(bad_value(&name, other)),
                 None => Ok(None),
             }
@@ -169,14 +169,14 @@ fn xds_reason(body: &str, mode: XdsCheck) -> Option<String> {
     }
 }
 
-fn bad_value(name: &str, value: Value<'_>) -> String {
+fn bad_value(name: &str, value: StatValue<'_>) -> String {
     match value {
-        Value::Wrapped(n) => format!("{name} has an impossible value {n}"),
-        Value::Unparsable(text) => {
+        StatValue::Wrapped(n) => format!("{name} has an impossible value {n}"),
+        StatValue::Unparsable(text) => {
             let text: String = text.chars().take(80).collect();
             format!("{name} has a value that is not a number: {text:?}")
         }
-        Value::Number(n) => format!("{name} = {n}"),
+        StatValue::Number(n) => format!("{name} = {n}"),
     }
 }
 

@@ -10,12 +10,12 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Line<'a> {
     pub name: &'a str,
-    pub value: Value<'a>,
+    pub value: StatValue<'a>,
 }
 
 /// The value of one stat line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Value<'a> {
+pub enum StatValue<'a> {
     /// A counter or gauge that fits a signed 64-bit integer.
     Number(u64),
     /// A gauge above `i64::MAX`: Envoy gauges are unsigned and wrap when
@@ -40,14 +40,14 @@ pub fn lines(body: &str) -> impl Iterator<Item = Line<'_>> {
         let Some((name, value)) = line.split_once(':') else {
             return Some(Line {
                 name: line,
-                value: Value::Unparsable(line),
+                value: StatValue::Unparsable(line),
             });
         };
         let value = value.trim();
         let value = match value.parse::<u64>() {
-            Ok(v) if v > i64::MAX as u64 => Value::Wrapped(v),
-            Ok(v) => Value::Number(v),
-            Err(_) => Value::Unparsable(value),
+            Ok(v) if v > i64::MAX as u64 => StatValue::Wrapped(v),
+            Ok(v) => StatValue::Number(v),
+            Err(_) => StatValue::Unparsable(value),
         };
         Some(Line {
             name: name.trim(),
@@ -57,7 +57,7 @@ pub fn lines(body: &str) -> impl Iterator<Item = Line<'_>> {
 }
 
 /// Finds one stat by exact name.
-pub fn find<'a>(body: &'a str, name: &str) -> Option<Value<'a>> {
+pub fn find<'a>(body: &'a str, name: &str) -> Option<StatValue<'a>> {
     lines(body).find(|l| l.name == name).map(|l| l.value)
 }
 
@@ -74,15 +74,15 @@ mod tests {
             vec![
                 Line {
                     name: "listener_manager.workers_started",
-                    value: Value::Number(1)
+                    value: StatValue::Number(1)
                 },
                 Line {
                     name: "server.state",
-                    value: Value::Number(0)
+                    value: StatValue::Number(0)
                 },
             ]
         );
-        assert_eq!(find(body, "server.state"), Some(Value::Number(0)));
+        assert_eq!(find(body, "server.state"), Some(StatValue::Number(0)));
     }
 
     #[test]
@@ -96,7 +96,7 @@ mod tests {
     fn missing_line_is_none_and_extra_lines_are_ignored() {
         let body = "server.state: 2\ncluster_manager.cds.update_success: 3\nfoo.bar: 9\n";
         assert_eq!(find(body, "listener_manager.workers_started"), None);
-        assert_eq!(find(body, "server.state"), Some(Value::Number(2)));
+        assert_eq!(find(body, "server.state"), Some(StatValue::Number(2)));
         assert_eq!(lines(body).count(), 3);
     }
 
@@ -104,7 +104,7 @@ mod tests {
     fn tolerates_spaces_around_name_and_value() {
         assert_eq!(
             find("  server.state :   3  \r\n", "server.state"),
-            Some(Value::Number(3))
+            Some(StatValue::Number(3))
         );
     }
 
@@ -112,24 +112,30 @@ mod tests {
     fn value_that_does_not_parse_is_reported() {
         assert_eq!(
             find("server.state: live", "server.state"),
-            Some(Value::Unparsable("live"))
+            Some(StatValue::Unparsable("live"))
         );
-        assert_eq!(find("server.state: -1", "server.state"), Some(Value::Unparsable("-1")));
-        assert_eq!(find("server.state:", "server.state"), Some(Value::Unparsable("")));
+        assert_eq!(
+            find("server.state: -1", "server.state"),
+            Some(StatValue::Unparsable("-1"))
+        );
+        assert_eq!(find("server.state:", "server.state"), Some(StatValue::Unparsable("")));
         let garbage: Vec<_> = lines("<html>oops</html>").collect();
-        assert_eq!(garbage[0].value, Value::Unparsable("<html>oops</html>"));
+        assert_eq!(garbage[0].value, StatValue::Unparsable("<html>oops</html>"));
         let histogram = "cluster.x.upstream_rq_time: P0(nan,0) P25(nan,1)";
-        assert!(matches!(lines(histogram).next().unwrap().value, Value::Unparsable(_)));
+        assert!(matches!(
+            lines(histogram).next().unwrap().value,
+            StatValue::Unparsable(_)
+        ));
     }
 
     #[test]
     fn wrapped_gauge_is_not_a_number() {
         let body = "listener.0.0.0.0_15006.downstream_cx_active: 18446744073709551615";
-        assert_eq!(lines(body).next().unwrap().value, Value::Wrapped(u64::MAX));
+        assert_eq!(lines(body).next().unwrap().value, StatValue::Wrapped(u64::MAX));
         // A value larger than u64 does not parse at all.
         assert!(matches!(
             find("x: 18446744073709551616", "x"),
-            Some(Value::Unparsable(_))
+            Some(StatValue::Unparsable(_))
         ));
     }
 

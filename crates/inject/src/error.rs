@@ -1,12 +1,12 @@
 //! Why `lifeguard inject` stopped: where in the manifest ([`Place`]s,
-//! outermost first) and what is wrong there ([`Fault`]), read as
+//! outermost first) and what is wrong there ([`ManifestFault`]), read as
 //! `document 1: Pod web: container app: readinessProbe: the port "web" is
 //! not one of the container's named ports`.
 
 use std::fmt;
 use std::path::PathBuf;
 
-use lifeguard_base::settings::NotABool as ValueError;
+use lifeguard_base::settings::NotABool;
 use lifeguard_istio::probers::{ProbeSpecError, ProbersError};
 use lifeguard_istio::proxy_config::ProxyConfigError;
 
@@ -16,7 +16,7 @@ use lifeguard_istio::proxy_config::ProxyConfigError;
 pub struct InjectError {
     /// Where, outermost first; none for the manifest as a whole.
     pub at: Vec<Place>,
-    pub fault: Fault,
+    pub fault: ManifestFault,
 }
 
 impl InjectError {
@@ -27,15 +27,15 @@ impl InjectError {
     }
 }
 
-impl From<Fault> for InjectError {
-    fn from(fault: Fault) -> InjectError {
+impl From<ManifestFault> for InjectError {
+    fn from(fault: ManifestFault) -> InjectError {
         InjectError { at: Vec::new(), fault }
     }
 }
 
 impl From<ProbeSpecError> for InjectError {
     fn from(e: ProbeSpecError) -> InjectError {
-        Fault::Probe(e).into()
+        ManifestFault::Probe(e).into()
     }
 }
 
@@ -84,7 +84,7 @@ impl fmt::Display for Where<'_> {
 
 /// What is wrong in the manifest (or with reading it).
 #[derive(Debug, thiserror::Error)]
-pub enum Fault {
+pub enum ManifestFault {
     #[error("{0}")]
     Read(std::io::Error),
     #[error("not YAML: {0}")]
@@ -105,7 +105,7 @@ pub enum Fault {
         section: &'static str,
         key: &'static str,
         text: String,
-        why: ValueError,
+        why: NotABool,
     },
     #[error("no proxy container: no container runs lifeguard; add one, or name it with --proxy-container")]
     NoProxy,

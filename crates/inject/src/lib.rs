@@ -40,7 +40,7 @@ mod proxy;
 mod rewrite;
 mod yaml;
 
-pub use error::{Fault, InjectError, Place};
+pub use error::{InjectError, ManifestFault, Place};
 use yaml::{name_of, seq, text_of};
 
 /// The env variable the proxy container reads the probes from.
@@ -96,7 +96,7 @@ pub fn run(opts: &InjectOptions) -> Result<(), InjectError> {
         Some(path) => std::fs::read_to_string(path).map(|t| text = t),
         None => std::io::stdin().read_to_string(&mut text).map(drop),
     };
-    read.map_err(|e| InjectError::from(Fault::Read(e)).within(Place::Input(path)))?;
+    read.map_err(|e| InjectError::from(ManifestFault::Read(e)).within(Place::Input(path)))?;
     print!("{}", inject(&text, opts)?);
     Ok(())
 }
@@ -107,12 +107,12 @@ pub fn inject(input: &str, opts: &InjectOptions) -> Result<String, InjectError> 
     let mut out = Vec::new();
     for (i, document) in serde_norway::Deserializer::from_str(input).enumerate() {
         let at = |e: InjectError| e.within(Place::Document(i + 1));
-        let mut value = Value::deserialize(document).map_err(|e| at(Fault::NotYaml(e).into()))?;
+        let mut value = Value::deserialize(document).map_err(|e| at(ManifestFault::NotYaml(e).into()))?;
         if value.is_null() {
             continue;
         }
         rewrite_object(&mut value, opts).map_err(at)?;
-        out.push(serde_norway::to_string(&value).map_err(|e| at(Fault::Yaml(e).into()))?);
+        out.push(serde_norway::to_string(&value).map_err(|e| at(ManifestFault::Yaml(e).into()))?);
     }
     Ok(out.join("---\n"))
 }
@@ -159,9 +159,9 @@ fn rewrite_pod_of(object: &mut Value, path: &[&str], opts: &InjectOptions) -> Re
     let pod = path
         .iter()
         .try_fold(&mut *object, |v, key| v.get_mut(*key))
-        .ok_or_else(|| Fault::NoPodTemplate(path.join(".")))?;
+        .ok_or_else(|| ManifestFault::NoPodTemplate(path.join(".")))?;
     let metadata = pod.get("metadata");
-    let says = |section: &'static str, key: &'static str| -> Result<Option<bool>, Fault> {
+    let says = |section: &'static str, key: &'static str| -> Result<Option<bool>, ManifestFault> {
         let Some(value) = metadata.and_then(|m| m.get(section)).and_then(|s| s.get(key)) else {
             return Ok(None);
         };
@@ -171,7 +171,7 @@ fn rewrite_pod_of(object: &mut Value, path: &[&str], opts: &InjectOptions) -> Re
         let text = value.as_str().map_or_else(|| text_of(value), str::to_owned);
         match text.parse::<GoBool>() {
             Ok(b) => Ok(Some(b.get())),
-            Err(why) => Err(Fault::NotABool {
+            Err(why) => Err(ManifestFault::NotABool {
                 section,
                 key,
                 text,
@@ -193,7 +193,7 @@ fn rewrite_pod_of(object: &mut Value, path: &[&str], opts: &InjectOptions) -> Re
     let status_annotation = annotations
         .and_then(|a| a.get(proxy::STATUS_PORT_ANNOTATION))
         .map(|v| v.as_str().map_or_else(|| text_of(v), str::to_owned));
-    let spec = pod.get_mut("spec").ok_or(Fault::NoSpec)?;
+    let spec = pod.get_mut("spec").ok_or(ManifestFault::NoSpec)?;
     rewrite_pod(spec, status_annotation.as_deref(), opts, todo)
 }
 
@@ -219,7 +219,7 @@ fn rewrite_pod(
     let proxy = &spec[list][index];
     let status_port = proxy::status_port(proxy, opts.status_port, status_annotation)?;
     let mut probes = match proxy::env_value(proxy, PROBERS_ENV) {
-        Some(json) => AppProbes::parse(json).map_err(|error| Fault::Probers {
+        Some(json) => AppProbes::parse(json).map_err(|error| ManifestFault::Probers {
             env: PROBERS_ENV,
             error,
         })?,

@@ -4,7 +4,7 @@
 
 use serde_norway::{Mapping, Value};
 
-use super::error::Fault;
+use super::error::ManifestFault;
 use super::yaml::{name_of, seq};
 use lifeguard_istio::proxy_config::ProxyConfig;
 
@@ -23,7 +23,7 @@ pub(super) type At = (&'static str, usize);
 
 /// The proxy container: the one named `name`, else the one that runs
 /// `lifeguard`; `None` when there is none.
-pub(super) fn find(spec: &Value, name: Option<&str>) -> Result<Option<At>, Fault> {
+pub(super) fn find(spec: &Value, name: Option<&str>) -> Result<Option<At>, ManifestFault> {
     let mut found = Vec::new();
     for list in LISTS {
         for (i, c) in seq(spec, list).iter().enumerate() {
@@ -39,17 +39,17 @@ pub(super) fn find(spec: &Value, name: Option<&str>) -> Result<Option<At>, Fault
     match found.as_slice() {
         [] => Ok(None),
         [(list, i, _)] => Ok(Some((list, *i))),
-        many => Err(Fault::SeveralProxies(
+        many => Err(ManifestFault::SeveralProxies(
             many.iter().map(|(_, _, n)| (*n).to_owned()).collect(),
         )),
     }
 }
 
 /// Why there is no proxy container, for the error.
-pub(super) fn missing(name: Option<&str>) -> Fault {
+pub(super) fn missing(name: Option<&str>) -> ManifestFault {
     match name {
-        Some(name) => Fault::NoContainerNamed(name.to_owned()),
-        None => Fault::NoProxy,
+        Some(name) => ManifestFault::NoContainerNamed(name.to_owned()),
+        None => ManifestFault::NoProxy,
     }
 }
 
@@ -75,7 +75,7 @@ fn runs_lifeguard(container: &Value) -> bool {
 /// The status port the probes go to: `--status-port`, else the proxy's
 /// own (below). Istio's annotation, when the pod has it, must agree: the
 /// agent would not listen where it points.
-pub(super) fn status_port(proxy: &Value, flag: Option<u16>, annotation: Option<&str>) -> Result<u16, Fault> {
+pub(super) fn status_port(proxy: &Value, flag: Option<u16>, annotation: Option<&str>) -> Result<u16, ManifestFault> {
     if let Some(port) = flag {
         return Ok(port);
     }
@@ -85,13 +85,13 @@ pub(super) fn status_port(proxy: &Value, flag: Option<u16>, annotation: Option<&
     };
     match annotated.trim().parse::<u16>() {
         Ok(p) if p == port => Ok(port),
-        Ok(annotated) if annotated > 0 => Err(Fault::StatusPortDisagrees {
+        Ok(annotated) if annotated > 0 => Err(ManifestFault::StatusPortDisagrees {
             annotation: STATUS_PORT_ANNOTATION,
             annotated,
             port,
             from,
         }),
-        _ => Err(Fault::StatusAnnotation {
+        _ => Err(ManifestFault::StatusAnnotation {
             annotation: STATUS_PORT_ANNOTATION,
             text: annotated.to_owned(),
         }),
@@ -102,7 +102,7 @@ pub(super) fn status_port(proxy: &Value, flag: Option<u16>, annotation: Option<&
 /// came from: its `--status-addr` flag, else `LIFEGUARD_STATUS_ADDR`, else
 /// `PROXY_CONFIG`'s `statusPort`, else 15020 (a `--config` file is not
 /// read: pass `--status-port` then).
-fn proxy_status_port(proxy: &Value) -> Result<(u16, &'static str), Fault> {
+fn proxy_status_port(proxy: &Value) -> Result<(u16, &'static str), ManifestFault> {
     let words: Vec<&str> = ["command", "args"]
         .iter()
         .filter_map(|k| proxy.get(*k).and_then(Value::as_sequence))
@@ -118,7 +118,7 @@ fn proxy_status_port(proxy: &Value) -> Result<(u16, &'static str), Fault> {
             None => None,
         });
     let proxy_config = |text: &str| {
-        let config = ProxyConfig::parse(text).map_err(Fault::ProxyConfig)?;
+        let config = ProxyConfig::parse(text).map_err(ManifestFault::ProxyConfig)?;
         Ok(config.status_port.map(|port| format!("0.0.0.0:{port}")))
     };
     let (addr, from) = match (flag, env_value(proxy, "LIFEGUARD_STATUS_ADDR")) {
@@ -136,7 +136,7 @@ fn proxy_status_port(proxy: &Value) -> Result<(u16, &'static str), Fault> {
     let port = addr.rsplit_once(':').map_or(addr.as_str(), |(_, p)| p);
     match port.parse() {
         Ok(port) if port > 0 => Ok((port, from)),
-        _ => Err(Fault::StatusAddr { addr, from }),
+        _ => Err(ManifestFault::StatusAddr { addr, from }),
     }
 }
 

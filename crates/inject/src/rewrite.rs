@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_norway::{Mapping, Value};
 
-use super::error::{Fault, InjectError, Place};
+use super::error::{InjectError, ManifestFault, Place};
 use super::yaml::{name_of, seq};
 use lifeguard_istio::probers::{AppProbes, Kind, Probe};
 
@@ -129,7 +129,7 @@ impl Rewrite<'_> {
             original.insert("timeoutSeconds".into(), timeout.clone());
         }
         let probe: Probe = serde_norway::from_value(Value::Mapping(original))
-            .map_err(|e| InjectError::from(Fault::Yaml(e)).within(Place::Field(kind.into())))?;
+            .map_err(|e| InjectError::from(ManifestFault::Yaml(e)).within(Place::Field(kind.into())))?;
         probe.check(path)?;
         probes.0.insert(path.to_owned(), probe);
         let mut get = Mapping::new();
@@ -154,14 +154,17 @@ impl Rewrite<'_> {
 
     /// A named port (or a number written as a string) made a number, from
     /// the container's ports.
-    fn resolve_port(&self, action: &mut Value) -> Result<(), Fault> {
+    fn resolve_port(&self, action: &mut Value) -> Result<(), ManifestFault> {
         let Some(port) = action.get_mut("port") else {
-            return Err(Fault::NoPort);
+            return Err(ManifestFault::NoPort);
         };
         if let Some(name) = port.as_str().map(str::to_owned) {
             let number = match name.parse::<i64>() {
                 Ok(n) => n,
-                Err(_) => *self.ports.get(&name).ok_or_else(|| Fault::UnknownPort(name.clone()))?,
+                Err(_) => *self
+                    .ports
+                    .get(&name)
+                    .ok_or_else(|| ManifestFault::UnknownPort(name.clone()))?,
             };
             *port = Value::from(number);
         }

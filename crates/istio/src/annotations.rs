@@ -33,12 +33,12 @@ const RESERVED: [(u16, &str); 9] = [
 
 /// One endpoint of the app's metrics, on 127.0.0.1.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub struct MetricsTarget {
     pub port: u16,
     pub path: String,
 }
 
-impl Target {
+impl MetricsTarget {
     /// `port` and `path`, as logs and metric labels name the target.
     pub fn label(&self) -> String {
         format!("{}{}", self.port, self.path)
@@ -49,7 +49,7 @@ impl Target {
 /// Empty: no app metrics. Read from the injector's JSON (`FromStr`,
 /// [`AppMetrics::parse`]), written back as JSON (`Display`, serde).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AppMetrics(pub Vec<Target>);
+pub struct AppMetrics(pub Vec<MetricsTarget>);
 
 impl FromStr for AppMetrics {
     type Err = AnnotationsError;
@@ -156,7 +156,7 @@ impl AppMetrics {
                 .filter(|p| !p.is_empty())
                 .unwrap_or_else(|| "/metrics".into());
             let path = check_path(path, field(i, "path"))?;
-            targets.push(Target { port, path });
+            targets.push(MetricsTarget { port, path });
         }
         Ok(AppMetrics(targets))
     }
@@ -227,8 +227,8 @@ fn check_path(path: String, field: String) -> Result<String, AnnotationsError> {
 mod tests {
     use super::*;
 
-    fn t(port: u16, path: &str) -> Target {
-        Target {
+    fn t(port: u16, path: &str) -> MetricsTarget {
+        MetricsTarget {
             port,
             path: path.into(),
         }

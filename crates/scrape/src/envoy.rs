@@ -266,7 +266,7 @@ mod tests {
         });
         let metrics = Metrics::new(Instant::now());
         let admin = AdminClient::new(lifeguard_base::url::LoopbackUrl::unix(&socket), Duration::from_secs(2));
-        let targets = AppMetrics(vec![lifeguard_istio::annotations::Target {
+        let targets = AppMetrics(vec![lifeguard_istio::annotations::MetricsTarget {
             port,
             path: "/metrics".into(),
         }]);

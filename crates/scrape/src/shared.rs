@@ -18,7 +18,7 @@ use lifeguard_drain_wait::DrainWait;
 use lifeguard_envoy::admin::AdminClient;
 use lifeguard_envoy::poller::Heartbeat;
 use lifeguard_envoy::readiness::Readiness;
-use lifeguard_istio::annotations::Target;
+use lifeguard_istio::annotations::MetricsTarget;
 use lifeguard_metrics::Metrics;
 
 /// The merged scrape's state, shared by every scrape ([`crate::Scraper`]
@@ -49,7 +49,7 @@ pub(crate) struct Shared {
 
 /// One app metrics target and its failure counters (by [`Incomplete`](crate::Incomplete)).
 pub(crate) struct AppSource {
-    pub(crate) target: Target,
+    pub(crate) target: MetricsTarget,
     pub(crate) label: String,
     pub(crate) failures: AppFailures,
 }

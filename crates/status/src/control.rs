@@ -26,7 +26,7 @@ use super::service::StatusService;
 /// the way left untouched.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot bind the control socket {}", .path.display())]
-pub struct BindError {
+pub struct SocketBindError {
     pub(crate) path: PathBuf,
     #[source]
     pub(crate) fault: SocketFault,
@@ -75,8 +75,8 @@ impl ControlServer {
     /// Binds `path` with mode 0600. A socket file left by an earlier run is
     /// replaced; any other file there is an error, and so is a socket
     /// another process still serves.
-    pub fn bind(path: &Path) -> Result<ControlServer, BindError> {
-        Self::listen(path).map_err(|fault| BindError {
+    pub fn bind(path: &Path) -> Result<ControlServer, SocketBindError> {
+        Self::listen(path).map_err(|fault| SocketBindError {
             path: path.to_owned(),
             fault,
         })

@@ -45,7 +45,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// permission): start-up stops before anything is launched.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot bind the status address {addr}")]
-pub struct BindError {
+pub struct AddrBindError {
     pub(crate) addr: SocketAddr,
     #[source]
     pub(crate) source: std::io::Error,
@@ -63,8 +63,8 @@ pub struct StatusServer {
 }
 
 impl StatusServer {
-    pub async fn bind(addr: SocketAddr, max_connections: usize) -> Result<Self, BindError> {
-        let (listener, loopback) = Self::listen(addr).map_err(|source| BindError { addr, source })?;
+    pub async fn bind(addr: SocketAddr, max_connections: usize) -> Result<Self, AddrBindError> {
+        let (listener, loopback) = Self::listen(addr).map_err(|source| AddrBindError { addr, source })?;
         Ok(Self {
             listener,
             loopback,

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::lines::Format;
 use crate::counters::Incomplete;
-use lifeguard_istio::annotations::Target;
+use lifeguard_istio::annotations::MetricsTarget;
 
 /// The largest body taken from one app target; the rest is left out
 /// (cut after the last whole line), logged and counted.
@@ -42,7 +42,7 @@ pub(crate) enum Piece {
 /// Starts reading `target`, asking for `format`, until `deadline`; the
 /// scrape takes the pieces from the receiver.
 pub(crate) fn start(
-    target: &Target,
+    target: &MetricsTarget,
     format: Format,
     deadline: Instant,
     slots: Arc<Semaphore>,
@@ -65,7 +65,7 @@ pub(crate) fn start(
 type Outcome = (Option<Incomplete>, String);
 
 async fn read(
-    target: &Target,
+    target: &MetricsTarget,
     format: Format,
     deadline: Instant,
     slots: Arc<Semaphore>,

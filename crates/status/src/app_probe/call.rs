@@ -44,7 +44,7 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 /// Where the app is reached, and from where.
-pub(crate) struct Target {
+pub(crate) struct ProbeTarget {
     /// The pod's address (or loopback, in the legacy mode).
     pub(crate) dest: IpAddr,
     /// 127.0.0.6 or ::6: the capture rules do not redirect traffic from it.
@@ -54,13 +54,13 @@ pub(crate) struct Target {
     tls: TlsConnector,
 }
 
-impl Target {
-    pub(crate) fn new(dest: IpAddr) -> Target {
+impl ProbeTarget {
+    pub(crate) fn new(dest: IpAddr) -> ProbeTarget {
         let source = match dest {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(127, 0, 0, 6)),
             IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6)),
         };
-        Target {
+        ProbeTarget {
             dest,
             source,
             source_missing: AtomicBool::new(false),
@@ -118,7 +118,7 @@ pub(crate) enum HttpAnswer {
 }
 
 /// Runs an HTTP probe, following redirects on the same host.
-pub(crate) async fn http_get(target: &Target, mut call: HttpCall) -> Result<HttpAnswer, ProbeError> {
+pub(crate) async fn http_get(target: &ProbeTarget, mut call: HttpCall) -> Result<HttpAnswer, ProbeError> {
     for _ in 0..=MAX_REDIRECTS {
         let (status, location, body) = http_once(target, &call).await?;
         if !status.is_redirection() {
@@ -175,7 +175,7 @@ pub fn follow(call: &HttpCall, location: &str, dest: IpAddr) -> Option<(bool, u1
 }
 
 /// One request and its answer: status, Location, the body's first bytes.
-async fn http_once(target: &Target, call: &HttpCall) -> Result<(StatusCode, Option<String>, Bytes), ProbeError> {
+async fn http_once(target: &ProbeTarget, call: &HttpCall) -> Result<(StatusCode, Option<String>, Bytes), ProbeError> {
     let tcp = target.connect_to_probe(call.port).await?;
     if !call.https {
         return exchange(TokioIo::new(tcp), false, call, target.dest).await;

@@ -10,7 +10,7 @@ use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, TE, USER_AGENT};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
-use super::call::Target;
+use super::call::ProbeTarget;
 use super::error::ProbeError;
 
 /// The largest answer read: a health answer is a few bytes.
@@ -64,7 +64,7 @@ impl ServingStatus {
 /// Asks the app's health service on `port` about `service`; `user_agent`
 /// is the kubelet's, passed on as the kubelet's own gRPC probe does.
 pub(crate) async fn check(
-    target: &Target,
+    target: &ProbeTarget,
     port: u16,
     service: &str,
     user_agent: Option<&HeaderValue>,

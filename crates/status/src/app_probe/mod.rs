@@ -33,7 +33,7 @@ use hyper::StatusCode;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use call::{HttpAnswer, HttpCall, Target};
+use call::{HttpAnswer, HttpCall, ProbeTarget};
 use grpc::{Health, ServingStatus};
 use lifeguard_base::reason::ByReason;
 use lifeguard_istio::probers::{Action, AppProbes, Checked};
@@ -109,7 +109,7 @@ struct Entry {
 
 /// Where the probes reach the app, shared by them all.
 struct App {
-    target: Target,
+    target: ProbeTarget,
     /// The status port, to rewrite a Host that names it.
     status_port: u16,
 }
@@ -119,7 +119,7 @@ impl AppProber {
     /// address, or loopback); None when there are no probes.
     pub fn new(probes: &AppProbes, dest: IpAddr, status_port: u16, metrics: Option<&Metrics>) -> Option<AppProber> {
         let app = Arc::new(App {
-            target: Target::new(dest),
+            target: ProbeTarget::new(dest),
             status_port,
         });
         let probes: Vec<_> = probes
