@@ -76,7 +76,7 @@ fn exported() -> BTreeSet<String> {
     status.left_at_stop = Some(2);
     status.kubelet = Some(Kubelet {
         answer: KubeletAnswer::FollowsEnvoy,
-        serving_for_seconds: Some(31.0),
+        serving_window_seconds: Some(31.0),
         not_serving_after_seconds: Some(27.5),
         not_serving_because: Some(NotServingBecause::EnvoyStopping),
         ready_probes: 5,

@@ -250,7 +250,7 @@ fn while_the_pod_terminates_the_kubelet_is_answered_as_envoy_is_and_load_balance
     let drain: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(drain["trigger"], "SIGTERM");
     assert_eq!(drain["kubelet"]["answer"], "follows_envoy", "{body}");
-    assert_eq!(drain["kubelet"]["serving_for_seconds"], 3.0, "{body}");
+    assert_eq!(drain["kubelet"]["serving_window_seconds"], 3.0, "{body}");
     assert!(drain["kubelet"]["ready_probes"].as_u64() >= Some(2), "{body}");
     // The node's load balancers' time is over: the kubelet's 503, Envoy
     // still serving.
@@ -282,7 +282,7 @@ fn while_the_pod_terminates_the_kubelet_is_answered_as_envoy_is_and_load_balance
         .expect("the exit summary");
     assert!(
         summary.contains(
-            r#"kubelet="{\"answer\":\"follows_envoy\",\"serving_for_seconds\":3.0,\"not_serving_after_seconds\":3.0,\"not_serving_because\":\"node_load_balancers_time\""#
+            r#"kubelet="{\"answer\":\"follows_envoy\",\"serving_window_seconds\":3.0,\"not_serving_after_seconds\":3.0,\"not_serving_because\":\"node_load_balancers_time\""#
         ),
         "{summary}"
     );

@@ -276,17 +276,17 @@ pub(crate) fn node_checked(plan: &DrainWaitPlan, policy: DrainUntil, quiet: (Dur
 /// failing`) and the kubelet has seen its failure threshold.
 pub(crate) fn announced(plan: &DrainWaitPlan, policy: DrainUntil, quiet: (Duration, &str)) -> WayBudget {
     let probe = plan.kubelet_probe.unwrap_or(KUBELET_PROBE_DEFAULT);
-    let serving_for = match plan.kubelet_served {
-        true => plan.node_checks.serving_for(),
+    let serving_window = match plan.kubelet_served {
+        true => plan.node_checks.serving_window(),
         false => Duration::ZERO,
     };
     let needed = round_up(
-        serving_for + probe.takes() + KUBE_PROXY_LAG + quiet.0 + plan.grace.margin() + plan.app_time_under(policy),
+        serving_window + probe.takes() + KUBE_PROXY_LAG + quiet.0 + plan.grace.margin() + plan.app_time_under(policy),
     );
     let told = match plan.kubelet_served {
         true => format!(
             "the kubelet told the pod serves for {} (the node's load balancers' time)",
-            GoDuration(serving_for)
+            GoDuration(serving_window)
         ),
         false => "the kubelet told 503 at once (--terminating-readiness failing)".to_owned(),
     };
@@ -308,7 +308,7 @@ pub(crate) fn announced(plan: &DrainWaitPlan, policy: DrainUntil, quiet: (Durati
         needed,
         fits: needed <= plan.grace.period(),
         declared: plan.kubelet_probe.is_some(),
-        takes: serving_for + probe.takes(),
+        takes: serving_window + probe.takes(),
         words,
     }
 }

@@ -23,7 +23,7 @@
 //! So in a drain the pod's termination started (a signal, or the proxy's
 //! preStop hook), the kubelet is answered as Envoy is (200 while Envoy is
 //! ready and accepts new connections) for the **node's load balancers'
-//! time** at most ([`NodeChecks::serving_for`]: the slowest of their checks
+//! time** at most ([`NodeChecks::serving_window`]: the slowest of their checks
 //! as declared, `--load-balancer-checks`, or the common clouds' when none
 //! is, and a second for kube-proxy to see the deletion), then 503: a load
 //! balancer that checks the node has let it go by then, and an announcer
@@ -183,7 +183,7 @@ impl NodeChecks {
     /// How long, from the drain's start, the kubelet is told a terminating
     /// pod serves: the slowest load balancer's interval × threshold, and
     /// kube-proxy's lag.
-    pub fn serving_for(&self) -> Duration {
+    pub fn serving_window(&self) -> Duration {
         self.slowest().takes() + KUBE_PROXY_LAG
     }
 
@@ -270,7 +270,7 @@ pub struct Kubelet {
     /// `follows_envoy`: how long from the drain's start it is answered as
     /// Envoy is at most (the node's load balancers' time); None:
     /// `not_serving`.
-    pub serving_for_seconds: Option<f64>,
+    pub serving_window_seconds: Option<f64>,
     /// Seconds from the drain's start to when the drain turned the
     /// kubelet's answer to 503 (0: at once; None: not yet).
     pub not_serving_after_seconds: Option<f64>,
@@ -285,7 +285,7 @@ pub struct Kubelet {
 }
 
 impl Kubelet {
-    /// At the drain's start: answered as Envoy is for `serving_for`, or
+    /// At the drain's start: answered as Envoy is for `serving_window`, or
     /// 503 `because`.
     pub(crate) fn new(answer: Result<Duration, NotServingBecause>) -> Kubelet {
         Kubelet {
@@ -293,7 +293,7 @@ impl Kubelet {
                 Ok(_) => KubeletAnswer::FollowsEnvoy,
                 Err(_) => KubeletAnswer::NotServing,
             },
-            serving_for_seconds: answer.ok().map(|d| d.as_secs_f64()),
+            serving_window_seconds: answer.ok().map(|d| d.as_secs_f64()),
             not_serving_after_seconds: answer.err().map(|_| 0.0),
             not_serving_because: answer.err(),
             ready_probes: 0,
@@ -461,11 +461,11 @@ mod tests {
             assert_eq!(bad.parse::<Checks>(), Err(ChecksError), "{bad:?}");
         }
         assert_eq!(
-            NodeChecks::default().serving_for(),
+            NodeChecks::default().serving_window(),
             Duration::from_secs(31),
             "assumed 10sx3, and 1 s"
         );
         let declared = NodeChecks::new(vec!["5sx2".parse().unwrap(), "8sx3".parse().unwrap()]);
-        assert_eq!(declared.serving_for(), Duration::from_secs(25));
+        assert_eq!(declared.serving_window(), Duration::from_secs(25));
     }
 }

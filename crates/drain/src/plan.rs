@@ -126,8 +126,8 @@ impl Plan {
         match self.terminating_readiness {
             TerminatingReadiness::Failing => "503 from the drain's start (--terminating-readiness failing)".to_owned(),
             TerminatingReadiness::Serving => {
-                let serving_for = self.node_checks.serving_for();
-                let past = match serving_for >= self.grace.deadline() {
+                let serving_window = self.node_checks.serving_window();
+                let past = match serving_window >= self.grace.deadline() {
                     true => format!(
                         " (no sooner than the drain's deadline, {}: until Envoy stops)",
                         GoDuration(self.grace.deadline())
@@ -137,7 +137,7 @@ impl Plan {
                 format!(
                     "as Envoy is (200 while it accepts new connections) for {} at most{past} ({} + {} for \
                      kube-proxy), then 503 so that announcers withdraw the node",
-                    GoDuration(serving_for),
+                    GoDuration(serving_window),
                     self.node_checks.slowest_words(),
                     GoDuration(super::KUBE_PROXY_LAG)
                 )
@@ -153,7 +153,7 @@ impl Plan {
         match (self.terminating_readiness, trigger.is_termination()) {
             (_, false) => Err(NotServingBecause::OperatorDrain),
             (TerminatingReadiness::Failing, true) => Err(NotServingBecause::TerminatingReadinessFailing),
-            (TerminatingReadiness::Serving, true) => Ok(self.node_checks.serving_for()),
+            (TerminatingReadiness::Serving, true) => Ok(self.node_checks.serving_window()),
         }
     }
 

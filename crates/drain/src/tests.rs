@@ -1435,7 +1435,7 @@ async fn the_kubelets_window_closes_after_the_node_load_balancers_time() {
     handle.signal(Signal::Term).await;
     at(&envoy, 0.001).await;
     let kubelet = handle.status().kubelet.unwrap();
-    assert_eq!(kubelet.serving_for_seconds, Some(31.0));
+    assert_eq!(kubelet.serving_window_seconds, Some(31.0));
     at(&envoy, 30.9).await;
     assert_eq!(cell.kubelet_window(), Ok(()));
     assert_eq!(handle.status().kubelet.unwrap().not_serving_after_seconds, None);
@@ -1470,7 +1470,7 @@ async fn the_kubelets_window_closes_after_the_node_load_balancers_time() {
     let (_task, handle) = start_with_rotation(p, &envoy, &FakeRotation::new());
     handle.signal(Signal::Term).await;
     at(&envoy, 0.001).await;
-    assert_eq!(handle.status().kubelet.unwrap().serving_for_seconds, Some(11.0));
+    assert_eq!(handle.status().kubelet.unwrap().serving_window_seconds, Some(11.0));
     at(&envoy, 11.0).await;
     assert!(handle.phase().kubelet_window().is_err());
 }

@@ -453,7 +453,7 @@ mod tests {
         let mut status = lifeguard_drain::Status::initial(lifeguard_drain::DrainUntil::Time, String::new());
         status.kubelet = Some(lifeguard_drain::Kubelet {
             answer: KubeletAnswer::FollowsEnvoy,
-            serving_for_seconds: Some(31.0),
+            serving_window_seconds: Some(31.0),
             not_serving_after_seconds: None,
             not_serving_because: None,
             ready_probes: 0,

@@ -67,11 +67,11 @@ fn drain_kubelet(out: &mut Exposition, kubelet: &Kubelet) {
     for (label, n) in [("ready", kubelet.ready_probes), ("not_ready", kubelet.not_ready_probes)] {
         out.sample(DRAIN_KUBELET_PROBES, &[("answer", label)], n as f64);
     }
-    if let Some(serving_for) = kubelet.serving_for_seconds {
+    if let Some(serving_window) = kubelet.serving_window_seconds {
         out.single(
-            DRAIN_KUBELET_SERVING_FOR,
+            DRAIN_KUBELET_SERVING_WINDOW,
             "follows_envoy: the longest the kubelet is answered as Envoy is, from the drain's start (the node's load balancers' interval x threshold, and a second for kube-proxy).",
-            serving_for,
+            serving_window,
         );
     }
     if let Some(after) = kubelet.not_serving_after_seconds {

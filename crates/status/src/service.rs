@@ -339,7 +339,7 @@ mod tests {
         assert_eq!(status.kubelet, None, "no drain was published");
         status.kubelet = Some(lifeguard_drain::Kubelet {
             answer: KubeletAnswer::FollowsEnvoy,
-            serving_for_seconds: Some(31.0),
+            serving_window_seconds: Some(31.0),
             not_serving_after_seconds: None,
             not_serving_because: None,
             ready_probes: 0,

@@ -68,15 +68,15 @@ impl Inbox {
     /// The node's load balancers have had their time: the kubelet is
     /// answered 503 from now (the probe saw the window's end in the cell).
     fn kubelet_window_over(&mut self) {
-        let Some((_, serving_for)) = self.kubelet_window.take() else {
+        let Some((_, serving_window)) = self.kubelet_window.take() else {
             return;
         };
         tracing::info!(
             "the kubelet is answered 503 from now, {} into the drain: {}",
-            GoDuration(serving_for),
+            GoDuration(serving_window),
             NotServingBecause::NodeLoadBalancersTime.words()
         );
-        self.kubelet_turned(serving_for.as_secs_f64(), NotServingBecause::NodeLoadBalancersTime);
+        self.kubelet_turned(serving_window.as_secs_f64(), NotServingBecause::NodeLoadBalancersTime);
     }
 
     /// The drain turned the kubelet's answer to 503 `after` its start,

@@ -226,12 +226,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let answer = self.plan.kubelet(trigger);
         let kubelet = Kubelet::new(answer);
         self.kubelet = kubelet.answer;
-        if let (Ok(serving_for), Some(started)) = (answer, self.started) {
-            let ends = started + serving_for;
+        if let (Ok(serving_window), Some(started)) = (answer, self.started) {
+            let ends = started + serving_window;
             self.inbox
                 .phase
                 .kubelet_window_ends(ends, NotServingBecause::NodeLoadBalancersTime);
-            self.inbox.kubelet_window = Some((ends, serving_for));
+            self.inbox.kubelet_window = Some((ends, serving_window));
         }
         let deadline = now_unix + self.plan.grace.deadline().as_secs_f64();
         self.inbox.publish(|s| {
@@ -253,7 +253,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                  accepts new connections, for {} at most (the pod terminates: kube-proxy's fallback may \
                  still send here until the node is let go: {} + {}), then 503, so that announcers withdraw \
                  the node",
-                GoDuration(self.plan.node_checks().serving_for()),
+                GoDuration(self.plan.node_checks().serving_window()),
                 self.plan.node_checks().slowest_words(),
                 GoDuration(crate::KUBE_PROXY_LAG)
             ),
