@@ -13,8 +13,9 @@
 //!
 //! What a user would check: no request fails, and no fixed sleep was
 //! guessed: each hook answers after its load balancers took the pod out
-//! (and, at 200 a second, within 2 s of it; the figure is printed); a
-//! prober cannot move the answer earlier, nor hold it past the bound set.
+//! (and, at 200 a second, within the quiet period + 3 s of it; the figure
+//! is printed); a prober cannot move the answer earlier, nor hold it past
+//! the bound set.
 //! Needs root, HAProxy and Envoy.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -83,7 +84,8 @@ fn assert_nothing_lost(run: &Run) {
 
 /// Each hook said the pod is out of rotation, no earlier than the last
 /// load balancer took it out (and, when `within` is given, no later than
-/// that after it); lifeguard exited 0.
+/// the quiet period the hook waited plus that after it); lifeguard
+/// exited 0.
 fn assert_left_in_time(run: &Run, within: Option<f64>) {
     for (k, l) in run.left.iter().enumerate() {
         let d = &l.deletion;
@@ -109,10 +111,13 @@ fn assert_left_in_time(run: &Run, within: Option<f64>) {
             -after,
             l.log
         );
-        if let Some(bound) = within {
+        if let Some(margin) = within {
+            let quiet = quiet_period_said(&d.hook_answer);
             assert!(
-                after <= bound,
-                "old{k}: the hook returned {after:.3} s after the load balancer took the pod out\n{}",
+                after <= quiet + margin,
+                "old{k}: the hook returned {after:.3} s after the load balancer took the pod out (quiet period \
+                 {quiet:.2} s, {:.2} s allowed)\n{}",
+                quiet + margin,
                 l.log
             );
         }
@@ -120,8 +125,30 @@ fn assert_left_in_time(run: &Run, within: Option<f64>) {
     }
 }
 
+/// The quiet period a hook's answer says it waited ("no new request came
+/// for 500ms").
+fn quiet_period_said(answer: &str) -> f64 {
+    let said = answer
+        .split("no new request came for ")
+        .nth(1)
+        .and_then(|rest| rest.split([' ', ',', ')']).next())
+        .unwrap_or_else(|| panic!("no quiet period in the hook's answer: {answer}"));
+    let (number, unit) = said.split_at(said.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(said.len()));
+    let number: f64 = number
+        .parse()
+        .unwrap_or_else(|_| panic!("a quiet period of {said:?}: {answer}"));
+    match unit {
+        "ms" => number / 1000.0,
+        "s" => number,
+        _ => panic!("a quiet period of {said:?}: {answer}"),
+    }
+}
+
 /// A rolling restart at 200 requests a second behind `balancers`: nothing
-/// lost, each hook within 2 s of the last load balancer's verdict.
+/// lost, each hook within the quiet period and 3 s of the last load
+/// balancer's verdict (the drain's reads of Envoy's counters are paced at
+/// 11 times what one takes, a second or more apart on a busy machine; 1.0
+/// to 2.0 s seen, the figure printed).
 fn busy(balancers: &[Balancer], replace: u8) -> Run {
     let _one = ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = rolling_restart(&Rollout {
@@ -129,7 +156,7 @@ fn busy(balancers: &[Balancer], replace: u8) -> Run {
         ..Rollout::drain_wait(balancers)
     });
     assert_nothing_lost(&run);
-    assert_left_in_time(&run, Some(2.0));
+    assert_left_in_time(&run, Some(3.0));
     run
 }
 
