@@ -436,6 +436,18 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
         .peer
         .run(move || kubelet_probe(status, "/healthz/ready", Duration::from_secs(5)));
 
+    // The pod's traffic before its deletion: 40 requests, so that the drain
+    // wait's quiet period is seconds. With only the two requests of this
+    // test in the pod's first seconds, the rate decides it (one counted:
+    // 0.16 a second, a quiet period past the wait's bound; none counted:
+    // the floor): docs/drain.md, what a quiet pod's drain costs.
+    let burst = pod.net.peer.run(move || {
+        (0..40)
+            .map(|_| http_timeout("GET", inbound, "/work/0", Duration::from_secs(5)))
+            .filter(|r| !matches!(r, Ok((200, _))))
+            .count()
+    });
+    assert_eq!(burst, 0, "requests of the burst not answered 200");
     // A request in flight, Prometheus scraping, then the pod deleted: the
     // proxy's SIGTERM at once (it has no preStop hook), the app's once its
     // preStop hook (the drain wait) has answered.
