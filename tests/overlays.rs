@@ -176,6 +176,19 @@ fn failures(run: &NodeRun) -> Vec<&Sent> {
     run.run.sent.iter().filter(|s| s.answer != Ok(200)).collect()
 }
 
+/// Every request answered 200; else how many were lost, the first, and
+/// the old pod's lifeguard log.
+fn assert_none_lost(run: &NodeRun) {
+    let failed = failures(run);
+    assert!(
+        failed.is_empty(),
+        "{} lost, the first: {:?}\n{}",
+        failed.len(),
+        failed.first(),
+        run.run.left[0].log
+    );
+}
+
 /// What the rollout looked like, in one line.
 fn said(run: &NodeRun) -> String {
     let l = &run.run.left[0];
@@ -209,14 +222,7 @@ fn a_gateway_rolled_behind_the_aws_nlb_instance_overlays_nlb_loses_no_request() 
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = behind_the_instance_overlays_nlb(None, 200);
     eprintln!("{}", said(&run));
-    let failed = failures(&run);
-    assert!(
-        failed.is_empty(),
-        "{} lost, the first: {:?}\n{}",
-        failed.len(),
-        failed.first(),
-        run.run.left[0].log
-    );
+    assert_none_lost(&run);
     assert!(
         run.run.sent.iter().filter(|s| s.path == "/slow").count() > 100,
         "the slow requests were sent"
@@ -282,14 +288,7 @@ fn a_gateway_rolled_behind_the_metallb_overlays_announcer_loses_no_request() {
         client: NLB_CLIENTS,
     });
     eprintln!("{}", said(&run));
-    let failed = failures(&run);
-    assert!(
-        failed.is_empty(),
-        "{} lost, the first: {:?}\n{}",
-        failed.len(),
-        failed.first(),
-        run.run.left[0].log
-    );
+    assert_none_lost(&run);
     let l = &run.run.left[0];
     let d = &l.deletion;
     let stopped = d.envoy_stopped.expect("Envoy stopped within the grace period");

@@ -840,14 +840,20 @@ impl Load {
     }
 }
 
-/// `GET path` on a new connection (`connection: close`) within 10 s.
-fn one_request(target: SocketAddr, path: &'static str) -> Sent {
-    let at = SystemTime::now();
-    let (answer, said) = match http_timeout("GET", target, path, Duration::from_secs(10)) {
+/// A request's answer as a `Sent` keeps it: the status (or the error),
+/// and the body's start when it is not a 200.
+fn answered(result: std::io::Result<(u16, String)>) -> (Result<u16, String>, String) {
+    match result {
         Ok((200, _)) => (Ok(200), String::new()),
         Ok((status, body)) => (Ok(status), body.chars().take(160).collect()),
         Err(e) => (Err(e.to_string()), String::new()),
-    };
+    }
+}
+
+/// `GET path` on a new connection (`connection: close`) within 10 s.
+fn one_request(target: SocketAddr, path: &'static str) -> Sent {
+    let at = SystemTime::now();
+    let (answer, said) = answered(http_timeout("GET", target, path, Duration::from_secs(10)));
     Sent {
         at,
         through: target,
@@ -889,11 +895,7 @@ impl KeptAlive {
             }
             Ok((status, body))
         });
-        let (answer, said) = match result {
-            Ok((200, _)) => (Ok(200), String::new()),
-            Ok((status, body)) => (Ok(status), body.chars().take(160).collect()),
-            Err(e) => (Err(e.to_string()), String::new()),
-        };
+        let (answer, said) = answered(result);
         Sent {
             at,
             through: target,
