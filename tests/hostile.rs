@@ -647,6 +647,33 @@ fn agent_on_fake(admin: &FakeAdmin, extra: &[&str]) -> Agent {
         .ready()
 }
 
+/// An external Envoy that begins to exit before it answers `/quitquitquit`
+/// (as a real one did on a busy machine): its admin refusing connections
+/// after the request says it quit, and the exit summary says so.
+#[test]
+fn an_external_envoy_that_exits_before_answering_quitquitquit_is_said_to_have_quit() {
+    let mut admin = FakeAdmin::start(AdminMode::Live);
+    admin.quit_unanswered.store(true, Ordering::Relaxed);
+    let mut agent = agent_on_fake(&admin, &[]);
+    agent.signal(libc::SIGTERM);
+    wait_for("lifeguard's /quitquitquit", Duration::from_secs(10), || {
+        admin.quit_called.load(Ordering::Relaxed).then_some(()).ok_or(())
+    });
+    // Envoy exits: its admin refuses connections.
+    admin.stop();
+    let code = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("an exit after Envoy quit");
+    let out = agent.output();
+    assert_eq!(code.code(), Some(0), "{out}");
+    assert!(out.contains("Envoy's answer to /quitquitquit was lost"), "{out}");
+    let summary = out
+        .lines()
+        .find(|l| l.contains("lifeguard exiting"))
+        .unwrap_or_else(|| panic!("no exit summary:\n{out}"));
+    assert!(summary.contains("envoy=quit through the admin API"), "{summary}");
+}
+
 #[test]
 fn hup_usr1_usr2_are_logged_and_ignored_and_quit_drains() {
     let admin = FakeAdmin::start(AdminMode::Live);

@@ -79,6 +79,9 @@ pub struct AdminState {
     pub got_prometheus: AtomicBool,
     /// Set once `/quitquitquit` was asked.
     pub quit_called: AtomicBool,
+    /// `/quitquitquit` is read and never answered (an Envoy that begins to
+    /// exit before it answers).
+    pub quit_unanswered: AtomicBool,
 }
 
 impl FakeAdmin {
@@ -139,6 +142,9 @@ impl AdminState {
         }
         if target.starts_with("/quitquitquit") {
             self.quit_called.store(true, Ordering::Relaxed);
+            if self.quit_unanswered.load(Ordering::Relaxed) {
+                return std::future::pending().await;
+            }
             return reply(200, "OK\n");
         }
         if prometheus {

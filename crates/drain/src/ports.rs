@@ -102,9 +102,11 @@ impl AppControl for () {
 pub enum Exit {
     /// The child exited with this status.
     Status(ExitStatus),
-    /// An external Envoy acknowledged `/quitquitquit`.
+    /// An external Envoy acknowledged `/quitquitquit`, or its answer was
+    /// lost and its admin refused connections after it (it quit).
     Quit,
-    /// An external Envoy's admin API could not be reached to stop it.
+    /// An external Envoy's admin API could not be reached to stop it (or
+    /// answered `/quitquitquit` with neither an answer nor an exit).
     Unreachable,
 }
 

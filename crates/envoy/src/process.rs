@@ -22,7 +22,7 @@ use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use crate::admin::{AdminClient, Endpoint};
+use crate::admin::{AdminClient, AdminError, Endpoint};
 use crate::counts::{active, control_error, CountsReader};
 use lifeguard_drain::{Active, ControlError, DrainScope, EnvoyControl, Exit};
 
@@ -241,18 +241,14 @@ impl Envoy {
     /// `bound`, until its admin refuses connections (it has exited), so
     /// that "stopped" means stopped (a container beside lifeguard's gets the
     /// kubelet's SIGTERM only then: `GET /drain/stopped`).
-    async fn gone_within(&self, bound: Duration) {
+    /// Whether it was gone within `bound`.
+    async fn gone_within(&self, bound: Duration) -> bool {
         let gone = async {
             while !matches!(self.answering().await, Err(ControlError::Refused(_))) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         };
-        if tokio::time::timeout(bound, gone).await.is_err() {
-            tracing::warn!(
-                "Envoy still answered {} after /quitquitquit",
-                lifeguard_base::duration::GoDuration(bound)
-            );
-        }
+        tokio::time::timeout(bound, gone).await.is_ok()
     }
 }
 
@@ -281,8 +277,26 @@ impl EnvoyControl for Envoy {
             Some(child) => Exit::Status(child.stop(bound).await),
             None => match self.admin.post(Endpoint::Quit, "/quitquitquit").await {
                 Ok(_) => {
-                    self.gone_within(bound).await;
+                    if !self.gone_within(bound).await {
+                        tracing::warn!(
+                            "Envoy still answered {} after /quitquitquit",
+                            lifeguard_base::duration::GoDuration(bound)
+                        );
+                    }
                     Exit::Quit
+                }
+                // The request went out and its answer was lost: an Envoy
+                // that begins to exit may close the connection (or stall
+                // its main thread) before it answers. Gone within the
+                // bound, it quit.
+                Err(e @ (AdminError::Timeout { .. } | AdminError::Http(_))) => {
+                    if self.gone_within(bound).await {
+                        tracing::warn!(error = %e, "Envoy's answer to /quitquitquit was lost; its admin refuses connections since: it quit");
+                        Exit::Quit
+                    } else {
+                        tracing::warn!(error = %e, "cannot stop Envoy through its admin API: no answer to /quitquitquit, and it still answered {} after it", lifeguard_base::duration::GoDuration(bound));
+                        Exit::Unreachable
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot stop Envoy through its admin API");
