@@ -149,24 +149,29 @@ fn behind_the_instance_overlays_nlb(terminates: Option<bool>, rate: u32) -> Node
     if let Some(terminates) = terminates {
         check.terminates = terminates;
     }
-    let args = lifeguard_args(&docs);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     eprintln!(
-        "the overlay's NLB: every {:?}, out after {}, in after {}, resetting an unhealthy node's connections: {}; lifeguard {}",
-        check.inter,
-        check.fall,
-        check.rise,
-        check.terminates,
-        args.join(" ")
+        "the overlay's NLB: every {:?}, out after {}, in after {}, resetting an unhealthy node's connections: {}",
+        check.inter, check.fall, check.rise, check.terminates,
     );
+    roll_the_overlays_gateway(&docs, NodeWay::Checked(check), rate)
+}
+
+/// A gateway of the shipped bootstrap replaced behind `way` at `rate`
+/// requests a second, its clients keeping their connections alive (and
+/// slow requests in flight); lifeguard's arguments, the grace period and
+/// the kubelet's probe as the overlay's `docs` set them.
+fn roll_the_overlays_gateway(docs: &[Value], way: NodeWay, rate: u32) -> NodeRun {
+    let args = lifeguard_args(docs);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    eprintln!("lifeguard {}", args.join(" "));
     node_rolling_restart(&NodeRollout {
-        way: NodeWay::Checked(check),
+        way,
         rate,
         steady: Duration::from_secs(5),
         gateway: Some(Gateway::Shipped),
         agent_args: &args,
-        grace: grace(&docs),
-        kubelet: kubelet_probe(&docs),
+        grace: grace(docs),
+        kubelet: kubelet_probe(docs),
         client: NLB_CLIENTS,
     })
 }
@@ -274,19 +279,7 @@ fn the_same_nlb_resetting_an_unhealthy_nodes_connections_loses_requests() {
 fn a_gateway_rolled_behind_the_metallb_overlays_announcer_loses_no_request() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let docs = render("metallb");
-    let args = lifeguard_args(&docs);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    eprintln!("lifeguard {}", args.join(" "));
-    let run = node_rolling_restart(&NodeRollout {
-        way: NodeWay::METALLB,
-        rate: 200,
-        steady: Duration::from_secs(5),
-        gateway: Some(Gateway::Shipped),
-        agent_args: &args,
-        grace: grace(&docs),
-        kubelet: kubelet_probe(&docs),
-        client: NLB_CLIENTS,
-    });
+    let run = roll_the_overlays_gateway(&docs, NodeWay::METALLB, 200);
     eprintln!("{}", said(&run));
     assert_none_lost(&run);
     let l = &run.run.left[0];

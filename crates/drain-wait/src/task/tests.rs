@@ -92,15 +92,7 @@ impl Harness {
     /// A load balancer at 10.0.0.5 probing every second from now,
     /// answered as readiness would be (503 once the drain began).
     fn checker(&self) -> tokio::task::JoinHandle<()> {
-        let (checkers, drain) = (self.checkers.clone(), self.drain.subscribe());
-        let key = checker_key(Some(([10, 0, 0, 5], 1).into()), &HeaderMap::new(), true).unwrap();
-        tokio::spawn(async move {
-            loop {
-                let ok = drain.borrow().phase == Phase::Serving;
-                checkers.record(key, Instant::now(), ok);
-                tokio::time::sleep(SEC).await;
-            }
-        })
+        checker_every(self, SEC, 5)
     }
 }
 
@@ -349,7 +341,8 @@ async fn envoy_fails_the_load_balancers_checks_when_readiness_turns_503() {
     h.shutdown.cancel();
 }
 
-/// A checker probing every `every`, from now, as readiness answers.
+/// A checker at 10.0.0.`last` probing every `every`, from now, as
+/// readiness answers.
 fn checker_every(h: &Harness, every: Duration, last: u8) -> tokio::task::JoinHandle<()> {
     let (checkers, drain) = (h.checkers.clone(), h.drain.subscribe());
     let key = checker_key(Some(([10, 0, 0, last], 1).into()), &HeaderMap::new(), true).unwrap();
