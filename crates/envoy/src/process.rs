@@ -188,6 +188,11 @@ impl Child {
 
     /// SIGTERM, then SIGKILL after `bound`; returns the exit status.
     pub(crate) async fn stop(&self, bound: Duration) -> ExitStatus {
+        tracing::info!(
+            pid = self.pid,
+            "SIGTERM to Envoy (SIGKILL if it has not exited within {})",
+            lifeguard_base::duration::GoDuration(bound)
+        );
         self.signal(Signal::TERM);
         match tokio::time::timeout(bound, self.exited()).await {
             Ok(status) => status,
@@ -250,6 +255,42 @@ impl Envoy {
         };
         tokio::time::timeout(bound, gone).await.is_ok()
     }
+
+    /// Stops an external Envoy: `/quitquitquit`, then waits within `bound`
+    /// for its admin to refuse connections.
+    async fn quit(&self, bound: Duration) -> Exit {
+        tracing::info!(
+            "stopping Envoy: POST /quitquitquit (waited for {} to exit)",
+            lifeguard_base::duration::GoDuration(bound)
+        );
+        match self.admin.post(Endpoint::Quit, "/quitquitquit").await {
+            Ok(_) => {
+                if !self.gone_within(bound).await {
+                    tracing::warn!(
+                        "Envoy still answered {} after /quitquitquit",
+                        lifeguard_base::duration::GoDuration(bound)
+                    );
+                }
+                Exit::Quit
+            }
+            // The request went out and its answer was lost: an Envoy that
+            // begins to exit may close the connection (or stall its main
+            // thread) before it answers. Gone within the bound, it quit.
+            Err(e @ (AdminError::Timeout { .. } | AdminError::Http(_))) => {
+                if self.gone_within(bound).await {
+                    tracing::warn!(error = %e, "Envoy's answer to /quitquitquit was lost; its admin refuses connections since: it quit");
+                    Exit::Quit
+                } else {
+                    tracing::warn!(error = %e, "cannot stop Envoy through its admin API: no answer to /quitquitquit, and it still answered {} after it", lifeguard_base::duration::GoDuration(bound));
+                    Exit::Unreachable
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot stop Envoy through its admin API");
+                Exit::Unreachable
+            }
+        }
+    }
 }
 
 impl EnvoyControl for Envoy {
@@ -275,34 +316,7 @@ impl EnvoyControl for Envoy {
     async fn stop(&self, bound: Duration) -> Exit {
         match &self.process {
             Some(child) => Exit::Status(child.stop(bound).await),
-            None => match self.admin.post(Endpoint::Quit, "/quitquitquit").await {
-                Ok(_) => {
-                    if !self.gone_within(bound).await {
-                        tracing::warn!(
-                            "Envoy still answered {} after /quitquitquit",
-                            lifeguard_base::duration::GoDuration(bound)
-                        );
-                    }
-                    Exit::Quit
-                }
-                // The request went out and its answer was lost: an Envoy
-                // that begins to exit may close the connection (or stall
-                // its main thread) before it answers. Gone within the
-                // bound, it quit.
-                Err(e @ (AdminError::Timeout { .. } | AdminError::Http(_))) => {
-                    if self.gone_within(bound).await {
-                        tracing::warn!(error = %e, "Envoy's answer to /quitquitquit was lost; its admin refuses connections since: it quit");
-                        Exit::Quit
-                    } else {
-                        tracing::warn!(error = %e, "cannot stop Envoy through its admin API: no answer to /quitquitquit, and it still answered {} after it", lifeguard_base::duration::GoDuration(bound));
-                        Exit::Unreachable
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot stop Envoy through its admin API");
-                    Exit::Unreachable
-                }
-            },
+            None => self.quit(bound).await,
         }
     }
 
