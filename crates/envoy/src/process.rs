@@ -245,8 +245,8 @@ impl Envoy {
     /// After an external Envoy acknowledged `/quitquitquit`: waits, within
     /// `bound`, until its admin refuses connections (it has exited), so
     /// that "stopped" means stopped (a container beside lifeguard's gets the
-    /// kubelet's SIGTERM only then: `GET /drain/stopped`).
-    /// Whether it was gone within `bound`.
+    /// kubelet's SIGTERM only then: `GET /drain/stopped`). Whether it was
+    /// gone within `bound`.
     async fn gone_within(&self, bound: Duration) -> bool {
         let gone = async {
             while !matches!(self.answering().await, Err(ControlError::Refused(_))) {
