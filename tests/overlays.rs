@@ -366,8 +366,8 @@ fn the_shipped_gateway_keeps_kept_alive_connections_until_the_load_balancers_let
     let outcome = lan.host.run(move || {
         let mut kept = KeptAlive::open(traffic);
         assert_eq!(kept.get("client").unwrap(), (200, false), "before the drain");
-        signal(lifeguard, libc::SIGTERM);
         let sigterm = Instant::now();
+        signal(lifeguard, libc::SIGTERM);
         // The load balancer's check of the traffic port fails from the
         // drain's start (Envoy's health_check filter, /healthcheck/fail).
         wait_for(

@@ -53,8 +53,11 @@ impl Pod {
         request
     }
 
+    /// Sends SIGTERM; the instant returned is taken before it, so that
+    /// whatever the agent times from the signal ends after it.
     pub fn sigterm(&self) -> Instant {
+        let sent = Instant::now();
         self.agent.signal(libc::SIGTERM);
-        Instant::now()
+        sent
     }
 }

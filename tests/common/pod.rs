@@ -864,11 +864,14 @@ impl TestPod {
     /// The kubelet deletes the pod: SIGTERM to the app and to lifeguard at
     /// the same instant.
     pub fn kubelet_sigterm(&self) -> Instant {
+        // Taken before the signals, so that what the agent times from
+        // SIGTERM ends after it, however late this thread runs again.
+        let sent = Instant::now();
         if let Some(app) = self.app_pid {
             signal(app, libc::SIGTERM);
         }
         signal(self.agent_pid, libc::SIGTERM);
-        Instant::now()
+        sent
     }
 
     /// The kubelet at the end of the grace period: SIGKILL to what is left.

@@ -72,9 +72,11 @@ mod tests {
 
     #[tokio::test]
     async fn resolves_when_a_process_exits_not_before() {
+        // Taken before the spawn: `sleep` counts its 0.3 s from its own
+        // start, which may come well before this thread runs again.
+        let started = tokio::time::Instant::now();
         let mut child = std::process::Command::new("sleep").arg("0.3").spawn().unwrap();
         let pid = child.id();
-        let started = tokio::time::Instant::now();
         let watched = [process(pid)];
         let mut exits = std::pin::pin!(one_exits(&watched));
         // Still running: not resolved.
