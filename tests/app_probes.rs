@@ -415,8 +415,9 @@ fn app_probes_are_served_through_the_drain_and_the_linger() {
         "127.0.0.1",
         "--drain-until",
         "time",
+        // 4 s: the reads below happen while it drains, on a busy machine.
         "--termination-drain-duration",
-        "2s",
+        "4s",
         "--linger",
         "20s",
     ]));

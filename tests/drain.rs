@@ -64,7 +64,9 @@ fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
         "--minimum-drain-duration",
         "1s",
     ]));
-    let req = pod.request_in_flight("/delay/3");
+    // 5 s: still in flight 2 s into the drain, with 3 s left for this
+    // thread's reads on a busy machine.
+    let req = pod.request_in_flight("/delay/5");
     let sent = pod.sigterm();
     let body = wait_status(pod.ports.agent.addr(), "/healthz/ready", 503, Duration::from_secs(2));
     eprintln!("SIGTERM -> 503 on the agent: {:?}", sent.elapsed());
@@ -396,13 +398,14 @@ fn a_second_signal_changes_nothing() {
 
 /// The drain wait counts a request when it arrives, not when it ends: a
 /// request that arrives on a kept-alive connection during the wait and
-/// runs for 5 s holds the wait for a quiet period from its arrival (2 s
-/// here), so the hook answers while it still runs. Counting completions
+/// runs for 8 s holds the wait for a quiet period from its arrival (4 s
+/// here: the request is sent after a second of quiet, and arrives within
+/// it on a busy machine), so the hook answers while it still runs. Counting completions
 /// (the old rule) would have let the hook answer at once: the counter
 /// would not move until the request ended. `h2`: the connection speaks
 /// HTTP/2 (prior knowledge), else HTTP/1.1.
 fn a_request_arriving_on_a_kept_alive_connection_holds_the_drain_wait(h2: bool) {
-    let pod = Pod::start(Agent::builder().args(&["--drain-wait-min-quiet-period", "2s"]));
+    let pod = Pod::start(Agent::builder().args(&["--drain-wait-min-quiet-period", "4s"]));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -427,7 +430,7 @@ fn a_request_arriving_on_a_kept_alive_connection_holds_the_drain_wait(h2: bool) 
         }
     });
     let arrived = Instant::now();
-    let slow = rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), conn.send("/delay/5")).await });
+    let slow = rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), conn.send("/delay/8")).await });
     let ended = Instant::now();
     assert_eq!(slow.unwrap(), 200, "the request on the kept-alive connection");
     let (answer, answered) = hook.join().unwrap();
@@ -441,7 +444,7 @@ fn a_request_arriving_on_a_kept_alive_connection_holds_the_drain_wait(h2: bool) 
     assert_eq!(status, 200);
     assert!(line.starts_with("out of rotation: "), "{line}");
     assert!(
-        after >= Duration::from_secs(2),
+        after >= Duration::from_secs(4),
         "the hook answered {after:?} after the request arrived: its arrival did not count"
     );
     assert!(

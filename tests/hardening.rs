@@ -22,24 +22,33 @@ const EXIT_ON_ZERO: [&str; 4] = [
     "200ms",
 ];
 
-/// The slowest a probe may be answered while a client misbehaves: a
-/// kubelet gives up after 1 s (`timeoutSeconds`'s default). Half of that,
-/// for a shared 2-core machine running debug builds; a probe starved by
-/// the misbehaving client (queued behind it, or waiting out its timeout)
-/// takes seconds.
-const SLOWEST_PROBE: Duration = Duration::from_millis(500);
+/// How fast probes must be answered while a client misbehaves. A kubelet
+/// gives up after 1 s (`timeoutSeconds`'s default): 99 % of them within
+/// half of that, for a shared 2-core machine running debug builds, where a
+/// probe or two may wait out the test thread's own descheduling. A probe
+/// that waits on the misbehaving peer (queued behind it, or on the hung
+/// admin's 300 ms timeout) is slow every time: the median tells it.
+const P99_PROBE: Duration = Duration::from_millis(500);
+const MEDIAN_PROBE: Duration = Duration::from_millis(150);
 
-/// Probes `n` times on fresh connections; returns the slowest answer.
-fn probe_many(addr: std::net::SocketAddr, n: usize) -> Duration {
-    let mut slowest = Duration::ZERO;
-    for _ in 0..n {
-        let t = Instant::now();
-        let (status, _) =
-            http_timeout("GET", addr, "/healthz/ready", Duration::from_secs(2)).expect("the probe was answered");
-        assert!(status == 200 || status == 503, "{status}");
-        slowest = slowest.max(t.elapsed());
-    }
-    slowest
+/// Probes `n` times on fresh connections (each within 2 s, or the test
+/// fails); asserts the median and the 99th percentile of the answers'
+/// times, and prints them with the slowest.
+fn probe_many(addr: std::net::SocketAddr, n: usize, beside: &str) {
+    let mut took: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            let (status, _) =
+                http_timeout("GET", addr, "/healthz/ready", Duration::from_secs(2)).expect("the probe was answered");
+            assert!(status == 200 || status == 503, "{status}");
+            t.elapsed()
+        })
+        .collect();
+    took.sort();
+    let (median, p99, slowest) = (took[n / 2], took[n * 99 / 100], took[n - 1]);
+    eprintln!("{n} probes {beside}: median {median:?}, p99 {p99:?}, slowest {slowest:?}");
+    assert!(median < MEDIAN_PROBE, "median {median:?} (bound {MEDIAN_PROBE:?})");
+    assert!(p99 < P99_PROBE, "p99 {p99:?} (bound {P99_PROBE:?})");
 }
 
 #[test]
@@ -55,12 +64,7 @@ fn a_hung_admin_turns_readiness_503_within_the_read_timeout_and_probes_keep_answ
     eprintln!("hung admin -> 503 after {:?}", hung.elapsed());
     assert!(body.contains("did not answer within 300ms"), "{body}");
     // The poller is stuck on the hung admin again and again; probes are not.
-    let slowest = probe_many(agent.status, 300);
-    eprintln!("slowest of 300 probes while the admin hangs: {slowest:?}");
-    assert!(
-        slowest < SLOWEST_PROBE,
-        "slowest probe {slowest:?} (bound {SLOWEST_PROBE:?})"
-    );
+    probe_many(agent.status, 300, "while the admin hangs");
     assert!(agent.is_running());
 }
 
@@ -179,7 +183,9 @@ fn signals_during_the_pre_drain_delay_start_one_drain_and_one_exit() {
     let admin = FakeAdmin::start(AdminMode::Live);
     let mut agent = Agent::builder()
         .admin_url(admin.url())
-        .args(&["--drain-delay", "1s", "--termination-drain-duration", "200ms"])
+        // A delay of 3 s, so that the signals below land in it on a busy
+        // machine.
+        .args(&["--drain-delay", "3s", "--termination-drain-duration", "200ms"])
         .ready();
     let sent = Instant::now();
     agent.signal(libc::SIGTERM);
@@ -203,7 +209,7 @@ fn signals_during_the_pre_drain_delay_start_one_drain_and_one_exit() {
     let code = agent.wait_exit(Duration::from_secs(10)).expect("one exit").code();
     assert_eq!(code, Some(0), "{}", agent.output());
     assert!(
-        sent.elapsed() >= Duration::from_millis(1200),
+        sent.elapsed() >= Duration::from_millis(3200),
         "the delay or the drain was cut short"
     );
     let out = agent.output();
@@ -217,9 +223,10 @@ fn a_slowloris_client_is_cut_off_and_does_not_slow_other_probes() {
     let agent = Agent::builder().admin_url(admin.url()).ready();
     let addr = agent.status;
     let slow = thread::spawn(move || {
+        // Taken before the connection: lifeguard's timer starts with it.
+        let started = Instant::now();
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-        let started = Instant::now();
         let request = b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\nX-Slow: "
             .iter()
             .chain(std::iter::repeat(&b'a'));
@@ -241,12 +248,7 @@ fn a_slowloris_client_is_cut_off_and_does_not_slow_other_probes() {
         }
         None
     });
-    let slowest = probe_many(addr, 200);
-    eprintln!("slowest of 200 probes beside a slowloris client: {slowest:?}");
-    assert!(
-        slowest < SLOWEST_PROBE,
-        "slowest probe {slowest:?} (bound {SLOWEST_PROBE:?})"
-    );
+    probe_many(addr, 200, "beside a slowloris client");
     let cut = slow.join().unwrap().expect("the slow client was never cut off");
     eprintln!("slowloris cut after {cut:?}");
     assert!(cut >= Duration::from_secs(4) && cut < Duration::from_secs(8), "{cut:?}");
@@ -259,12 +261,7 @@ fn idle_connections_up_to_the_cap_are_held_without_slowing_probes() {
     // Up to the cap, with room left for the probes.
     let n = MAX_CONNECTIONS - 64;
     let idle: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(agent.status).unwrap()).collect();
-    let slowest = probe_many(agent.status, 200);
-    eprintln!("slowest of 200 probes beside {n} idle connections: {slowest:?}");
-    assert!(
-        slowest < SLOWEST_PROBE,
-        "slowest probe {slowest:?} (bound {SLOWEST_PROBE:?})"
-    );
+    probe_many(agent.status, 200, &format!("beside {n} idle connections"));
     assert!(agent.is_running());
     drop(idle);
 }

@@ -574,9 +574,10 @@ fn a_peer_that_takes_no_response_bytes_is_closed_and_an_idle_keepalive_one_too()
     // lifeguard fills the buffers, then waits; 5 s without progress ends it.
     const SCRAPES: usize = 1000;
     let mut slow = small_buffer_connection(agent);
+    // Taken before the writes: lifeguard's stall may begin before they end.
+    let sent = Instant::now();
     slow.write_all(&b"GET /stats/prometheus HTTP/1.1\r\nHost: x\r\n\r\n".repeat(SCRAPES))
         .unwrap();
-    let sent = Instant::now();
     let client = slow.local_addr().unwrap();
     // /proc/net/tcp is read while other tests' sockets come and go, and a
     // read may skip a socket (seen: three reads in a row on a busy run):
@@ -621,15 +622,17 @@ fn a_peer_that_takes_no_response_bytes_is_closed_and_an_idle_keepalive_one_too()
     // An idle keep-alive connection: closed 5 s after its last answer.
     let mut idle = TcpStream::connect(agent).unwrap();
     idle.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // Taken before the request: the answer is sent before this thread
+    // reads it, and the idle time counts from then.
+    let asked = Instant::now();
     idle.write_all(b"GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     let mut buf = [0u8; 4096];
     let n = idle.read(&mut buf).unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-    let answered = Instant::now();
     let mut rest = Vec::new();
     let _ = idle.read_to_end(&mut rest);
-    let idle_for = answered.elapsed();
+    let idle_for = asked.elapsed();
     eprintln!("an idle keep-alive connection was closed after {idle_for:?}");
     assert!(
         idle_for >= Duration::from_secs(4) && idle_for < Duration::from_secs(10),

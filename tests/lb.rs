@@ -474,15 +474,17 @@ fn a_flood_of_agents_at_the_checkers_own_address_cannot_end_a_gateways_drain_ear
     load.stop();
     let down = front.wait_marked("old0", false, Duration::from_secs(5));
     let log = pod.agent.output();
-    let stopped = deletion.envoy_stopped.expect("Envoy stopped");
+    let exited = deletion.envoy_stopped.expect("Envoy stopped");
+    let stopped = common::lb::envoy_stop_sent(&log).unwrap_or_else(|| panic!("Envoy was not stopped\n{log}"));
     let summary = pod.termination_message().expect("the exit summary");
     let lbs = &summary["load_balancers"];
     let quiet = lbs["quiet_period_seconds"].as_f64().unwrap_or(0.0);
     let (after, took) = (secs(down, stopped), secs(deletion.started, stopped));
     eprintln!(
-        "{sent} hostile probes; the real load balancer took the pod out {:.2} s after deletion, Envoy stopped \
-         {took:.2} s after deletion ({after:.2} s after the verdict); {lbs}",
+        "{sent} hostile probes; the real load balancer took the pod out {:.2} s after deletion, lifeguard stopped \
+         Envoy {took:.2} s after deletion ({after:.2} s after the verdict), Envoy gone {:.2} s after deletion; {lbs}",
         secs(deletion.started, down),
+        secs(deletion.started, exited),
     );
     assert!(sent > 300, "the hostile peer sent only {sent} probes");
     assert!(
@@ -635,7 +637,8 @@ fn assert_gateway_left_in_time(run: &Run) {
         let exited = d
             .envoy_stopped
             .unwrap_or_else(|| panic!("old{k}: Envoy did not stop\n{}", l.log));
-        let stopped = envoy_stop_sent(&l.log).unwrap_or_else(|| panic!("old{k}: Envoy was not stopped\n{}", l.log));
+        let stopped =
+            common::lb::envoy_stop_sent(&l.log).unwrap_or_else(|| panic!("old{k}: Envoy was not stopped\n{}", l.log));
         let summary = l
             .summary
             .as_ref()
@@ -665,18 +668,6 @@ fn assert_gateway_left_in_time(run: &Run) {
             l.log
         );
         assert_eq!(d.exit_code, 0, "old{k}: lifeguard's exit code\n{}", l.log);
-    }
-}
-
-/// When lifeguard stopped Envoy (its child: SIGTERM; beside it: POST
-/// /quitquitquit): the time of its log line (text or JSON).
-fn envoy_stop_sent(log: &str) -> Option<std::time::SystemTime> {
-    let line = log
-        .lines()
-        .find(|l| l.contains("SIGTERM to Envoy (") || l.contains("stopping Envoy: POST /quitquitquit"))?;
-    match serde_json::from_str::<serde_json::Value>(line) {
-        Ok(json) => json["timestamp"].as_str().and_then(common::lb::parse_utc),
-        Err(_) => line.split_whitespace().next().and_then(common::lb::parse_utc),
     }
 }
 
@@ -850,18 +841,20 @@ fn the_models_kube_proxy_sends_to_ready_then_to_serving_terminating_else_drops()
     assert!(!can_serve(&failed) && !can_serve(&[]), "none serving: withdrawn");
 }
 
-/// The pod's Envoy stopped after its node was let go (it served until
-/// then), within `within` of it (None: the quiet period and 3 s); the
+/// lifeguard stopped the pod's Envoy after its node was let go (it served
+/// until then), within the quiet period and 3 s of it (its log line's
+/// time), and Envoy was gone within `gone_within` of it when given; the
 /// kubelet was answered 200 while the pod terminated, then 503 `because`,
 /// never before the node was let go but by the node's load balancers'
 /// time (which an announcer's withdrawal follows); lifeguard exited 0.
-fn assert_node_left_in_time(run: &NodeRun, within: Option<f64>) {
+fn assert_node_left_in_time(run: &NodeRun, gone_within: Option<f64>) {
     let l = &run.run.left[0];
     let d = &l.deletion;
     let let_go = l.down[0];
-    let stopped = d
+    let exited = d
         .envoy_stopped
         .unwrap_or_else(|| panic!("Envoy did not stop\n{}", l.log));
+    let stopped = common::lb::envoy_stop_sent(&l.log).unwrap_or_else(|| panic!("Envoy was not stopped\n{}", l.log));
     let summary = l
         .summary
         .as_ref()
@@ -869,27 +862,34 @@ fn assert_node_left_in_time(run: &NodeRun, within: Option<f64>) {
     let quiet = summary["load_balancers"]["quiet_period_seconds"]
         .as_f64()
         .unwrap_or(0.0);
-    let after = secs(let_go, stopped);
+    let (after, gone) = (secs(let_go, stopped), secs(let_go, exited));
     eprintln!(
-        "SIGTERM -> the node let go {:.2} s, Envoy stopped {:.2} s ({after:.2} s after, the quiet period \
-         {quiet:.2} s); kubelet: {}; {}",
+        "SIGTERM -> the node let go {:.2} s, Envoy stopped by lifeguard {:.2} s ({after:.2} s after, the quiet \
+         period {quiet:.2} s), Envoy gone {:.2} s ({gone:.2} s after); kubelet: {}; {}",
         secs(d.started, let_go),
         secs(d.started, stopped),
+        secs(d.started, exited),
         summary["kubelet"],
         run.nodes.join("; ")
     );
     assert!(
         after >= 0.0,
-        "Envoy stopped {:.3} s before the node was let go\n{}",
+        "lifeguard stopped Envoy {:.3} s before the node was let go\n{}",
         -after,
         l.log
     );
-    let within = within.unwrap_or(quiet + 3.0);
     assert!(
-        after <= within,
-        "Envoy stopped {after:.3} s after the node was let go (quiet period {quiet:.2} s, {within:.2} s allowed)\n{}",
+        after <= quiet + 3.0,
+        "lifeguard stopped Envoy {after:.3} s after the node was let go (quiet period {quiet:.2} s)\n{}",
         l.log
     );
+    if let Some(within) = gone_within {
+        assert!(
+            gone <= within,
+            "Envoy gone {gone:.3} s after the node was let go ({within:.2} s allowed)\n{}",
+            l.log
+        );
+    }
     let kubelet = &summary["kubelet"];
     assert_eq!(kubelet["answer"], "follows_envoy", "{summary}");
     assert!(kubelet["ready_probes"].as_u64() >= Some(1), "{summary}");

