@@ -145,6 +145,12 @@ fn exit_on_zero_fires_with_10000_listeners() {
     );
 
     // lifeguard against it, with a deadline far away (60 s - 2 s margin).
+    // The policy's own reads of the count from the drain's start: the
+    // kubelet told 503 at once, so no wait for the load balancers' verdict
+    // comes first (its reads of 10,000 listeners' request counters are
+    // paced like these: an idle machine saw quiet 7.5 s after the checker
+    // was done, and a busy one, whose reads ran past the 1 s admin timeout,
+    // not within the 25 s below).
     let mut agent = Agent::builder()
         .on(&ports)
         .args(&[
@@ -154,6 +160,8 @@ fn exit_on_zero_fires_with_10000_listeners() {
             "500ms",
             "--termination-grace-period",
             "60s",
+            "--terminating-readiness",
+            "failing",
         ])
         .start();
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
