@@ -154,8 +154,20 @@ pub(crate) struct Rule {
     /// The end of the last read that saw a new request since the one
     /// before (None: none since the drain began).
     last_move: Option<Instant>,
+    /// What the quiet was before the total last rose (see
+    /// [`Rule::take_arrivals`]).
+    before_rise: Option<BeforeRise>,
     all_done: bool,
     out: bool,
+}
+
+/// The rule's quiet before a rise of the inbound total: the total, when
+/// the quiet began and when the last new request had been seen.
+#[derive(Debug, Clone, Copy)]
+struct BeforeRise {
+    total: u64,
+    quiet_since: Instant,
+    last_move: Option<Instant>,
 }
 
 impl Rule {
@@ -172,6 +184,7 @@ impl Rule {
             last: None,
             quiet_since: began,
             last_move: None,
+            before_rise: None,
             all_done: false,
             out: false,
         }
@@ -251,24 +264,46 @@ impl Rule {
         self.out || (every_checker_done && no_new_request)
     }
 
-    /// What a read of Envoy's inbound arrivals says of the quiet.
+    /// What a read of Envoy's inbound arrivals says of the quiet. A rise
+    /// of the total is a new request: the quiet starts again at the end of
+    /// the read that saw it. But Envoy counts a health check among the
+    /// requests when it arrives and among the checks (subtracted) when it
+    /// completes, so a read between the two sees a check in progress as a
+    /// request, and the next read finds the total back down. Requests are
+    /// never uncounted: a total back to (or below) the one before the last
+    /// rise says nothing new came since, and the quiet is what it was
+    /// before that rise. A fall alone is no new request.
     fn take_arrivals(&mut self, now: Instant, inbound: Result<Arrivals, TrafficError>, steps: &mut Vec<Step>) {
         match inbound {
             Ok(arrivals) => {
                 match self.last {
                     // The same read again: nothing new is known.
                     Some(last) if last.seq == arrivals.seq => {}
-                    // The same total in a newer read: quiet up to when it began.
-                    Some(last) if (last.total, last.generation) == (arrivals.total, arrivals.generation) => {
+                    // The same total, or a lower one, in a newer read: quiet
+                    // up to when it began.
+                    Some(last) if last.generation == arrivals.generation && arrivals.total <= last.total => {
+                        if let Some(before) = self.before_rise.filter(|b| arrivals.total <= b.total) {
+                            self.quiet_since = before.quiet_since;
+                            self.last_move = before.last_move;
+                            self.before_rise = None;
+                        }
                         self.last = Some(arrivals);
                     }
-                    // A first read, or the total moved: quiet counts from its
+                    // A first read, or the total rose: quiet counts from its
                     // end (nothing is known of the time before it).
                     previous => {
-                        self.quiet_since = arrivals.read_end();
-                        if previous.is_some_and(|p| p.generation == arrivals.generation) {
-                            self.last_move = Some(arrivals.read_end());
+                        match previous.filter(|p| p.generation == arrivals.generation) {
+                            Some(p) => {
+                                self.before_rise = Some(BeforeRise {
+                                    total: p.total,
+                                    quiet_since: self.quiet_since,
+                                    last_move: self.last_move,
+                                });
+                                self.last_move = Some(arrivals.read_end());
+                            }
+                            None => self.before_rise = None,
                         }
+                        self.quiet_since = arrivals.read_end();
                         self.last = Some(arrivals);
                     }
                 }
@@ -277,6 +312,7 @@ impl Rule {
                 // Not knowing is not quiet: the next read starts over.
                 self.quiet_since = now;
                 self.last = None;
+                self.before_rise = None;
                 steps.push(Step::ReadFailed(why));
             }
         }

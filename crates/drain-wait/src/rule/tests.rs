@@ -232,6 +232,61 @@ async fn a_failed_read_is_not_quiet() {
     assert_eq!(steps[0], Step::ReadFailed(timeout));
 }
 
+/// Envoy counts a health check among the requests when it arrives and
+/// subtracts it when it completes: one read between the two sees a rise
+/// that the next takes back. That is no new request: the quiet goes on
+/// from where it was (seen in a fresh-clone run: the wait ran to its bound).
+#[tokio::test(start_paused = true)]
+async fn a_health_check_in_progress_seen_by_one_read_is_not_a_new_request() {
+    let t0 = Instant::now();
+    let torn = t0 + Duration::from_millis(1500);
+    let mut rule = Rule::new(settings(3, 2 * SEC), t0);
+    let total = move |t: Instant| Ok(if t == torn { 6 } else { 5 });
+    let (out, _) = run(&mut rule, Vec::new(), t0, t0 + 10 * SEC, total);
+    assert_eq!(out, Some(t0 + 2 * SEC), "quiet from the first read");
+    assert_eq!(rule.traffic_stopped(), None, "no request came");
+}
+
+/// A rise that stays is a request, whatever follows: the quiet starts at
+/// the read that saw it, and a check seen in progress after it (a rise
+/// and a fall back to the request's total) does not start it again.
+#[tokio::test(start_paused = true)]
+async fn a_rise_that_stays_is_a_request_and_a_later_check_in_progress_is_not() {
+    let t0 = Instant::now();
+    let request = t0 + Duration::from_millis(1500);
+    let torn = t0 + Duration::from_millis(2500);
+    let mut rule = Rule::new(settings(3, 2 * SEC), t0);
+    let total = move |t: Instant| {
+        Ok(match t {
+            t if t == torn => 7,
+            t if t >= request => 6,
+            _ => 5,
+        })
+    };
+    let (out, _) = run(&mut rule, Vec::new(), t0, t0 + 10 * SEC, total);
+    assert_eq!(out, Some(request + 2 * SEC), "quiet from the request's read");
+    assert_eq!(rule.traffic_stopped(), Some(request));
+}
+
+/// A fall that does not reach the total before the rise: a request came
+/// beside the check, and the quiet starts at the rise.
+#[tokio::test(start_paused = true)]
+async fn a_fall_short_of_the_total_before_the_rise_keeps_the_request() {
+    let t0 = Instant::now();
+    let rise = t0 + Duration::from_millis(1500);
+    let mut rule = Rule::new(settings(3, 2 * SEC), t0);
+    // 5, then a request and a check in progress (7), then the check done (6).
+    let total = move |t: Instant| {
+        Ok(match t {
+            t if t == rise => 7,
+            t if t > rise => 6,
+            _ => 5,
+        })
+    };
+    let (out, _) = run(&mut rule, Vec::new(), t0, t0 + 10 * SEC, total);
+    assert_eq!(out, Some(rise + 2 * SEC));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_checker_seen_first_during_the_drain_is_waited_for_and_the_words_say_so() {
     let t0 = Instant::now();
