@@ -35,18 +35,19 @@ const MEDIAN_PROBE: Duration = Duration::from_millis(150);
 /// fails); asserts the median and the 99th percentile of the answers'
 /// times, and prints them with the slowest.
 fn probe_many(addr: std::net::SocketAddr, n: usize, beside: &str) {
-    let mut took: Vec<Duration> = (0..n)
-        .map(|_| {
-            let t = Instant::now();
-            let (status, _) =
-                http_timeout("GET", addr, "/healthz/ready", Duration::from_secs(2)).expect("the probe was answered");
-            assert!(status == 200 || status == 503, "{status}");
-            t.elapsed()
-        })
-        .collect();
-    took.sort();
-    let (median, p99, slowest) = (took[n / 2], took[n * 99 / 100], took[n - 1]);
-    eprintln!("{n} probes {beside}: median {median:?}, p99 {p99:?}, slowest {slowest:?}");
+    let took = Latencies::new(
+        (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                let (status, _) = http_timeout("GET", addr, "/healthz/ready", Duration::from_secs(2))
+                    .expect("the probe was answered");
+                assert!(status == 200 || status == 503, "{status}");
+                t.elapsed()
+            })
+            .collect(),
+    );
+    let (median, p99) = (took.median(), took.p99());
+    eprintln!("{beside}: {took}");
     assert!(median < MEDIAN_PROBE, "median {median:?} (bound {MEDIAN_PROBE:?})");
     assert!(p99 < P99_PROBE, "p99 {p99:?} (bound {P99_PROBE:?})");
 }

@@ -289,3 +289,45 @@ pub fn sample(scrape: &str, series: &str) -> Option<f64> {
         .filter(|l| !l.starts_with('#'))
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
+
+/// Answer times, sorted: their median, 99th percentile and slowest (zero
+/// when there are none).
+pub struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    pub fn new(mut times: Vec<Duration>) -> Latencies {
+        times.sort();
+        Latencies(times)
+    }
+
+    /// The time at `percent` of the way through (the `len × percent / 100`th).
+    fn at(&self, percent: usize) -> Duration {
+        let i = (self.0.len() * percent / 100).min(self.0.len().saturating_sub(1));
+        self.0.get(i).copied().unwrap_or_default()
+    }
+
+    pub fn median(&self) -> Duration {
+        self.at(50)
+    }
+
+    pub fn p99(&self) -> Duration {
+        self.at(99)
+    }
+
+    pub fn slowest(&self) -> Duration {
+        self.0.last().copied().unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for Latencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} probes, p50 {:?}, p99 {:?}, max {:?}",
+            self.0.len(),
+            self.median(),
+            self.p99(),
+            self.slowest()
+        )
+    }
+}

@@ -13,7 +13,7 @@
 //! | `procs.rs` | child processes (`Proc`), what /proc says about a process |
 //! | `envoy.rs` | the ports of one Envoy + agent pair (`Ports`), bootstraps, starting Envoy, its in-flight count |
 //! | `agent.rs` | starting `lifeguard run`: `Agent::builder()`, `Agent` |
-//! | `clients.rs` | the one HTTP client of the tests (`request`: TCP or a Unix socket, any method and headers, the whole `Answer`) and its short forms; a keep-alive client, an idle connection; a sample of a scrape |
+//! | `clients.rs` | the one HTTP client of the tests (`request`: TCP or a Unix socket, any method and headers, the whole `Answer`) and its short forms; a keep-alive client, an idle connection; a sample of a scrape; answer times (`Latencies`) |
 //! | `servers.rs` | fake HTTP servers (`TestServer`, `reply`), the slow test `App` |
 //! | `fake_admin.rs` | a fake Envoy admin that misbehaves on demand (`FakeAdmin`) |
 //! | `local_pod.rs` | a pod on loopback: the app, lifeguard and its Envoy (`Pod`) |
