@@ -173,7 +173,8 @@ impl DoneRule {
     }
 }
 
-/// Spaces the drain's reads. Envoy answers admin calls on its main thread,
+/// Spaces the drain's reads (and, apart, its looks at the app: see
+/// [`APP_SCAN`](crate::APP_SCAN)). Envoy answers admin calls on its main thread,
 /// the one that applies xDS: a read starts [`PACE`] times the median of the
 /// last three answered reads' time after the one before (the shortest,
 /// until there are three), and never closer than the policy's period. So

@@ -635,6 +635,68 @@ async fn app_exit_sees_the_apps_end_between_envoys_paced_reads() {
     assert_between(envoy.stops()[0], 1.1, 1.2);
 }
 
+/// An app whose looks are slow to take (its socket table is big): one
+/// that holds a socket until `ends_at`, each look taking `cost`, the
+/// looks' starts kept.
+#[derive(Clone)]
+struct CostlyApp {
+    t0: Instant,
+    ends_at: Duration,
+    cost: Duration,
+    looks: Arc<std::sync::Mutex<Vec<Duration>>>,
+}
+
+impl AppControl for CostlyApp {
+    type Error = std::convert::Infallible;
+    async fn work(&self) -> Result<Work, Self::Error> {
+        self.looks.lock().unwrap().push(self.t0.elapsed());
+        tokio::time::sleep(self.cost).await;
+        let socket = AppSocket {
+            local: "127.0.0.1:41234".parse().unwrap(),
+            remote: Some("127.0.0.1:15001".parse().unwrap()),
+        };
+        let n = usize::from(self.t0.elapsed() < self.ends_at);
+        Ok(Work {
+            sockets: vec![socket; n],
+            processes: Vec::new(),
+            processes_seen: false,
+        })
+    }
+    fn has_app(&self) -> Option<bool> {
+        Some(true)
+    }
+}
+
+/// Looks at the app that take 10 ms start 110 ms apart (PACE times their
+/// time), not every APP_SCAN: what lifeguard spends looking stays under a
+/// tenth of a core however big the socket table. The app's end is still
+/// seen by the next look.
+#[tokio::test(start_paused = true)]
+async fn costly_looks_at_the_app_are_paced_by_their_cost() {
+    let envoy = FakeEnvoy::new(true, |_| conns(0));
+    let mut p = plan(DrainUntil::AppExit);
+    p.minimum_drain_duration = secs(0.5);
+    let app = CostlyApp {
+        t0: envoy.0.t0,
+        ends_at: secs(2.0),
+        cost: secs(0.01),
+        looks: Arc::default(),
+    };
+    let (drain, handle) = Drain::new(p, envoy.clone(), app.clone());
+    let task = tokio::spawn(drain.run());
+    handle.signal(Signal::Term).await;
+    assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
+    let looks = app.looks.lock().unwrap().clone();
+    // While the app holds its socket (after it, the quiet period's end
+    // is read when it comes).
+    let held: Vec<Duration> = looks.iter().copied().filter(|&t| t < secs(2.0)).collect();
+    let closest = held.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+    assert!(closest >= secs(0.11), "looks {closest:?} apart: {looks:?}");
+    // The end (2 s) seen by a look within 110 ms + its time, then
+    // APP_QUIET (100 ms) and the read that confirms it.
+    assert_between(envoy.stops()[0], 2.1, 2.5);
+}
+
 /// Where the app's processes are seen, its last exit wakes the drain at
 /// once, and nothing waits out a quiet period: Envoy stops one read
 /// after it, whatever the reads' pace.

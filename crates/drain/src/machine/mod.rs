@@ -383,6 +383,8 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let plan = self.plan.clone();
         let mut rule = DoneRule::new(&plan, drain_began);
         let mut pacer = Pacer::default();
+        // The looks at the app, paced apart: what they cost is the kernel's.
+        let mut looks = Pacer::default();
         let mut seen = Seen::default();
         loop {
             // A read near (or past) the deadline still gets a short while:
@@ -393,7 +395,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(plan.last_read_timeout());
             let read_started = Instant::now();
-            let (envoy_read, took, app_read) = self.read_once(read_timeout).await?;
+            let (envoy_read, took, app_read) = self.read_once(read_timeout, &mut looks).await?;
             if envoy_read.answered() {
                 pacer.answered(took);
             }
@@ -440,11 +442,19 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             if now >= deadline {
                 return Ok((seen.left, false));
             }
-            let next = rule.cap(deadline.min(read_started + pacer.gap(rule.period())).max(now));
+            // Envoy's reads are paced by their cost to Envoy, and (each
+            // with a look at the app) by the looks' cost.
+            let gap = match self.watch_app {
+                true => pacer.gap(rule.period()).max(looks.gap(rule.period())),
+                false => pacer.gap(rule.period()),
+            };
+            let next = rule.cap(deadline.min(read_started + gap).max(now));
             match app_now.filter(|work| self.watch_app && !work.is_done()) {
-                // Envoy's reads are paced by their cost to Envoy; the app's
-                // end is looked for in between.
-                Some(work) => self.watch_app_until(next, work, read_timeout).await?,
+                // The app's end is looked for in between.
+                Some(work) => {
+                    self.watch_app_until(next, work, read_timeout, (read_started, &mut looks))
+                        .await?
+                }
                 None => self.inbox.race(&self.envoy, sleep_until(next)).await?,
             }
         }

@@ -9,7 +9,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::inbox::Interrupt;
 use super::Drain;
-use crate::policy::Progress;
+use crate::policy::{Pacer, Progress};
 use crate::ports::{Active, AppControl, ControlError, EnvoyControl, Work};
 use crate::rotation::Rotation;
 use crate::{APP_SCAN, EXTERNAL_GONE_AFTER, WARN_EVERY};
@@ -35,6 +35,14 @@ impl<T, E> Read<T, E> {
 
     pub(super) fn answered(&self) -> bool {
         matches!(self, Read::Answered(_))
+    }
+
+    /// The read, its time kept by `pacer` when it answered.
+    fn paced(self, took: Duration, pacer: &mut Pacer) -> Read<T, E> {
+        if self.answered() {
+            pacer.answered(took);
+        }
+        self
     }
 }
 
@@ -91,10 +99,12 @@ impl Default for Seen {
 impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// One read of Envoy's active counts and, with `app-exit`, of the app's
     /// work, side by side, each under `timeout`: Envoy's answer (Err: timed
-    /// out) and how long it took, and the app's (None: not watched).
+    /// out) and how long it took, and the app's (None: not watched), whose
+    /// time `looks` keeps.
     pub(super) async fn read_once(
         &mut self,
         timeout: Duration,
+        looks: &mut Pacer,
     ) -> Result<(Read<Active>, Duration, Option<Read<Work, A::Error>>), Interrupt> {
         let watch_app = self.watch_app;
         let (envoy, app) = (&self.envoy, &self.app);
@@ -105,7 +115,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         };
         let app_read = async {
             match watch_app {
-                true => Some(Read::of(tokio::time::timeout(timeout, app.work()).await)),
+                true => Some(timed_look(app, timeout).await),
                 false => None,
             }
         };
@@ -113,28 +123,31 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             .inbox
             .race(envoy, async { tokio::join!(envoy_read, app_read) })
             .await?;
-        Ok((read, took, app))
+        Ok((read, took, app.map(|(look, took)| look.paced(took, looks))))
     }
 
     /// Until `next` (the next read of Envoy), looks at the app alone every
-    /// [`APP_SCAN`], and at once when it says one of its processes exited;
-    /// returns early once a look finds it holds nothing: the next read of
-    /// both then begins at once. A look that fails or times out changes
-    /// nothing (the next read of both says it). The processes' exits are
-    /// watched once per set of processes a look found (a pidfd each, opened
-    /// once), and not again for the same set once they fired.
+    /// [`APP_SCAN`] from the last look (`looked`), or [`PACE`](crate::PACE)
+    /// times the recent looks' time if longer (`looks`), and at once when
+    /// it says one of its processes exited; returns early once a look finds
+    /// it holds nothing: the next read of both then begins at once. A look
+    /// that fails or times out changes nothing (the next read of both says
+    /// it). The processes' exits are watched once per set of processes a
+    /// look found (a pidfd each, opened once), and not again for the same
+    /// set once they fired.
     pub(super) async fn watch_app_until(
         &mut self,
         next: Instant,
         work: Work,
         timeout: Duration,
+        (mut looked, looks): (Instant, &mut Pacer),
     ) -> Result<(), Interrupt> {
         let (envoy, app) = (&self.envoy, &self.app);
         let mut watched = work.processes;
         let mut exits = pin!(app.changed(watched.clone()));
         let mut armed = true;
         loop {
-            let look_at = next.min(Instant::now() + APP_SCAN);
+            let look_at = next.min(looked + looks.gap(APP_SCAN));
             let woken = async {
                 tokio::select! {
                     () = sleep_until(look_at) => {}
@@ -145,8 +158,9 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             if Instant::now() >= next {
                 return Ok(());
             }
-            let look = tokio::time::timeout(timeout, app.work());
-            if let Ok(Ok(now)) = self.inbox.race(envoy, look).await? {
+            looked = Instant::now();
+            let (look, took) = self.inbox.race(envoy, timed_look(app, timeout)).await?;
+            if let Read::Answered(now) = look.paced(took, looks) {
                 if now.is_done() {
                     return Ok(());
                 }
@@ -228,4 +242,11 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         });
         Some(work)
     }
+}
+
+/// One look at the app under `timeout`, and how long it took.
+async fn timed_look<A: AppControl>(app: &A, timeout: Duration) -> (Read<Work, A::Error>, Duration) {
+    let started = Instant::now();
+    let look = tokio::time::timeout(timeout, app.work()).await;
+    (Read::of(look), started.elapsed())
 }
