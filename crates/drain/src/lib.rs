@@ -91,6 +91,10 @@ pub(crate) const APP_QUIET: Duration = Duration::from_millis(100);
 /// was a fifth of a core for the whole drain. Where its processes are
 /// seen, their exits wake the drain at once.
 pub const APP_SCAN: Duration = Duration::from_millis(25);
+/// The longest time between two looks at the app while it holds
+/// something, however long the looks take (a busy node's CPU, a huge
+/// socket table): its end is seen within this and a look.
+pub const APP_SCAN_MAX: Duration = Duration::from_secs(1);
 /// A drain read starts this many times the recent reads' duration after the
 /// one before: Envoy's admin thread spends at most 1/PACE (about 9 %) of its
 /// time on the drain's reads, whatever the size of its config.

@@ -667,34 +667,67 @@ impl AppControl for CostlyApp {
     }
 }
 
-/// Looks at the app that take 10 ms start 110 ms apart (PACE times their
-/// time), not every APP_SCAN: what lifeguard spends looking stays under a
-/// tenth of a core however big the socket table. The app's end is still
-/// seen by the next look.
-#[tokio::test(start_paused = true)]
-async fn costly_looks_at_the_app_are_paced_by_their_cost() {
+/// A drain of an app whose looks take `cost` each, whose last socket
+/// closes at 2 s: the looks' starts while it held it, and when Envoy was
+/// stopped.
+async fn drain_with_costly_looks(cost: Duration) -> (Vec<Duration>, Duration) {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let mut p = plan(DrainUntil::AppExit);
     p.minimum_drain_duration = secs(0.5);
     let app = CostlyApp {
         t0: envoy.0.t0,
         ends_at: secs(2.0),
-        cost: secs(0.01),
+        cost,
         looks: Arc::default(),
     };
     let (drain, handle) = Drain::new(p, envoy.clone(), app.clone());
     let task = tokio::spawn(drain.run());
     handle.signal(Signal::Term).await;
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
-    let looks = app.looks.lock().unwrap().clone();
     // While the app holds its socket (after it, the quiet period's end
     // is read when it comes).
-    let held: Vec<Duration> = looks.iter().copied().filter(|&t| t < secs(2.0)).collect();
-    let closest = held.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+    let looks = app
+        .looks
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|&t| t < secs(2.0))
+        .collect();
+    (looks, envoy.stops()[0])
+}
+
+/// The gaps between consecutive looks: the closest and the farthest.
+fn gaps(looks: &[Duration]) -> (Duration, Duration) {
+    let gaps: Vec<Duration> = looks.windows(2).map(|w| w[1] - w[0]).collect();
+    (*gaps.iter().min().unwrap(), *gaps.iter().max().unwrap())
+}
+
+/// Looks at the app that take 10 ms start 110 ms apart (PACE times their
+/// time), not every APP_SCAN: what lifeguard spends looking stays under a
+/// tenth of a core however big the socket table. The app's end is still
+/// seen by the next look.
+#[tokio::test(start_paused = true)]
+async fn costly_looks_at_the_app_are_paced_by_their_cost() {
+    let (looks, stopped) = drain_with_costly_looks(secs(0.01)).await;
+    let (closest, _) = gaps(&looks);
     assert!(closest >= secs(0.11), "looks {closest:?} apart: {looks:?}");
     // The end (2 s) seen by a look within 110 ms + its time, then
     // APP_QUIET (100 ms) and the read that confirms it.
-    assert_between(envoy.stops()[0], 2.1, 2.5);
+    assert_between(stopped, 2.1, 2.5);
+}
+
+/// Looks that take 200 ms (a busy node) start APP_SCAN_MAX (1 s) apart,
+/// not 2.2 s: the app's end is seen within a second and a look.
+#[tokio::test(start_paused = true)]
+async fn slow_looks_at_the_app_are_at_most_a_second_apart() {
+    let (looks, stopped) = drain_with_costly_looks(secs(0.2)).await;
+    let (closest, farthest) = gaps(&looks);
+    assert!(
+        closest >= secs(0.99) && farthest <= secs(1.0),
+        "looks {closest:?} to {farthest:?} apart: {looks:?}"
+    );
+    assert_between(stopped, 2.0, 3.5);
 }
 
 /// Where the app's processes are seen, its last exit wakes the drain at

@@ -445,7 +445,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             // Envoy's reads are paced by their cost to Envoy, and (each
             // with a look at the app) by the looks' cost.
             let gap = match self.watch_app {
-                true => pacer.gap(rule.period()).max(looks.gap(rule.period())),
+                true => pacer.gap(rule.period()).max(reads::look_gap(&looks)),
                 false => pacer.gap(rule.period()),
             };
             let next = rule.cap(deadline.min(read_started + gap).max(now));

@@ -12,7 +12,7 @@ use super::Drain;
 use crate::policy::{Pacer, Progress};
 use crate::ports::{Active, AppControl, ControlError, EnvoyControl, Work};
 use crate::rotation::Rotation;
-use crate::{APP_SCAN, EXTERNAL_GONE_AFTER, WARN_EVERY};
+use crate::{APP_SCAN, APP_SCAN_MAX, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::throttle::Throttle;
 
@@ -128,7 +128,8 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
 
     /// Until `next` (the next read of Envoy), looks at the app alone every
     /// [`APP_SCAN`] from the last look (`looked`), or [`PACE`](crate::PACE)
-    /// times the recent looks' time if longer (`looks`), and at once when
+    /// times the recent looks' time if longer, up to [`APP_SCAN_MAX`]
+    /// (`looks`), and at once when
     /// it says one of its processes exited; returns early once a look finds
     /// it holds nothing: the next read of both then begins at once. A look
     /// that fails or times out changes nothing (the next read of both says
@@ -147,7 +148,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let mut exits = pin!(app.changed(watched.clone()));
         let mut armed = true;
         loop {
-            let look_at = next.min(looked + looks.gap(APP_SCAN));
+            let look_at = next.min(looked + look_gap(looks));
             let woken = async {
                 tokio::select! {
                     () = sleep_until(look_at) => {}
@@ -242,6 +243,13 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         });
         Some(work)
     }
+}
+
+/// The time from the start of one look at the app to the next: [`APP_SCAN`],
+/// or [`PACE`](crate::PACE) times the recent looks' time, up to
+/// [`APP_SCAN_MAX`].
+pub(super) fn look_gap(looks: &Pacer) -> Duration {
+    looks.gap(APP_SCAN).min(APP_SCAN_MAX)
 }
 
 /// One look at the app under `timeout`, and how long it took.
