@@ -28,7 +28,7 @@ use super::trigger::Trigger;
 use super::DRAIN_CALL_TRIES;
 use inbox::{Inbox, Interrupt};
 use lifeguard_base::duration::GoDuration;
-use reads::Seen;
+use reads::{Looks, Seen};
 
 /// The drain state machine. Build it with [`Drain::new`] (and, for the
 /// `out-of-rotation` policy, [`Drain::with_rotation`]), run it with
@@ -384,7 +384,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let mut rule = DoneRule::new(&plan, drain_began);
         let mut pacer = Pacer::default();
         // The looks at the app, paced apart: what they cost is the kernel's.
-        let mut looks = Pacer::default();
+        let mut looks = Looks::default();
         let mut seen = Seen::default();
         loop {
             // A read near (or past) the deadline still gets a short while:
@@ -445,16 +445,13 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             // Envoy's reads are paced by their cost to Envoy, and (each
             // with a look at the app) by the looks' cost.
             let gap = match self.watch_app {
-                true => pacer.gap(rule.period()).max(reads::look_gap(&looks)),
+                true => pacer.gap(rule.period()).max(looks.gap()),
                 false => pacer.gap(rule.period()),
             };
             let next = rule.cap(deadline.min(read_started + gap).max(now));
             match app_now.filter(|work| self.watch_app && !work.is_done()) {
                 // The app's end is looked for in between.
-                Some(work) => {
-                    self.watch_app_until(next, work, read_timeout, (read_started, &mut looks))
-                        .await?
-                }
+                Some(work) => self.watch_app_until(next, work, read_timeout, &mut looks).await?,
                 None => self.inbox.race(&self.envoy, sleep_until(next)).await?,
             }
         }

@@ -36,13 +36,38 @@ impl<T, E> Read<T, E> {
     pub(super) fn answered(&self) -> bool {
         matches!(self, Read::Answered(_))
     }
+}
 
-    /// The read, its time kept by `pacer` when it answered.
-    fn paced(self, took: Duration, pacer: &mut Pacer) -> Read<T, E> {
-        if self.answered() {
-            pacer.answered(took);
+/// The drain's looks at the app: when the last one began, and their pace:
+/// the next begins [`APP_SCAN`] after it, or [`PACE`](crate::PACE) times
+/// the recent looks' time if longer, up to [`APP_SCAN_MAX`].
+#[derive(Default)]
+pub(super) struct Looks {
+    pacer: Pacer,
+    last: Option<Instant>,
+}
+
+impl Looks {
+    /// The time from the start of one look to the next.
+    pub(super) fn gap(&self) -> Duration {
+        self.pacer.gap(APP_SCAN).min(APP_SCAN_MAX)
+    }
+
+    /// When the next look is due (now, before the first).
+    fn next(&self) -> Instant {
+        self.last.map_or_else(Instant::now, |last| last + self.gap())
+    }
+
+    /// One look at the app under `timeout`; its start and (when it
+    /// answered) its time are kept.
+    async fn take<A: AppControl>(&mut self, app: &A, timeout: Duration) -> Read<Work, A::Error> {
+        let started = Instant::now();
+        self.last = Some(started);
+        let look = Read::of(tokio::time::timeout(timeout, app.work()).await);
+        if look.answered() {
+            self.pacer.answered(started.elapsed());
         }
-        self
+        look
     }
 }
 
@@ -99,12 +124,12 @@ impl Default for Seen {
 impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// One read of Envoy's active counts and, with `app-exit`, of the app's
     /// work, side by side, each under `timeout`: Envoy's answer (Err: timed
-    /// out) and how long it took, and the app's (None: not watched), whose
-    /// time `looks` keeps.
+    /// out) and how long it took, and the app's (None: not watched), taken
+    /// by `looks`.
     pub(super) async fn read_once(
         &mut self,
         timeout: Duration,
-        looks: &mut Pacer,
+        looks: &mut Looks,
     ) -> Result<(Read<Active>, Duration, Option<Read<Work, A::Error>>), Interrupt> {
         let watch_app = self.watch_app;
         let (envoy, app) = (&self.envoy, &self.app);
@@ -115,7 +140,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         };
         let app_read = async {
             match watch_app {
-                true => Some(timed_look(app, timeout).await),
+                true => Some(looks.take(app, timeout).await),
                 false => None,
             }
         };
@@ -123,17 +148,14 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             .inbox
             .race(envoy, async { tokio::join!(envoy_read, app_read) })
             .await?;
-        Ok((read, took, app.map(|(look, took)| look.paced(took, looks))))
+        Ok((read, took, app))
     }
 
-    /// Until `next` (the next read of Envoy), looks at the app alone every
-    /// [`APP_SCAN`] from the last look (`looked`), or [`PACE`](crate::PACE)
-    /// times the recent looks' time if longer, up to [`APP_SCAN_MAX`]
-    /// (`looks`), and at once when
-    /// it says one of its processes exited; returns early once a look finds
-    /// it holds nothing: the next read of both then begins at once. A look
-    /// that fails or times out changes nothing (the next read of both says
-    /// it). The processes' exits are watched once per set of processes a
+    /// Until `next` (the next read of Envoy), looks at the app alone when
+    /// `looks` says a look is due, and at once when it says one of its
+    /// processes exited; returns early once a look finds it holds nothing:
+    /// the next read of both then begins at once. A look that fails or
+    /// times out changes nothing (the next read of both says it). The processes' exits are watched once per set of processes a
     /// look found (a pidfd each, opened once), and not again for the same
     /// set once they fired.
     pub(super) async fn watch_app_until(
@@ -141,14 +163,14 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         next: Instant,
         work: Work,
         timeout: Duration,
-        (mut looked, looks): (Instant, &mut Pacer),
+        looks: &mut Looks,
     ) -> Result<(), Interrupt> {
         let (envoy, app) = (&self.envoy, &self.app);
         let mut watched = work.processes;
         let mut exits = pin!(app.changed(watched.clone()));
         let mut armed = true;
         loop {
-            let look_at = next.min(looked + look_gap(looks));
+            let look_at = next.min(looks.next());
             let woken = async {
                 tokio::select! {
                     () = sleep_until(look_at) => {}
@@ -159,9 +181,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             if Instant::now() >= next {
                 return Ok(());
             }
-            looked = Instant::now();
-            let (look, took) = self.inbox.race(envoy, timed_look(app, timeout)).await?;
-            if let Read::Answered(now) = look.paced(took, looks) {
+            if let Read::Answered(now) = self.inbox.race(envoy, looks.take(app, timeout)).await? {
                 if now.is_done() {
                     return Ok(());
                 }
@@ -243,18 +263,4 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         });
         Some(work)
     }
-}
-
-/// The time from the start of one look at the app to the next: [`APP_SCAN`],
-/// or [`PACE`](crate::PACE) times the recent looks' time, up to
-/// [`APP_SCAN_MAX`].
-pub(super) fn look_gap(looks: &Pacer) -> Duration {
-    looks.gap(APP_SCAN).min(APP_SCAN_MAX)
-}
-
-/// One look at the app under `timeout`, and how long it took.
-async fn timed_look<A: AppControl>(app: &A, timeout: Duration) -> (Read<Work, A::Error>, Duration) {
-    let started = Instant::now();
-    let look = tokio::time::timeout(timeout, app.work()).await;
-    (Read::of(look), started.elapsed())
 }
