@@ -46,12 +46,14 @@
 //! Everything runs in the LB host's namespace and stops on drop.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
+
+use tokio::io::AsyncWriteExt;
 
 use crate::gateway::{Gateway, GATEWAY_PORT};
 use crate::lb::{delete_pod, gateway_at, pod_at, Balancer, Check, Client, Front, Hook, Lan, Left, Load, Run};
@@ -227,6 +229,8 @@ pub struct Node {
     pub counts: Arc<NodeCounts>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// Dropped after the threads: the connections still open closed.
+    _proxies: Arc<Proxies>,
 }
 
 impl Node {
@@ -236,6 +240,7 @@ impl Node {
         let ip = lan.add_node(index as u8);
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(NodeCounts::default());
+        let proxies = Arc::new(Proxies::new());
         let health = {
             let (stop, cluster) = (stop.clone(), cluster.clone());
             let listener = lan
@@ -244,10 +249,10 @@ impl Node {
             std::thread::spawn(move || serve_health(listener, index, &cluster, &stop))
         };
         let node_port = {
-            let (stop, cluster, counts) = (stop.clone(), cluster.clone(), counts.clone());
+            let (stop, cluster, counts, proxies) = (stop.clone(), cluster.clone(), counts.clone(), proxies.clone());
             lan.host.spawn(move || {
                 let listener = TcpListener::bind((ip, NODE_PORT)).unwrap();
-                serve_node_port(listener, index, &cluster, &counts, &stop)
+                serve_node_port(listener, index, &cluster, &counts, &proxies, &stop)
             })
         };
         Node {
@@ -256,6 +261,7 @@ impl Node {
             counts,
             stop,
             threads: vec![health, node_port],
+            _proxies: proxies,
         }
     }
 
@@ -329,7 +335,14 @@ fn serve_health(listener: TcpListener, node: usize, cluster: &Cluster, stop: &At
 
 /// The NodePort: each new connection to the endpoint kube-proxy's rules
 /// choose, or dropped (a reset).
-fn serve_node_port(listener: TcpListener, node: usize, cluster: &Cluster, counts: &NodeCounts, stop: &AtomicBool) {
+fn serve_node_port(
+    listener: TcpListener,
+    node: usize,
+    cluster: &Cluster,
+    counts: &NodeCounts,
+    proxies: &Proxies,
+    stop: &AtomicBool,
+) {
     let mut n = 0u64;
     accept_until(&listener, stop, |client| {
         n += 1;
@@ -343,25 +356,53 @@ fn serve_node_port(listener: TcpListener, node: usize, cluster: &Cluster, counts
         // Connected from this thread, which is in the LB host's namespace.
         let upstream = to.and_then(|to| TcpStream::connect_timeout(&to, Duration::from_millis(500)).ok());
         match upstream {
-            Some(upstream) => {
-                std::thread::spawn(move || proxy(client, upstream));
-            }
+            Some(upstream) => proxies.proxy(client, upstream),
             None => reset(client),
         }
     });
 }
 
-/// Copies both ways until each side has closed.
-fn proxy(client: TcpStream, upstream: TcpStream) {
-    let (mut client_in, mut upstream_out) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
-    let up = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut client_in, &mut upstream_out);
-        let _ = upstream_out.shutdown(Shutdown::Write);
-    });
-    let (mut upstream_in, mut client_out) = (upstream, client);
-    let _ = std::io::copy(&mut upstream_in, &mut client_out);
-    let _ = client_out.shutdown(Shutdown::Write);
-    let _ = up.join();
+/// The connections a node or the router passes on, copied both ways by
+/// one thread (a runtime of one worker) for all of them. A thread each
+/// way for each connection (four for every request through a router and
+/// a node, at 200 a second) made the threads' starts, stops and wakeups
+/// most of the test process's CPU.
+struct Proxies(tokio::runtime::Runtime);
+
+impl Proxies {
+    fn new() -> Proxies {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("proxies")
+            .enable_io()
+            .build()
+            .unwrap();
+        Proxies(runtime)
+    }
+
+    /// Copies both ways until each side has closed: what one side sends
+    /// until its end (or an error), then the end passed on (a FIN).
+    fn proxy(&self, client: TcpStream, upstream: TcpStream) {
+        let _in_runtime = self.0.enter();
+        let tokio_stream = |s: TcpStream| {
+            s.set_nonblocking(true).unwrap();
+            tokio::net::TcpStream::from_std(s).unwrap()
+        };
+        let (client, upstream) = (tokio_stream(client), tokio_stream(upstream));
+        self.0.spawn(async move {
+            let (mut client_in, mut client_out) = client.into_split();
+            let (mut upstream_in, mut upstream_out) = upstream.into_split();
+            let up = async {
+                let _ = tokio::io::copy(&mut client_in, &mut upstream_out).await;
+                let _ = upstream_out.shutdown().await;
+            };
+            let down = async {
+                let _ = tokio::io::copy(&mut upstream_in, &mut client_out).await;
+                let _ = client_out.shutdown().await;
+            };
+            tokio::join!(up, down);
+        });
+    }
 }
 
 /// Closes `stream` with a reset (SO_LINGER 0): the node refuses it.
@@ -409,6 +450,8 @@ pub struct Announcer {
     pub dropped: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// Dropped after the threads: the connections still open closed.
+    _proxies: Arc<Proxies>,
 }
 
 impl Announcer {
@@ -446,8 +489,15 @@ impl Announcer {
                 }
             })
         };
+        let proxies = Arc::new(Proxies::new());
         let router = {
-            let (stop, announced, dropped, nodes) = (stop.clone(), announced.clone(), dropped.clone(), nodes.to_vec());
+            let (stop, announced, dropped, nodes, proxies) = (
+                stop.clone(),
+                announced.clone(),
+                dropped.clone(),
+                nodes.to_vec(),
+                proxies.clone(),
+            );
             lan.host.spawn(move || {
                 let listener = TcpListener::bind(frontend).unwrap();
                 let mut n = 0usize;
@@ -460,9 +510,7 @@ impl Announcer {
                     let to = (!up.is_empty()).then(|| SocketAddr::from((nodes[up[n % up.len()]], NODE_PORT)));
                     // Connected from this thread, which is in the LB host's namespace.
                     match to.and_then(|to| TcpStream::connect_timeout(&to, Duration::from_millis(500)).ok()) {
-                        Some(upstream) => {
-                            std::thread::spawn(move || proxy(client, upstream));
-                        }
+                        Some(upstream) => proxies.proxy(client, upstream),
                         None => {
                             dropped.fetch_add(1, Ordering::Relaxed);
                             reset(client);
@@ -478,6 +526,7 @@ impl Announcer {
             dropped,
             stop,
             threads: vec![speaker, router],
+            _proxies: proxies,
         }
     }
 
