@@ -155,9 +155,10 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// `looks` says a look is due, and at once when it says one of its
     /// processes exited; returns early once a look finds it holds nothing:
     /// the next read of both then begins at once. A look that fails or
-    /// times out changes nothing (the next read of both says it). The processes' exits are watched once per set of processes a
-    /// look found (a pidfd each, opened once), and not again for the same
-    /// set once they fired.
+    /// times out changes nothing (the next read of both says it). The
+    /// processes' exits are watched once per set of processes a look found
+    /// (a pidfd each, opened once), and not again for the same set once
+    /// they fired.
     pub(super) async fn watch_app_until(
         &mut self,
         next: Instant,
