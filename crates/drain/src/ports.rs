@@ -52,7 +52,7 @@ pub trait EnvoyControl {
         skip_exit: bool,
     ) -> impl Future<Output = Result<(), ControlError>> + Send;
     /// Reads the active downstream connections and requests.
-    fn active(&self) -> impl Future<Output = Result<Active, ControlError>> + Send;
+    fn active(&self) -> impl Future<Output = Result<ActiveRead, ControlError>> + Send;
     /// Stops Envoy gracefully within `bound`.
     fn stop(&self, bound: Duration) -> impl Future<Output = Exit> + Send;
     /// Resolves when Envoy exits on its own (never, if that cannot be seen).
@@ -136,6 +136,16 @@ pub struct Active {
     /// Lines that were not counted because their value made no sense
     /// (wrapped or unparsable), as text for the log.
     pub skipped: Vec<String>,
+}
+
+/// An answered read of [`Active`] counts, and what it cost Envoy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActiveRead {
+    pub active: Active,
+    /// How long Envoy took to answer the read. A read already under way
+    /// when the drain asked is shared (with the drain wait) and took longer
+    /// than the drain waited for it: the drain paces its reads by this.
+    pub took: Duration,
 }
 
 impl Active {

@@ -32,6 +32,9 @@ struct Script {
     t0: Instant,
     child: bool,
     reads: Mutex<Box<dyn FnMut(Duration) -> Read + Send>>,
+    /// What each answered read says it cost Envoy, when not its delay: a
+    /// read shared with the drain wait, under way before the drain asked.
+    took: Mutex<Option<Duration>>,
     calls: Mutex<Vec<(Duration, Call)>>,
     /// What each stop was given between SIGTERM and SIGKILL.
     stop_bounds: Mutex<Vec<Duration>>,
@@ -66,6 +69,7 @@ impl FakeEnvoy {
             t0: Instant::now(),
             child,
             reads: Mutex::new(Box::new(reads)),
+            took: Mutex::new(None),
             calls: Mutex::new(Vec::new()),
             stop_bounds: Mutex::new(Vec::new()),
             exit: watch::channel(None).0,
@@ -113,10 +117,11 @@ impl EnvoyControl for FakeEnvoy {
         Ok(())
     }
 
-    async fn active(&self) -> Result<Active, ControlError> {
+    async fn active(&self) -> Result<ActiveRead, ControlError> {
         let (delay, result) = (self.0.reads.lock().unwrap())(self.since());
         tokio::time::sleep(delay).await;
-        result
+        let took = self.0.took.lock().unwrap().unwrap_or(delay);
+        result.map(|active| ActiveRead { active, took })
     }
 
     async fn stop(&self, bound: Duration) -> Exit {
@@ -831,6 +836,30 @@ async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
     );
     // The drain still ends at the first zero read after 9 s.
     assert_between(envoy.stops()[0], 9.0, 11.3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shared_reads_are_paced_by_what_they_cost_envoy_not_by_the_wait() {
+    // Each read answers 50 ms after the drain asks, but it is one the
+    // drain wait began before: it cost Envoy 200 ms. Reads start 2 s
+    // apart, not 500 ms.
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let seen = starts.clone();
+    let envoy = FakeEnvoy::new(true, move |t| {
+        seen.lock().unwrap().push(t);
+        (Duration::from_millis(50), conns(u64::from(t < secs(9.0))).1)
+    });
+    *envoy.0.took.lock().unwrap() = Some(Duration::from_millis(200));
+    let mut p = plan(DrainUntil::Connections);
+    p.minimum_drain_duration = secs(1.0);
+    let (task, handle) = start(p, &envoy);
+    handle.signal(Signal::Term).await;
+    task.await.unwrap();
+    let starts = starts.lock().unwrap().clone();
+    assert!(starts.len() >= 3, "{starts:?}");
+    for pair in starts.windows(2) {
+        assert!(pair[1] - pair[0] >= secs(2.0), "{starts:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

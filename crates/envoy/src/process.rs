@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::admin::{AdminClient, AdminError, Endpoint};
 use crate::counts::{active, control_error, CountsReader};
-use lifeguard_drain::{Active, ControlError, DrainScope, EnvoyControl, Exit};
+use lifeguard_drain::{ActiveRead, ControlError, DrainScope, EnvoyControl, Exit};
 
 /// Envoy, as lifeguard sees it: its admin API, and the process when
 /// lifeguard launched it.
@@ -308,9 +308,13 @@ impl EnvoyControl for Envoy {
             .map_err(control_error)
     }
 
-    async fn active(&self) -> Result<Active, ControlError> {
-        let body = self.counts.read_now().await.body?;
-        Ok(active(&body, &self.ignored_ports))
+    async fn active(&self) -> Result<ActiveRead, ControlError> {
+        let reading = self.counts.read_now().await;
+        let body = reading.body?;
+        Ok(ActiveRead {
+            active: active(&body, &self.ignored_ports),
+            took: reading.took,
+        })
     }
 
     async fn stop(&self, bound: Duration) -> Exit {

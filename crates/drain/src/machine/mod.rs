@@ -28,7 +28,7 @@ use super::trigger::Trigger;
 use super::DRAIN_CALL_TRIES;
 use inbox::{Inbox, Interrupt};
 use lifeguard_base::duration::GoDuration;
-use reads::{Looks, Seen};
+use reads::{Looks, Read, Seen};
 
 /// The drain state machine. Build it with [`Drain::new`] (and, for the
 /// `out-of-rotation` policy, [`Drain::with_rotation`]), run it with
@@ -395,9 +395,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(plan.last_read_timeout());
             let read_started = Instant::now();
-            let (envoy_read, took, app_read) = self.read_once(read_timeout, &mut looks).await?;
-            if envoy_read.answered() {
-                pacer.answered(took);
+            let (envoy_read, app_read) = self.read_once(read_timeout, &mut looks).await?;
+            if let Read::Answered(read) = &envoy_read {
+                // What the read cost Envoy, not how long the drain waited
+                // for it: a read shared with the drain wait may have begun
+                // before the drain asked.
+                pacer.answered(read.took);
             }
             let now = Instant::now();
             let envoy_now = self.take_envoy_read(envoy_read, read_timeout, now, &mut seen)?;

@@ -10,7 +10,7 @@ use tokio::time::{sleep_until, Instant};
 use super::inbox::Interrupt;
 use super::Drain;
 use crate::policy::{Pacer, Progress};
-use crate::ports::{Active, AppControl, ControlError, EnvoyControl, Work};
+use crate::ports::{ActiveRead, AppControl, ControlError, EnvoyControl, Work};
 use crate::rotation::Rotation;
 use crate::{APP_SCAN, APP_SCAN_MAX, EXTERNAL_GONE_AFTER, WARN_EVERY};
 use lifeguard_base::duration::GoDuration;
@@ -123,32 +123,25 @@ impl Default for Seen {
 
 impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// One read of Envoy's active counts and, with `app-exit`, of the app's
-    /// work, side by side, each under `timeout`: Envoy's answer (Err: timed
-    /// out) and how long it took, and the app's (None: not watched), taken
-    /// by `looks`.
+    /// work, side by side, each under `timeout`: Envoy's answer and the
+    /// app's (None: not watched), taken by `looks`.
     pub(super) async fn read_once(
         &mut self,
         timeout: Duration,
         looks: &mut Looks,
-    ) -> Result<(Read<Active>, Duration, Option<Read<Work, A::Error>>), Interrupt> {
+    ) -> Result<(Read<ActiveRead>, Option<Read<Work, A::Error>>), Interrupt> {
         let watch_app = self.watch_app;
         let (envoy, app) = (&self.envoy, &self.app);
-        let envoy_read = async {
-            let started = Instant::now();
-            let read = tokio::time::timeout(timeout, envoy.active()).await;
-            (Read::of(read), started.elapsed())
-        };
+        let envoy_read = async { Read::of(tokio::time::timeout(timeout, envoy.active()).await) };
         let app_read = async {
             match watch_app {
                 true => Some(looks.take(app, timeout).await),
                 false => None,
             }
         };
-        let ((read, took), app) = self
-            .inbox
+        self.inbox
             .race(envoy, async { tokio::join!(envoy_read, app_read) })
-            .await?;
-        Ok((read, took, app))
+            .await
     }
 
     /// Until `next` (the next read of Envoy), looks at the app alone when
@@ -200,13 +193,13 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// connections for [`EXTERNAL_GONE_AFTER`] is gone.
     pub(super) fn take_envoy_read(
         &mut self,
-        read: Read<Active>,
+        read: Read<ActiveRead>,
         timeout: Duration,
         now: Instant,
         seen: &mut Seen,
     ) -> Result<Option<u64>, Interrupt> {
         let error = match read {
-            Read::Answered(active) => {
+            Read::Answered(ActiveRead { active, .. }) => {
                 seen.refusals.reset();
                 if !active.skipped.is_empty() && seen.skipped_warning.due(now) {
                     for skipped in &active.skipped {
