@@ -141,6 +141,7 @@ pub struct Active {
 /// An answered read of [`Active`] counts, and what it cost Envoy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ActiveRead {
+    /// What the read found.
     pub active: Active,
     /// How long Envoy took to answer the read. A read already under way
     /// when the drain asked is shared (with the drain wait) and took longer

@@ -841,8 +841,8 @@ async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
 #[tokio::test(start_paused = true)]
 async fn shared_reads_are_paced_by_what_they_cost_envoy_not_by_the_wait() {
     // Each read answers 50 ms after the drain asks, but it is one the
-    // drain wait began before: it cost Envoy 200 ms. Reads start 2 s
-    // apart, not 500 ms.
+    // drain wait began before: it cost Envoy 200 ms. Reads start 2.2 s
+    // apart (PACE times 200 ms), not 550 ms.
     let starts = Arc::new(Mutex::new(Vec::new()));
     let seen = starts.clone();
     let envoy = FakeEnvoy::new(true, move |t| {
