@@ -51,7 +51,8 @@ pub trait EnvoyControl {
         scope: DrainScope,
         skip_exit: bool,
     ) -> impl Future<Output = Result<(), ControlError>> + Send;
-    /// Reads the active downstream connections and requests.
+    /// Reads the active downstream connections and requests, with the
+    /// read's own time ([`ActiveRead::took`]), shared or not.
     fn active(&self) -> impl Future<Output = Result<ActiveRead, ControlError>> + Send;
     /// Stops Envoy gracefully within `bound`.
     fn stop(&self, bound: Duration) -> impl Future<Output = Exit> + Send;

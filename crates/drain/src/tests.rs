@@ -809,7 +809,8 @@ async fn the_fixed_policy_stopping_envoy_with_requests_in_flight_exits_3() {
 
 #[tokio::test(start_paused = true)]
 async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
-    // Every read takes 200 ms: reads start 2 s apart, not every 50 ms.
+    // Every read takes 200 ms: reads start 2.2 s apart (PACE times 200
+    // ms), not every 50 ms.
     let starts = Arc::new(Mutex::new(Vec::new()));
     let seen = starts.clone();
     let t0 = Instant::now();
@@ -841,8 +842,9 @@ async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
 #[tokio::test(start_paused = true)]
 async fn shared_reads_are_paced_by_what_they_cost_envoy_not_by_the_wait() {
     // Each read answers 50 ms after the drain asks, but it is one the
-    // drain wait began before: it cost Envoy 200 ms. Reads start 2.2 s
-    // apart (PACE times 200 ms), not 550 ms.
+    // drain wait began 150 ms before the ask: it cost Envoy 200 ms. The
+    // next read is asked PACE times 200 ms after that read began (2.05 s
+    // after the ask), not PACE times the 50 ms waited (550 ms).
     let starts = Arc::new(Mutex::new(Vec::new()));
     let seen = starts.clone();
     let envoy = FakeEnvoy::new(true, move |t| {
@@ -857,9 +859,13 @@ async fn shared_reads_are_paced_by_what_they_cost_envoy_not_by_the_wait() {
     task.await.unwrap();
     let starts = starts.lock().unwrap().clone();
     assert!(starts.len() >= 3, "{starts:?}");
+    let paced = Duration::from_millis(200) * PACE - Duration::from_millis(150);
     for pair in starts.windows(2) {
-        assert!(pair[1] - pair[0] >= secs(2.0), "{starts:?}");
+        let gap = pair[1] - pair[0];
+        assert!(gap >= paced && gap < paced + Duration::from_millis(20), "{starts:?}");
     }
+    // The drain still ends at the first zero read after 9 s.
+    assert_between(envoy.stops()[0], 9.0, 11.3);
 }
 
 #[tokio::test(start_paused = true)]

@@ -396,11 +396,15 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 .max(plan.last_read_timeout());
             let read_started = Instant::now();
             let (envoy_read, app_read) = self.read_once(read_timeout, &mut looks).await?;
+            // The pace counts from the start of the read the drain got: a
+            // read shared with the drain wait began before the drain asked
+            // (and cost Envoy more than the drain waited for it), and the
+            // drain wait paces its own reads from that start too.
+            let mut read_began = read_started;
             if let Read::Answered(read) = &envoy_read {
-                // What the read cost Envoy, not how long the drain waited
-                // for it: a read shared with the drain wait may have begun
-                // before the drain asked.
                 pacer.answered(read.took);
+                let began = Instant::now().checked_sub(read.took).unwrap_or(read_started);
+                read_began = read_began.min(began);
             }
             let now = Instant::now();
             let envoy_now = self.take_envoy_read(envoy_read, read_timeout, now, &mut seen)?;
@@ -451,7 +455,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 true => pacer.gap(rule.period()).max(looks.gap()),
                 false => pacer.gap(rule.period()),
             };
-            let next = rule.cap(deadline.min(read_started + gap).max(now));
+            let next = rule.cap(deadline.min(read_began + gap).max(now));
             match app_now.filter(|work| self.watch_app && !work.is_done()) {
                 // The app's end is looked for in between.
                 Some(work) => self.watch_app_until(next, work, read_timeout, &mut looks).await?,
