@@ -807,24 +807,33 @@ async fn the_fixed_policy_stopping_envoy_with_requests_in_flight_exits_3() {
     assert_eq!(envoy.stops(), [secs(5.0)]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
-    // Every read takes 200 ms: reads start 2.2 s apart (PACE times 200
-    // ms), not every 50 ms.
+/// A drain of 1 s minimum whose reads answer `after` the ask (each said
+/// to have cost Envoy `took`, when given) and count 1 until 9 s: when
+/// each read was asked for, and the fake Envoy.
+async fn paced_drain(after: Duration, took: Option<Duration>) -> (Vec<Duration>, FakeEnvoy) {
     let starts = Arc::new(Mutex::new(Vec::new()));
     let seen = starts.clone();
     let t0 = Instant::now();
     let envoy = FakeEnvoy::new(true, move |t| {
         seen.lock().unwrap().push(t);
-        (Duration::from_millis(200), conns(u64::from(t < secs(9.0))).1)
+        (after, conns(u64::from(t < secs(9.0))).1)
     });
     assert_eq!(envoy.0.t0, t0);
+    *envoy.0.took.lock().unwrap() = took;
     let mut p = plan(DrainUntil::Connections);
     p.minimum_drain_duration = secs(1.0);
     let (task, handle) = start(p, &envoy);
     handle.signal(Signal::Term).await;
     task.await.unwrap();
     let starts = starts.lock().unwrap().clone();
+    (starts, envoy)
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_reads_space_themselves_to_a_tenth_of_envoys_time() {
+    // Every read takes 200 ms: reads start 2.2 s apart (PACE times 200
+    // ms), not every 50 ms.
+    let (starts, envoy) = paced_drain(Duration::from_millis(200), None).await;
     for pair in starts.windows(2) {
         assert!(pair[1] - pair[0] >= secs(2.0), "{starts:?}");
     }
@@ -845,19 +854,7 @@ async fn shared_reads_are_paced_by_what_they_cost_envoy_not_by_the_wait() {
     // drain wait began 150 ms before the ask: it cost Envoy 200 ms. The
     // next read is asked PACE times 200 ms after that read began (2.05 s
     // after the ask), not PACE times the 50 ms waited (550 ms).
-    let starts = Arc::new(Mutex::new(Vec::new()));
-    let seen = starts.clone();
-    let envoy = FakeEnvoy::new(true, move |t| {
-        seen.lock().unwrap().push(t);
-        (Duration::from_millis(50), conns(u64::from(t < secs(9.0))).1)
-    });
-    *envoy.0.took.lock().unwrap() = Some(Duration::from_millis(200));
-    let mut p = plan(DrainUntil::Connections);
-    p.minimum_drain_duration = secs(1.0);
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
-    task.await.unwrap();
-    let starts = starts.lock().unwrap().clone();
+    let (starts, envoy) = paced_drain(Duration::from_millis(50), Some(Duration::from_millis(200))).await;
     assert!(starts.len() >= 3, "{starts:?}");
     let paced = Duration::from_millis(200) * PACE - Duration::from_millis(150);
     for pair in starts.windows(2) {
