@@ -48,9 +48,13 @@ fn assert_nothing_lost(run: &Run) {
         run.sent.len(),
         failed.len()
     );
+    // The load was carried: at least half the rate. On a busy machine the
+    // client falls behind (79.5 % of 200 a second seen with a busy loop
+    // beside the suite); half of it is still twice CONTROL_RATE, at which
+    // a losing rule loses requests.
     let span = secs(run.sent[0].at, run.sent[run.sent.len() - 1].at);
     assert!(
-        run.sent.len() as f64 >= span * run.rate as f64 * 0.8,
+        run.sent.len() as f64 >= span * run.rate as f64 * 0.5,
         "the client sent only {} requests in {span:.1} s",
         run.sent.len()
     );
@@ -542,14 +546,17 @@ fn the_budget_names_a_checker_the_grace_period_cannot_fit_and_is_silent_when_it_
         lan.host
             .run(move || request(status, "GET", "/healthz/ready", &ua, Duration::from_secs(2)).map(|a| a.status))
     };
-    for round in 0..2 {
-        if round == 1 {
-            // The scenario's interval, not a wait for a condition.
-            std::thread::sleep(Duration::from_secs(30));
-        }
-        for ip in [sidecar_ip, gateway_ip] {
-            assert_eq!(probe(ip).unwrap(), 200);
-        }
+    // Each pod's second probe 30 s after the start of its first (the
+    // scenario's interval, not a wait for a condition): not 30 s after
+    // the other pod's probe, which a busy machine makes slow.
+    let mut first = Vec::new();
+    for ip in [sidecar_ip, gateway_ip] {
+        first.push(std::time::Instant::now());
+        assert_eq!(probe(ip).unwrap(), 200);
+    }
+    for (ip, first) in [sidecar_ip, gateway_ip].into_iter().zip(first) {
+        std::thread::sleep((first + Duration::from_secs(30)).saturating_duration_since(std::time::Instant::now()));
+        assert_eq!(probe(ip).unwrap(), 200);
     }
     let budget_of = |ip: std::net::Ipv4Addr| {
         let agent = std::net::SocketAddr::from((ip, pod::AGENT));
