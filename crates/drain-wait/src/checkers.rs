@@ -172,6 +172,13 @@ struct Entry {
     gaps: [Duration; GAPS],
     gap_count: usize,
     failures_in_row: u32,
+    /// Keyed by the address Envoy connects from (127.0.0.1) before the
+    /// drain wait learned that Envoy appends each prober's own address:
+    /// when it learned that. Such an entry may be a load balancer now keyed
+    /// by its own address; it stops counting once a checker with its
+    /// `User-Agent` has probed under its own address since then, and is
+    /// itself again when it probes as it did.
+    keyed_before_trust: Option<Instant>,
 }
 
 impl Entry {
@@ -183,6 +190,7 @@ impl Entry {
             gaps: [Duration::ZERO; GAPS],
             gap_count: 0,
             failures_in_row: 0,
+            keyed_before_trust: None,
         }
     }
 
@@ -312,7 +320,19 @@ impl Checkers {
             true => Forwarded::Appended,
             false => Forwarded::NotAppended,
         };
-        self.inner.forwarded.swap(state) != state
+        let was = self.inner.forwarded.swap(state);
+        if was != state && trusted {
+            // The probes through Envoy were keyed by 127.0.0.1 until now;
+            // from now on by the prober's own address.
+            let now = Instant::now();
+            let mut table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
+            for entry in &mut table.entries {
+                if is_loopback(entry.key.ip) && !entry.key.forwarded {
+                    entry.keyed_before_trust = Some(now);
+                }
+            }
+        }
+        was != state
     }
 
     /// A probe from `key` was answered at `now`, 200 or not (`ok`).
@@ -383,7 +403,7 @@ impl Checkers {
     /// then the probers not counted for lack of room.
     pub(crate) fn snapshot(&self) -> Vec<Checker> {
         let table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
-        let counted = table.entries.iter().map(|e| e.view(true));
+        let counted = table.entries.iter().filter(|e| !table.rekeyed(e)).map(|e| e.view(true));
         counted.chain(table.unplaced.iter().map(|e| e.view(false))).collect()
     }
 
@@ -414,6 +434,25 @@ impl Entry {
         self.probes += 1;
         self.last_seen = now;
         self.failures_in_row = if ok { 0 } else { self.failures_in_row.saturating_add(1) };
+        // Probing as it was keyed: a prober of its own (on the pod's
+        // loopback, or through Envoy with no address appended).
+        self.keyed_before_trust = None;
+    }
+}
+
+impl Table {
+    /// Whether `entry`, keyed by 127.0.0.1 before the drain wait learned
+    /// that Envoy appends each prober's address, has been seen since under
+    /// its own: a checker with its `User-Agent`, keyed by an address Envoy
+    /// appended, probed after that was learned. Then the entry is that
+    /// checker's past, and only the checker counts (until then the entry
+    /// holds the wait as any checker does: an empty table would not).
+    fn rekeyed(&self, entry: &Entry) -> bool {
+        entry.keyed_before_trust.is_some_and(|learned| {
+            self.entries.iter().any(|e| {
+                e.key.forwarded && e.key.agent() == entry.key.agent() && e.probes > 0 && e.last_seen >= learned
+            })
+        })
     }
 }
 
