@@ -449,9 +449,9 @@ impl Table {
     /// holds the wait as any checker does: an empty table would not).
     fn rekeyed(&self, entry: &Entry) -> bool {
         entry.keyed_before_trust.is_some_and(|learned| {
-            self.entries.iter().any(|e| {
-                e.key.forwarded && e.key.agent() == entry.key.agent() && e.probes > 0 && e.last_seen >= learned
-            })
+            self.entries
+                .iter()
+                .any(|e| e.key.forwarded && e.key.same_agent(&entry.key) && e.probes > 0 && e.last_seen >= learned)
         })
     }
 }

@@ -95,6 +95,11 @@ impl CheckerKey {
         Some(key)
     }
 
+    /// Whether `other` sent the same `User-Agent` (its first bytes).
+    pub fn same_agent(&self, other: &CheckerKey) -> bool {
+        self.agent[..self.agent_len as usize] == other.agent[..other.agent_len as usize]
+    }
+
     /// The `User-Agent` as sent (its first bytes), if any.
     pub fn agent(&self) -> Option<String> {
         let agent = &self.agent[..self.agent_len as usize];

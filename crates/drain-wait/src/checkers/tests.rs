@@ -269,9 +269,14 @@ async fn an_ipv6_64_is_one_address() {
 }
 
 /// A probe through Envoy's status listener from `lb` (`x-forwarded-for`
-/// appended by Envoy), keyed as the drain wait trusts the header or not.
-fn through_envoy(lb: &'static str, forwarded: bool) -> CheckerKey {
-    checker_key(peer("127.0.0.1:40000"), &headers(&[("x-forwarded-for", lb)]), forwarded).unwrap()
+/// appended by Envoy) with `agent` (none when empty), keyed as the drain
+/// wait trusts the header or not.
+fn through_envoy(lb: &'static str, agent: &'static str, forwarded: bool) -> CheckerKey {
+    let mut pairs = vec![("x-forwarded-for", lb)];
+    if !agent.is_empty() {
+        pairs.push(("user-agent", agent));
+    }
+    checker_key(peer("127.0.0.1:40000"), &headers(&pairs), forwarded).unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -281,7 +286,7 @@ async fn a_checker_keyed_127_0_0_1_before_the_trust_was_learned_gives_way_to_its
     let at = |ms: u64| t0 + Duration::from_millis(ms);
     // A busy node: Envoy's status listener config not read yet, so the
     // load balancer's probes through Envoy are 127.0.0.1's.
-    let before = through_envoy("10.217.0.1", false);
+    let before = through_envoy("10.217.0.1", "", false);
     assert_eq!(before.to_string(), "127.0.0.1");
     for s in 0..4 {
         checkers.record(before, at(s * 1000), true);
@@ -293,7 +298,7 @@ async fn a_checker_keyed_127_0_0_1_before_the_trust_was_learned_gives_way_to_its
     let seen: Vec<String> = counted(&checkers).iter().map(|c| c.key.to_string()).collect();
     assert_eq!(seen, ["127.0.0.1"]);
     // Then it is that checker's past: only the checker counts.
-    let own = through_envoy("10.217.0.1", true);
+    let own = through_envoy("10.217.0.1", "", true);
     checkers.record(own, Instant::now(), false);
     let seen: Vec<String> = counted(&checkers).iter().map(|c| c.key.to_string()).collect();
     assert_eq!(seen, ["10.217.0.1"]);
@@ -303,29 +308,17 @@ async fn a_checker_keyed_127_0_0_1_before_the_trust_was_learned_gives_way_to_its
 async fn a_prober_of_127_0_0_1_that_goes_on_probing_as_it_did_stays_a_checker() {
     let checkers = Checkers::default();
     let t0 = Instant::now();
-    // One with another agent under its own address does not stand for it.
     let loopback = checker_key(peer("127.0.0.1:40000"), &headers(&[("user-agent", "in-pod")]), false).unwrap();
     checkers.record(loopback, t0, true);
     tokio::time::advance(Duration::from_secs(1)).await;
     checkers.trust_forwarded(true);
-    let lb = checker_key(
-        peer("127.0.0.1:40001"),
-        &headers(&[("x-forwarded-for", "10.0.0.9"), ("user-agent", "lb")]),
-        true,
-    )
-    .unwrap();
-    checkers.record(lb, Instant::now(), true);
+    // One with another agent under its own address does not stand for it.
+    checkers.record(through_envoy("10.0.0.9", "lb", true), Instant::now(), true);
     assert_eq!(counted(&checkers).len(), 2, "another agent: both count");
     // The same agent under an appended address, but the loopback prober
     // probes again as before (no x-forwarded-for): it is a prober of its
     // own, and counts.
-    let same_agent = checker_key(
-        peer("127.0.0.1:40002"),
-        &headers(&[("x-forwarded-for", "10.0.0.10"), ("user-agent", "in-pod")]),
-        true,
-    )
-    .unwrap();
-    checkers.record(same_agent, Instant::now(), true);
+    checkers.record(through_envoy("10.0.0.10", "in-pod", true), Instant::now(), true);
     assert_eq!(counted(&checkers).len(), 2, "given way to 10.0.0.10 (in-pod)");
     tokio::time::advance(Duration::from_secs(1)).await;
     checkers.record(loopback, Instant::now(), true);
