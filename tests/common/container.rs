@@ -174,6 +174,13 @@ pub struct Images {
     pub app: String,
     /// The Envoy version in the base (`x.y.z`).
     pub envoy_version: String,
+    /// The lifeguard binary in `proxy`: `$LIFEGUARD_TEST_IMAGE_BINARY`
+    /// (`scripts/image --binary`) when set, else the release's
+    /// `dist/lifeguard`.
+    pub binary: PathBuf,
+    /// Whether `binary` is the release's (built by `scripts/release`: no
+    /// debug info inside).
+    pub release: bool,
     /// How long `scripts/image` took (the release build included when it
     /// had to run).
     pub build_time: Duration,
@@ -182,9 +189,11 @@ pub struct Images {
 }
 
 /// The images, built on first use: lifeguard-envoy by `scripts/image
-/// --local-base` from the Envoy binary the suite runs ([`envoy_bin`]), the
-/// app from the host's python. Panics with the build's output when a build
-/// fails.
+/// --local-base` from the Envoy binary the suite runs ([`envoy_bin`]) and
+/// the lifeguard of `$LIFEGUARD_TEST_IMAGE_BINARY` (scripts/test's own
+/// build, static), or without it the release's (`scripts/release`, built
+/// when needed); the app from the host's python. Panics with the build's
+/// output when a build fails.
 pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
@@ -218,6 +227,10 @@ pub fn images() -> &'static Images {
                 image.env_remove(key.as_ref());
             }
         }
+        let given = std::env::var_os("LIFEGUARD_TEST_IMAGE_BINARY").map(PathBuf::from);
+        if let Some(binary) = &given {
+            image.arg("--binary").arg(binary);
+        }
         let out = image
             .args(["--local-base", "--base-tag", &base, "--tag", &proxy])
             .env("ENVOY_BIN", envoy_bin())
@@ -240,6 +253,8 @@ pub fn images() -> &'static Images {
             proxy,
             app,
             envoy_version,
+            release: given.is_none(),
+            binary: given.unwrap_or_else(|| root.join("dist/lifeguard")),
             build_time,
             build_log,
         }
