@@ -45,8 +45,9 @@
 //! not load balancers by the operator's word, and hold nothing.
 //!
 //! The table is on the probe's hot path: a lock held for a scan of at most
-//! `MAX_CHECKERS` small entries, no allocation (keys are fixed-size
-//! copies, the table is allocated once).
+//! `MAX_CHECKERS` small entries (and, for a newcomer while entries keyed
+//! before the trust was learned remain, of the probers followed apart), no
+//! allocation (keys are fixed-size copies, the table is allocated once).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -175,9 +176,10 @@ struct Entry {
     /// Keyed by the address Envoy connects from (127.0.0.1) before the
     /// drain wait learned that Envoy appends each prober's own address:
     /// when it learned that. Such an entry may be a load balancer now keyed
-    /// by its own address; it stops counting once a checker with its
-    /// `User-Agent` has probed under its own address since then, and is
-    /// itself again when it probes as it did.
+    /// by its own address; it stops counting, and gives its place up, once
+    /// a prober with its `User-Agent` has probed under its own address
+    /// since then (counted or followed apart), and is itself again when it
+    /// probes as it did.
     keyed_before_trust: Option<Instant>,
 }
 
@@ -325,8 +327,9 @@ impl Checkers {
             // The probes through Envoy were keyed by 127.0.0.1 until now;
             // from now on by the prober's own address.
             let now = Instant::now();
-            let mut table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
-            for entry in &mut table.entries {
+            let mut guard = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
+            let table = &mut *guard;
+            for entry in table.entries.iter_mut().chain(table.unplaced.iter_mut()) {
                 if is_loopback(entry.key.ip) && !entry.key.forwarded {
                     entry.keyed_before_trust = Some(now);
                 }
@@ -351,7 +354,7 @@ impl Checkers {
         let table = &mut *guard;
         let i = match table.entries.iter().position(|e| e.key == key) {
             Some(i) => i,
-            None => match admit(&table.entries, key, now) {
+            None => match admit(table, key, now) {
                 Ok(place) => {
                     // A prober followed apart until now keeps its history.
                     let entry = match table.unplaced.iter().position(|e| e.key == key) {
@@ -368,8 +371,12 @@ impl Checkers {
                             // history: a flood of agents that keeps
                             // replacing entries cannot make a checker lose
                             // its probes before it is established.
+                            // One that is the past of a prober now
+                            // heard under its own address is dropped.
                             let replaced = std::mem::replace(&mut table.entries[i], entry);
-                            table.set_aside(replaced, now);
+                            if !table.rekeyed(&replaced) {
+                                table.set_aside(replaced, now);
+                            }
                             i
                         }
                     }
@@ -404,7 +411,8 @@ impl Checkers {
     pub(crate) fn snapshot(&self) -> Vec<Checker> {
         let table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
         let counted = table.entries.iter().filter(|e| !table.rekeyed(e)).map(|e| e.view(true));
-        counted.chain(table.unplaced.iter().map(|e| e.view(false))).collect()
+        let apart = table.unplaced.iter().filter(|e| !table.rekeyed(e)).map(|e| e.view(false));
+        counted.chain(apart).collect()
     }
 
     /// When the last probe came that was not counted for lack of room and
@@ -443,15 +451,20 @@ impl Entry {
 impl Table {
     /// Whether `entry`, keyed by 127.0.0.1 before the drain wait learned
     /// that Envoy appends each prober's address, has been seen since under
-    /// its own: a checker with its `User-Agent`, keyed by an address Envoy
-    /// appended, probed after that was learned. Then the entry is that
-    /// checker's past, and only the checker counts (until then the entry
-    /// holds the wait as any checker does: an empty table would not).
+    /// its own: a prober with its `User-Agent`, keyed by an address Envoy
+    /// appended, probed after that was learned, counted or followed apart
+    /// (a flood of agents at a load balancer's address fills that
+    /// address's share: its agents are then followed apart, and their
+    /// entries from before would otherwise hold the wait until each went
+    /// silent for twice its interval). Then the entry is that prober's
+    /// past, and only the prober holds the wait (until then the entry
+    /// holds it as any checker does: an empty table would not).
     fn rekeyed(&self, entry: &Entry) -> bool {
         entry.keyed_before_trust.is_some_and(|learned| {
-            self.entries
-                .iter()
-                .any(|e| e.key.forwarded && e.key.same_agent(&entry.key) && e.probes > 0 && e.last_seen >= learned)
+            let since = |e: &Entry| {
+                e.key.forwarded && e.key.same_agent(&entry.key) && e.probes > 0 && e.last_seen >= learned
+            };
+            self.entries.iter().any(since) || self.unplaced.iter().any(since)
         })
     }
 }
@@ -502,33 +515,36 @@ impl Table {
 
 /// An entry for a checker not in the table: a free one, else one of its
 /// address's own that may be replaced (when the address is at its limit),
-/// else the least recently heard that may be replaced. Probes through an
-/// Envoy that does not tell their peers apart all come from loopback:
-/// there the agents alone tell checkers apart, and the address's limit is
-/// the table's.
-fn admit(table: &[Entry], key: CheckerKey, now: Instant) -> Result<Place, NotCounted> {
+/// else the least recently heard that may be replaced: one with no
+/// interval yet, one that stopped probing, or one keyed by 127.0.0.1
+/// before the trust was learned whose prober has probed under its own
+/// address since ([`Table::rekeyed`]). Probes through an Envoy that does
+/// not tell their peers apart all come from loopback: there the agents
+/// alone tell checkers apart, and the address's limit is the table's.
+fn admit(table: &Table, key: CheckerKey, now: Instant) -> Result<Place, NotCounted> {
+    let entries = &table.entries;
     let address = PeerKey::of(key.ip);
     let own = |e: &Entry| PeerKey::of(e.key.ip) == address;
-    let oldest_replaceable = |table: &[Entry], same_address: bool| {
-        (0..table.len())
-            .filter(|&i| !same_address || own(&table[i]))
-            .filter(|&i| table[i].replaceable(now))
-            .min_by_key(|&i| table[i].last_seen)
+    let oldest_replaceable = |same_address: bool| {
+        (0..entries.len())
+            .filter(|&i| !same_address || own(&entries[i]))
+            .filter(|&i| entries[i].replaceable(now) || table.rekeyed(&entries[i]))
+            .min_by_key(|&i| entries[i].last_seen)
     };
     let limit = if is_loopback(key.ip) {
         MAX_CHECKERS
     } else {
         MAX_PER_ADDRESS
     };
-    let of_address = table.iter().filter(|e| own(e)).count();
+    let of_address = entries.iter().filter(|e| own(e)).count();
     if of_address >= limit {
-        oldest_replaceable(table, true)
+        oldest_replaceable(true)
             .map(Place::Replace)
             .ok_or(NotCounted::TooManyAgents)
-    } else if table.len() < MAX_CHECKERS {
+    } else if entries.len() < MAX_CHECKERS {
         Ok(Place::Push)
     } else {
-        oldest_replaceable(table, false)
+        oldest_replaceable(false)
             .map(Place::Replace)
             .ok_or(NotCounted::TableFull)
     }

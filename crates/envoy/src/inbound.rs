@@ -58,22 +58,28 @@ const DYNAMIC_BATCH: usize = 32;
 /// After a dump that could not be read, the next try comes no sooner
 /// (then twice as long after each failure in a row, up to 80 s).
 const RETRY_LEARNING: std::time::Duration = std::time::Duration::from_secs(10);
-/// The first retry after a learn that timed out.
-const RETRY_TIMED_OUT: std::time::Duration = std::time::Duration::from_secs(1);
-/// How long after a failed learn to try again, after `failures` in a row:
-/// at the next read when Envoy's admin refused the connection (it is not
-/// listening yet: lifeguard starts before Envoy, and a drain may begin
-/// seconds later; a refused connection costs nothing); after
-/// [`RETRY_TIMED_OUT`] doubled for each failure before, up to 64 s, when
-/// the read timed out (a busy node's admin answers a second later: until
-/// the dump is read, load balancers probing through Envoy are told apart
-/// by `User-Agent` alone, seen for 11 s in a busy run); else
-/// [`RETRY_LEARNING`] doubled for each failure before, up to 80 s (Envoy
-/// answered, and will likely answer the same).
-fn retry_after(why: &LearnError, failures: u32) -> std::time::Duration {
+/// The first retry after a learn that timed out, or that failed before
+/// any learn succeeded.
+const RETRY_SOON: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long after a failed learn to try again, after `failures` in a row
+/// (`learned`: a learn has succeeded before):
+/// - at the next read when Envoy's admin refused the connection (it is not
+///   listening yet: lifeguard starts before Envoy, and a drain may begin
+///   seconds later; a refused connection costs nothing);
+/// - after [`RETRY_SOON`] doubled for each failure before, up to 64 s, when
+///   the read timed out (a busy node's admin answers a second later), or
+///   whatever the failure when no learn has succeeded yet (an Envoy still
+///   starting answers otherwise a second later): until the dump is read,
+///   load balancers probing through Envoy are told apart by `User-Agent`
+///   alone (seen for 11 s, then 12 s, in busy runs);
+/// - else after [`RETRY_LEARNING`] doubled for each failure before, up to
+///   80 s (this Envoy's dump was read before, and it will likely answer
+///   the same again).
+fn retry_after(why: &LearnError, failures: u32, learned: bool) -> std::time::Duration {
     match why {
         LearnError::Admin(AdminError::Connect { .. }) => std::time::Duration::ZERO,
-        LearnError::Admin(AdminError::Timeout { .. }) => RETRY_TIMED_OUT * 2u32.pow(failures.min(6)),
+        LearnError::Admin(AdminError::Timeout { .. }) => RETRY_SOON * 2u32.pow(failures.min(6)),
+        _ if !learned => RETRY_SOON * 2u32.pow(failures.min(6)),
         _ => RETRY_LEARNING * 2u32.pow(failures.min(3)),
     }
 }
@@ -125,6 +131,10 @@ pub struct Inbound {
     retry_at: Option<tokio::time::Instant>,
     /// How many learns in a row failed (each retry waits twice the last).
     failures: u32,
+    /// A learn has succeeded.
+    learned: bool,
+    /// The last failure logged, in words (each new one is logged once).
+    logged_failure: Option<String>,
     /// Envoy's status listener appends the prober's address to
     /// `x-forwarded-for` (false until the dumps say so).
     peer_forwarded: bool,
@@ -144,6 +154,8 @@ impl Inbound {
             changes: None,
             retry_at: None,
             failures: 0,
+            learned: false,
+            logged_failure: None,
             peer_forwarded: false,
             words: String::new(),
         }
@@ -168,17 +180,29 @@ impl Inbound {
     async fn relearn(&mut self) {
         let (counted, words) = match self.listeners().await {
             Ok(listeners) => {
-                (self.retry_at, self.failures) = (None, 0);
+                (self.retry_at, self.failures, self.learned) = (None, 0, true);
+                self.logged_failure = None;
                 self.peer_forwarded = status_appends_peer(&listeners);
                 choose(&listeners, self.scope, &self.ignored_ports)
             }
             Err(why) => {
-                let wait = retry_after(&why, self.failures);
+                let wait = retry_after(&why, self.failures, self.learned);
                 if !wait.is_zero() {
                     self.failures += 1;
                 }
                 self.retry_at = Some(tokio::time::Instant::now() + wait);
-                (Counted::Every, every_words(&why.to_string()))
+                let words = why.to_string();
+                // A refused connection is Envoy not started yet: tried
+                // again at each read, and not worth a line each time.
+                let refused = matches!(why, LearnError::Admin(AdminError::Connect { .. }));
+                if !refused && self.logged_failure.as_deref() != Some(words.as_str()) {
+                    tracing::warn!(
+                        "drain wait: Envoy's listeners could not be read ({words}); trying again in {}",
+                        lifeguard_base::duration::GoDuration(wait)
+                    );
+                    self.logged_failure = Some(words.clone());
+                }
+                (Counted::Every, every_words(&words))
             }
         };
         self.counts.want_inbound(Some(&filter(&counted)));
@@ -710,7 +734,7 @@ listener_manager.listener_added: 4
     }
 
     #[test]
-    fn a_refused_admin_is_tried_again_at_once_a_slow_one_soon_and_a_bad_dump_backs_off() {
+    fn a_refused_admin_is_tried_again_at_once_a_slow_or_starting_one_soon_and_a_bad_dump_backs_off() {
         use std::time::Duration;
         let refused = LearnError::Admin(AdminError::Connect {
             url: "http://127.0.0.1:1".into(),
@@ -721,10 +745,16 @@ listener_manager.listener_added: 4
             timeout: Duration::from_secs(1),
         });
         let garbage = LearnError::Dump(dumped_listeners("not json").unwrap_err());
-        assert_eq!(retry_after(&refused, 5), Duration::ZERO);
-        let waits: Vec<u64> = (0..8).map(|n| retry_after(&slow, n).as_secs()).collect();
+        for learned in [false, true] {
+            assert_eq!(retry_after(&refused, 5, learned), Duration::ZERO);
+            let waits: Vec<u64> = (0..8).map(|n| retry_after(&slow, n, learned).as_secs()).collect();
+            assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 64]);
+        }
+        // An Envoy still starting: any failure is tried again soon.
+        let waits: Vec<u64> = (0..8).map(|n| retry_after(&garbage, n, false).as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 64]);
-        let waits: Vec<u64> = (0..5).map(|n| retry_after(&garbage, n).as_secs()).collect();
+        // One whose dump was read before: it will likely answer the same.
+        let waits: Vec<u64> = (0..5).map(|n| retry_after(&garbage, n, true).as_secs()).collect();
         assert_eq!(waits, [10, 20, 40, 80, 80]);
     }
 

@@ -304,6 +304,49 @@ async fn a_checker_keyed_127_0_0_1_before_the_trust_was_learned_gives_way_to_its
     assert_eq!(seen, ["10.217.0.1"]);
 }
 
+/// A flood of agents at a load balancer's address, through Envoy, before
+/// the trust was learned: it fills the table under 127.0.0.1. Once the
+/// agents are heard under their own address (the address's share full,
+/// most followed apart), their old entries hold nothing and make room.
+#[tokio::test(start_paused = true)]
+async fn a_flood_keyed_127_0_0_1_before_the_trust_was_learned_gives_way_once_heard_under_its_address() {
+    let checkers = Checkers::default();
+    let agents: Vec<String> = (0..40).map(|i| format!("flood-{i}")).collect();
+    let key = |agent: &str, forwarded: bool| {
+        let mut h = HeaderMap::new();
+        h.insert(USER_AGENT, HeaderValue::from_str(agent).unwrap());
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.217.0.1"));
+        checker_key(peer("127.0.0.1:40000"), &h, forwarded).unwrap()
+    };
+    // Three rounds a second apart: 32 established entries under 127.0.0.1.
+    for _ in 0..3 {
+        for agent in &agents {
+            checkers.record(key(agent, false), Instant::now(), true);
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    assert_eq!(counted(&checkers).len(), MAX_CHECKERS);
+    let newcomer = key_of([10, 0, 0, 7], "GoogleHC/1.0");
+    checkers.record(newcomer, Instant::now(), true);
+    assert!(counted(&checkers).iter().all(|c| c.key != newcomer), "no room yet");
+    checkers.trust_forwarded(true);
+    // One round under their own address: four fit the address's share, the
+    // rest are followed apart.
+    for agent in &agents {
+        checkers.record(key(agent, true), Instant::now(), true);
+    }
+    let seen = checkers.snapshot();
+    let loopback: Vec<String> = seen.iter().filter(|c| c.key.ip.is_loopback()).map(|c| c.key.to_string()).collect();
+    assert_eq!(loopback, Vec::<String>::new(), "the entries from before hold nothing");
+    let own = seen.iter().filter(|c| c.key.forwarded).count();
+    assert_eq!(own, agents.len(), "each agent, counted or followed apart");
+    assert_eq!(seen.iter().filter(|c| c.counted && c.key.forwarded).count(), MAX_PER_ADDRESS);
+    // Their old entries make room at once (each probed every second: they
+    // would hold their entries 3 s more).
+    checkers.record(newcomer, Instant::now(), true);
+    assert!(counted(&checkers).iter().any(|c| c.key == newcomer), "room made");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_prober_of_127_0_0_1_that_goes_on_probing_as_it_did_stays_a_checker() {
     let checkers = Checkers::default();
