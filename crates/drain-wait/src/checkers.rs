@@ -411,7 +411,11 @@ impl Checkers {
     pub(crate) fn snapshot(&self) -> Vec<Checker> {
         let table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
         let counted = table.entries.iter().filter(|e| !table.rekeyed(e)).map(|e| e.view(true));
-        let apart = table.unplaced.iter().filter(|e| !table.rekeyed(e)).map(|e| e.view(false));
+        let apart = table
+            .unplaced
+            .iter()
+            .filter(|e| !table.rekeyed(e))
+            .map(|e| e.view(false));
         counted.chain(apart).collect()
     }
 
@@ -461,9 +465,8 @@ impl Table {
     /// holds it as any checker does: an empty table would not).
     fn rekeyed(&self, entry: &Entry) -> bool {
         entry.keyed_before_trust.is_some_and(|learned| {
-            let since = |e: &Entry| {
-                e.key.forwarded && e.key.same_agent(&entry.key) && e.probes > 0 && e.last_seen >= learned
-            };
+            let since =
+                |e: &Entry| e.key.forwarded && e.key.same_agent(&entry.key) && e.probes > 0 && e.last_seen >= learned;
             self.entries.iter().any(since) || self.unplaced.iter().any(since)
         })
     }

@@ -336,11 +336,18 @@ async fn a_flood_keyed_127_0_0_1_before_the_trust_was_learned_gives_way_once_hea
         checkers.record(key(agent, true), Instant::now(), true);
     }
     let seen = checkers.snapshot();
-    let loopback: Vec<String> = seen.iter().filter(|c| c.key.ip.is_loopback()).map(|c| c.key.to_string()).collect();
+    let loopback: Vec<String> = seen
+        .iter()
+        .filter(|c| c.key.ip.is_loopback())
+        .map(|c| c.key.to_string())
+        .collect();
     assert_eq!(loopback, Vec::<String>::new(), "the entries from before hold nothing");
     let own = seen.iter().filter(|c| c.key.forwarded).count();
     assert_eq!(own, agents.len(), "each agent, counted or followed apart");
-    assert_eq!(seen.iter().filter(|c| c.counted && c.key.forwarded).count(), MAX_PER_ADDRESS);
+    assert_eq!(
+        seen.iter().filter(|c| c.counted && c.key.forwarded).count(),
+        MAX_PER_ADDRESS
+    );
     // Their old entries make room at once (each probed every second: they
     // would hold their entries 3 s more).
     checkers.record(newcomer, Instant::now(), true);
