@@ -97,6 +97,13 @@ pub trait Traffic: Send + 'static {
     /// Learns which listeners count (once; again when Envoy's listeners
     /// change); says which, in words, for the log.
     fn learn(&mut self) -> impl Future<Output = String> + Send;
+    /// When the last learn failed: when it is due again (None: it did not
+    /// fail). Before the drain, the samples are 10 s apart; the learn is
+    /// tried again at this time instead, no sooner than a second after the
+    /// last try.
+    fn learn_due(&self) -> Option<tokio::time::Instant> {
+        None
+    }
     /// The requests that have arrived so far on those listeners.
     fn arrivals(&mut self) -> impl Future<Output = Result<Arrivals, TrafficError>> + Send;
     /// Whether Envoy's status listener appends each prober's own address to

@@ -121,6 +121,11 @@ fn sync_trust(traffic: &impl Traffic, checkers: &Checkers) {
     }
 }
 
+/// Before the drain, a failed learn of the listeners is tried again no
+/// sooner than this after the last try (a refused connection, Envoy not
+/// listening yet, is due again at once).
+const RELEARN_FLOOR: Duration = Duration::from_secs(1);
+
 /// The samples before the drain: the traffic, and the budget.
 struct Sampler<'a, T> {
     traffic: &'a mut T,
@@ -144,14 +149,34 @@ impl<T: Traffic> Sampler<'_, T> {
         let mut next = Instant::now() + Duration::from_secs(1);
         loop {
             let traffic = &mut *self.traffic;
-            let sample = async {
-                sleep_until(next).await;
-                traffic.arrivals().await
+            // A failed learn of the listeners is tried again when due, not
+            // at the next sample: until it succeeds, load balancers probing
+            // through Envoy are told apart by `User-Agent` alone.
+            let relearn = traffic
+                .learn_due()
+                .map(|due| due.max(Instant::now() + RELEARN_FLOOR))
+                .filter(|at| *at < next);
+            let step = async {
+                match relearn {
+                    Some(at) => {
+                        sleep_until(at).await;
+                        traffic.learn().await;
+                        None
+                    }
+                    None => {
+                        sleep_until(next).await;
+                        Some(traffic.arrivals().await)
+                    }
+                }
             };
-            let arrivals = tokio::select! {
+            let sampled = tokio::select! {
                 begun = drain.wait_for(&mut until) => return begun.ok().map(|_| Instant::now()),
-                arrivals = sample => arrivals,
+                sampled = step => sampled,
                 _ = shutdown.cancelled() => return None,
+            };
+            let Some(arrivals) = sampled else {
+                sync_trust(&*self.traffic, self.checkers);
+                continue;
             };
             let now = Instant::now();
             next = now + SAMPLE_EVERY;

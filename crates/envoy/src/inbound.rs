@@ -301,10 +301,16 @@ impl Drop for Inbound {
 
 impl Traffic for Inbound {
     async fn learn(&mut self) -> String {
-        if self.generation == 0 || self.retry_due() {
+        if self.generation == 0 {
             self.relearn().await;
+        } else if self.retry_due() {
+            self.relearn_saying("Envoy's listeners learned after a failure").await;
         }
         self.words.clone()
+    }
+
+    fn learn_due(&self) -> Option<tokio::time::Instant> {
+        self.retry_at
     }
 
     async fn arrivals(&mut self) -> Result<Arrivals, TrafficError> {

@@ -455,3 +455,90 @@ async fn the_checker_timeout_and_took_seconds_count_from_the_drains_start() {
     prober.abort();
     h.shutdown.cancel();
 }
+
+/// An Envoy whose listeners cannot be read at first (its admin not
+/// listening yet): each learn fails, due again at once, until the
+/// `succeeds_at`-th.
+#[derive(Clone)]
+struct Starting {
+    learns: Arc<AtomicU64>,
+    succeeds_at: u64,
+    due: Option<Instant>,
+}
+
+impl Starting {
+    fn try_learn(&mut self) {
+        let n = self.learns.fetch_add(1, Ordering::Relaxed) + 1;
+        self.due = (n < self.succeeds_at).then(Instant::now);
+    }
+}
+
+impl Traffic for Starting {
+    async fn learn(&mut self) -> String {
+        if self.learns.load(Ordering::Relaxed) == 0 || self.due.is_some_and(|d| Instant::now() >= d) {
+            self.try_learn();
+        }
+        "listeners 0.0.0.0_8080".into()
+    }
+    fn learn_due(&self) -> Option<Instant> {
+        self.due
+    }
+    async fn arrivals(&mut self) -> Result<Arrivals, TrafficError> {
+        self.learn().await;
+        Ok(Arrivals {
+            seq: Arrivals::next_seq(),
+            total: 0,
+            generation: 1,
+            read: Instant::now(),
+            took: Duration::ZERO,
+        })
+    }
+    fn peer_forwarded(&self) -> bool {
+        self.due.is_none() && self.learns.load(Ordering::Relaxed) >= self.succeeds_at
+    }
+    async fn fail_health_checks(&mut self) -> Result<bool, TrafficError> {
+        Ok(false)
+    }
+}
+
+/// Before the drain the samples are 10 s apart, but a learn that failed
+/// is tried again when due (no sooner than a second after the last): the
+/// trust in Envoy's `x-forwarded-for` is learned seconds after Envoy's
+/// admin answers, not at the next sample (a busy run: 14 s).
+#[tokio::test(start_paused = true)]
+async fn a_failed_learn_is_tried_again_within_seconds_before_the_drain_not_at_the_next_sample() {
+    let plan = DrainWaitPlan::for_tests();
+    let (_drain, drain_rx) = watch::channel(Status::initial(DrainUntil::Time, String::new()));
+    let checkers = Checkers::default();
+    let (_wait, publish) = DrainWait::new(&plan, checkers.clone());
+    let learns = Arc::new(AtomicU64::new(0));
+    let traffic = Starting {
+        learns: learns.clone(),
+        succeeds_at: 4,
+        due: None,
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(run(
+        traffic,
+        checkers.clone(),
+        drain_rx,
+        plan,
+        publish,
+        shutdown.clone(),
+    ));
+    let mut headers = HeaderMap::new();
+    headers.insert("x-forwarded-for", "10.0.0.9".parse().unwrap());
+    let probe = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 40000)));
+    let began = Instant::now();
+    while checkers.key_of(probe, &headers).map(|k| k.to_string()) != Some("10.0.0.9".into()) {
+        assert!(
+            began.elapsed() < 10 * SEC,
+            "not learned before the next sample: {learns:?} learns"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The first learn at the first sample (1 s), then one a second.
+    assert_eq!(learns.load(Ordering::Relaxed), 4);
+    assert!(began.elapsed() <= 5 * SEC, "{:?}", began.elapsed());
+    shutdown.cancel();
+}
