@@ -132,6 +132,14 @@ impl AdminClient {
         }
     }
 
+    /// The same client, waiting `patience` times its timeout.
+    pub(crate) fn patient(&self, patience: u32) -> AdminClient {
+        AdminClient {
+            timeout: self.timeout.saturating_mul(patience.max(1)),
+            ..self.clone()
+        }
+    }
+
     /// The same client, telling `observer` of every call.
     pub fn observed(self, observer: Observer) -> Self {
         Self {

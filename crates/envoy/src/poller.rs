@@ -57,8 +57,9 @@ use crate::stats::{self, StatValue};
 pub trait EnvoyReadiness {
     /// `GET /ready`.
     fn ready(&self) -> impl Future<Output = Result<ReadyAnswer, AdminError>> + Send;
-    /// `GET` [`READINESS_STATS`]: the body of a 200.
-    fn readiness_stats(&self) -> impl Future<Output = Result<String, AdminError>> + Send;
+    /// `GET` [`READINESS_STATS`]: the body of a 200, waited for `patience`
+    /// times the admin timeout.
+    fn readiness_stats(&self, patience: u32) -> impl Future<Output = Result<String, AdminError>> + Send;
 }
 
 /// Largest `/ready` answer read (Envoy's is a state name).
@@ -70,8 +71,10 @@ impl EnvoyReadiness for AdminClient {
         Ok(ReadyAnswer::parse(status, &body))
     }
 
-    async fn readiness_stats(&self) -> Result<String, AdminError> {
-        self.get_text(Endpoint::Stats, READINESS_STATS, STATS_LIMIT).await
+    async fn readiness_stats(&self, patience: u32) -> Result<String, AdminError> {
+        self.patient(patience)
+            .get_text(Endpoint::Stats, READINESS_STATS, STATS_LIMIT)
+            .await
     }
 }
 
@@ -134,6 +137,7 @@ pub async fn run<E: EnvoyReadiness, M: ReadinessEvents>(
         events,
         heartbeat,
         timeouts: 0,
+        stats_timeouts: 0,
         stale_logged: false,
     };
     loop {
@@ -146,6 +150,16 @@ pub async fn run<E: EnvoyReadiness, M: ReadinessEvents>(
             _ = tokio::time::sleep(pause) => {}
         }
     }
+}
+
+/// How many admin timeouts the readiness stats read waits after `timeouts`
+/// of them in a row: 1, 2, 4, then 8. The read is matched against every
+/// stat Envoy has (10,000 listeners: more than a second on a busy node),
+/// and Envoy's admin thread finishes a read its client gave up on: cut at
+/// the admin timeout each time, a read that needs longer would cost Envoy
+/// that time at every poll and never make the pod ready.
+fn stats_patience(timeouts: u32) -> u32 {
+    1 << timeouts.min(3)
 }
 
 /// What one poll found.
@@ -164,6 +178,9 @@ struct Poller<E, M> {
     heartbeat: Heartbeat,
     /// Reads that timed out in a row.
     timeouts: u32,
+    /// Readiness stats reads that timed out in a row: the next waits
+    /// longer ([`stats_patience`]).
+    stats_timeouts: u32,
     /// Whether the kept answer's going stale has been logged.
     stale_logged: bool,
 }
@@ -248,7 +265,7 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
     }
 
     /// The full check: the readiness stats, with `/ready`'s answer.
-    async fn full_check(&self, ready: Result<ReadyAnswer, AdminError>) -> Found {
+    async fn full_check(&mut self, ready: Result<ReadyAnswer, AdminError>) -> Found {
         let xds = self.schedule.xds_check;
         let not_live = match &ready {
             Ok(ReadyAnswer::State(s)) if !self.live(*s) => Some(*s),
@@ -260,7 +277,12 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
                 Some(s as u64),
             )
         };
-        match self.envoy.readiness_stats().await {
+        let stats = self.envoy.readiness_stats(stats_patience(self.stats_timeouts)).await;
+        match &stats {
+            Err(e) if e.is_timeout() => self.stats_timeouts = self.stats_timeouts.saturating_add(1),
+            _ => self.stats_timeouts = 0,
+        }
+        match stats {
             Ok(body) => {
                 let state = match stats::find(&body, SERVER_STATE) {
                     Some(StatValue::Number(n)) => Some(n),
@@ -344,10 +366,20 @@ mod schedule_tests {
             answer
         }
 
-        async fn readiness_stats(&self) -> Result<String, AdminError> {
+        /// The script's answer, or a timeout at `patience` times the
+        /// admin timeout (1 s) when it comes later.
+        async fn readiness_stats(&self, patience: u32) -> Result<String, AdminError> {
             let t = self.0.t0.elapsed();
             self.0.calls.lock().unwrap().push((t, "stats"));
             let (delay, answer) = (self.0.stats)(t);
+            let waited = secs(f64::from(patience));
+            if delay > waited {
+                tokio::time::sleep(waited).await;
+                return Err(AdminError::Timeout {
+                    url: "http://127.0.0.1:15000".into(),
+                    timeout: waited,
+                });
+            }
             tokio::time::sleep(delay).await;
             answer
         }
@@ -502,6 +534,23 @@ mod schedule_tests {
         // Steady state: 60 s of polls, not one stats read.
         assert!(p.ready_at(62.0).await);
         assert_eq!(envoy.stats_calls_between(2.2, 62.0), 0);
+        p.stop().await;
+    }
+
+    /// An Envoy so large, on a node so busy, that its readiness stats take
+    /// 2.5 s to answer (more than the 1 s admin timeout): each read that
+    /// timed out is followed by one waiting twice as long, so the pod gets
+    /// ready; then `/ready` alone, as ever.
+    #[tokio::test(start_paused = true)]
+    async fn a_readiness_stats_read_that_times_out_is_waited_for_longer_until_it_answers() {
+        let envoy = Envoy::new(|_| state(ServerState::Live), |_| (secs(2.5), Ok(LIVE_STATS.to_owned())));
+        let p = start(&envoy);
+        assert!(!p.ready_at(2.9).await, "two reads cut at 1 s and 2 s");
+        assert!(p.body_at(2.9).await.contains("did not answer within 1s"));
+        assert!(p.ready_at(6.0).await, "the third read waits 4 s and gets its answer");
+        assert_eq!(envoy.stats_calls_between(0.0, 6.0), 3);
+        assert!(p.ready_at(30.0).await);
+        assert_eq!(envoy.stats_calls_between(6.0, 30.0), 0);
         p.stop().await;
     }
 
