@@ -45,9 +45,10 @@
 //! not load balancers by the operator's word, and hold nothing.
 //!
 //! The table is on the probe's hot path: a lock held for a scan of at most
-//! `MAX_CHECKERS` small entries (and, for a newcomer while entries keyed
-//! before the trust was learned remain, of the probers followed apart), no
-//! allocation (keys are fixed-size copies, the table is allocated once).
+//! `MAX_CHECKERS` small entries (and, for a probe through an Envoy that
+//! appends its prober's address, of the probers followed apart, by a flag
+//! each), no allocation (keys are fixed-size copies, the table is allocated
+//! once).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -181,6 +182,10 @@ struct Entry {
     /// since then (counted or followed apart), and is itself again when it
     /// probes as it did.
     keyed_before_trust: Option<Instant>,
+    /// Keyed before the trust, and a prober with its `User-Agent` has
+    /// probed under an address Envoy appended since ([`Table::rekey`]):
+    /// the entry is that prober's past.
+    rekeyed: bool,
 }
 
 impl Entry {
@@ -193,6 +198,7 @@ impl Entry {
             gap_count: 0,
             failures_in_row: 0,
             keyed_before_trust: None,
+            rekeyed: false,
         }
     }
 
@@ -331,7 +337,7 @@ impl Checkers {
             let table = &mut *guard;
             for entry in table.entries.iter_mut().chain(table.unplaced.iter_mut()) {
                 if is_loopback(entry.key.ip) && !entry.key.forwarded {
-                    entry.keyed_before_trust = Some(now);
+                    (entry.keyed_before_trust, entry.rekeyed) = (Some(now), false);
                 }
             }
         }
@@ -354,7 +360,7 @@ impl Checkers {
         let table = &mut *guard;
         let i = match table.entries.iter().position(|e| e.key == key) {
             Some(i) => i,
-            None => match admit(table, key, now) {
+            None => match admit(&table.entries, key, now) {
                 Ok(place) => {
                     // A prober followed apart until now keeps its history.
                     let entry = match table.unplaced.iter().position(|e| e.key == key) {
@@ -370,12 +376,16 @@ impl Checkers {
                             // The one it replaces is followed apart, with its
                             // history: a flood of agents that keeps
                             // replacing entries cannot make a checker lose
-                            // its probes before it is established.
-                            // One that is the past of a prober now
-                            // heard under its own address is dropped.
+                            // its probes before it is established. One
+                            // that is the past of a prober now heard under
+                            // its own address holds nothing: followed
+                            // apart only where there is room (it is itself
+                            // again if it probes as before).
                             let replaced = std::mem::replace(&mut table.entries[i], entry);
-                            if !table.rekeyed(&replaced) {
-                                table.set_aside(replaced, now);
+                            match replaced.rekeyed {
+                                false => _ = table.set_aside(replaced, now),
+                                true if table.unplaced.len() < MAX_UNPLACED => table.unplaced.push(replaced),
+                                true => {}
                             }
                             i
                         }
@@ -383,11 +393,13 @@ impl Checkers {
                 }
                 Err(why) => {
                     table.follow_unplaced(key, now, ok);
+                    table.rekey(key);
                     return Err(why);
                 }
             },
         };
         table.entries[i].probed(now, ok);
+        table.rekey(key);
         Ok(())
     }
 
@@ -410,12 +422,8 @@ impl Checkers {
     /// then the probers not counted for lack of room.
     pub(crate) fn snapshot(&self) -> Vec<Checker> {
         let table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
-        let counted = table.entries.iter().filter(|e| !table.rekeyed(e)).map(|e| e.view(true));
-        let apart = table
-            .unplaced
-            .iter()
-            .filter(|e| !table.rekeyed(e))
-            .map(|e| e.view(false));
+        let counted = table.entries.iter().filter(|e| !e.rekeyed).map(|e| e.view(true));
+        let apart = table.unplaced.iter().filter(|e| !e.rekeyed).map(|e| e.view(false));
         counted.chain(apart).collect()
     }
 
@@ -448,27 +456,31 @@ impl Entry {
         self.failures_in_row = if ok { 0 } else { self.failures_in_row.saturating_add(1) };
         // Probing as it was keyed: a prober of its own (on the pod's
         // loopback, or through Envoy with no address appended).
-        self.keyed_before_trust = None;
+        (self.keyed_before_trust, self.rekeyed) = (None, false);
     }
 }
 
 impl Table {
-    /// Whether `entry`, keyed by 127.0.0.1 before the drain wait learned
-    /// that Envoy appends each prober's address, has been seen since under
-    /// its own: a prober with its `User-Agent`, keyed by an address Envoy
-    /// appended, probed after that was learned, counted or followed apart
-    /// (a flood of agents at a load balancer's address fills that
-    /// address's share: its agents are then followed apart, and their
-    /// entries from before would otherwise hold the wait until each went
-    /// silent for twice its interval). Then the entry is that prober's
-    /// past, and only the prober holds the wait (until then the entry
-    /// holds it as any checker does: an empty table would not).
-    fn rekeyed(&self, entry: &Entry) -> bool {
-        entry.keyed_before_trust.is_some_and(|learned| {
-            let since =
-                |e: &Entry| e.key.forwarded && e.key.same_agent(&entry.key) && e.probes > 0 && e.last_seen >= learned;
-            self.entries.iter().any(since) || self.unplaced.iter().any(since)
-        })
+    /// A probe from `key` was recorded: when Envoy appended its address,
+    /// the entries keyed by 127.0.0.1 before the drain wait learned that
+    /// Envoy does so, with its `User-Agent`, are that prober's past
+    /// (`Entry::rekeyed`), whether it is counted or followed apart (a
+    /// flood of agents at a load balancer's address fills that address's
+    /// share: its agents are then followed apart, and their entries from
+    /// before would otherwise hold the wait until each went silent for
+    /// twice its interval). Such an entry no longer counts and gives its
+    /// place up (until then it holds the wait as any checker does: an
+    /// empty table would not). One pass over the entries' flags, the
+    /// agents compared only for entries keyed before the trust.
+    fn rekey(&mut self, key: CheckerKey) {
+        if !key.forwarded {
+            return;
+        }
+        for e in self.entries.iter_mut().chain(self.unplaced.iter_mut()) {
+            if e.keyed_before_trust.is_some() && !e.rekeyed && e.key.same_agent(&key) {
+                e.rekeyed = true;
+            }
+        }
     }
 }
 
@@ -521,17 +533,16 @@ impl Table {
 /// else the least recently heard that may be replaced: one with no
 /// interval yet, one that stopped probing, or one keyed by 127.0.0.1
 /// before the trust was learned whose prober has probed under its own
-/// address since ([`Table::rekeyed`]). Probes through an Envoy that does
+/// address since ([`Table::rekey`]). Probes through an Envoy that does
 /// not tell their peers apart all come from loopback: there the agents
 /// alone tell checkers apart, and the address's limit is the table's.
-fn admit(table: &Table, key: CheckerKey, now: Instant) -> Result<Place, NotCounted> {
-    let entries = &table.entries;
+fn admit(entries: &[Entry], key: CheckerKey, now: Instant) -> Result<Place, NotCounted> {
     let address = PeerKey::of(key.ip);
     let own = |e: &Entry| PeerKey::of(e.key.ip) == address;
     let oldest_replaceable = |same_address: bool| {
         (0..entries.len())
             .filter(|&i| !same_address || own(&entries[i]))
-            .filter(|&i| entries[i].replaceable(now) || table.rekeyed(&entries[i]))
+            .filter(|&i| entries[i].replaceable(now) || entries[i].rekeyed)
             .min_by_key(|&i| entries[i].last_seen)
     };
     let limit = if is_loopback(key.ip) {

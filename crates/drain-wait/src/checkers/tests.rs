@@ -352,6 +352,8 @@ async fn a_flood_keyed_127_0_0_1_before_the_trust_was_learned_gives_way_once_hea
     // would hold their entries 3 s more).
     checkers.record(newcomer, Instant::now(), true);
     assert!(counted(&checkers).iter().any(|c| c.key == newcomer), "room made");
+    assert!(checkers.snapshot().iter().all(|c| !c.key.ip.is_loopback()));
+    assert_eq!(checkers.overflow(), None, "no prober lost for want of room");
 }
 
 #[tokio::test(start_paused = true)]
