@@ -166,19 +166,22 @@ impl Inbound {
         self.retry_at.is_some_and(|at| tokio::time::Instant::now() >= at)
     }
 
-    /// Learns the listeners again and says what is counted when that
-    /// changed: `why` it was learned again.
+    /// Learns the listeners again and, when they were read and what is
+    /// counted changed, says so: `why` it was learned again (a failure is
+    /// said by [`Inbound::relearn`]).
     async fn relearn_saying(&mut self, why: &str) {
         let words = std::mem::take(&mut self.words);
-        self.relearn().await;
-        if self.words != words {
+        if self.relearn().await && self.words != words {
             tracing::info!("drain wait: {why}; counting {}", self.words);
         }
     }
 
-    /// Reads which listeners count, and asks the counts read for their lines.
-    async fn relearn(&mut self) {
-        let (counted, words) = match self.listeners().await {
+    /// Reads which listeners count, and asks the counts read for their
+    /// lines; whether the listeners were read.
+    async fn relearn(&mut self) -> bool {
+        let learned = self.listeners().await;
+        let read = learned.is_ok();
+        let (counted, words) = match learned {
             Ok(listeners) => {
                 (self.retry_at, self.failures, self.learned) = (None, 0, true);
                 self.logged_failure = None;
@@ -189,6 +192,11 @@ impl Inbound {
                 let wait = retry_after(&why, self.failures, self.learned);
                 if !wait.is_zero() {
                     self.failures += 1;
+                }
+                if matches!(why, LearnError::Admin(AdminError::Connect { .. })) {
+                    // Envoy is not listening (not started yet, or
+                    // restarting): the next that answers starts anew.
+                    self.learned = false;
                 }
                 self.retry_at = Some(tokio::time::Instant::now() + wait);
                 let words = why.to_string();
@@ -214,6 +222,7 @@ impl Inbound {
         self.counted = counted;
         self.words = words;
         self.changes = None;
+        read
     }
 
     /// Every listener of the dumps, with the filter chains of those that
