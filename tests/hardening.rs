@@ -69,6 +69,39 @@ fn a_hung_admin_turns_readiness_503_within_the_read_timeout_and_probes_keep_answ
     assert!(agent.is_running());
 }
 
+/// Before the first ready, the readiness stats read is matched against
+/// every stat Envoy has: 2.9 s for an Envoy of 10,000 listeners on a busy
+/// node. Each read that timed out is followed by one waiting twice as
+/// long: the pod gets ready, and the 503 meanwhile names each timeout.
+#[test]
+fn a_readiness_stats_read_slower_than_the_admin_timeout_is_waited_for_longer() {
+    let admin = FakeAdmin::start(AdminMode::Live);
+    *admin.readiness_stats_takes.lock().unwrap() = Duration::from_millis(1200);
+    let agent = Agent::builder()
+        .admin_url(admin.url())
+        .args(&["--admin-timeout", "500ms"])
+        .start();
+    let started = Instant::now();
+    wait_for(
+        "a 503 naming the first read's timeout",
+        Duration::from_secs(5),
+        || match get(agent.status, "/healthz/ready") {
+            Ok((503, body)) if body.contains("did not answer within 500ms") => Ok(()),
+            other => Err(other),
+        },
+    );
+    wait_status(agent.status, "/healthz/ready", 200, Duration::from_secs(30));
+    eprintln!(
+        "ready after {:?} (reads cut at 0.5 s, 1 s, then waited 2 s)",
+        started.elapsed()
+    );
+    let log = agent.output();
+    assert!(
+        log.contains("did not answer within 1s"),
+        "the second read waited 1 s\n{log}"
+    );
+}
+
 #[test]
 fn broken_admin_answers_are_reasons_in_the_503_never_a_panic() {
     let admin = FakeAdmin::start(AdminMode::Live);

@@ -69,6 +69,9 @@ pub struct AdminState {
     pub active_script: Mutex<VecDeque<String>>,
     /// Every active-count read is answered after this long.
     pub active_read_takes: Mutex<Duration>,
+    /// How long each readiness stats read takes to answer (an Envoy of
+    /// thousands of listeners on a busy node).
+    pub readiness_stats_takes: Mutex<Duration>,
     /// When set, the next active-count read is answered after this long.
     pub slow_next_active: Mutex<Option<Duration>>,
     /// When each active-count read came in.
@@ -157,6 +160,10 @@ impl AdminState {
         if mode == AdminMode::Live && target == "/ready" {
             *self.last_live.lock().unwrap() = Some(Instant::now());
             return reply(200, "LIVE\n");
+        }
+        let takes = *self.readiness_stats_takes.lock().unwrap();
+        if target.starts_with("/stats?") && !takes.is_zero() {
+            tokio::time::sleep(takes).await;
         }
         readiness(mode).await
     }

@@ -73,7 +73,9 @@ pub struct Settings {
     #[arg(long, env = "LIFEGUARD_STARTUP_POLL_INTERVAL", value_name = "DURATION", default_value = "100ms")]
     pub startup_poll_interval: PollInterval,
 
-    /// Timeout of one admin API call: connect, request and body.
+    /// Timeout of one admin API call: connect, request and body (the
+    /// readiness stats read before Envoy is ready waits twice as long after
+    /// each that timed out, up to 8 times this).
     #[arg(long, env = "LIFEGUARD_ADMIN_TIMEOUT", value_name = "DURATION", default_value = "1s")]
     pub admin_timeout: PositiveSpan,
 
