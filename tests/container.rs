@@ -18,6 +18,8 @@
 //! and in the termination message. Needs root (podman, namespaces).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
@@ -441,27 +443,53 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
         .peer
         .run(move || kubelet_probe(status, "/healthz/ready", Duration::from_secs(5)));
 
-    // The pod's traffic before its deletion: 40 requests, so that the drain
-    // wait's quiet period is seconds. With only the two requests of this
-    // test in the pod's first seconds, the rate decides it (one counted:
-    // 0.16 a second, a quiet period past the wait's bound; none counted:
-    // the floor): docs/drain.md, what a quiet pod's drain costs.
-    let burst = pod.net.peer.run(move || {
-        (0..40)
-            .map(|_| http_timeout("GET", inbound, "/work/0", Duration::from_secs(5)))
-            .filter(|r| !matches!(r, Ok((200, _))))
-            .count()
-    });
-    assert_eq!(burst, 0, "requests of the burst not answered 200");
-    // A request in flight, Prometheus scraping, then the pod deleted: the
-    // proxy's SIGTERM at once (it has no preStop hook), the app's once its
-    // preStop hook (the drain wait) has answered.
+    // The pod's traffic before its deletion: five requests a second from
+    // here to the deletion (at least 40), so that the drain wait's quiet
+    // period is seconds. The rate is taken over the 10 s stretches between
+    // its samples but the busiest: a burst of 40 alone, followed on a busy
+    // machine by a stretch with only the request below in it, made it the
+    // wait's bound. With only the two requests of this test in the pod's
+    // first seconds, the rate decides it too (one counted: 0.16 a second,
+    // a quiet period past the wait's bound; none counted: the floor):
+    // docs/drain.md, what a quiet pod's drain costs.
+    let (steady, sent) = (
+        Arc::new(AtomicBool::new(true)),
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    );
+    let trickle = {
+        let (steady, sent) = (steady.clone(), sent.clone());
+        pod.net.peer.spawn(move || {
+            let mut failed = 0;
+            while steady.load(Ordering::Relaxed) {
+                let answer = http_timeout("GET", inbound, "/work/0", Duration::from_secs(5));
+                failed += usize::from(!matches!(answer, Ok((200, _))));
+                sent.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            failed
+        })
+    };
+    common::wait_for(
+        "40 requests of the steady traffic",
+        Duration::from_secs(60),
+        || match sent.load(Ordering::Relaxed) {
+            n if n >= 40 => Ok(()),
+            n => Err(n),
+        },
+    );
+    // A request in flight, Prometheus scraping, then the pod deleted (the
+    // steady traffic stopped at once, as a load balancer that lets the pod
+    // go): the proxy's SIGTERM at once (it has no preStop hook), the app's
+    // once its preStop hook (the drain wait) has answered.
     let request = pod.net.peer.spawn(move || {
         let r = http_timeout("GET", inbound, "/work/3", Duration::from_secs(20));
         (r, Instant::now())
     });
     pod.wait_logs("app", "inbound /work/3", Duration::from_secs(10));
     let scrapes = prometheus(&pod);
+    steady.store(false, Ordering::Relaxed);
+    let failed = trickle.join().unwrap();
+    assert_eq!(failed, 0, "requests of the steady traffic not answered 200");
     let (t0, stopping) = pod.delete(&pre_stops, grace);
     let deadline = t0 + grace;
 

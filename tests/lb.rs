@@ -443,9 +443,10 @@ fn listed_checkers(lan: &Lan, pod_ip: std::net::Ipv4Addr) -> Result<Vec<serde_js
 /// the real checker's own address (an address's share of the table is 4)
 /// while that checker probes every 3 s and takes the pod out at its 3rd
 /// failure. Its probes, crowded out of the table, are followed apart: the
-/// gateway serves until its verdict (6-9 s into the drain), and stops
-/// within 3 s of it and the quiet period, not at the checker timeout
-/// (20 s), and never before.
+/// gateway serves until its verdict (6-9 s into the drain), never stops
+/// before it, and stops within 3 s and the quiet period of it or of the
+/// flood's own agents' failures (they too are followed apart, and hold
+/// the wait), not at the checker timeout (20 s).
 #[test]
 fn a_flood_of_agents_at_the_checkers_own_address_cannot_end_a_gateways_drain_early() {
     let _one = ONE_BUSY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -496,9 +497,33 @@ fn a_flood_of_agents_at_the_checkers_own_address_cannot_end_a_gateways_drain_ear
         "Envoy stopped {:.2} s before the real verdict\n{log}",
         -after
     );
+    // The flood's own agents, followed apart (no room), hold the wait until
+    // each has failed its threshold too: on an idle machine each probes
+    // about as often as the real load balancer; on a busy one half as
+    // often (every 6 s: 18 s for three failures, seen). So Envoy stops
+    // within the quiet period and 3 s of the later of the real verdict and
+    // the last prober done, as the log times it, and never at the checker
+    // timeout.
+    let last_done = log
+        .lines()
+        .filter(|l| {
+            [
+                "it has taken the pod out",
+                "counted as done",
+                "no longer waited for",
+                "every checker is done",
+            ]
+            .iter()
+            .any(|done| l.contains(done))
+        })
+        .filter_map(|l| l.split_whitespace().next().and_then(common::lb::parse_utc))
+        .max()
+        .unwrap_or_else(|| panic!("no checker done in the log\n{log}"));
+    let settled = secs(down.max(last_done), stopped);
+    eprintln!("Envoy stopped {settled:.2} s after the last of the verdict and the probers done");
     assert!(
-        after <= quiet + 3.0,
-        "Envoy stopped {after:.2} s after the verdict\n{log}"
+        settled <= quiet + 3.0,
+        "Envoy stopped {settled:.2} s after the last of the verdict and the probers done\n{log}"
     );
     assert!(took < 20.0, "held to the checker timeout: {took:.2} s\n{log}");
     assert_eq!(lbs["out_of_rotation"], true, "{summary}");
