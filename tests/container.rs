@@ -525,7 +525,8 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
         assert_eq!(*code, 200, "{line}");
         assert!(
             line.starts_with("out of rotation: no load balancer was seen checking the pod"),
-            "{line}"
+            "{line}\nthe proxy's log:\n{}",
+            pod.logs("proxy")
         );
     }
 
