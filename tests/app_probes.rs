@@ -479,14 +479,18 @@ fn the_prober_reaches_an_app_on_the_pods_address_from_127_0_0_6() {
     let json = r#"{"/app-health/web/readyz":{"httpGet":{"path":"/ready","port":8080}},
                    "/app-health/web/livez":{"tcpSocket":{"port":8080}},
                    "/app-health/last/livez":{"httpGet":{"path":"/last","port":8080}}}"#;
+    // Probed once it says it listens: a connection accepted by the kernel
+    // before that was reset once, beside a busy loop.
     let start = |legacy: &str| {
-        Agent::builder()
+        let agent = Agent::builder()
             .netns(&net.pod)
             .status("0.0.0.0:15020".parse().unwrap())
             .admin_url("http://127.0.0.1:9")
             .args(&["--app-probers", json, "--app-probe-localhost", legacy])
             .env("POD_IP", &pod_ip.to_string())
-            .spawn()
+            .spawn();
+        agent.wait_output("lifeguard listening", Duration::from_secs(20));
+        agent
     };
     let status = net.pod_addr(15020);
     let kubelet = |path: &'static str| net.peer.run(move || kubelet_get_when_up(status, path));

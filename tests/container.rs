@@ -371,6 +371,25 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
         .peer
         .run(move || http_timeout("GET", inbound, "/work/0", Duration::from_secs(5)));
     assert_eq!(answer.unwrap(), (200, "done\n".to_owned()));
+    // From here to the deletion, five requests a second (below).
+    let steady_since = Instant::now();
+    let (steady, sent) = (
+        Arc::new(AtomicBool::new(true)),
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    );
+    let trickle = {
+        let (steady, sent) = (steady.clone(), sent.clone());
+        pod.net.peer.spawn(move || {
+            let mut failed = 0;
+            while steady.load(Ordering::Relaxed) {
+                let answer = http_timeout("GET", inbound, "/work/0", Duration::from_secs(5));
+                failed += usize::from(!matches!(answer, Ok((200, _))));
+                sent.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            failed
+        })
+    };
 
     // The app, in its own container (root there, with the runtime's
     // default capabilities), reaches neither socket: not at their paths
@@ -444,39 +463,19 @@ fn the_classic_sidecar_manifest_played_by_podman_terminates_with_nothing_lost() 
         .run(move || kubelet_probe(status, "/healthz/ready", Duration::from_secs(5)));
 
     // The pod's traffic before its deletion: five requests a second from
-    // here to the deletion (at least 40), so that the drain wait's quiet
-    // period is seconds. The rate is taken over the 10 s stretches between
-    // its samples but the busiest: a burst of 40 alone, followed on a busy
-    // machine by a stretch with only the request below in it, made it the
-    // wait's bound. With only the two requests of this test in the pod's
-    // first seconds, the rate decides it too (one counted: 0.16 a second,
-    // a quiet period past the wait's bound; none counted: the floor):
-    // docs/drain.md, what a quiet pod's drain costs.
-    let (steady, sent) = (
-        Arc::new(AtomicBool::new(true)),
-        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-    );
-    let trickle = {
-        let (steady, sent) = (steady.clone(), sent.clone());
-        pod.net.peer.spawn(move || {
-            let mut failed = 0;
-            while steady.load(Ordering::Relaxed) {
-                let answer = http_timeout("GET", inbound, "/work/0", Duration::from_secs(5));
-                failed += usize::from(!matches!(answer, Ok((200, _))));
-                sent.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            failed
-        })
-    };
-    common::wait_for(
-        "40 requests of the steady traffic",
-        Duration::from_secs(60),
-        || match sent.load(Ordering::Relaxed) {
-            n if n >= 40 => Ok(()),
-            n => Err(n),
-        },
-    );
+    // the first (above) to the deletion, for 25 s at least, so that the
+    // drain wait's quiet period is seconds. The rate is taken over the
+    // 10 s stretches between its samples but the busiest: a burst of 40
+    // requests alone, or steady traffic through a single stretch after
+    // one with a stray request, made it 0.10 a second on a busy machine,
+    // and the quiet period the wait's bound (docs/drain.md, what a quiet
+    // pod's drain costs). 25 s spans two whole stretches.
+    common::wait_for("25 s of steady traffic", Duration::from_secs(60), || {
+        match (sent.load(Ordering::Relaxed), steady_since.elapsed()) {
+            (n, took) if n >= 40 && took >= Duration::from_secs(25) => Ok(()),
+            other => Err(other),
+        }
+    });
     // A request in flight, Prometheus scraping, then the pod deleted (the
     // steady traffic stopped at once, as a load balancer that lets the pod
     // go): the proxy's SIGTERM at once (it has no preStop hook), the app's
