@@ -712,8 +712,13 @@ fn a_native_sidecar_at_grace_expiry_stops_envoy_before_the_sigkill() {
     );
     assert!(last.contains("stop_signal=\"SIGTERM\""), "{last}");
     // What Envoy was stopped with was read at the stop: the app's listener
-    // and its process.
-    assert!(last.contains("left_at_stop=2"), "{last}");
+    // and its process. That read gets a quarter of the margin (250 ms): on
+    // a busy machine it may fail, and the outcome then says the count was
+    // unknown, never a number it did not read.
+    match last.contains("left_at_stop=") {
+        true => assert!(last.contains("left_at_stop=2"), "{last}"),
+        false => assert!(out.contains("the active count was unknown"), "{out}"),
+    }
 }
 
 /// In the locked form (Envoy's admin and lifeguard's control on

@@ -16,6 +16,11 @@ use super::trigger::Trigger;
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::grace::Grace;
 
+/// What the kubelet gives a container between its SIGTERM and its SIGKILL
+/// at least, whatever is left of the grace period (its
+/// `minimumGracePeriodInSeconds`).
+pub(crate) const KUBELET_MIN_STOP: Duration = Duration::from_secs(2);
+
 /// What the drain does, and when.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -217,26 +222,45 @@ impl Plan {
 
     /// How long Envoy gets to exit when stopped at `now` by a drain that
     /// began at `began` (None: no drain, a bare `/quitquitquit`: the
-    /// shutdown margin). Lifeguard's child, between SIGTERM and SIGKILL
-    /// (`child`): the rest of the grace period, less a quarter of the
-    /// margin for lifeguard to write its summary and exit before the
-    /// kubelet's own SIGKILL, and the margin at least while the grace
-    /// period has that much left. Envoy handles SIGTERM on its main thread,
-    /// the one that serves its admin API: busy with a long admin call (a
-    /// scrape of a large config) or starved of CPU, it takes seconds to
-    /// begin its shutdown, and a flat margin killed it for that. An Envoy
-    /// beside lifeguard, which lifeguard cannot kill, is waited for after
-    /// `/quitquitquit` for the margin. Never past the grace period.
-    pub(crate) fn stop_bound(&self, began: Option<Instant>, now: Instant, child: bool) -> Duration {
+    /// shutdown margin), the kubelet's SIGTERM having come at `signalled`.
+    /// Lifeguard's child, between SIGTERM and SIGKILL (`child`): the rest
+    /// of the grace period, less a quarter of the margin for lifeguard to
+    /// write its summary and exit before the kubelet's own SIGKILL, and the
+    /// margin at least while the grace period has that much left. Envoy
+    /// handles SIGTERM on its main thread, the one that serves its admin
+    /// API: busy with a long admin call (a scrape of a large config) or
+    /// starved of CPU, it takes seconds to begin its shutdown, and a flat
+    /// margin killed it for that. An Envoy beside lifeguard, which
+    /// lifeguard cannot kill, is waited for after `/quitquitquit` for the
+    /// margin. Not past the grace period, but for the kubelet's own floor:
+    /// it gives a container [`KUBELET_MIN_STOP`] after its SIGTERM,
+    /// whatever is left (kuberuntime_container.go's `killContainer`,
+    /// `minimumGracePeriodInSeconds`), as it does a native sidecar sent
+    /// SIGTERM once the grace period has run out: the rest of that, less a
+    /// quarter of the margin (a busy run stopped such an Envoy with
+    /// SIGKILL at once).
+    pub(crate) fn stop_bound(
+        &self,
+        began: Option<Instant>,
+        signalled: Option<Instant>,
+        now: Instant,
+        child: bool,
+    ) -> Duration {
         let margin = self.grace.margin();
+        let floor = signalled
+            .and_then(|at| at.checked_add(KUBELET_MIN_STOP))
+            .map_or(Duration::ZERO, |kill| {
+                kill.saturating_duration_since(now).saturating_sub(margin / 4)
+            });
         let Some(grace_end) = began.and_then(|began| began.checked_add(self.grace.period())) else {
-            return margin;
+            return margin.max(floor);
         };
         let left = grace_end.saturating_duration_since(now);
-        match child {
+        let bound = match child {
             true => left.min(margin).max(left.saturating_sub(margin / 4)),
             false => left.min(margin),
-        }
+        };
+        bound.max(floor)
     }
 
     /// When the drain is done under its policy, in words.

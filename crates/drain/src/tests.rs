@@ -1231,15 +1231,36 @@ fn envoys_stop_gets_the_rest_of_the_grace_period() {
     let mut p = plan(DrainUntil::Connections);
     p.grace = Grace::new(secs(30.0), secs(2.0)).unwrap();
     let began = Instant::now();
-    let child = |at: f64| p.stop_bound(Some(began), began + secs(at), true);
+    let child = |at: f64| p.stop_bound(Some(began), None, began + secs(at), true);
     assert_eq!(child(5.0), secs(24.5));
     assert_eq!(child(28.0), secs(2.0), "at the deadline: the margin");
     assert_eq!(child(28.4), secs(1.6), "past it: what is left");
     assert_eq!(child(31.0), Duration::ZERO);
-    assert_eq!(p.stop_bound(None, began, true), secs(2.0), "a bare /quitquitquit");
+    assert_eq!(p.stop_bound(None, None, began, true), secs(2.0), "a bare /quitquitquit");
     // An Envoy beside lifeguard: waited for the margin after /quitquitquit.
-    assert_eq!(p.stop_bound(Some(began), began + secs(5.0), false), secs(2.0));
-    assert_eq!(p.stop_bound(Some(began), began + secs(28.4), false), secs(1.6));
+    assert_eq!(p.stop_bound(Some(began), None, began + secs(5.0), false), secs(2.0));
+    assert_eq!(p.stop_bound(Some(began), None, began + secs(28.4), false), secs(1.6));
+    // The kubelet's SIGTERM at the grace period's end (a native sidecar's,
+    // once the app outlived it) comes with 2 s before its SIGKILL: Envoy
+    // gets those, less a quarter of the margin, not a SIGKILL at once.
+    let signalled = Some(began + secs(30.0));
+    assert_eq!(
+        p.stop_bound(Some(began), signalled, began + secs(30.3), true),
+        secs(1.2)
+    );
+    assert_eq!(
+        p.stop_bound(Some(began), signalled, began + secs(31.6), true),
+        Duration::ZERO
+    );
+    // A SIGTERM long before: the grace period decides, as before.
+    assert_eq!(
+        p.stop_bound(Some(began), Some(began), began + secs(31.0), true),
+        Duration::ZERO
+    );
+    assert_eq!(
+        p.stop_bound(Some(began), Some(began), began + secs(5.0), true),
+        secs(24.5)
+    );
 }
 
 #[test]

@@ -30,6 +30,9 @@ pub(super) struct Inbox {
     /// The phase alone, for the probe's path.
     pub(super) phase: PhaseCell,
     pub(super) stop_requested: bool,
+    /// When the first stop signal came (the kubelet's SIGTERM): the
+    /// kubelet gives a container at least 2 s after it (`Plan::stop_bound`).
+    pub(super) signalled_at: Option<Instant>,
     pub(super) waiters: Vec<oneshot::Sender<Status>>,
     pub(super) drained: bool,
     pub(super) quit_reply: Option<oneshot::Sender<()>>,
@@ -120,6 +123,7 @@ impl Inbox {
                 } else {
                     tracing::info!(%signal, "signal received; Envoy stops once drained");
                     self.stop_requested = true;
+                    self.signalled_at = Some(Instant::now());
                     self.publish(|s| {
                         s.stop_requested = true;
                         s.stop_signal = Some(signal);

@@ -64,6 +64,7 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             status,
             phase,
             stop_requested: false,
+            signalled_at: None,
             waiters: Vec::new(),
             drained: false,
             quit_reply: None,
@@ -112,6 +113,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 None => self.inbox.open = false,
                 Some(Event::Signal(signal)) => {
                     self.inbox.stop_requested = true;
+                    self.inbox.signalled_at = Some(Instant::now());
                     self.inbox.publish(|s| s.stop_signal = Some(signal));
                     break Trigger::Signal(signal);
                 }
@@ -507,9 +509,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             s.phase = Phase::Stopping;
             s.left_at_stop = left;
         });
-        let bound = self
-            .plan
-            .stop_bound(self.started, Instant::now(), self.envoy.is_child());
+        let bound = self.plan.stop_bound(
+            self.started,
+            self.inbox.signalled_at,
+            Instant::now(),
+            self.envoy.is_child(),
+        );
         let exit = self.envoy.stop(bound).await;
         let took = self.started.map(|t| t.elapsed().as_secs_f64());
         self.inbox.publish(|s| {
