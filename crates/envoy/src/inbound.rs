@@ -78,8 +78,9 @@ const RETRY_SOON: std::time::Duration = std::time::Duration::from_secs(1);
 fn retry_after(why: &LearnError, failures: u32, learned: bool) -> std::time::Duration {
     match why {
         LearnError::Admin(AdminError::Connect { .. }) => std::time::Duration::ZERO,
-        LearnError::Admin(AdminError::Timeout { .. }) => RETRY_SOON * 2u32.pow(failures.min(6)),
-        _ if !learned => RETRY_SOON * 2u32.pow(failures.min(6)),
+        _ if !learned || matches!(why, LearnError::Admin(AdminError::Timeout { .. })) => {
+            RETRY_SOON * 2u32.pow(failures.min(6))
+        }
         _ => RETRY_LEARNING * 2u32.pow(failures.min(3)),
     }
 }
@@ -193,16 +194,13 @@ impl Inbound {
                 if !wait.is_zero() {
                     self.failures += 1;
                 }
-                if matches!(why, LearnError::Admin(AdminError::Connect { .. })) {
-                    // Envoy is not listening (not started yet, or
-                    // restarting): the next that answers starts anew.
-                    self.learned = false;
-                }
+                // A refused connection is Envoy not listening (not started
+                // yet, or restarting): the next that answers starts anew;
+                // tried again at each read, and not worth a line each time.
+                let refused = matches!(why, LearnError::Admin(AdminError::Connect { .. }));
+                self.learned &= !refused;
                 self.retry_at = Some(tokio::time::Instant::now() + wait);
                 let words = why.to_string();
-                // A refused connection is Envoy not started yet: tried
-                // again at each read, and not worth a line each time.
-                let refused = matches!(why, LearnError::Admin(AdminError::Connect { .. }));
                 if !refused && self.logged_failure.as_deref() != Some(words.as_str()) {
                     tracing::warn!(
                         "drain wait: Envoy's listeners could not be read ({words}); trying again in {}",
