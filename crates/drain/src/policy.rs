@@ -173,6 +173,50 @@ impl DoneRule {
     }
 }
 
+/// How long a read of Envoy's stats is waited for, in its usual timeout
+/// (the admin timeout): 1, then twice as long after each read in a row
+/// that ran past it, up to 8 times. Envoy matches a `/stats` filter
+/// against every stat it has (10,000 listeners: more than a second on a
+/// busy node) and finishes a read its client gave up on: cut at the usual
+/// timeout each time, a read that needs longer would cost Envoy that time
+/// at every try and never be answered. The readiness poller's stats
+/// reads, the drain's count reads and the drain wait's all wait so.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Patience {
+    /// Doublings of the usual timeout, 0 to 3.
+    doublings: u32,
+}
+
+impl Patience {
+    const MOST: u32 = 3;
+
+    /// The next read's timeout when the usual one is `usual`.
+    pub fn timeout(self, usual: Duration) -> Duration {
+        usual.saturating_mul(1 << self.doublings)
+    }
+
+    /// A read ran past its timeout: the next waits twice as long.
+    pub fn timed_out(&mut self) {
+        self.doublings = (self.doublings + 1).min(Self::MOST);
+    }
+
+    /// A read answered after `took`: the next waits as long as this one
+    /// needed, rounded up to a doubling of `usual`. A read that needed more
+    /// than the usual timeout keeps its timeout: cut again at the usual
+    /// one, every other read would be lost.
+    pub fn answered(&mut self, took: Duration, usual: Duration) {
+        self.doublings = (0..Self::MOST)
+            .find(|&d| took <= usual.saturating_mul(1 << d))
+            .unwrap_or(Self::MOST);
+    }
+
+    /// A read failed otherwise (refused, an error status): the next waits
+    /// the usual timeout.
+    pub fn reset(&mut self) {
+        self.doublings = 0;
+    }
+}
+
 /// Spaces the drain's reads (and, apart, its looks at the app: see
 /// [`APP_SCAN`](crate::APP_SCAN)). Envoy answers admin calls on its main thread,
 /// the one that applies xDS: a read starts [`PACE`] times the median of the

@@ -24,7 +24,10 @@ pub enum ControlError {
     /// is gone.
     #[error("{0}")]
     Refused(String),
-    /// Any other failure (a timeout, an error status, a body cut short).
+    /// Envoy did not answer within the read's timeout.
+    #[error("{0}")]
+    TimedOut(String),
+    /// Any other failure (an error status, a body cut short).
     #[error("{0}")]
     Failed(String),
 }
@@ -52,8 +55,9 @@ pub trait EnvoyControl {
         skip_exit: bool,
     ) -> impl Future<Output = Result<(), ControlError>> + Send;
     /// Reads the active downstream connections and requests, with the
-    /// read's own time ([`ActiveRead::took`]), shared or not.
-    fn active(&self) -> impl Future<Output = Result<ActiveRead, ControlError>> + Send;
+    /// read's own time ([`ActiveRead::took`]), shared or not, waiting at
+    /// most `timeout` for Envoy's answer ([`ControlError::TimedOut`]).
+    fn active(&self, timeout: Duration) -> impl Future<Output = Result<ActiveRead, ControlError>> + Send;
     /// Stops Envoy gracefully within `bound`.
     fn stop(&self, bound: Duration) -> impl Future<Output = Exit> + Send;
     /// Resolves when Envoy exits on its own (never, if that cannot be seen).

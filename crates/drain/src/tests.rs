@@ -117,7 +117,7 @@ impl EnvoyControl for FakeEnvoy {
         Ok(())
     }
 
-    async fn active(&self) -> Result<ActiveRead, ControlError> {
+    async fn active(&self, _timeout: Duration) -> Result<ActiveRead, ControlError> {
         let (delay, result) = (self.0.reads.lock().unwrap())(self.since());
         tokio::time::sleep(delay).await;
         let took = self.0.took.lock().unwrap().unwrap_or(delay);
@@ -492,6 +492,53 @@ async fn a_read_past_the_deadline_leaves_envoy_stopped_within_the_grace_period()
             "margin {margin}: Envoy got {bound:?} to exit"
         );
     }
+}
+
+/// An Envoy so large, on a node so busy, that each count read takes 1.5 s
+/// against the 1 s admin timeout: the read after one that timed out waits
+/// 2 s and is answered, and the next keeps the 2 s it needed. Cut at 1 s
+/// each time, no read would ever answer and the drain would wait to its
+/// deadline.
+#[tokio::test(start_paused = true)]
+async fn count_reads_slower_than_the_admin_timeout_are_waited_for_as_long_as_they_need() {
+    let envoy = FakeEnvoy::new(true, |t| {
+        let n = if t < secs(12.0) { 2 } else { 0 };
+        (secs(1.5), conns(n).1)
+    });
+    let mut p = plan(DrainUntil::Connections);
+    p.minimum_drain_duration = secs(1.0);
+    assert_eq!(p.admin_timeout, secs(1.0));
+    let (task, handle) = start(p, &envoy);
+    handle.signal(Signal::Term).await;
+    at(&envoy, 2.6).await;
+    // The first read (0 s) was cut at 1 s; the second (1 s) waited 2 s.
+    let status = handle.status();
+    assert_eq!(status.active_connections, Some(2), "{status:?}");
+    assert_eq!(status.last_read_error, None);
+    let outcome = task.await.unwrap();
+    assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
+    // The third read begins 11 times 1.5 s after the second (17.5 s) and,
+    // given 2 s, answers zero at 19 s; given 1 s again, it would have been
+    // cut, and a fourth would answer at 20 s.
+    assert_between(envoy.stops()[0], 19.0, 19.05);
+}
+
+#[test]
+fn patience_doubles_after_each_timeout_up_to_eight_times_and_keeps_what_an_answer_needed() {
+    let usual = secs(1.0);
+    let mut patience = Patience::default();
+    let mut waits = vec![patience.timeout(usual)];
+    for _ in 0..4 {
+        patience.timed_out();
+        waits.push(patience.timeout(usual));
+    }
+    assert_eq!(waits, [1.0, 2.0, 4.0, 8.0, 8.0].map(secs));
+    for (took, wait) in [(3.0, 4.0), (1.5, 2.0), (2.0, 2.0), (0.2, 1.0), (20.0, 8.0)] {
+        patience.answered(secs(took), usual);
+        assert_eq!(patience.timeout(usual), secs(wait), "an answer after {took} s");
+    }
+    patience.reset();
+    assert_eq!(patience.timeout(usual), usual);
 }
 
 #[tokio::test(start_paused = true)]

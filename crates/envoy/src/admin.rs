@@ -24,6 +24,7 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use lifeguard_base::url::{LocalStream, LoopbackUrl};
+use lifeguard_drain::Patience;
 use lifeguard_http::{fetch, FetchError};
 
 /// Why an admin call did not produce a usable body.
@@ -132,10 +133,20 @@ impl AdminClient {
         }
     }
 
-    /// The same client, waiting `patience` times its timeout.
-    pub(crate) fn patient(&self, patience: u32) -> AdminClient {
+    /// How long each call is waited for.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The same client, waiting as `patience` says for each call.
+    pub(crate) fn patient(&self, patience: Patience) -> AdminClient {
+        self.waiting(patience.timeout(self.timeout))
+    }
+
+    /// The same client, waiting `timeout` for each call.
+    pub(crate) fn waiting(&self, timeout: Duration) -> AdminClient {
         AdminClient {
-            timeout: self.timeout.saturating_mul(patience.max(1)),
+            timeout,
             ..self.clone()
         }
     }

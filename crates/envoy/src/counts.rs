@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::admin::{AdminClient, AdminError, Endpoint, ACTIVE_LIMIT};
 use crate::stats::{lines, StatValue};
 use lifeguard_base::url::query_encode;
-use lifeguard_drain::{Active, ControlError, PACE};
+use lifeguard_drain::{Active, ControlError, Patience, PACE};
 
 /// HTTP stat prefixes of Envoy's own and the agent-facing managers: the
 /// admin API, the status listener (`agent` in Istio's bootstrap, `status`
@@ -36,11 +36,20 @@ const ACTIVE_FILTER: &str = "downstream_(cx|rq)_active$";
 #[derive(Clone)]
 pub struct CountsReader {
     admin: AdminClient,
-    last: Arc<tokio::sync::Mutex<Option<Reading>>>,
+    last: Arc<tokio::sync::Mutex<Last>>,
     /// While the drain wait watches: the admin query that reads the
     /// inbound listeners' totals too (None: the active counts alone), and
     /// a number that changes with it.
     inbound: Arc<std::sync::Mutex<(Option<String>, u64)>>,
+}
+
+/// The last read, and how long the drain wait's next is waited for: as
+/// long as the last needed, longer after one that timed out ([`Patience`],
+/// learned from every read, the drain's too: they cost Envoy alike).
+#[derive(Default)]
+struct Last {
+    reading: Option<Reading>,
+    patience: Patience,
 }
 
 /// One read: when it began, how long Envoy took, which of the drain
@@ -61,7 +70,7 @@ impl CountsReader {
     pub(crate) fn new(admin: AdminClient) -> Self {
         Self {
             admin,
-            last: Arc::new(tokio::sync::Mutex::new(None)),
+            last: Arc::new(tokio::sync::Mutex::new(Last::default())),
             inbound: Arc::new(std::sync::Mutex::new((None, 0))),
         }
     }
@@ -80,11 +89,12 @@ impl CountsReader {
         *inbound = (path, inbound.1 + 1);
     }
 
-    /// A read under way now or begun later: the drain paces its own reads,
-    /// and only a count read now may end it.
-    pub(crate) async fn read_now(&self) -> Reading {
+    /// A read under way now or begun later, a new one waiting at most
+    /// `timeout` for Envoy: the drain paces its own reads, and only a count
+    /// read now may end it.
+    pub(crate) async fn read_now(&self, timeout: Duration) -> Reading {
         let asked = Instant::now();
-        self.read(|r| r.began + r.took >= asked).await
+        self.read(|r| r.began + r.took >= asked, Some(timeout)).await
     }
 
     /// A read with the listeners' totals no older than `period`, or than
@@ -100,46 +110,59 @@ impl CountsReader {
         let fresh = |r: &Reading| {
             r.inbound == Some(wanted) && asked.saturating_duration_since(r.began) < period.max(r.took * PACE)
         };
-        let paced = match self.last.lock().await.as_ref() {
+        let paced = match self.last.lock().await.reading.as_ref() {
             Some(r) if fresh(r) => return r.clone(),
             Some(r) => r.began + r.took * PACE,
             None => asked,
         };
         // A read the drain begins meanwhile serves (it began after `asked`).
         tokio::time::sleep_until(paced).await;
-        self.read(fresh).await
+        self.read(fresh, None).await
     }
 
-    /// The last read when `fresh` says it will do, else a new one. A caller
+    /// The last read when `fresh` says it will do, else a new one, waiting
+    /// `timeout` for Envoy (None: as [`Last::patience`] says). A caller
     /// that arrives while a read is under way waits for it.
-    async fn read(&self, fresh: impl Fn(&Reading) -> bool) -> Reading {
+    async fn read(&self, fresh: impl Fn(&Reading) -> bool, timeout: Option<Duration>) -> Reading {
         let mut last = self.last.lock().await;
-        if let Some(reading) = last.as_ref().filter(|r| fresh(r)) {
+        if let Some(reading) = last.reading.as_ref().filter(|r| fresh(r)) {
             return reading.clone();
         }
         let (path, generation) = self.inbound.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let inbound = path.is_some().then_some(generation);
         let began = Instant::now();
         let path = path.as_deref().unwrap_or(ACTIVE_STATS);
-        let body = self.admin.get_text(Endpoint::Stats, path, ACTIVE_LIMIT).await;
-        let seq = last.as_ref().map_or(1, |r| r.seq + 1);
+        let admin = match timeout {
+            Some(timeout) => self.admin.waiting(timeout),
+            None => self.admin.patient(last.patience),
+        };
+        let body = admin.get_text(Endpoint::Stats, path, ACTIVE_LIMIT).await;
+        let took = began.elapsed();
+        match &body {
+            Ok(_) => last.patience.answered(took, self.admin.timeout()),
+            Err(e) if e.is_timeout() => last.patience.timed_out(),
+            Err(_) => last.patience.reset(),
+        }
+        let seq = last.reading.as_ref().map_or(1, |r| r.seq + 1);
         let reading = Reading {
             seq,
             began,
-            took: began.elapsed(),
+            took,
             inbound,
             body: body.map(Arc::from).map_err(control_error),
         };
-        *last = Some(reading.clone());
+        last.reading = Some(reading.clone());
         reading
     }
 }
 
 /// An admin call's failure as the drain sees it: refused (an external
-/// Envoy that keeps refusing is gone), or another reason.
+/// Envoy that keeps refusing is gone), timed out (the next read waits
+/// longer), or another reason.
 pub(crate) fn control_error(e: AdminError) -> ControlError {
     match e {
         AdminError::Connect { .. } => ControlError::Refused(e.to_string()),
+        AdminError::Timeout { .. } => ControlError::TimedOut(e.to_string()),
         _ => ControlError::Failed(e.to_string()),
     }
 }

@@ -52,14 +52,15 @@ use crate::admin::{AdminClient, AdminError, Endpoint, STATS_LIMIT};
 use crate::readiness::{Readiness, Verdict};
 use crate::state::{evaluate, ReadyAnswer, ServerState, XdsCheck, READINESS_STATS, SERVER_STATE};
 use crate::stats::{self, StatValue};
+use lifeguard_drain::Patience;
 
 /// The two reads the poller makes. [`AdminClient`] is the real one.
 pub trait EnvoyReadiness {
     /// `GET /ready`.
     fn ready(&self) -> impl Future<Output = Result<ReadyAnswer, AdminError>> + Send;
-    /// `GET` [`READINESS_STATS`]: the body of a 200, waited for `patience`
-    /// times the admin timeout.
-    fn readiness_stats(&self, patience: u32) -> impl Future<Output = Result<String, AdminError>> + Send;
+    /// `GET` [`READINESS_STATS`]: the body of a 200, waited for as
+    /// `patience` says.
+    fn readiness_stats(&self, patience: Patience) -> impl Future<Output = Result<String, AdminError>> + Send;
 }
 
 /// Largest `/ready` answer read (Envoy's is a state name).
@@ -71,7 +72,7 @@ impl EnvoyReadiness for AdminClient {
         Ok(ReadyAnswer::parse(status, &body))
     }
 
-    async fn readiness_stats(&self, patience: u32) -> Result<String, AdminError> {
+    async fn readiness_stats(&self, patience: Patience) -> Result<String, AdminError> {
         self.patient(patience)
             .get_text(Endpoint::Stats, READINESS_STATS, STATS_LIMIT)
             .await
@@ -137,7 +138,7 @@ pub async fn run<E: EnvoyReadiness, M: ReadinessEvents>(
         events,
         heartbeat,
         timeouts: 0,
-        stats_timeouts: 0,
+        stats_patience: Patience::default(),
         stale_logged: false,
     };
     loop {
@@ -150,16 +151,6 @@ pub async fn run<E: EnvoyReadiness, M: ReadinessEvents>(
             _ = tokio::time::sleep(pause) => {}
         }
     }
-}
-
-/// How many admin timeouts the readiness stats read waits after `timeouts`
-/// of them in a row: 1, 2, 4, then 8. The read is matched against every
-/// stat Envoy has (10,000 listeners: more than a second on a busy node),
-/// and Envoy's admin thread finishes a read its client gave up on: cut at
-/// the admin timeout each time, a read that needs longer would cost Envoy
-/// that time at every poll and never make the pod ready.
-fn stats_patience(timeouts: u32) -> u32 {
-    1 << timeouts.min(3)
 }
 
 /// What one poll found.
@@ -178,9 +169,9 @@ struct Poller<E, M> {
     heartbeat: Heartbeat,
     /// Reads that timed out in a row.
     timeouts: u32,
-    /// Readiness stats reads that timed out in a row: the next waits
-    /// longer ([`stats_patience`]).
-    stats_timeouts: u32,
+    /// How long the next readiness stats read is waited for: longer after
+    /// reads that timed out, the admin timeout after any other answer.
+    stats_patience: Patience,
     /// Whether the kept answer's going stale has been logged.
     stale_logged: bool,
 }
@@ -277,10 +268,10 @@ impl<E: EnvoyReadiness, M: ReadinessEvents> Poller<E, M> {
                 Some(s as u64),
             )
         };
-        let stats = self.envoy.readiness_stats(stats_patience(self.stats_timeouts)).await;
+        let stats = self.envoy.readiness_stats(self.stats_patience).await;
         match &stats {
-            Err(e) if e.is_timeout() => self.stats_timeouts = self.stats_timeouts.saturating_add(1),
-            _ => self.stats_timeouts = 0,
+            Err(e) if e.is_timeout() => self.stats_patience.timed_out(),
+            _ => self.stats_patience.reset(),
         }
         match stats {
             Ok(body) => {
@@ -366,13 +357,13 @@ mod schedule_tests {
             answer
         }
 
-        /// The script's answer, or a timeout at `patience` times the
-        /// admin timeout (1 s) when it comes later.
-        async fn readiness_stats(&self, patience: u32) -> Result<String, AdminError> {
+        /// The script's answer, or a timeout at the admin timeout (1 s)
+        /// as `patience` stretches it, when it comes later.
+        async fn readiness_stats(&self, patience: Patience) -> Result<String, AdminError> {
             let t = self.0.t0.elapsed();
             self.0.calls.lock().unwrap().push((t, "stats"));
             let (delay, answer) = (self.0.stats)(t);
-            let waited = secs(f64::from(patience));
+            let waited = patience.timeout(secs(1.0));
             if delay > waited {
                 tokio::time::sleep(waited).await;
                 return Err(AdminError::Timeout {

@@ -308,8 +308,8 @@ impl EnvoyControl for Envoy {
             .map_err(control_error)
     }
 
-    async fn active(&self) -> Result<ActiveRead, ControlError> {
-        let reading = self.counts.read_now().await;
+    async fn active(&self, timeout: Duration) -> Result<ActiveRead, ControlError> {
+        let reading = self.counts.read_now(timeout).await;
         let body = reading.body?;
         Ok(ActiveRead {
             active: active(&body, &self.ignored_ports),

@@ -9,7 +9,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::inbox::Interrupt;
 use super::Drain;
-use crate::policy::{Pacer, Progress};
+use crate::policy::{Pacer, Patience, Progress};
 use crate::ports::{ActiveRead, AppControl, ControlError, EnvoyControl, Work};
 use crate::rotation::Rotation;
 use crate::{APP_SCAN, APP_SCAN_MAX, EXTERNAL_GONE_AFTER, WARN_EVERY};
@@ -102,6 +102,8 @@ pub(super) struct Seen {
     pub(super) left: Option<u64>,
     /// An external Envoy's refusals.
     refusals: Refusals,
+    /// How long the next read of Envoy's counts is waited for.
+    pub(super) patience: Patience,
     pub(super) progress: Progress,
     read_warning: Throttle,
     skipped_warning: Throttle,
@@ -113,6 +115,7 @@ impl Default for Seen {
         Self {
             left: None,
             refusals: Refusals::default(),
+            patience: Patience::default(),
             progress: Progress::default(),
             read_warning: Throttle::new(WARN_EVERY),
             skipped_warning: Throttle::new(WARN_EVERY),
@@ -132,7 +135,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     ) -> Result<(Read<ActiveRead>, Option<Read<Work, A::Error>>), Interrupt> {
         let watch_app = self.watch_app;
         let (envoy, app) = (&self.envoy, &self.app);
-        let envoy_read = async { Read::of(tokio::time::timeout(timeout, envoy.active()).await) };
+        let envoy_read = async { Read::of(tokio::time::timeout(timeout, envoy.active(timeout)).await) };
         let app_read = async {
             match watch_app {
                 true => Some(looks.take(app, timeout).await),
@@ -198,6 +201,12 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         now: Instant,
         seen: &mut Seen,
     ) -> Result<Option<u64>, Interrupt> {
+        let usual = self.plan.admin_timeout;
+        match &read {
+            Read::Answered(ActiveRead { took, .. }) => seen.patience.answered(*took, usual),
+            Read::TimedOut | Read::Failed(ControlError::TimedOut(_)) => seen.patience.timed_out(),
+            Read::Failed(_) => seen.patience.reset(),
+        }
         let error = match read {
             Read::Answered(ActiveRead { active, .. }) => {
                 seen.refusals.reset();
