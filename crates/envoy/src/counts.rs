@@ -136,11 +136,15 @@ impl CountsReader {
             Some(timeout) => self.admin.waiting(timeout),
             None => self.admin.patient(last.patience),
         };
+        // Taken as timed out until it is answered: a read its caller gave
+        // up on first (the drain's own deadline, a few ms before this
+        // client's) ran past its time all the same.
+        last.patience.timed_out();
         let body = admin.get_text(Endpoint::Stats, path, ACTIVE_LIMIT).await;
         let took = began.elapsed();
         match &body {
             Ok(_) => last.patience.answered(took, self.admin.timeout()),
-            Err(e) if e.is_timeout() => last.patience.timed_out(),
+            Err(e) if e.is_timeout() => {}
             Err(_) => last.patience.reset(),
         }
         let seq = last.reading.as_ref().map_or(1, |r| r.seq + 1);
@@ -310,5 +314,50 @@ listener.admin.main_thread.downstream_cx_active: 1
     #[test]
     fn empty_answer_counts_zero() {
         assert_eq!(active("", &[]), Active::default());
+    }
+
+    /// A local admin whose every answer comes after `takes`; its URL.
+    async fn slow_admin(takes: Duration) -> lifeguard_base::url::LoopbackUrl {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    tokio::time::sleep(takes).await;
+                    let body = "listener.127.0.0.1_15006.downstream_cx_active: 1\n";
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(format!("{head}{body}").as_bytes()).await;
+                });
+            }
+        });
+        url
+    }
+
+    /// The drain gives up on its read before the admin client does (its
+    /// deadline, a few ms earlier): the read ran past its time all the
+    /// same, so the drain wait's next read waits twice the admin timeout
+    /// and is answered.
+    #[tokio::test]
+    async fn a_read_its_caller_gave_up_on_makes_the_next_wait_longer() {
+        let usual = Duration::from_millis(500);
+        let counts = CountsReader::new(AdminClient::new(slow_admin(Duration::from_millis(600)).await, usual));
+        let cut = tokio::time::timeout(Duration::from_millis(100), counts.read_now(usual)).await;
+        assert!(cut.is_err(), "the caller gave up first");
+        let reading = counts.read_recent(Duration::ZERO).await;
+        let counted = reading.body.map(|body| active(&body, &[]).connections);
+        assert_eq!(counted, Ok(1), "waited {:?}", reading.took);
+        assert!(reading.took > usual, "{:?}", reading.took);
     }
 }
