@@ -28,7 +28,7 @@ use super::trigger::Trigger;
 use super::DRAIN_CALL_TRIES;
 use inbox::{Inbox, Interrupt};
 use lifeguard_base::duration::GoDuration;
-use reads::{Looks, Read, Seen};
+use reads::{Looks, Read, ReadTimeouts, Seen};
 
 /// The drain state machine. Build it with [`Drain::new`] (and, for the
 /// `out-of-rotation` policy, [`Drain::with_rotation`]), run it with
@@ -400,7 +400,11 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(plan.last_read_timeout());
             let read_started = Instant::now();
-            let (envoy_read, app_read) = self.read_once(read_timeout, &mut looks).await?;
+            let timeouts = ReadTimeouts {
+                envoy: read_timeout,
+                look: read_timeout.min(plan.admin_timeout),
+            };
+            let (envoy_read, app_read) = self.read_once(timeouts, &mut looks).await?;
             // The pace counts from the start of the read the drain got: a
             // read shared with the drain wait began before the drain asked
             // (and cost Envoy more than the drain waited for it), and the
@@ -463,7 +467,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             let next = rule.cap(deadline.min(read_began + gap).max(now));
             match app_now.filter(|work| self.watch_app && !work.is_done()) {
                 // The app's end is looked for in between.
-                Some(work) => self.watch_app_until(next, work, read_timeout, &mut looks).await?,
+                Some(work) => self.watch_app_until(next, work, timeouts.look, &mut looks).await?,
                 None => self.inbox.race(&self.envoy, sleep_until(next)).await?,
             }
         }

@@ -97,6 +97,16 @@ impl Refusals {
 }
 
 /// What the reads of one wait remember between them.
+/// How long one round of the drain's reads waits: Envoy's count read (as
+/// [`Patience`] says, within the deadline) and a look at the app (the
+/// admin timeout at most: a look's time is the kernel's, not Envoy's, and
+/// a slow Envoy must not let a look stall past the deadline).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ReadTimeouts {
+    pub(super) envoy: Duration,
+    pub(super) look: Duration,
+}
+
 pub(super) struct Seen {
     /// The count the policy counts at the last successful read.
     pub(super) left: Option<u64>,
@@ -126,19 +136,20 @@ impl Default for Seen {
 
 impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// One read of Envoy's active counts and, with `app-exit`, of the app's
-    /// work, side by side, each under `timeout`: Envoy's answer and the
+    /// work, side by side, each under its own of `timeouts`: Envoy's answer and the
     /// app's (None: not watched), taken by `looks`.
     pub(super) async fn read_once(
         &mut self,
-        timeout: Duration,
+        timeouts: ReadTimeouts,
         looks: &mut Looks,
     ) -> Result<(Read<ActiveRead>, Option<Read<Work, A::Error>>), Interrupt> {
         let watch_app = self.watch_app;
         let (envoy, app) = (&self.envoy, &self.app);
+        let ReadTimeouts { envoy: timeout, look } = timeouts;
         let envoy_read = async { Read::of(tokio::time::timeout(timeout, envoy.active(timeout)).await) };
         let app_read = async {
             match watch_app {
-                true => Some(looks.take(app, timeout).await),
+                true => Some(looks.take(app, look).await),
                 false => None,
             }
         };
