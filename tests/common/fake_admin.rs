@@ -76,6 +76,10 @@ pub struct AdminState {
     pub slow_next_active: Mutex<Option<Duration>>,
     /// When each active-count read came in.
     pub active_reads: Mutex<Vec<Instant>>,
+    /// Envoy's main thread, which serves its admin API: slowed
+    /// active-count reads are answered one at a time, and each is finished
+    /// even when its client gave up on it.
+    admin_thread: Arc<tokio::sync::Mutex<()>>,
     /// When `/ready` last answered `LIVE`.
     pub last_live: Mutex<Option<Instant>>,
     /// Set once a `/stats/prometheus` request was read.
@@ -168,15 +172,21 @@ impl AdminState {
         readiness(mode).await
     }
 
-    /// The drain's active-count read: recorded, slowed as told, the next
-    /// scripted answer or `active_body`.
+    /// The drain's active-count read: recorded, slowed as told (behind any
+    /// slowed read before it, as on Envoy's main thread), the next scripted
+    /// answer or `active_body`.
     async fn active_counts(&self) -> Response<Body> {
         self.active_reads.lock().unwrap().push(Instant::now());
         let slow = self.slow_next_active.lock().unwrap().take();
         let takes = *self.active_read_takes.lock().unwrap();
         let delay = slow.unwrap_or_default().max(takes);
         if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+            let thread = self.admin_thread.clone();
+            let _ = tokio::spawn(async move {
+                let _busy = thread.lock_owned().await;
+                tokio::time::sleep(delay).await;
+            })
+            .await;
         }
         let scripted = self.active_script.lock().unwrap().pop_front();
         let body = scripted.unwrap_or_else(|| self.active_body.lock().unwrap().clone());

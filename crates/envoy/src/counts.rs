@@ -316,13 +316,17 @@ listener.admin.main_thread.downstream_cx_active: 1
         assert_eq!(active("", &[]), Active::default());
     }
 
-    /// A local admin whose every answer comes after `takes`; its URL.
+    /// A local admin whose every answer takes `takes` of its one thread,
+    /// as Envoy's main thread serves its admin API: one at a time, each
+    /// finished even when its client gave up on it; its URL.
     async fn slow_admin(takes: Duration) -> lifeguard_base::url::LoopbackUrl {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        let thread = Arc::new(tokio::sync::Mutex::new(()));
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
+                let thread = thread.clone();
                 tokio::spawn(async move {
                     let mut request = Vec::new();
                     let mut buf = [0; 1024];
@@ -332,7 +336,10 @@ listener.admin.main_thread.downstream_cx_active: 1
                             Ok(n) => request.extend_from_slice(&buf[..n]),
                         }
                     }
-                    tokio::time::sleep(takes).await;
+                    {
+                        let _busy = thread.lock().await;
+                        tokio::time::sleep(takes).await;
+                    }
                     let body = "listener.127.0.0.1_15006.downstream_cx_active: 1\n";
                     let head = format!(
                         "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
@@ -347,12 +354,13 @@ listener.admin.main_thread.downstream_cx_active: 1
 
     /// The drain gives up on its read before the admin client does (its
     /// deadline, a few ms earlier): the read ran past its time all the
-    /// same, so the drain wait's next read waits twice the admin timeout
+    /// same, and Envoy finishes it before it begins the next, so the drain
+    /// wait's next read, which needs 0.7 s, waits twice the admin timeout
     /// and is answered.
     #[tokio::test]
     async fn a_read_its_caller_gave_up_on_makes_the_next_wait_longer() {
         let usual = Duration::from_millis(500);
-        let counts = CountsReader::new(AdminClient::new(slow_admin(Duration::from_millis(600)).await, usual));
+        let counts = CountsReader::new(AdminClient::new(slow_admin(Duration::from_millis(400)).await, usual));
         let cut = tokio::time::timeout(Duration::from_millis(100), counts.read_now(usual)).await;
         assert!(cut.is_err(), "the caller gave up first");
         let reading = counts.read_recent(Duration::ZERO).await;
