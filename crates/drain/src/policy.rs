@@ -179,8 +179,10 @@ impl DoneRule {
 /// against every stat it has (10,000 listeners: more than a second on a
 /// busy node) and finishes a read its client gave up on: cut at the usual
 /// timeout each time, a read that needs longer would cost Envoy that time
-/// at every try and never be answered. The readiness poller's stats
-/// reads, the drain's count reads and the drain wait's all wait so.
+/// at every try and never be answered. The drain's count reads and the
+/// drain wait's wait so; the readiness poller's stats reads, made only
+/// until Envoy is first ready, double after timeouts and go back to the
+/// usual timeout after any answer ([`Patience::reset`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Patience {
     /// Doublings of the usual timeout, 0 to 3.

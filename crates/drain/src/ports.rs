@@ -55,8 +55,10 @@ pub trait EnvoyControl {
         skip_exit: bool,
     ) -> impl Future<Output = Result<(), ControlError>> + Send;
     /// Reads the active downstream connections and requests, with the
-    /// read's own time ([`ActiveRead::took`]), shared or not, waiting at
-    /// most `timeout` for Envoy's answer ([`ControlError::TimedOut`]).
+    /// read's own time ([`ActiveRead::took`]), shared or not; a new read
+    /// waits at most `timeout` for Envoy's answer
+    /// ([`ControlError::TimedOut`]), and a read under way when asked is
+    /// waited for as its own timeout says.
     fn active(&self, timeout: Duration) -> impl Future<Output = Result<ActiveRead, ControlError>> + Send;
     /// Stops Envoy gracefully within `bound`.
     fn stop(&self, bound: Duration) -> impl Future<Output = Exit> + Send;

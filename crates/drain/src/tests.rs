@@ -519,7 +519,7 @@ async fn count_reads_slower_than_the_admin_timeout_are_waited_for_as_long_as_the
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     // The third read begins 11 times 1.5 s after the second (17.5 s) and,
     // given 2 s, answers zero at 19 s; given 1 s again, it would have been
-    // cut, and a fourth would answer at 20 s.
+    // cut, and the next would begin 16.5 s after it.
     assert_between(envoy.stops()[0], 19.0, 19.05);
 }
 

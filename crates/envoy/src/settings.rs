@@ -74,9 +74,8 @@ pub struct Settings {
     pub startup_poll_interval: PollInterval,
 
     /// Timeout of one admin API call: connect, request and body (the
-    /// readiness stats read before Envoy is ready and the drain's count
-    /// reads wait twice as long after each that timed out, up to 8 times
-    /// this).
+    /// readiness, drain and drain wait reads of `/stats` wait twice as long
+    /// after each that timed out, up to 8 times this).
     #[arg(long, env = "LIFEGUARD_ADMIN_TIMEOUT", value_name = "DURATION", default_value = "1s")]
     pub admin_timeout: PositiveSpan,
 
