@@ -29,9 +29,9 @@ pub(super) struct Inbox {
     pub(super) status: watch::Sender<Status>,
     /// The phase alone, for the probe's path.
     pub(super) phase: PhaseCell,
-    pub(super) stop_requested: bool,
-    /// When the first stop signal came (the kubelet's SIGTERM): the
-    /// kubelet gives a container at least 2 s after it (`Plan::stop_bound`).
+    /// When the first stop signal came (the kubelet's SIGTERM): Envoy
+    /// stops once drained, and the kubelet gives a container at least 2 s
+    /// after it (`Plan::stop_bound`).
     pub(super) signalled_at: Option<Instant>,
     pub(super) waiters: Vec<oneshot::Sender<Status>>,
     pub(super) drained: bool,
@@ -43,6 +43,11 @@ pub(super) struct Inbox {
 }
 
 impl Inbox {
+    /// Whether a stop signal came: Envoy stops once drained.
+    pub(super) fn stop_requested(&self) -> bool {
+        self.signalled_at.is_some()
+    }
+
     /// Runs `fut` while handling events; ends early if Envoy exits or a
     /// quit is asked for.
     pub(super) async fn race<T>(
@@ -96,7 +101,7 @@ impl Inbox {
 
     /// Waits (handling events) until a signal asks for Envoy's stop.
     pub(super) async fn wait_for_signal(&mut self, envoy: &impl EnvoyControl) -> Result<(), Interrupt> {
-        while !self.stop_requested {
+        while !self.stop_requested() {
             let window = self.kubelet_window;
             let window_ends = window.map_or_else(far, |(at, _)| at);
             let event = tokio::select! {
@@ -118,11 +123,10 @@ impl Inbox {
         match event {
             None => self.open = false,
             Some(Event::Signal(signal)) => {
-                if self.stop_requested {
+                if self.stop_requested() {
                     tracing::info!(%signal, "signal received again; the drain goes on unchanged");
                 } else {
                     tracing::info!(%signal, "signal received; Envoy stops once drained");
-                    self.stop_requested = true;
                     self.signalled_at = Some(Instant::now());
                     self.publish(|s| {
                         s.stop_requested = true;

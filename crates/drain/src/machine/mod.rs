@@ -63,7 +63,6 @@ impl<E: EnvoyControl, A: AppControl> Drain<E, A> {
             open: true,
             status,
             phase,
-            stop_requested: false,
             signalled_at: None,
             waiters: Vec::new(),
             drained: false,
@@ -112,7 +111,6 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
             match event {
                 None => self.inbox.open = false,
                 Some(Event::Signal(signal)) => {
-                    self.inbox.stop_requested = true;
                     self.inbox.signalled_at = Some(Instant::now());
                     self.inbox.publish(|s| s.stop_signal = Some(signal));
                     break Trigger::Signal(signal);
@@ -223,7 +221,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// kubelet is answered in it (by what started it); logs it.
     fn publish_start(&mut self, trigger: Trigger, first: Phase) {
         let now_unix = lifeguard_base::duration::unix_now();
-        let stop_requested = self.inbox.stop_requested;
+        let stop_requested = self.inbox.stop_requested();
         let (policy, drained_when) = (self.plan.drain_until, self.plan.drained_when());
         let answer = self.plan.kubelet(trigger);
         let kubelet = Kubelet::new(answer);
@@ -275,7 +273,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// asked for its stop yet).
     fn publish_drained(&mut self, cut: bool, started: Instant) -> bool {
         self.inbox.drained = true;
-        let keep_running = !self.inbox.stop_requested;
+        let keep_running = !self.inbox.stop_requested();
         let took = started.elapsed().as_secs_f64();
         self.inbox.publish(|s| {
             s.cut_by_deadline = cut;
@@ -343,7 +341,7 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
     /// /drain`), and while the kubelet follows Envoy (its answer says Envoy
     /// accepts new connections).
     async fn drain_listeners(&mut self, deadline: Instant) -> Result<(), Interrupt> {
-        let skip_exit = !self.inbox.stop_requested || self.kubelet == KubeletAnswer::FollowsEnvoy;
+        let skip_exit = !self.inbox.stop_requested() || self.kubelet == KubeletAnswer::FollowsEnvoy;
         let scope = self.plan.scope;
         for attempt in 1..=DRAIN_CALL_TRIES {
             let left = deadline.saturating_duration_since(Instant::now());
