@@ -35,7 +35,8 @@ pub use crate::envoy::listeners::{dumped_listeners, Listener};
 // ---- The app's metrics and the merged scrape's formats (scrape/app/) ----
 
 pub use crate::istio::annotations::{AppMetrics, MetricsTarget};
-pub use crate::scrape::app::lines::{note_families, Format, LineFilter};
+pub use crate::scrape::app::lines::{note_families, LineFilter};
+pub use crate::scrape::format::Format;
 
 // ---- The app's probes (status/app_probe/) ----
 

@@ -1,7 +1,8 @@
 //! One value of a lower layer (the settings file, `PROXY_CONFIG`): the
 //! setting's key, its text as a user types it on the command line, and the
 //! name the user gave it under. The file's sections and `PROXY_CONFIG`
-//! make these; the layers lay them.
+//! make these; the layers lay them. And where a setting's value came
+//! from ([`Source`]).
 
 use std::fmt;
 
@@ -53,4 +54,25 @@ pub(crate) struct Entry {
     pub(crate) key: String,
     pub(crate) text: Text,
     pub(crate) field: String,
+}
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Flag,
+    Env,
+    /// Istio's `PROXY_CONFIG`.
+    ProxyConfig,
+    File,
+    Default,
+}
+
+/// `flag`, `env`, `PROXY_CONFIG`, `file`, `default`.
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::ProxyConfig => f.write_str("PROXY_CONFIG"),
+            other => f.write_str(&format!("{other:?}").to_lowercase()),
+        }
+    }
 }

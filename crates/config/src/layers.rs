@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::fmt;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -20,10 +19,12 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
-use crate::entry::{Entry, Text};
+use crate::entry::{Entry, Source, Text};
+use crate::error::{ConfigError, FileError, Why};
 use crate::proxy_config::{EnvNames, ProxyLayer};
 use crate::sections::FileValues;
-use crate::{ConfigError, Effective, FileError, Loaded, Plan, RunArgs, Settings, Source, Why};
+use crate::sections::Settings;
+use crate::{Effective, Loaded, Plan, RunArgs};
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::settings::SettingError;
 
@@ -310,16 +311,6 @@ pub fn from_clap_error(err: clap::Error, argv: &[OsString]) -> Result<ConfigErro
         origin,
         why: Why::Value(err),
     })
-}
-
-/// Why clap refused a value: the setting's parser's own error, else the
-/// values it takes.
-pub(crate) fn clap_why(err: &clap::Error, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    match (std::error::Error::source(err), err.get(ContextKind::ValidValue)) {
-        (Some(source), _) => write!(f, "{source}"),
-        (None, Some(ContextValue::Strings(valid))) => write!(f, "expected one of {}", valid.join(", ")),
-        _ => f.write_str("invalid value"),
-    }
 }
 
 /// The longest config file read.

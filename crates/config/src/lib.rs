@@ -26,24 +26,27 @@
 //!   `Settings` and the sections are made from; a key out of place
 //!   ([`KeyError`]).
 //! - `entry`: one value of a lower layer, as the file and `PROXY_CONFIG`
-//!   give it and the layers lay it (the modules above share it; it
-//!   imports none of them).
+//!   give it and the layers lay it, and where a value came from
+//!   ([`Source`]) (the modules above share it; it imports none of them).
+//! - `error`: why settings were refused ([`ConfigError`]).
 //! - [`reference()`]: docs/configuration.md, written from the settings.
 
-use std::fmt;
 use std::path::PathBuf;
 
 use clap::Args;
 
 mod entry;
+mod error;
 mod layers;
 mod proxy_config;
 mod reference;
 mod sections;
 
+pub use entry::Source;
+pub use error::{ConfigError, FileError, Why};
 pub use layers::from_clap_error;
 pub use reference::reference;
-pub use sections::KeyError;
+pub use sections::{KeyError, Settings};
 
 /// Options of `lifeguard run` and `check`: the settings file, then the settings.
 #[derive(Debug, Clone, Args)]
@@ -57,24 +60,6 @@ pub struct RunArgs {
     pub proxy_config: Option<String>,
     #[command(flatten)]
     pub settings: Settings,
-}
-
-sections::sections! {
-    /// Every setting of a running agent, each crate's own flattened: one
-    /// command line, one file with a section a crate; declared once, with
-    /// the file's section, the owning crate and the reference's heading of
-    /// each, in the reference's order (`SECTIONS` is made from the same
-    /// list).
-    pub struct Settings {
-        status: lifeguard_status::Settings => "status", "lifeguard-status", "The status port";
-        envoy: lifeguard_envoy::Settings => "envoy", "lifeguard-envoy", "Envoy";
-        drain: lifeguard_drain::Settings => "drain", "lifeguard-drain", "The drain";
-        drain_wait: lifeguard_drain_wait::Settings => "drain_wait", "lifeguard-drain-wait", "The drain wait";
-        pod: lifeguard_pod::Settings => "pod", "lifeguard-pod", "The app in the pod";
-        metrics: lifeguard_scrape::Settings => "metrics", "lifeguard-scrape", "Metrics and the merged scrape";
-        log: lifeguard_logging::Settings => "logging", "lifeguard-logging", "Logs";
-        exit: lifeguard_exit::Settings => "exit", "lifeguard-exit", "The exit summary";
-    }
 }
 
 /// What the agent runs with: each crate's plan, made from its settings
@@ -105,89 +90,12 @@ pub struct Loaded {
     pub effective: Vec<Effective>,
 }
 
-/// Where a setting's value came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    Flag,
-    Env,
-    /// Istio's `PROXY_CONFIG`.
-    ProxyConfig,
-    File,
-    Default,
-}
-
-/// `flag`, `env`, `PROXY_CONFIG`, `file`, `default`.
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::ProxyConfig => f.write_str("PROXY_CONFIG"),
-            other => f.write_str(&format!("{other:?}").to_lowercase()),
-        }
-    }
-}
-
 /// One effective setting, for `lifeguard check` and the start-up log.
 #[derive(Debug, Clone)]
 pub struct Effective {
     pub key: String,
     pub value: String,
     pub source: Source,
-}
-
-/// A configuration error. The message names the field and the value.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("config file {path}: {why}")]
-    File { path: PathBuf, why: FileError },
-    #[error("invalid {field} = {value:?} (from {origin}): {why}")]
-    Invalid {
-        field: String,
-        value: String,
-        origin: Source,
-        why: Why,
-    },
-}
-
-/// Why the settings file was refused as a whole.
-#[derive(Debug, thiserror::Error)]
-pub enum FileError {
-    #[error("cannot read: {0}")]
-    Read(#[from] std::io::Error),
-    #[error("not a regular file")]
-    NotARegularFile,
-    #[error("larger than 1 MiB")]
-    TooLarge,
-    #[error("{}", .0.message())]
-    NotToml(#[source] toml::de::Error),
-    /// A key that is no setting, or not where it may be.
-    #[error(transparent)]
-    Key(#[from] KeyError),
-}
-
-/// Why a value was refused, kept as the error that refused it until the
-/// message is written.
-#[derive(Debug)]
-pub enum Why {
-    /// The setting's parser refused it: clap's error, whose cause is the
-    /// parser's own.
-    Value(clap::Error),
-    /// A file's value of a shape no setting takes: what it should be.
-    Shape(&'static str),
-    /// A rule across settings: the owning crate's error.
-    Rule(Box<dyn std::error::Error + Send + Sync>),
-    /// `PROXY_CONFIG` that cannot be read (its field is the one named).
-    ProxyConfig(lifeguard_istio::proxy_config::ProxyConfigError),
-}
-
-impl fmt::Display for Why {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Why::Value(e) => layers::clap_why(e, f),
-            Why::Shape(expected) => write!(f, "expected {expected}"),
-            Why::Rule(e) => write!(f, "{e}"),
-            Why::ProxyConfig(e) => f.write_str(&e.why),
-        }
-    }
 }
 
 #[cfg(test)]

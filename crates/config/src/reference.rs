@@ -6,7 +6,7 @@
 use clap::{Args, Command};
 
 use super::RunArgs;
-use crate::SECTIONS;
+use crate::sections::SECTIONS;
 
 const HEAD: &str = "\
 # Configuration reference

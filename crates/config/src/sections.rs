@@ -8,7 +8,6 @@ use std::sync::OnceLock;
 use clap::Command;
 
 use crate::entry::{Entry, Text};
-use crate::SECTIONS;
 
 /// One crate's settings as the file and the reference group them.
 pub(crate) struct Section {
@@ -87,7 +86,24 @@ macro_rules! sections {
         ];
     };
 }
-pub(crate) use sections;
+
+sections! {
+    /// Every setting of a running agent, each crate's own flattened: one
+    /// command line, one file with a section a crate; declared once, with
+    /// the file's section, the owning crate and the reference's heading of
+    /// each, in the reference's order (`SECTIONS` is made from the same
+    /// list).
+    pub struct Settings {
+        status: lifeguard_status::Settings => "status", "lifeguard-status", "The status port";
+        envoy: lifeguard_envoy::Settings => "envoy", "lifeguard-envoy", "Envoy";
+        drain: lifeguard_drain::Settings => "drain", "lifeguard-drain", "The drain";
+        drain_wait: lifeguard_drain_wait::Settings => "drain_wait", "lifeguard-drain-wait", "The drain wait";
+        pod: lifeguard_pod::Settings => "pod", "lifeguard-pod", "The app in the pod";
+        metrics: lifeguard_scrape::Settings => "metrics", "lifeguard-scrape", "Metrics and the merged scrape";
+        log: lifeguard_logging::Settings => "logging", "lifeguard-logging", "Logs";
+        exit: lifeguard_exit::Settings => "exit", "lifeguard-exit", "The exit summary";
+    }
+}
 
 /// The file's values, each under its setting's key and the name it was
 /// written under: `poll_interval` at the top level, `envoy.poll_interval`

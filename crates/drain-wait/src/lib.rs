@@ -32,7 +32,8 @@
 //! - `handle`: the [`DrainWait`] handle whose `wait` answers the hook,
 //!   and whose verdict a gateway's own drain (`out-of-rotation`) waits
 //!   for;
-//! - `settings`: the drain wait's settings and its [`DrainWaitPlan`].
+//! - `settings`: the drain wait's settings, which make its plan;
+//! - `plan`: what the wait runs with ([`DrainWaitPlan`]).
 //!
 //! Nothing here starts a drain: the hook may come before the proxy's own
 //! SIGTERM (or `POST /drain`), and waits for it.
@@ -40,6 +41,7 @@
 pub mod budget;
 pub mod checkers;
 mod handle;
+mod plan;
 mod quiet;
 pub mod rule;
 mod settings;
@@ -50,12 +52,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use ipnet::IpNet;
-use lifeguard_base::grace::Grace;
-use lifeguard_drain::{ControlError, DrainUntil};
+use lifeguard_drain::ControlError;
 
 pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, HealthChecks, RemoteWait, WaitEnd, WaitState, WaitWhy};
+pub use plan::DrainWaitPlan;
 pub use settings::{
     AddressRange, Checks, ChecksSetting, KubeletProbe, LoadBalancerChecks, NotAChecks, NotAProbe, NotARange,
     NotAThreshold, PlanError, Settings, Threshold,
@@ -156,99 +157,3 @@ impl Arrivals {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(transparent)]
 pub struct TrafficError(#[from] pub ControlError);
-
-/// The rule's settings.
-#[derive(Debug, Clone)]
-pub struct DrainWaitPlan {
-    /// Failed probes in a row after which a checker has taken the pod out,
-    /// for checkers whose software does not fix it (Envoy's: 1).
-    pub unhealthy_threshold: u32,
-    /// The shortest quiet period: no new request for this long at the
-    /// least, however busy the pod was.
-    pub min_quiet_period: Duration,
-    /// No checker holds the wait longer than this after the drain began.
-    pub checker_timeout: Duration,
-    /// Readiness answers 503 this long after the drain began: the drain's
-    /// readiness-fail delay (zero: at once). The checkers fail from then,
-    /// which the budget counts.
-    pub fails_after: Duration,
-    /// Only probes from these ranges count as a checker's (empty: any
-    /// peer but the kubelet).
-    pub checker_ranges: Vec<IpNet>,
-    /// The pod's grace period and lifeguard's shutdown margin, the drain's
-    /// (its deadline bounds the wait; the budget weighs the checkers
-    /// against the period).
-    pub grace: Grace,
-    /// Time kept for the app between the wait's end and the deadline: the
-    /// wait never outlasts the deadline less `app_time`, counted from the
-    /// drain's start or from the hook's arrival, whichever is first.
-    pub app_time: Duration,
-    /// The load balancers that check the node (`--load-balancer-checks`,
-    /// or assumed), the drain's: for the budget of each way a node gets
-    /// its traffic, which the drain wait cannot learn.
-    pub node_checks: lifeguard_drain::NodeChecks,
-    /// The kubelet's readiness probe as declared (`--kubelet-probe`; None:
-    /// Kubernetes' defaults assumed), for the announcers' budget.
-    pub kubelet_probe: Option<Checks>,
-    /// Whether the kubelet is told a terminating pod serves
-    /// (`--terminating-readiness serving`).
-    pub kubelet_served: bool,
-    /// The longest quiet period (None: the wait's bound).
-    pub max_quiet_period: Option<Duration>,
-}
-
-#[cfg(any(test, feature = "testing"))]
-impl DrainWaitPlan {
-    /// The defaults' plan, within the drain's defaults, for tests
-    /// (threshold 3, a 500 ms quiet period, a 20 s checker timeout, a 30 s
-    /// grace period less a 2 s margin, 5 s for the app).
-    pub fn for_tests() -> DrainWaitPlan {
-        let settings: Settings = lifeguard_base::settings::defaults();
-        settings
-            .plan(&lifeguard_drain::Plan::for_status_tests())
-            .expect("the defaults hold")
-    }
-}
-
-impl DrainWaitPlan {
-    /// How long the wait may last: the deadline less the app's time.
-    pub(crate) fn bound(&self) -> Duration {
-        self.grace.deadline().saturating_sub(self.app_time)
-    }
-
-    /// The app's time under the drain's `policy`: none for a gateway
-    /// (`out-of-rotation`: there is no app, and Envoy itself waits).
-    pub(crate) fn app_time_under(&self, policy: DrainUntil) -> Duration {
-        match policy {
-            DrainUntil::OutOfRotation => Duration::ZERO,
-            _ => self.app_time,
-        }
-    }
-
-    /// The wait's bound under the drain's `policy`.
-    pub(crate) fn bound_under(&self, policy: DrainUntil) -> Duration {
-        self.grace.deadline().saturating_sub(self.app_time_under(policy))
-    }
-
-    /// The longest quiet period under the drain's `policy`: the wait's
-    /// bound, or `--drain-wait-max-quiet-period` when shorter.
-    pub(crate) fn quiet_ceiling(&self, policy: DrainUntil) -> Duration {
-        let bound = self.bound_under(policy);
-        self.max_quiet_period.map_or(bound, |max| max.min(bound))
-    }
-
-    /// From the drain's start, how long the slowest declared load balancer
-    /// (`--load-balancer-checks`) may go on sending new connections: the
-    /// readiness-fail delay, its interval × threshold, and the second the
-    /// change takes to reach it (zero when none is declared: what is
-    /// assumed for the kubelet's answer does not hold a gateway's
-    /// kept-alive clients). The sum the budget weighs.
-    pub(crate) fn declared_let_go(&self) -> Duration {
-        self.node_checks
-            .declared()
-            .iter()
-            .map(|checks| self.fails_after + checks.takes() + lifeguard_drain::KUBE_PROXY_LAG)
-            .max()
-            .unwrap_or_default()
-    }
-}

@@ -306,3 +306,16 @@ impl<E> Serialize for ChecksSetting<E> {
         s.collect_str(self)
     }
 }
+
+#[cfg(any(test, feature = "testing"))]
+impl DrainWaitPlan {
+    /// The defaults' plan, within the drain's defaults, for tests
+    /// (threshold 3, a 500 ms quiet period, a 20 s checker timeout, a 30 s
+    /// grace period less a 2 s margin, 5 s for the app).
+    pub fn for_tests() -> DrainWaitPlan {
+        let settings: Settings = lifeguard_base::settings::defaults();
+        settings
+            .plan(&lifeguard_drain::Plan::for_status_tests())
+            .expect("the defaults hold")
+    }
+}

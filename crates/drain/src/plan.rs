@@ -54,22 +54,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The time policy, asked for, with every other setting at its
-    /// default (Envoy's reads: a 1 s timeout, every second): for the
-    /// status service's tests, the drain's own and the fuzz targets'.
-    #[cfg(any(test, feature = "testing"))]
-    pub fn for_status_tests() -> Plan {
-        let settings = crate::Settings {
-            drain_until: Some(DrainUntil::Time),
-            ..lifeguard_base::settings::defaults()
-        };
-        let reads = crate::Reads {
-            admin_timeout: Duration::from_secs(1),
-            poll_interval: Duration::from_secs(1),
-        };
-        settings.plan(reads, NodeChecks::default()).expect("the defaults hold")
-    }
-
     /// The policy: asked for, or the default the settings made.
     pub fn drain_until(&self) -> DrainUntil {
         self.drain_until

@@ -199,3 +199,21 @@ impl Settings {
         })
     }
 }
+
+impl Plan {
+    /// The time policy, asked for, with every other setting at its
+    /// default (Envoy's reads: a 1 s timeout, every second): for the
+    /// status service's tests, the drain's own and the fuzz targets'.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn for_status_tests() -> Plan {
+        let settings = Settings {
+            drain_until: Some(DrainUntil::Time),
+            ..lifeguard_base::settings::defaults()
+        };
+        let reads = Reads {
+            admin_timeout: Duration::from_secs(1),
+            poll_interval: Duration::from_secs(1),
+        };
+        settings.plan(reads, NodeChecks::default()).expect("the defaults hold")
+    }
+}

@@ -11,8 +11,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::app::fetch::{self, Piece};
-use crate::app::lines::{note_families, Format, LineFilter};
+use crate::app::lines::{note_families, LineFilter};
 use crate::counters::Incomplete;
+use crate::format::Format;
 use crate::gzip::{GzTail, GZIP_HEADER};
 use crate::read::{Place, Read};
 use crate::request::ScrapeRequest;

@@ -85,6 +85,7 @@
 //! - `client`: one client's walk through its answer.
 //! - `shared`: what every scrape shares, and lifeguard's own part.
 //! - `window`: the bounded list a read's readers share.
+//! - [`mod@format`]: the answer's exposition format, by the client's `Accept`.
 //! - [`app`]: the app's targets read and fitted into the answer.
 //! - [`linger`]: waiting for a last scrape after Envoy stops.
 //! - `settings`: the `[metrics]` settings and their [`Plan`].
@@ -93,6 +94,7 @@ pub mod app;
 mod client;
 mod counters;
 mod envoy;
+pub mod format;
 mod gzip;
 pub mod linger;
 mod read;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use hyper::header::{HeaderMap, ACCEPT_ENCODING};
 
-use crate::app::lines::Format;
+use crate::format::Format;
 
 /// The Envoy part's budget when the client sends no scrape timeout
 /// (Prometheus' default scrape timeout).

@@ -21,8 +21,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::lines::Format;
 use crate::counters::Incomplete;
+use crate::format::Format;
 use lifeguard_istio::annotations::MetricsTarget;
 
 /// The largest body taken from one app target; the rest is left out

@@ -1,12 +1,7 @@
-//! The exposition formats of the merged answer, and the app's text fitted
-//! into it line by line.
-//!
-//! Envoy's and lifeguard's parts are the Prometheus text format (0.0.4),
-//! and a protobuf body cannot be concatenated with anything: so no source
-//! is ever asked for protobuf. The answer is text whenever the client
-//! accepts text (Prometheus always lists it), and OpenMetrics only for a
-//! client that accepts OpenMetrics and not text. Each app target is asked
-//! for the answer's format; what it sends anyway is converted:
+//! The app's text fitted into the merged answer line by line. Envoy's and
+//! lifeguard's parts are the Prometheus text format (0.0.4); the answer's
+//! format is [`crate::format`]'s, and each app target is asked for it.
+//! What a target sends anyway is converted:
 //!
 //! - OpenMetrics into text: `# EOF` and `# UNIT` lines dropped, the types
 //!   text lacks (`unknown`, `info`, `stateset`, `gaugehistogram`) become
@@ -25,91 +20,7 @@
 
 use std::collections::HashSet;
 
-use hyper::header::{HeaderMap, ACCEPT};
-
-/// The answer's exposition format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// `text/plain; version=0.0.4`.
-    Text,
-    /// `application/openmetrics-text`, version 1.0.0 or 0.0.1.
-    OpenMetrics { v1: bool },
-}
-
-impl Format {
-    /// The format for a client's `Accept` (text without one).
-    pub fn for_accept(headers: &HeaderMap) -> Format {
-        let (mut text, mut om, mut om_v1) = (false, false, false);
-        let values = headers.get_all(ACCEPT).iter().filter_map(|v| v.to_str().ok());
-        for item in values.flat_map(|v| v.split(',')) {
-            let mut parts = item.split(';').map(str::trim);
-            let media = parts.next().unwrap_or("").to_ascii_lowercase();
-            let (mut q, mut version) = (1.0f32, None);
-            for p in parts {
-                match p
-                    .split_once('=')
-                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"')))
-                {
-                    Some((k, v)) if k == "q" => q = v.parse().unwrap_or(0.0),
-                    Some((k, v)) if k == "version" => version = Some(v.to_owned()),
-                    _ => {}
-                }
-            }
-            if q <= 0.0 {
-                continue;
-            }
-            match media.as_str() {
-                "text/plain" if version.as_deref().is_none_or(|v| v == "0.0.4") => text = true,
-                "text/*" | "*/*" | "*" => text = true,
-                "application/openmetrics-text" => {
-                    om = true;
-                    om_v1 |= version.as_deref().is_none_or(|v| v == "1.0.0");
-                }
-                "application/*" => om = true,
-                _ => {}
-            }
-        }
-        match (text, om) {
-            (false, true) => Format::OpenMetrics { v1: om_v1 },
-            _ => Format::Text,
-        }
-    }
-
-    /// The answer's `Content-Type`.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
-            Format::OpenMetrics { v1: true } => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            Format::OpenMetrics { v1: false } => "application/openmetrics-text; version=0.0.1; charset=utf-8",
-        }
-    }
-
-    /// The `Accept` an app target is sent: this format first, never
-    /// protobuf.
-    pub fn accept_for_app(self) -> &'static str {
-        match self {
-            Format::Text => "text/plain;version=0.0.4",
-            Format::OpenMetrics { .. } => {
-                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.9,text/plain;version=0.0.4;q=0.5"
-            }
-        }
-    }
-
-    pub(crate) fn is_open_metrics(self) -> bool {
-        matches!(self, Format::OpenMetrics { .. })
-    }
-
-    /// The format of a source's answer, by its `Content-Type`.
-    pub fn of_content_type(value: &str) -> Format {
-        let media = value.split(';').next().unwrap_or("").trim();
-        match media.eq_ignore_ascii_case("application/openmetrics-text") {
-            true => Format::OpenMetrics {
-                v1: !value.contains("0.0.1"),
-            },
-            false => Format::Text,
-        }
-    }
-}
+use crate::format::Format;
 
 /// The families declared (`# TYPE NAME ...`) in `text`, added to `into`.
 pub fn note_families(text: &[u8], into: &mut HashSet<String>) {
@@ -278,40 +189,6 @@ fn name_labels_value(line: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::header::HeaderValue;
-
-    fn accept(v: &str) -> Format {
-        let mut h = HeaderMap::new();
-        h.insert(ACCEPT, HeaderValue::from_str(v).unwrap());
-        Format::for_accept(&h)
-    }
-
-    #[test]
-    fn text_whenever_the_client_takes_it_openmetrics_only_when_it_does_not() {
-        assert_eq!(Format::for_accept(&HeaderMap::new()), Format::Text);
-        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-        assert_eq!(accept(prometheus), Format::Text);
-        let proto = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.9,text/plain;version=0.0.4;q=0.3";
-        assert_eq!(accept(proto), Format::Text);
-        assert_eq!(accept("application/vnd.google.protobuf"), Format::Text);
-        assert_eq!(
-            accept("application/openmetrics-text;version=1.0.0"),
-            Format::OpenMetrics { v1: true }
-        );
-        assert_eq!(
-            accept("application/openmetrics-text; version=0.0.1"),
-            Format::OpenMetrics { v1: false }
-        );
-        assert_eq!(
-            accept("application/openmetrics-text;version=1.0.0,text/plain;q=0"),
-            Format::OpenMetrics { v1: true }
-        );
-        assert_eq!(
-            Format::of_content_type("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-            Format::OpenMetrics { v1: true }
-        );
-        assert_eq!(Format::of_content_type("text/plain; version=0.0.4"), Format::Text);
-    }
 
     fn run(from: Format, to: Format, taken: &[&str], text: &str) -> (String, Vec<String>) {
         let mut set: HashSet<String> = taken.iter().map(|s| s.to_string()).collect();
