@@ -87,6 +87,12 @@ pub fn check_report(plan: &Plan, effective: &[Effective]) -> usize {
         "drain deadline",
         GoDuration(plan.drain.grace().deadline())
     );
+    if !plan.drain.set_aside().is_empty() {
+        println!(
+            "settings the drain's policy leaves aside: {}",
+            plan.drain.set_aside().join(", ")
+        );
+    }
     if !plan.proxy_config_unused.is_empty() {
         println!("PROXY_CONFIG fields not used: {}", plan.proxy_config_unused.join(", "));
     }

@@ -232,6 +232,21 @@ pub(crate) mod tests {
         refused(&["--admin-url", "https://127.0.0.1:15000"], "--admin-url", "http://");
         refused(&["--xds-check", "maybe"], "--xds-check", "maybe");
         refused(&["--log", "foo=bar"], "--log", "foo=bar");
+        refused(
+            &["--termination-message-path", "summary.txt"],
+            "--termination-message-path",
+            "not an absolute path",
+        );
+        refused(
+            &["--drain-wait-checker-ranges", "35.191.0.0/16,10.0.0.5/16"],
+            "--drain-wait-checker-ranges",
+            "write 10.0.0.0/16",
+        );
+        refused(
+            &["--load-balancer-checks", "10sx0"],
+            "--load-balancer-checks",
+            "the threshold 1 to 100",
+        );
     }
 
     #[test]
@@ -498,6 +513,45 @@ pub(crate) mod tests {
         assert_eq!(s.plan.drain.drain_until(), DrainUntil::Requests);
         assert_eq!(s.settings.drain.termination_grace_period.get(), Duration::from_secs(45));
         assert_eq!(s.plan.envoy.ignored_listener_ports, vec![8081, 15021, 15090]);
+    }
+
+    /// A setting the policy leaves aside is said, with why; one it uses,
+    /// or one not given, is not.
+    #[test]
+    fn settings_the_policy_leaves_aside_are_listed() {
+        for args in [
+            &[][..],
+            &["--termination-drain-duration", "5s"],
+            &["--exit-on-zero-active-connections", "true"],
+            &[
+                "--exit-on-zero-active-connections",
+                "false",
+                "--drain-until",
+                "requests",
+            ],
+        ] {
+            assert!(settings(args).plan.drain.set_aside().is_empty(), "{args:?}");
+        }
+        let s = settings(&[
+            "--exit-on-zero-active-connections=true",
+            "--termination-drain-duration=10s",
+        ]);
+        assert_eq!(
+            s.plan.drain.set_aside(),
+            ["termination_drain_duration=10s (drain_until is connections)"]
+        );
+        let s = settings(&[
+            "--exit-on-zero-active-connections=true",
+            "--termination-drain-duration=10s",
+            "--drain-until=app-exit",
+        ]);
+        assert_eq!(
+            s.plan.drain.set_aside(),
+            [
+                "exit_on_zero_active_connections=true (drain_until is app-exit)",
+                "termination_drain_duration=10s (drain_until is app-exit)"
+            ]
+        );
     }
 
     /// Whatever margin is accepted, the drain's deadline and Envoy's stop

@@ -69,8 +69,21 @@ impl ProxyLayer {
         Ok(layer)
     }
 
+    /// Sets `key` from `field`. Istio's fields are read first, then
+    /// `proxyMetadata`: a variable there that sets the same setting wins,
+    /// as it does in the pod, where the injector makes it the container's
+    /// env variable too (which beats `PROXY_CONFIG`); the field it
+    /// overrides is listed as not used, and why.
     fn set(&mut self, key: &str, field: String, text: String) {
-        self.entries.retain(|e| e.key != key);
+        if let Some(at) = self.entries.iter().position(|e| e.key == key) {
+            let first = self.entries.remove(at);
+            let name = |f: &str| f.trim_start_matches("PROXY_CONFIG ").to_owned();
+            self.unused.push(format!(
+                "{} ({} sets {key} too, and wins)",
+                name(&first.field),
+                name(&field)
+            ));
+        }
         self.entries.push(Entry {
             key: key.to_owned(),
             text: Text::One(text),
@@ -128,6 +141,44 @@ mod tests {
         assert_eq!(layer.unused, ["discoveryAddress", "proxyMetadata.FOO"]);
         let status = layer.entries.iter().find(|e| e.key == "status_addr").unwrap();
         assert_eq!(status.field, "PROXY_CONFIG statusPort");
+    }
+
+    #[test]
+    fn a_proxy_metadata_variable_beats_the_field_it_overrides_which_is_listed() {
+        let layer = ProxyLayer::parse(
+            r#"{"terminationDrainDuration":"5s","proxyMetadata":{"MINIMUM_DRAIN_DURATION":"10s"},
+                "statusPort":15120}"#,
+            &below(),
+            &[
+                ("MINIMUM_DRAIN_DURATION", "minimum_drain_duration"),
+                ("TERMINATION_DRAIN_DURATION", "termination_drain_duration"),
+            ]
+            .into_iter()
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect(),
+        )
+        .unwrap();
+        assert!(layer.unused.is_empty(), "{:?}", layer.unused);
+        let layer = ProxyLayer::parse(
+            r#"{"terminationDrainDuration":"5s","proxyMetadata":{"TERMINATION_DRAIN_DURATION":"20s"}}"#,
+            &below(),
+            &[("TERMINATION_DRAIN_DURATION", "termination_drain_duration")]
+                .into_iter()
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .collect(),
+        )
+        .unwrap();
+        assert_eq!(layer.value("termination_drain_duration"), Some("20s"));
+        let entry = layer
+            .entries
+            .iter()
+            .find(|e| e.key == "termination_drain_duration")
+            .unwrap();
+        assert_eq!(entry.field, "PROXY_CONFIG proxyMetadata.TERMINATION_DRAIN_DURATION");
+        assert_eq!(
+            layer.unused,
+            ["terminationDrainDuration (proxyMetadata.TERMINATION_DRAIN_DURATION sets termination_drain_duration too, and wins)"]
+        );
     }
 
     #[test]

@@ -226,10 +226,16 @@ lifeguard_base::serialize_as_display!(Threshold);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AddressRange(IpNet);
 
-/// Text that is neither an address range nor an address.
+/// Text that is neither an address range nor an address, or a range
+/// written from an address inside it (`10.0.0.5/16`: which was meant, the
+/// range or the address, is not ours to guess).
 #[derive(Debug, thiserror::Error)]
-#[error("expected an address range (CIDR), for example 35.191.0.0/16, or an address")]
-pub struct NotARange;
+pub enum NotARange {
+    #[error("expected an address range (CIDR), for example 35.191.0.0/16, or an address")]
+    Unreadable,
+    #[error("an address inside its range, not the range's first: write {0}, or the address alone")]
+    HostBits(IpNet),
+}
 
 impl AddressRange {
     pub fn get(self) -> IpNet {
@@ -242,9 +248,12 @@ impl FromStr for AddressRange {
     fn from_str(s: &str) -> Result<AddressRange, NotARange> {
         let s = s.trim();
         if let Ok(net) = s.parse::<IpNet>() {
-            return Ok(AddressRange(net.trunc()));
+            return match net.trunc() {
+                range if range == net => Ok(AddressRange(net)),
+                range => Err(NotARange::HostBits(range)),
+            };
         }
-        let addr = s.parse::<std::net::IpAddr>().map_err(|_| NotARange)?;
+        let addr = s.parse::<std::net::IpAddr>().map_err(|_| NotARange::Unreadable)?;
         Ok(AddressRange(addr.into()))
     }
 }
@@ -273,12 +282,12 @@ pub type KubeletProbe = ChecksSetting<NotAProbe>;
 
 /// Text that is not a load balancer's checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, thiserror::Error)]
-#[error("expected a load balancer's checks as INTERVALxTHRESHOLD, for example 10sx3 (every 10 s, out after 3 failures in a row)")]
+#[error("expected a load balancer's checks as INTERVALxTHRESHOLD, for example 10sx3 (every 10 s, out after 3 failures in a row; the threshold 1 to 100)")]
 pub struct NotAChecks;
 
 /// Text that is not the kubelet's probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, thiserror::Error)]
-#[error("expected the kubelet's readiness probe as PERIODxFAILURE_THRESHOLD, for example 5sx3 (periodSeconds 5, failureThreshold 3)")]
+#[error("expected the kubelet's readiness probe as PERIODxFAILURE_THRESHOLD, for example 5sx3 (periodSeconds 5, failureThreshold 3; the threshold 1 to 100)")]
 pub struct NotAProbe;
 
 impl<E> ChecksSetting<E> {

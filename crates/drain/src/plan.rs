@@ -51,12 +51,20 @@ pub struct Plan {
     /// The load balancers that check the node: how long the kubelet is
     /// told a terminating pod serves.
     pub(crate) node_checks: NodeChecks,
+    /// Settings given that the policy leaves aside, each with why.
+    pub(crate) set_aside: Vec<String>,
 }
 
 impl Plan {
     /// The policy: asked for, or the default the settings made.
     pub fn drain_until(&self) -> DrainUntil {
         self.drain_until
+    }
+
+    /// Settings given that the policy leaves aside (`name=value (why)`):
+    /// said at start-up and by `lifeguard check`, not errors.
+    pub fn set_aside(&self) -> &[String] {
+        &self.set_aside
     }
 
     /// Whether the policy was asked for (not the default).

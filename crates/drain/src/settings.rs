@@ -181,6 +181,23 @@ impl Settings {
             None if self.drain_scope == DrainScope::All => DrainUntil::OutOfRotation,
             None => DrainUntil::AppExit,
         };
+        // What was given and has no say under that policy: said, not
+        // silently dropped (Istio's mesh-wide `terminationDrainDuration`
+        // beside a pod's `EXIT_ON_ZERO_ACTIVE_CONNECTIONS` is common).
+        let mut set_aside = Vec::new();
+        if self.exit_on_zero_active_connections.get() && drain_until != DrainUntil::Connections {
+            set_aside.push(format!(
+                "exit_on_zero_active_connections=true (drain_until is {drain_until})"
+            ));
+        }
+        if let Some(given) = self
+            .termination_drain_duration
+            .filter(|_| drain_until != DrainUntil::Time)
+        {
+            set_aside.push(format!(
+                "termination_drain_duration={given} (drain_until is {drain_until})"
+            ));
+        }
         Ok(Plan {
             drain_until,
             asked: self.drain_until.is_some(),
@@ -196,6 +213,7 @@ impl Settings {
             poll_interval: reads.poll_interval,
             terminating_readiness: self.terminating_readiness,
             node_checks,
+            set_aside,
         })
     }
 }

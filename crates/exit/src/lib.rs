@@ -358,6 +358,11 @@ pub struct Settings {
 pub enum MessagePathError {
     #[error("a path cannot contain NUL")]
     Nul,
+    /// The kubelet reads the file at the path the container declares,
+    /// from `/`; relative, it would land wherever the agent's working
+    /// directory is, and the summary would be lost.
+    #[error("not an absolute path (the container's terminationMessagePath is one)")]
+    Relative,
 }
 
 impl FromStr for MessagePath {
@@ -367,6 +372,7 @@ impl FromStr for MessagePath {
             "auto" => Ok(MessagePath::Auto),
             "none" | "" => Ok(MessagePath::Off),
             path if path.contains('\0') => Err(MessagePathError::Nul),
+            path if !path.starts_with('/') => Err(MessagePathError::Relative),
             path => Ok(MessagePath::File(path.into())),
         }
     }
