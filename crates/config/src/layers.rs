@@ -84,28 +84,24 @@ impl Layering {
         };
         let flag = format!("--{}", arg.get_long().unwrap_or(&entry.key));
         let list = matches!(arg.get_action(), ArgAction::Append);
-        // A list in one text (an env variable's form: `9000, 9001`, or
-        // empty for none) is split here, each item trimmed.
+        // A list in one text (an env variable's form: `9000,9001`) is
+        // split here at its commas, each item as written, as clap splits
+        // the env variable: the same text means the same, or is refused
+        // the same (` 9001`, an empty item), in every layer. An empty text
+        // is no item: a `proxyMetadata` value, always a string, has no
+        // other way to say none.
         let split;
         let text = match &entry.text {
             Text::One(text) if list => {
-                split = Text::List(
-                    text.split(',')
-                        .map(str::trim)
-                        .filter(|i| !i.is_empty())
-                        .map(Into::into)
-                        .collect(),
-                );
+                let items = text.split(',').map(Into::into);
+                split = Text::List(items.filter(|_| !text.is_empty()).collect());
                 &split
             }
             text => text,
         };
         let argv: Vec<String> = match text {
             Text::One(text) => vec![format!("{flag}={text}")],
-            Text::List(items) if !list => match items.as_slice() {
-                [one] => vec![format!("{flag}={one}")],
-                _ => return Err(invalid(Why::Shape("one value, not a list"))),
-            },
+            Text::List(_) if !list => return Err(invalid(Why::Shape("one value, not a list"))),
             Text::List(items) if items.is_empty() => vec![flag],
             Text::List(items) => items.iter().map(|item| format!("{flag}={item}")).collect(),
             Text::Unfit(_) => return Err(invalid(Why::Shape("a value or a list of values"))),

@@ -271,6 +271,11 @@ pub(crate) mod tests {
             ),
             ("drain_until = \"forever\"", "drain_until", "forever"),
             ("log = \"foo=bar\"", "log", "not a log filter"),
+            ("admin_timeout = [\"1s\"]", "admin_timeout", "one value, not a list"),
+            // A list in one text, as the env variable writes it: refused
+            // as the env variable's would be.
+            ("ignore_app_ports = \"9000, 9001\"", "ignore_app_ports", "invalid digit"),
+            ("ignore_app_ports = \"9000,,9001\"", "ignore_app_ports", "empty string"),
         ] {
             let file = TempFile::new(&format!("bad-{key}.toml"), text);
             refused(&["--config", file.arg()], key, needle);
