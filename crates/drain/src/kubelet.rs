@@ -217,6 +217,37 @@ pub enum KubeletAnswer {
     NotServing,
 }
 
+/// An answer of the readiness probe: ready (200) or not (503). The
+/// `code` and `answer` labels of the probe's metrics, and what Envoy's
+/// readiness changed to (`to`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum ReadyOrNot {
+    /// 200.
+    Ready,
+    /// 503.
+    NotReady,
+}
+
+impl ReadyOrNot {
+    /// The answer for `ready`.
+    #[inline]
+    pub fn of(ready: bool) -> ReadyOrNot {
+        match ready {
+            true => ReadyOrNot::Ready,
+            false => ReadyOrNot::NotReady,
+        }
+    }
+
+    /// The probe's HTTP status code for it.
+    pub fn status_code(self) -> &'static str {
+        match self {
+            ReadyOrNot::Ready => "200",
+            ReadyOrNot::NotReady => "503",
+        }
+    }
+}
+
 /// Why the drain turned the kubelet's answer to 503 (in JSON and as a
 /// metric's label: its snake-case name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr, strum::FromRepr)]
@@ -299,6 +330,14 @@ impl Kubelet {
             ready_probes: 0,
             not_ready_probes: 0,
             last_ready_after_seconds: None,
+        }
+    }
+
+    /// The kubelet's probes answered `answer` since the drain began.
+    pub fn probes(&self, answer: ReadyOrNot) -> u64 {
+        match answer {
+            ReadyOrNot::Ready => self.ready_probes,
+            ReadyOrNot::NotReady => self.not_ready_probes,
         }
     }
 
@@ -417,6 +456,8 @@ mod tests {
         record.answered(false);
         record.fill(&mut kubelet, Some(start));
         assert_eq!((kubelet.ready_probes, kubelet.not_ready_probes), (2, 1));
+        let by_answer = (kubelet.probes(ReadyOrNot::Ready), kubelet.probes(ReadyOrNot::NotReady));
+        assert_eq!(by_answer, (2, 1));
         let after = kubelet.last_ready_after_seconds.unwrap();
         assert!((1.9..3.0).contains(&after), "{after}");
         let operator = Kubelet::new(Err(NotServingBecause::OperatorDrain));

@@ -56,8 +56,8 @@ mod trigger;
 
 pub use handle::DrainHandle;
 pub use kubelet::{
-    Audience, Checks, ChecksError, Kubelet, KubeletAnswer, NodeChecks, NotServingBecause, TerminatingReadiness,
-    KUBE_PROXY_LAG,
+    Audience, Checks, ChecksError, Kubelet, KubeletAnswer, NodeChecks, NotServingBecause, ReadyOrNot,
+    TerminatingReadiness, KUBE_PROXY_LAG,
 };
 pub use machine::Drain;
 pub use plan::DrainUntil;

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::names::*;
 use lifeguard_base::duration::unix_now;
 use lifeguard_base::reason::Label;
-use lifeguard_drain::{DrainUntil, Kubelet, KubeletAnswer, NotServingBecause, Phase, Status};
+use lifeguard_drain::{DrainUntil, Kubelet, KubeletAnswer, NotServingBecause, Phase, ReadyOrNot, Status};
 use lifeguard_drain_wait::rule::CheckerState;
 use lifeguard_drain_wait::{DrainWaitStatus, WaitState};
 
@@ -64,8 +64,12 @@ fn drain_kubelet(out: &mut Exposition, kubelet: &Kubelet) {
         DRAIN_KUBELET_PROBES,
         "The kubelet's readiness probes answered since the drain began, by answer: ready (200) or not_ready (503).",
     );
-    for (label, n) in [("ready", kubelet.ready_probes), ("not_ready", kubelet.not_ready_probes)] {
-        out.sample(DRAIN_KUBELET_PROBES, &[("answer", label)], n as f64);
+    for answer in ReadyOrNot::all() {
+        out.sample(
+            DRAIN_KUBELET_PROBES,
+            &[("answer", answer.label())],
+            kubelet.probes(answer) as f64,
+        );
     }
     if let Some(serving_window) = kubelet.serving_window_seconds {
         out.single(

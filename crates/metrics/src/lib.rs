@@ -42,7 +42,7 @@ use tokio::time::Instant;
 use exposition::{drain_families, drain_wait_families, process_families, Exposition};
 use lifeguard_base::duration::unix_now;
 use lifeguard_base::reason::{ByReason, Label};
-use lifeguard_drain::Status;
+use lifeguard_drain::{ReadyOrNot, Status};
 use lifeguard_drain_wait::checkers::NotCounted;
 use lifeguard_drain_wait::DrainWaitStatus;
 use lifeguard_drain_wait::WaitWhy;
@@ -76,33 +76,6 @@ struct Inner {
     first_ready: OnceLock<f64>,
     /// Unix time of the last admin read Envoy answered, as f64 bits (0: none).
     last_success: AtomicU64,
-}
-
-/// An answer of the readiness probe (`code`), or what Envoy's readiness
-/// changed to (`to`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
-pub enum ReadyOrNot {
-    #[strum(serialize = "ready")]
-    Ready,
-    #[strum(serialize = "not_ready")]
-    NotReady,
-}
-
-impl ReadyOrNot {
-    fn of(ready: bool) -> ReadyOrNot {
-        match ready {
-            true => ReadyOrNot::Ready,
-            false => ReadyOrNot::NotReady,
-        }
-    }
-
-    /// The probe's status code for it.
-    fn code(self) -> &'static str {
-        match self {
-            ReadyOrNot::Ready => "200",
-            ReadyOrNot::NotReady => "503",
-        }
-    }
 }
 
 /// The readiness probe's answers, counted by status code
@@ -185,7 +158,7 @@ impl Metrics {
             handle,
             started,
             probes: ProbeCounters(ByReason::new(|answer: ReadyOrNot| {
-                r.counter(PROBE_RESPONSES, &[("code", answer.code())], probe_help)
+                r.counter(PROBE_RESPONSES, &[("code", answer.status_code())], probe_help)
             })),
             readiness_changes: ByReason::new(|to: ReadyOrNot| {
                 r.counter(READINESS_CHANGES, &[("to", to.label())], changes_help)
@@ -472,7 +445,7 @@ fn describe_per_call_families(recorder: &PrometheusRecorder) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lifeguard_drain::{DrainUntil, Phase};
+    use lifeguard_drain::{DrainUntil, Kubelet, KubeletAnswer, Phase};
 
     fn render(status: &Status) -> String {
         let metrics = Metrics::new(Instant::now());
@@ -555,6 +528,32 @@ mod tests {
         assert!(!text.lines().any(slow), "{text}");
         let total = format!("{SCRAPE_FAILURES}{{source=\"app\"}} 2\n");
         assert!(text.contains(&total), "{total}{text}");
+    }
+
+    /// The probe's answers are labelled by their status code from the
+    /// start, the kubelet's in a drain by answer, each with its count.
+    #[test]
+    fn the_probes_answers_have_their_words() {
+        let mut status = Status::initial(DrainUntil::Requests, String::new());
+        status.started_at = Some(unix_now());
+        status.kubelet = Some(Kubelet {
+            answer: KubeletAnswer::FollowsEnvoy,
+            serving_window_seconds: Some(31.0),
+            not_serving_after_seconds: None,
+            not_serving_because: None,
+            ready_probes: 2,
+            not_ready_probes: 3,
+            last_ready_after_seconds: None,
+        });
+        let text = render(&status);
+        for series in [
+            "lifeguard_probe_responses_total{code=\"200\"} 0\n",
+            "lifeguard_probe_responses_total{code=\"503\"} 0\n",
+            "lifeguard_drain_kubelet_probes{answer=\"ready\"} 2\n",
+            "lifeguard_drain_kubelet_probes{answer=\"not_ready\"} 3\n",
+        ] {
+            assert!(text.contains(series), "{series}{text}");
+        }
     }
 
     #[test]
