@@ -138,6 +138,17 @@ impl CounterFamily {
     };
 }
 
+/// A source of the merged scrape: the `source` label of
+/// `lifeguard_scrape_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum ScrapeSource {
+    /// Envoy's own `/stats/prometheus`.
+    Envoy,
+    /// The app's metrics targets.
+    App,
+}
+
 mod names;
 
 use names::*;
@@ -249,11 +260,11 @@ impl Metrics {
     }
 
     /// `counters`, each also counting in `lifeguard_scrape_failures_total
-    /// {source}`: every failure of a source of the merged scrape (`envoy`,
-    /// `app`), whatever the reason.
+    /// {source}`: every failure of a source of the merged scrape, whatever
+    /// the reason.
     pub fn scrape_failures<L: Label>(
         &self,
-        source: &'static str,
+        source: ScrapeSource,
         counters: ByReason<L, Counter>,
     ) -> ByReason<L, Counter> {
         let r = Registrar {
@@ -368,15 +379,15 @@ const META: Metadata<'static> = Metadata::new("lifeguard", metrics::Level::INFO,
 impl Registrar<'_> {
     /// `counter`, also counting in `lifeguard_scrape_failures_total{source}`:
     /// every failure of a source of the merged scrape, whatever the reason.
-    fn failure_counted(&self, source: &'static str, counter: Counter) -> Counter {
+    fn failure_counted(&self, source: ScrapeSource, counter: Counter) -> Counter {
         Counter::from_arc(Arc::new(Both(counter, self.source_failures(source))))
     }
 
     /// `lifeguard_scrape_failures_total{source}`.
-    fn source_failures(&self, source: &'static str) -> Counter {
+    fn source_failures(&self, source: ScrapeSource) -> Counter {
         self.counter(
             SCRAPE_FAILURES,
-            &[("source", source)],
+            &[("source", source.label())],
             "Merged scrapes whose part from a source (envoy, app) is missing or cut short, whatever the reason.",
         )
     }
@@ -519,7 +530,7 @@ mod tests {
         let text = rendered(&metrics);
         let series = format!("{SCRAPE_APP_INCOMPLETE}{{target=\"8080/metrics\",reason=\"timeout\"}} 0\n");
         assert!(text.contains(&series), "there from the start: {series}{text}");
-        let counted = metrics.scrape_failures("app", counters);
+        let counted = metrics.scrape_failures(ScrapeSource::App, counters);
         counted.get(Why::Timeout).increment(1);
         counted.get(Why::Slow).increment(1);
         let text = rendered(&metrics);

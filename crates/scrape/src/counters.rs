@@ -7,7 +7,7 @@
 use metrics::Counter;
 
 use lifeguard_base::reason::ByReason;
-use lifeguard_metrics::{CounterFamily, Metrics};
+use lifeguard_metrics::{CounterFamily, Metrics, ScrapeSource};
 
 /// Why a merged scrape carries less than Envoy's (or an app target's)
 /// whole body: its `reason` label.
@@ -51,7 +51,7 @@ impl EnvoyCounters {
         let incomplete = metrics.counters(CounterFamily::SCRAPE_ENVOY_INCOMPLETE, &[], |_| true);
         EnvoyCounters {
             reads: metrics.counters(CounterFamily::SCRAPE_ENVOY_READS, &[], |_| true),
-            incomplete: metrics.scrape_failures("envoy", incomplete),
+            incomplete: metrics.scrape_failures(ScrapeSource::Envoy, incomplete),
         }
     }
 
@@ -84,7 +84,7 @@ impl AppFailures {
             why != Incomplete::Slow
         });
         AppFailures {
-            by_reason: metrics.scrape_failures("app", counters),
+            by_reason: metrics.scrape_failures(ScrapeSource::App, counters),
         }
     }
 
