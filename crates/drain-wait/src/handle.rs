@@ -17,7 +17,6 @@ use super::rule::CheckerReport;
 use super::{ms, DrainWaitPlan};
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::peer::PeerKey;
-use lifeguard_base::reason::Label;
 use lifeguard_drain::{Conclusion, Rotation, RotationVerdict, WaitingOn};
 
 /// Where the wait stands.
@@ -188,13 +187,6 @@ pub enum WaitWhy {
     Deadline,
     /// Envoy is stopping, or lifeguard is.
     Stopped,
-}
-
-impl WaitEnd {
-    /// The `reason` label of `lifeguard_drain_wait_seconds`.
-    pub fn label(&self) -> &'static str {
-        self.why.label()
-    }
 }
 
 impl DrainWait {

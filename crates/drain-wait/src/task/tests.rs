@@ -6,6 +6,7 @@ use crate::handle::WaitWhy;
 use crate::DrainWait;
 use crate::{Arrivals, TrafficError};
 use http::header::HeaderMap;
+use lifeguard_base::reason::Label;
 use lifeguard_drain::DrainUntil;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -155,7 +156,7 @@ async fn the_wait_is_bounded_by_its_timeout_and_by_the_deadline() {
     });
     let t0 = Instant::now();
     let end = h.wait.wait(Some(3 * SEC)).await;
-    assert_eq!((end.why, end.label()), (WaitWhy::Timeout, "timeout"));
+    assert_eq!((end.why, end.why.label()), (WaitWhy::Timeout, "timeout"));
     assert_eq!(Instant::now() - t0, 3 * SEC);
     assert!(
         end.line.starts_with(
