@@ -77,8 +77,7 @@ impl Audience {
 
 /// How readiness answers the kubelet while the pod terminates (the
 /// setting `terminating_readiness`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TerminatingReadiness {
     /// The kubelet is answered 200 while Envoy is ready and accepts new
     /// connections, for the node's load balancers' time at most, so
@@ -92,6 +91,7 @@ pub enum TerminatingReadiness {
 }
 
 lifeguard_base::display_as_value!(TerminatingReadiness);
+lifeguard_base::serialize_as_display!(TerminatingReadiness);
 
 /// How a load balancer's checks are configured: every `interval`, out
 /// after `threshold` failures in a row. Written `10sx3` (also `10s x 3`,

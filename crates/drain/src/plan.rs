@@ -7,7 +7,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use clap::ValueEnum;
-use serde::Serialize;
 
 use super::kubelet::{KubeletAnswer, NodeChecks, NotServingBecause, TerminatingReadiness};
 use super::ports::Active;
@@ -301,10 +300,10 @@ impl Plan {
     }
 }
 
-/// What the drain waits for before Envoy is stopped (its label, as the
-/// flag takes it: `app-exit`, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, strum::EnumIter, strum::IntoStaticStr)]
-#[serde(rename_all = "snake_case")]
+/// What the drain waits for before Envoy is stopped: one word each, as
+/// the flag takes it (`app-exit`, ...), which `Display`, the JSON and the
+/// `policy` label also write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, strum::EnumIter, strum::IntoStaticStr)]
 #[strum(serialize_all = "kebab-case")]
 pub enum DrainUntil {
     /// A fixed time: `termination_drain_duration`.
@@ -317,15 +316,43 @@ pub enum DrainUntil {
     /// After the minimum duration, no request (HTTP or TCP proxy, inbound
     /// or outbound) active in Envoy and nothing left of the app in the pod:
     /// no socket, and with a shared process namespace no process.
-    #[serde(rename = "app-exit")]
     AppExit,
     /// For a pod whose only container is the proxy (an ingress gateway):
     /// Envoy serves as before until every load balancer has taken the pod
     /// out and no new request came for the quiet period (the drain wait's
     /// verdict), then closes its connections at a request boundary and
     /// stops once no request is in flight.
-    #[serde(rename = "out-of-rotation")]
     OutOfRotation,
 }
 
 lifeguard_base::display_as_value!(DrainUntil);
+lifeguard_base::serialize_as_display!(DrainUntil);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lifeguard_base::reason::Label;
+
+    /// Every policy is one word: the flag's (clap's), `Display`'s, the
+    /// JSON's (`GET /drain`, the exit summary) and the metric label's
+    /// (strum's).
+    #[test]
+    fn each_policy_has_one_word() {
+        let all: Vec<DrainUntil> = DrainUntil::all().collect();
+        assert_eq!(
+            all,
+            DrainUntil::value_variants(),
+            "the same variants, in the same order"
+        );
+        for policy in all {
+            let flag = policy.to_possible_value().expect("no variant is skipped");
+            let word = flag.get_name();
+            assert_eq!(policy.to_string(), word);
+            assert_eq!(serde_json::to_value(policy).unwrap(), word);
+            assert_eq!(policy.label(), word);
+            assert_eq!(DrainUntil::from_str(word, false), Ok(policy));
+        }
+        assert_eq!(DrainUntil::AppExit.label(), "app-exit");
+        assert_eq!(DrainUntil::OutOfRotation.label(), "out-of-rotation");
+    }
+}

@@ -33,8 +33,7 @@ pub enum ControlError {
 }
 
 /// Which listeners Envoy drains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DrainScope {
     /// `drain_listeners?inboundonly`: listeners with traffic_direction INBOUND.
     Inbound,
@@ -43,6 +42,7 @@ pub enum DrainScope {
 }
 
 lifeguard_base::display_as_value!(DrainScope);
+lifeguard_base::serialize_as_display!(DrainScope);
 
 /// What the drain needs from Envoy. `lifeguard_envoy::process::Envoy` is the real one;
 /// the unit tests script their own.

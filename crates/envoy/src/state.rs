@@ -6,7 +6,6 @@
 
 use clap::ValueEnum;
 use hyper::StatusCode;
-use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::readiness::Verdict;
@@ -181,8 +180,7 @@ fn bad_value(name: &str, value: StatValue<'_>) -> String {
 }
 
 /// When readiness also requires Envoy's first xDS (CDS and LDS) updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum XdsCheck {
     /// Required for each of CDS and LDS whose counters Envoy reports: a
     /// static bootstrap has none and is not held back; an xDS-fed Envoy is.
@@ -196,6 +194,7 @@ pub enum XdsCheck {
 }
 
 lifeguard_base::display_as_value!(XdsCheck);
+lifeguard_base::serialize_as_display!(XdsCheck);
 
 #[cfg(test)]
 mod tests {

@@ -126,8 +126,7 @@ pub fn init(settings: &Settings) {
 }
 
 /// The format of log lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// `2026-11-22T05:21:00Z  INFO message key=value`, for people.
     Text,
@@ -136,6 +135,7 @@ pub enum LogFormat {
 }
 
 lifeguard_base::display_as_value!(LogFormat);
+lifeguard_base::serialize_as_display!(LogFormat);
 
 #[cfg(test)]
 mod tests {
