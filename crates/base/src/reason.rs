@@ -2,7 +2,9 @@
 //! label (or one key of `GET /drain`), declared once where its type lives
 //! by deriving strum's `EnumIter` and `IntoStaticStr` (its variants and
 //! their labels: `#[strum(serialize_all = "snake_case")]`, or a variant's
-//! own `#[strum(serialize = "...")]`), which makes it a [`Label`]; and one
+//! own `#[strum(serialize = "...")]`), which makes it a [`Label`] (and
+//! in JSON the same word, by
+//! [`serialize_as_label!`](crate::serialize_as_label)); and one
 //! value kept per label ([`ByReason`]): the metrics' counters by `reason`
 //! or `result`, the drain wait's counts of probes it did not count.
 
@@ -113,5 +115,15 @@ mod tests {
         let counts: ByReason<Why, u64> = ByReason::default();
         assert_eq!(*counts.get(Why::Slow), 0);
         assert_eq!(serde_json::to_string(&counts).unwrap(), r#"{"slow":0,"broke":0}"#);
+    }
+
+    crate::serialize_as_label!(Why);
+
+    #[test]
+    fn a_label_serializes_as_its_label() {
+        for why in Why::all() {
+            assert_eq!(serde_json::to_value(why).unwrap(), why.label());
+        }
+        assert_eq!(serde_json::to_string(&Why::Broken).unwrap(), r#""broke""#);
     }
 }

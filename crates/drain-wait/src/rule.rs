@@ -43,8 +43,7 @@ use lifeguard_base::duration::GoDuration;
 use lifeguard_drain::{CheckerKey, Conclusion, Pending, WaitingOn};
 
 /// What a checker is, as the rule sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::EnumIter, strum::IntoStaticStr)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum CheckerState {
     /// Probing, not yet failed enough times in a row: the wait waits for it.
@@ -60,6 +59,8 @@ pub enum CheckerState {
     /// Had stopped probing before the drain began: not counted.
     GoneBeforeDrain,
 }
+
+lifeguard_base::serialize_as_label!(CheckerState);
 
 /// One checker in `GET /drain`.
 #[derive(Debug, Clone, PartialEq, Serialize)]

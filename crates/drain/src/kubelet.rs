@@ -203,8 +203,7 @@ impl NodeChecks {
 }
 
 /// How the kubelet's probe is answered in this drain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::EnumIter, strum::IntoStaticStr)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum KubeletAnswer {
     /// As Envoy is: 200 while it is ready and accepts new connections,
@@ -216,6 +215,8 @@ pub enum KubeletAnswer {
     /// failing`.
     NotServing,
 }
+
+lifeguard_base::serialize_as_label!(KubeletAnswer);
 
 /// An answer of the readiness probe: ready (200) or not (503). The
 /// `code` and `answer` labels of the probe's metrics, and what Envoy's
