@@ -80,8 +80,7 @@ pub struct Summary {
 }
 
 /// How the run ended, by name in the summary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ending {
     Drained,
     WaitBound,
@@ -105,6 +104,15 @@ impl Ending {
         }
     }
 }
+
+/// Its name, in the log and the JSON alike.
+impl fmt::Display for Ending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+lifeguard_base::serialize_as_display!(Ending);
 
 /// The drain wait's outcome, in the exit summary.
 #[derive(Debug, Clone, PartialEq, Serialize)]
