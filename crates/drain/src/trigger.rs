@@ -2,16 +2,11 @@
 //! or an operator ([`Trigger`], [`Asker`]). A leaf: the plan asks a
 //! trigger whether the pod terminates, the status shows it.
 
-use serde::Serialize;
-
 /// A signal that asks for a drain and Envoy's stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
-    #[serde(rename = "SIGTERM")]
     Term,
-    #[serde(rename = "SIGINT")]
     Int,
-    #[serde(rename = "SIGQUIT")]
     Quit,
 }
 
@@ -32,25 +27,16 @@ impl std::fmt::Display for Signal {
     }
 }
 
+lifeguard_base::serialize_as_display!(Signal);
+
 /// What started a drain: a signal, the proxy's preStop hook (`POST
 /// /drain?prestop`: `lifeguard drain`, `wait-app-exit`), or an operator's
 /// `POST /drain`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
     Signal(Signal),
-    #[serde(serialize_with = "pre_stop")]
     PreStop,
-    #[serde(serialize_with = "post_drain")]
     PostDrain,
-}
-
-fn post_drain<S: serde::Serializer>(s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(Trigger::PostDrain.name())
-}
-
-fn pre_stop<S: serde::Serializer>(s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(Trigger::PreStop.name())
 }
 
 impl Trigger {
@@ -76,6 +62,8 @@ impl std::fmt::Display for Trigger {
     }
 }
 
+lifeguard_base::serialize_as_display!(Trigger);
+
 /// Who asked for a drain through `POST /drain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Asker {
@@ -92,5 +80,29 @@ impl Asker {
             Asker::PreStop => Trigger::PreStop,
             Asker::Operator => Trigger::PostDrain,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A trigger's JSON (`GET /drain`'s `trigger`, `stop_signal`) is its
+    /// name, as the log writes it.
+    #[test]
+    fn a_trigger_is_its_name_in_json() {
+        let signals = [Signal::Term, Signal::Int, Signal::Quit];
+        let triggers = signals
+            .map(Trigger::Signal)
+            .into_iter()
+            .chain([Trigger::PreStop, Trigger::PostDrain]);
+        for trigger in triggers {
+            assert_eq!(serde_json::to_value(trigger).unwrap(), trigger.name());
+        }
+        for signal in signals {
+            assert_eq!(serde_json::to_value(signal).unwrap(), signal.name());
+        }
+        assert_eq!(serde_json::to_value(Trigger::PreStop).unwrap(), "preStop hook");
+        assert_eq!(serde_json::to_value(Signal::Term).unwrap(), "SIGTERM");
     }
 }
