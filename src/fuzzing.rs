@@ -140,7 +140,7 @@ pub fn status_service(opts: &StatusOptions) -> (StatusService, Readiness) {
             app_time: Duration::ZERO,
             ..crate::drain_wait::DrainWaitPlan::for_tests()
         };
-        let (rotation, publish) = crate::drain_wait::DrainWait::new(&plan, crate::drain_wait::Checkers::default());
+        let (rotation, publish) = crate::drain_wait::DrainWait::new(&plan, crate::checkers::Checkers::default());
         // No drain wait task: its status stays "not started", for good.
         std::mem::forget(publish);
         svc = svc.drain_wait(rotation);

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod fuzzing;
 
 pub use lifeguard_base::{duration, peer, url};
+pub use lifeguard_checkers as checkers;
 pub use lifeguard_config as config;
 pub use lifeguard_drain as drain;
 pub use lifeguard_drain_wait as drain_wait;

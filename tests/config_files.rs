@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use lifeguard::checkers::NotCountedReport;
 use lifeguard::drain::DrainUntil;
 use lifeguard::drain::{Kubelet, KubeletAnswer, NotServingBecause, Phase, Signal, Status, Trigger};
 use lifeguard::drain_wait::budget::Budget;
-use lifeguard::drain_wait::checkers::NotCountedReport;
 use lifeguard::drain_wait::rule::{CheckerReport, CheckerState};
 use lifeguard::drain_wait::{DrainWaitStatus, WaitState, WaitWhy};
 use lifeguard::envoy::admin::{CallOutcome, Endpoint};

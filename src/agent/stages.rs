@@ -26,9 +26,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::signals::Signals;
 use super::StartError;
+use crate::checkers::Checkers;
 use crate::config::Plan;
 use crate::drain::{Drain, DrainHandle, DrainUntil, Outcome};
-use crate::drain_wait::{Checkers, DrainWait, DrainWaitPlan, DrainWaitStatus};
+use crate::drain_wait::{DrainWait, DrainWaitPlan, DrainWaitStatus};
 use crate::duration::GoDuration;
 use crate::envoy::admin::{AdminClient, CallOutcome, Endpoint};
 use crate::envoy::inbound::Inbound;

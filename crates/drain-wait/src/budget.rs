@@ -17,13 +17,13 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::checkers::Checker;
 use super::ms;
 use super::quiet::{quiet_period, Rate};
 use super::settings::Checks;
 use super::DrainWaitPlan;
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::grace::Grace;
+use lifeguard_checkers::Checker;
 use lifeguard_drain::CheckerKey;
 use lifeguard_drain::DrainUntil;
 use lifeguard_drain::KUBE_PROXY_LAG;
@@ -343,9 +343,9 @@ impl DrainWaitPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkers::checker_key;
-    use crate::checkers::Checkers;
     use http::header::{HeaderMap, HeaderValue, USER_AGENT};
+    use lifeguard_checkers::checker_key;
+    use lifeguard_checkers::Checkers;
     use lifeguard_drain::NodeChecks;
 
     fn needs(grace: u64) -> Needs {

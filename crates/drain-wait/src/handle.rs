@@ -12,11 +12,11 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
 use super::budget::Budget;
-use super::checkers::{Checkers, NotCountedReport};
 use super::rule::CheckerReport;
 use super::{ms, DrainWaitPlan};
 use lifeguard_base::duration::GoDuration;
 use lifeguard_base::peer::PeerKey;
+use lifeguard_checkers::{Checkers, NotCountedReport};
 use lifeguard_drain::{Conclusion, Rotation, RotationVerdict, WaitingOn};
 
 /// Where the wait stands.

@@ -12,10 +12,11 @@
 //! too short loses requests, too long slows every rollout. Here the wait is
 //! measured instead:
 //!
-//! - [`checkers`]: every readiness probe is recorded against its checker
-//!   (its address, forwarded by Envoy's status listener, and its agent),
-//!   which teaches each checker's interval and counts its failures in a
-//!   row; a table no prober can make forget a checker it has learned;
+//! - who checks the pod is `lifeguard_checkers`' table: every readiness
+//!   probe is recorded against its checker (its address, forwarded by
+//!   Envoy's status listener, and its agent), which teaches each checker's
+//!   interval and counts its failures in a row; a table no prober can make
+//!   forget a checker it has learned;
 //! - `quiet`: the traffic the pod had before the drain, and how long "no
 //!   new request" must last to be evidence rather than chance;
 //! - [`rule`]: out of rotation once every checker has failed its threshold
@@ -39,7 +40,6 @@
 //! SIGTERM (or `POST /drain`), and waits for it.
 
 pub mod budget;
-pub mod checkers;
 mod handle;
 mod plan;
 mod quiet;
@@ -54,7 +54,6 @@ use tokio::time::Instant;
 
 use lifeguard_drain::ControlError;
 
-pub use checkers::Checkers;
 pub use handle::{DrainWait, DrainWaitStatus, HealthChecks, RemoteWait, WaitEnd, WaitState, WaitWhy};
 pub use plan::DrainWaitPlan;
 pub use settings::{
@@ -62,24 +61,6 @@ pub use settings::{
     NotAThreshold, PlanError, Settings, Threshold,
 };
 pub use task::run;
-
-/// What other crates' tests read of the checker table (the `testing`
-/// feature; never in the binary).
-#[cfg(feature = "testing")]
-pub mod testing {
-    use super::checkers::{Checker, Checkers};
-
-    /// Every checker the table heard from, as the rule reads them.
-    pub fn checkers_seen(checkers: &Checkers) -> Vec<Checker> {
-        checkers.snapshot()
-    }
-
-    /// Tells the table whether Envoy's status listener appends the
-    /// prober's address to `x-forwarded-for`.
-    pub fn trust_forwarded(checkers: &Checkers, appended: bool) {
-        checkers.trust_forwarded(appended);
-    }
-}
 
 /// A duration to the millisecond: words are for people.
 pub(crate) fn ms(d: Duration) -> Duration {

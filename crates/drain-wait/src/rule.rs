@@ -15,7 +15,7 @@
 //!    drain. A prober whose probes the table had no room to count
 //!    (`Checker::counted` false) is waited for by the same rule: a probe
 //!    not counted holds the wait, it never ends it; and while probes came
-//!    that not even the second table could follow ([`super::checkers`]),
+//!    that not even the second table could follow (`lifeguard_checkers`),
 //!    the wait is held until the checker timeout.
 //! 2. **No new request has arrived at Envoy's inbound listeners for the
 //!    quiet period** (`quiet`: derived from the traffic before the
@@ -37,9 +37,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::checkers::Checker;
 use super::{ms, Arrivals, TrafficError};
 use lifeguard_base::duration::GoDuration;
+use lifeguard_checkers::Checker;
 use lifeguard_drain::{CheckerKey, Conclusion, Pending, WaitingOn};
 
 /// What a checker is, as the rule sees it.

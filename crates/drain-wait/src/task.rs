@@ -12,7 +12,6 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::budget::{self, Needs};
-use super::checkers::Checkers;
 use super::handle::HealthChecks;
 use super::handle::{DrainWaitStatus, WaitState};
 use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
@@ -22,6 +21,7 @@ use lifeguard_base::duration::GoDuration;
 #[cfg(test)]
 use lifeguard_base::grace::Grace;
 use lifeguard_base::throttle::Throttle;
+use lifeguard_checkers::Checkers;
 use lifeguard_drain::CheckerKey;
 use lifeguard_drain::WaitingOn;
 use lifeguard_drain::{DrainUntil, Phase, Status};

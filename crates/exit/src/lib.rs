@@ -522,7 +522,7 @@ mod tests {
             app_time: Duration::ZERO,
             ..lifeguard_drain_wait::DrainWaitPlan::for_tests()
         };
-        let (wait, publish) = lifeguard_drain_wait::DrainWait::new(&plan, lifeguard_drain_wait::Checkers::default());
+        let (wait, publish) = lifeguard_drain_wait::DrainWait::new(&plan, lifeguard_checkers::Checkers::default());
         publish.send_modify(|s| {
             s.state = WaitState::Bound;
             s.traffic_stopped_after_seconds = Some(2.51234);

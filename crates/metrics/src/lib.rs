@@ -42,8 +42,8 @@ use tokio::time::Instant;
 use exposition::{drain_families, drain_wait_families, process_families, Exposition};
 use lifeguard_base::duration::unix_now;
 use lifeguard_base::reason::{ByReason, Label};
+use lifeguard_checkers::NotCounted;
 use lifeguard_drain::{ReadyOrNot, Status};
-use lifeguard_drain_wait::checkers::NotCounted;
 use lifeguard_drain_wait::DrainWaitStatus;
 use lifeguard_drain_wait::WaitWhy;
 use lifeguard_envoy::admin::{CallOutcome, Endpoint};
@@ -70,7 +70,7 @@ struct Inner {
     /// `lifeguard_readiness_kept_total`.
     readiness_kept: Counter,
     /// `lifeguard_drain_wait_probes_not_counted_total{reason}`, by
-    /// `lifeguard_drain_wait::checkers::NotCounted`.
+    /// `lifeguard_checkers::NotCounted`.
     probes_not_counted: ByReason<NotCounted, Counter>,
     /// Seconds from start to the first ready read, once there was one.
     first_ready: OnceLock<f64>,
@@ -201,7 +201,7 @@ impl Metrics {
     }
 
     /// The counters of probes the drain wait did not count, by
-    /// `lifeguard_drain_wait::checkers::NotCounted`.
+    /// `lifeguard_checkers::NotCounted`.
     pub fn probes_not_counted(&self) -> ByReason<NotCounted, Counter> {
         self.inner.probes_not_counted.clone()
     }

@@ -122,7 +122,8 @@ mod tests {
     use super::*;
     use hyper::Method;
     use hyper::StatusCode;
-    use lifeguard_drain_wait::{Checkers, DrainWait};
+    use lifeguard_checkers::Checkers;
+    use lifeguard_drain_wait::DrainWait;
     use lifeguard_envoy::admin::AdminClient;
     use lifeguard_envoy::readiness::Verdict;
     use std::time::Duration;
@@ -252,7 +253,7 @@ mod tests {
         let checkers = Checkers::default();
         // As the drain wait learned: Envoy's status listener appends the
         // prober's address.
-        lifeguard_drain_wait::testing::trust_forwarded(&checkers, true);
+        checkers.trust_forwarded(true);
         let svc = StatusService::builder(r)
             .drain_wait(DrainWait::new(&wait_plan(), checkers.clone()).0)
             .service()
@@ -272,13 +273,10 @@ mod tests {
             probe(&[("user-agent", "kube-probe/1.31"), ("x-forwarded-for", "10.0.0.1")]),
             StatusCode::OK
         );
-        assert!(
-            lifeguard_drain_wait::testing::checkers_seen(&checkers).is_empty(),
-            "the kubelet is no checker"
-        );
+        assert!(checkers.snapshot().is_empty(), "the kubelet is no checker");
         probe(&[("x-forwarded-for", "10.0.0.9")]);
         probe(&[("x-forwarded-for", "10.0.0.9")]);
-        let seen = lifeguard_drain_wait::testing::checkers_seen(&checkers);
+        let seen = checkers.snapshot();
         assert_eq!(seen.len(), 1);
         assert_eq!(
             (seen[0].key.to_string(), seen[0].probes, seen[0].failures_in_row),
@@ -299,7 +297,7 @@ mod tests {
         let r = Readiness::new(Duration::from_secs(4), handle.phase());
         r.store(Verdict::ready(Instant::now()));
         let checkers = Checkers::default();
-        lifeguard_drain_wait::testing::trust_forwarded(&checkers, true);
+        checkers.trust_forwarded(true);
         let svc = StatusService::builder(r)
             .drain(handle.clone(), ControlAccess::loopback())
             .drain_wait(DrainWait::new(&wait_plan(), checkers.clone()).0)
@@ -333,7 +331,7 @@ mod tests {
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{agent}");
             assert!(body.starts_with("not ready: draining (the pod terminates"), "{body}");
         }
-        let seen = lifeguard_drain_wait::testing::checkers_seen(&checkers);
+        let seen = checkers.snapshot();
         assert_eq!(seen.len(), 3, "each load balancer recorded, the kubelet not: {seen:?}");
         let mut status = handle.status();
         assert_eq!(status.kubelet, None, "no drain was published");

@@ -1,9 +1,9 @@
 //! The unit tests of `rule`.
 
 use super::*;
-use crate::checkers::checker_key;
-use crate::checkers::Checkers;
 use http::header::HeaderMap;
+use lifeguard_checkers::checker_key;
+use lifeguard_checkers::Checkers;
 use lifeguard_drain::ControlError;
 
 const SEC: Duration = Duration::from_secs(1);

@@ -1,12 +1,12 @@
 //! The unit tests of `task`.
 
 use super::*;
-use crate::checkers::checker_key;
 use crate::handle::WaitWhy;
 use crate::DrainWait;
 use crate::{Arrivals, TrafficError};
 use http::header::HeaderMap;
 use lifeguard_base::reason::Label;
+use lifeguard_checkers::checker_key;
 use lifeguard_drain::DrainUntil;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -30,8 +30,8 @@
 //!
 //! Each probe not counted is counted by reason (`GET /drain`, the metric
 //! `lifeguard_drain_wait_probes_not_counted_total`), and the first of each
-//! reason is logged. How long a checker may hold the wait is the rule's
-//! ([`super::rule`]).
+//! reason is logged. How long a checker may hold the wait is the drain
+//! wait's rule (`lifeguard_drain_wait::rule`).
 //!
 //! A probe not counted for lack of room is still evidence that someone
 //! checks the pod: a real load balancer may be among the probers the table
@@ -66,15 +66,15 @@ use lifeguard_base::url::is_loopback;
 use lifeguard_drain::CheckerKey;
 
 /// At most this many checkers are remembered.
-pub(crate) const MAX_CHECKERS: usize = 32;
+pub const MAX_CHECKERS: usize = 32;
 /// At most this many checkers (agents) per address.
-pub(crate) const MAX_PER_ADDRESS: usize = 4;
+pub const MAX_PER_ADDRESS: usize = 4;
 /// At most this many probers not counted for lack of room are followed
 /// (they hold the wait, never end it).
-pub(crate) const MAX_UNPLACED: usize = 64;
+pub const MAX_UNPLACED: usize = 64;
 /// A gap between two probes longer than this is not a checking interval
 /// (the longest cloud default is 300 s): the checker starts over.
-pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(300);
+pub const MAX_INTERVAL: Duration = Duration::from_secs(300);
 /// Gaps remembered per checker; its interval is the longest of them.
 const GAPS: usize = 4;
 /// A checker that has not probed for this long past twice its interval has
@@ -86,7 +86,7 @@ pub(crate) const VANISH_SLACK: Duration = Duration::from_secs(1);
 /// A loopback peer's `x-forwarded-for` names the prober only when
 /// `forwarded` says Envoy's status listener appends the prober's own
 /// address there (else a prober could write any address).
-pub(crate) fn checker_key(peer: Option<SocketAddr>, headers: &HeaderMap, forwarded: bool) -> Option<CheckerKey> {
+pub fn checker_key(peer: Option<SocketAddr>, headers: &HeaderMap, forwarded: bool) -> Option<CheckerKey> {
     let peer = peer?.ip().to_canonical();
     let agent = headers.get(USER_AGENT).map_or(&b""[..], |v| v.as_bytes());
     let forwarded = (forwarded && is_loopback(peer))
@@ -117,12 +117,12 @@ pub struct Checker {
     pub key: CheckerKey,
     /// Whether its probes are counted (in the table); false for a prober
     /// the table had no room for: it may hold the wait, never end it.
-    pub(crate) counted: bool,
+    pub counted: bool,
     pub probes: u64,
-    pub(crate) last_seen: Instant,
+    pub last_seen: Instant,
     /// The longest of its recent gaps between probes; None after a single
     /// probe.
-    pub(crate) interval: Option<Duration>,
+    pub interval: Option<Duration>,
     /// Probes answered other than 200 since its last 200.
     pub failures_in_row: u32,
 }
@@ -130,7 +130,7 @@ pub struct Checker {
 impl Checker {
     /// Silent for longer than twice its interval and a second: it stopped
     /// checking (None: it has no interval).
-    pub(crate) fn silent_after(&self) -> Option<Duration> {
+    pub fn silent_after(&self) -> Option<Duration> {
         self.interval.map(|i| i.saturating_mul(2) + VANISH_SLACK)
     }
 }
@@ -323,7 +323,7 @@ impl Checkers {
 
     /// Whether Envoy's status listener appends the prober's address to
     /// `x-forwarded-for`, as learned; true when that is news.
-    pub(crate) fn trust_forwarded(&self, trusted: bool) -> bool {
+    pub fn trust_forwarded(&self, trusted: bool) -> bool {
         let state = match trusted {
             true => Forwarded::Appended,
             false => Forwarded::NotAppended,
@@ -420,7 +420,7 @@ impl Checkers {
 
     /// Every checker heard from, as the rule reads them: the counted ones,
     /// then the probers not counted for lack of room.
-    pub(crate) fn snapshot(&self) -> Vec<Checker> {
+    pub fn snapshot(&self) -> Vec<Checker> {
         let table = self.inner.table.lock().unwrap_or_else(|e| e.into_inner());
         let counted = table.entries.iter().filter(|e| !e.rekeyed).map(|e| e.view(true));
         let apart = table.unplaced.iter().filter(|e| !e.rekeyed).map(|e| e.view(false));
@@ -429,12 +429,12 @@ impl Checkers {
 
     /// When the last probe came that was not counted for lack of room and
     /// that no entry could follow either (None: never).
-    pub(crate) fn overflow(&self) -> Option<Instant> {
+    pub fn overflow(&self) -> Option<Instant> {
         self.inner.table.lock().unwrap_or_else(|e| e.into_inner()).overflow
     }
 
     /// Probes not counted so far, by reason.
-    pub(crate) fn not_counted(&self) -> NotCountedReport {
+    pub fn not_counted(&self) -> NotCountedReport {
         ByReason::new(|why: NotCounted| self.inner.not_counted.get(why).load(Ordering::Relaxed))
     }
 }
