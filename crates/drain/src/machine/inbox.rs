@@ -2,6 +2,7 @@
 //! and what they leave behind for it to act on.
 
 use std::future::Future;
+use std::pin::{pin, Pin};
 use std::process::ExitStatus;
 
 use std::time::Duration;
@@ -57,20 +58,33 @@ impl Inbox {
     ) -> Result<T, Interrupt> {
         tokio::pin!(fut);
         loop {
-            let window = self.kubelet_window;
-            let window_ends = window.map_or_else(far, |(at, _)| at);
-            let event = tokio::select! {
-                biased;
-                status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
-                event = self.events.recv(), if self.open => event,
-                () = sleep_until(window_ends), if window.is_some() => {
-                    self.kubelet_window_over();
-                    continue;
-                }
-                out = &mut fut => return Ok(out),
-            };
-            self.handle(event)?;
+            if let Some(out) = self.step(envoy, fut.as_mut()).await? {
+                return Ok(out);
+            }
         }
+    }
+
+    /// One step of a wait: `fut`'s end (Some), or an event handled or the
+    /// kubelet's window closed (None); Envoy's exit and a quit interrupt.
+    async fn step<T>(
+        &mut self,
+        envoy: &impl EnvoyControl,
+        fut: Pin<&mut impl Future<Output = T>>,
+    ) -> Result<Option<T>, Interrupt> {
+        let window = self.kubelet_window;
+        let window_ends = window.map_or_else(far, |(at, _)| at);
+        let event = tokio::select! {
+            biased;
+            status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
+            event = self.events.recv(), if self.open => event,
+            () = sleep_until(window_ends), if window.is_some() => {
+                self.kubelet_window_over();
+                return Ok(None);
+            }
+            out = fut => return Ok(Some(out)),
+        };
+        self.handle(event)?;
+        Ok(None)
     }
 
     /// The node's load balancers have had their time: the kubelet is
@@ -101,19 +115,9 @@ impl Inbox {
 
     /// Waits (handling events) until a signal asks for Envoy's stop.
     pub(super) async fn wait_for_signal(&mut self, envoy: &impl EnvoyControl) -> Result<(), Interrupt> {
+        let mut never = pin!(std::future::pending::<()>());
         while !self.stop_requested() {
-            let window = self.kubelet_window;
-            let window_ends = window.map_or_else(far, |(at, _)| at);
-            let event = tokio::select! {
-                biased;
-                status = envoy.exited() => return Err(Interrupt::EnvoyExited(status)),
-                event = self.events.recv(), if self.open => event,
-                () = sleep_until(window_ends), if window.is_some() => {
-                    self.kubelet_window_over();
-                    continue;
-                }
-            };
-            self.handle(event)?;
+            self.step(envoy, never.as_mut()).await?;
         }
         Ok(())
     }
