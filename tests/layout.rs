@@ -122,16 +122,30 @@ fn sources() -> Vec<PathBuf> {
 }
 
 /// The code of a file without its unit tests: a `tests.rs` file is all
-/// tests; elsewhere the tests start at `#[cfg(test)]` before a `mod`.
-fn without_tests<'a>(path: &Path, text: &'a str) -> &'a str {
+/// tests; elsewhere a `#[cfg(test)]` `mod tests;` line goes, and the tests
+/// start at a `#[cfg(test)]` before a `mod` with its body.
+fn without_tests<'a>(path: &Path, text: &'a str) -> std::borrow::Cow<'a, str> {
     if path.ends_with("tests.rs") {
-        return "";
+        return "".into();
     }
-    let tests = text.match_indices("#[cfg(test)]\n").find(|(i, m)| {
-        let next = text[i + m.len()..].lines().next().unwrap_or("");
+    let mut code = String::new();
+    let mut rest = text;
+    while let Some((i, m)) = rest.match_indices("#[cfg(test)]\n").find(|(i, m)| {
+        let next = rest[i + m.len()..].lines().next().unwrap_or("");
         next.starts_with("mod ") || next.starts_with("pub(crate) mod ")
-    });
-    tests.map_or(text, |(i, _)| &text[..i])
+    }) {
+        code.push_str(&rest[..i]);
+        let after = &rest[i + m.len()..];
+        let line = after.lines().next().unwrap_or("");
+        if !line.trim_end().ends_with(';') {
+            return code.into();
+        }
+        rest = after[line.len()..].strip_prefix('\n').unwrap_or(&after[line.len()..]);
+    }
+    match code.is_empty() {
+        true => rest.into(),
+        false => (code + rest).into(),
+    }
 }
 
 /// The largest file outside its tests: one concern a file.
@@ -274,9 +288,9 @@ impl Contents {
         Contents { modules, reexported }
     }
 
-    /// The modules the root's code names: `x::…`, or an item re-exported
-    /// from `x` (its `mod` and `pub use` lines are the crate's table of
-    /// contents, not a use).
+    /// The modules the root's code names: `x::…` (or `crate::x::…`,
+    /// `self::x::…`), or an item re-exported from `x` (its `mod` and `pub
+    /// use` lines are the crate's table of contents, not a use).
     fn named_by_root(&self, code: &str) -> Vec<String> {
         let contents = ["mod ", "pub mod ", "pub(crate) mod ", "pub use ", "pub(crate) use "];
         let mut body = code.to_owned();
@@ -292,16 +306,24 @@ impl Contents {
                     .split(|c: char| !(c.is_alphanumeric() || c == '_'))
             })
             .collect();
-        let by_path = self
-            .modules
+        let mut named: BTreeSet<&str> = ["crate::", "self::"]
             .iter()
-            .filter(|m| *m != ROOT && !paths_after(&body, &format!("{m}::")).is_empty());
+            .flat_map(|prefix| paths_after(&body, prefix))
+            .filter_map(|seg| self.modules.get(&seg).map(String::as_str))
+            .collect();
+        named.extend(
+            self.modules
+                .iter()
+                .filter(|m| !paths_after(&body, &format!("{m}::")).is_empty())
+                .map(String::as_str),
+        );
+        let by_path = named.into_iter().filter(|m| *m != ROOT).map(str::to_owned);
         let by_item = self
             .reexported
             .iter()
             .filter(|(item, _)| words.contains(item.as_str()))
             .map(|(_, m)| m);
-        by_path.chain(by_item).cloned().collect()
+        by_path.chain(by_item.cloned()).collect()
     }
 
     /// The modules the code of a module's file names: `crate::x::…` (or
@@ -337,8 +359,8 @@ fn module_graph(src: &Path) -> Graph {
         let text = std::fs::read_to_string(file).unwrap();
         let code = without_tests(file, &text);
         let named = match from == ROOT {
-            true => contents.named_by_root(code),
-            false => contents.named_by_module(src, file, code),
+            true => contents.named_by_root(&code),
+            false => contents.named_by_module(src, file, &code),
         };
         let edges = graph.entry(from.clone()).or_default();
         edges.extend(named.into_iter().filter(|m| *m != from));
@@ -409,4 +431,40 @@ fn no_crate_has_modules_that_name_each_other() {
     // The reading itself is checked: the crates' modules do name each other.
     assert!(uses > 50, "only {uses} uses between modules were read");
     assert!(cycles.is_empty(), "modules that name each other: {cycles:#?}");
+}
+
+/// The reader finds what it is for: in a crate written here, a circle
+/// through the root (the root's `crate::b::…` after a `#[cfg(test)] mod
+/// tests;` line, `b`'s multi-line `use crate::{…}` from a file a directory
+/// down, `a`'s `use super::*`), and no circle once `a` names nothing.
+#[test]
+fn the_module_reader_finds_a_circle_however_it_is_written() {
+    struct Dir(PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let dir = Dir(std::env::temp_dir().join(format!("lifeguard-layout-{}", std::process::id())));
+    let src = dir.0.join("src");
+    std::fs::create_dir_all(src.join("b")).unwrap();
+    let write = |file: &str, text: &str| std::fs::write(src.join(file), text).unwrap();
+    write(
+        "lib.rs",
+        "mod a;\nmod b;\n#[cfg(test)]\nmod tests;\npub use a::Thing;\n\npub fn f() {\n    crate::b::go();\n}\n",
+    );
+    write("a.rs", "use super::*;\n\npub struct Thing;\n");
+    write("b/mod.rs", "mod c;\n\npub fn go() {}\n");
+    write("b/c.rs", "use crate::{\n    a::Thing,\n};\n");
+    write("tests.rs", "use crate::a::Thing;\n");
+    let graph = module_graph(&src);
+    let names = |m: &str| graph[m].iter().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        (names(ROOT), names("a"), names("b")),
+        (vec!["b".to_owned()], vec![ROOT.to_owned()], vec!["a".to_owned()])
+    );
+    assert_eq!(a_cycle(&graph).map(|c| c.len()), Some(4), "{graph:?}");
+    write("a.rs", "pub struct Thing;\n");
+    let graph = module_graph(&src);
+    assert_eq!(a_cycle(&graph), None, "{graph:?}");
 }
