@@ -66,15 +66,15 @@ use lifeguard_base::url::is_loopback;
 use lifeguard_drain::CheckerKey;
 
 /// At most this many checkers are remembered.
-pub const MAX_CHECKERS: usize = 32;
+pub(crate) const MAX_CHECKERS: usize = 32;
 /// At most this many checkers (agents) per address.
-pub const MAX_PER_ADDRESS: usize = 4;
+pub(crate) const MAX_PER_ADDRESS: usize = 4;
 /// At most this many probers not counted for lack of room are followed
 /// (they hold the wait, never end it).
-pub const MAX_UNPLACED: usize = 64;
+pub(crate) const MAX_UNPLACED: usize = 64;
 /// A gap between two probes longer than this is not a checking interval
 /// (the longest cloud default is 300 s): the checker starts over.
-pub const MAX_INTERVAL: Duration = Duration::from_secs(300);
+pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(300);
 /// Gaps remembered per checker; its interval is the longest of them.
 const GAPS: usize = 4;
 /// A checker that has not probed for this long past twice its interval has
@@ -86,7 +86,7 @@ pub(crate) const VANISH_SLACK: Duration = Duration::from_secs(1);
 /// A loopback peer's `x-forwarded-for` names the prober only when
 /// `forwarded` says Envoy's status listener appends the prober's own
 /// address there (else a prober could write any address).
-pub fn checker_key(peer: Option<SocketAddr>, headers: &HeaderMap, forwarded: bool) -> Option<CheckerKey> {
+pub(crate) fn checker_key(peer: Option<SocketAddr>, headers: &HeaderMap, forwarded: bool) -> Option<CheckerKey> {
     let peer = peer?.ip().to_canonical();
     let agent = headers.get(USER_AGENT).map_or(&b""[..], |v| v.as_bytes());
     let forwarded = (forwarded && is_loopback(peer))

@@ -343,10 +343,8 @@ impl DrainWaitPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header::{HeaderMap, HeaderValue, USER_AGENT};
-    use lifeguard_checkers::checker_key;
     use lifeguard_checkers::Checkers;
-    use lifeguard_drain::NodeChecks;
+    use lifeguard_drain::{CheckerKey, NodeChecks};
 
     fn needs(grace: u64) -> Needs {
         Needs {
@@ -362,9 +360,7 @@ mod tests {
     /// A checker at 10.0.0.5 probing every `every` seconds, twice.
     fn learned(every: u64, agent: &'static str) -> (Checkers, Instant) {
         let checkers = Checkers::default();
-        let mut headers = HeaderMap::new();
-        headers.insert(USER_AGENT, HeaderValue::from_static(agent));
-        let key = checker_key(Some(([10, 0, 0, 5], 1).into()), &headers, true).unwrap();
+        let key = CheckerKey::new([10, 0, 0, 5].into(), false, agent.as_bytes()).unwrap();
         let t0 = Instant::now();
         checkers.record(key, t0, true);
         checkers.record(key, t0 + Duration::from_secs(every), true);

@@ -1,10 +1,8 @@
 //! The unit tests of `rule`.
 
 use super::*;
-use http::header::HeaderMap;
-use lifeguard_checkers::checker_key;
 use lifeguard_checkers::Checkers;
-use lifeguard_drain::ControlError;
+use lifeguard_drain::{CheckerKey, ControlError};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -29,7 +27,7 @@ fn arrived(total: u64, read: Instant) -> Result<Arrivals, TrafficError> {
 }
 
 fn key(last: u8) -> CheckerKey {
-    checker_key(Some(([10, 0, 0, last], 4000).into()), &HeaderMap::new(), true).unwrap()
+    CheckerKey::new([10, 0, 0, last].into(), false, b"").unwrap()
 }
 
 /// A load balancer's probes: every `every` from `from` to `until`,
@@ -314,9 +312,7 @@ async fn a_checker_seen_first_during_the_drain_is_waited_for_and_the_words_say_s
 }
 
 fn agent_key(last: u8, agent: &'static str) -> CheckerKey {
-    let mut h = HeaderMap::new();
-    h.insert(http::header::USER_AGENT, http::header::HeaderValue::from_static(agent));
-    checker_key(Some(([10, 0, 0, last], 4000).into()), &h, true).unwrap()
+    CheckerKey::new([10, 0, 0, last].into(), false, agent.as_bytes()).unwrap()
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,8 +6,7 @@ use crate::DrainWait;
 use crate::{Arrivals, TrafficError};
 use http::header::HeaderMap;
 use lifeguard_base::reason::Label;
-use lifeguard_checkers::checker_key;
-use lifeguard_drain::DrainUntil;
+use lifeguard_drain::{CheckerKey, DrainUntil};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -346,7 +345,7 @@ async fn envoy_fails_the_load_balancers_checks_when_readiness_turns_503() {
 /// readiness answers.
 fn checker_every(h: &Harness, every: Duration, last: u8) -> tokio::task::JoinHandle<()> {
     let (checkers, drain) = (h.checkers.clone(), h.drain.subscribe());
-    let key = checker_key(Some(([10, 0, 0, last], 1).into()), &HeaderMap::new(), true).unwrap();
+    let key = CheckerKey::new([10, 0, 0, last].into(), false, b"").unwrap();
     tokio::spawn(async move {
         loop {
             let ok = drain.borrow().phase == Phase::Serving;
@@ -431,7 +430,7 @@ async fn the_checker_timeout_and_took_seconds_count_from_the_drains_start() {
     // A prober that probes every second and never fails.
     let (checkers, key) = (
         h.checkers.clone(),
-        checker_key(Some(([10, 0, 0, 7], 1).into()), &HeaderMap::new(), true).unwrap(),
+        CheckerKey::new([10, 0, 0, 7].into(), false, b"").unwrap(),
     );
     let prober = tokio::spawn(async move {
         loop {
