@@ -87,10 +87,10 @@ pub fn check_report(plan: &Plan, effective: &[Effective]) -> usize {
         "drain deadline",
         GoDuration(plan.drain.grace().deadline())
     );
-    if !plan.drain.set_aside().is_empty() {
+    if !plan.set_aside.is_empty() {
         println!(
             "settings the drain's policy leaves aside: {}",
-            plan.drain.set_aside().join(", ")
+            plan.set_aside.join(", ")
         );
     }
     if !plan.proxy_config_unused.is_empty() {

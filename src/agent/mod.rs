@@ -93,8 +93,8 @@ fn log_settings(plan: &Plan, effective: &[Effective]) {
     for renamed in &plan.renamed_keys {
         tracing::warn!("settings file: {renamed}");
     }
-    if !plan.drain.set_aside().is_empty() {
-        let settings = plan.drain.set_aside().join(", ");
+    if !plan.set_aside.is_empty() {
+        let settings = plan.set_aside.join(", ");
         tracing::info!(settings, "settings given that the drain's policy leaves aside");
     }
     if !plan.proxy_config_unused.is_empty() {

@@ -249,6 +249,15 @@ impl Settings {
         let status = self.status.plan().map_err(refused(named))?;
         let (status_port, admin_port) = (self.status.status_addr.get().port(), self.envoy.admin_url.port());
         let metrics = self.metrics.plan(status_port, admin_port).map_err(refused(named))?;
+        // Each as the user gave it: `TERMINATION_DRAIN_DURATION=10s (env)`.
+        let set_aside = drain
+            .set_aside()
+            .iter()
+            .map(|s| {
+                let (field, source) = named(s.key);
+                format!("{field}={} ({source}; drain_until is {})", s.value, drain.drain_until())
+            })
+            .collect();
         Ok(Plan {
             log: self.log.clone(),
             envoy: self.envoy.plan(drain.grace()),
@@ -259,6 +268,7 @@ impl Settings {
             pod: self.pod.clone(),
             exit: self.exit.clone(),
             proxy_config_unused,
+            set_aside,
             renamed_keys,
         })
     }

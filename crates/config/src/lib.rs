@@ -76,6 +76,9 @@ pub struct Plan {
     pub exit: lifeguard_exit::Settings,
     /// PROXY_CONFIG's fields lifeguard does not use, listed once at start-up.
     pub proxy_config_unused: Vec<String>,
+    /// Settings given that the drain's policy leaves aside, each as the
+    /// user gave it: said at start-up and by `lifeguard check`.
+    pub set_aside: Vec<String>,
     /// The settings file's keys written under an old name (read as the
     /// new one): said at start-up and by `lifeguard check`.
     pub renamed_keys: Vec<String>,
@@ -535,15 +538,15 @@ pub(crate) mod tests {
                 "requests",
             ],
         ] {
-            assert!(settings(args).plan.drain.set_aside().is_empty(), "{args:?}");
+            assert!(settings(args).plan.set_aside.is_empty(), "{args:?}");
         }
         let s = settings(&[
             "--exit-on-zero-active-connections=true",
             "--termination-drain-duration=10s",
         ]);
         assert_eq!(
-            s.plan.drain.set_aside(),
-            ["termination_drain_duration=10s (drain_until is connections)"]
+            s.plan.set_aside,
+            ["--termination-drain-duration=10s (flag; drain_until is connections)"]
         );
         let s = settings(&[
             "--exit-on-zero-active-connections=true",
@@ -551,11 +554,18 @@ pub(crate) mod tests {
             "--drain-until=app-exit",
         ]);
         assert_eq!(
-            s.plan.drain.set_aside(),
+            s.plan.set_aside,
             [
-                "exit_on_zero_active_connections=true (drain_until is app-exit)",
-                "termination_drain_duration=10s (drain_until is app-exit)"
+                "--exit-on-zero-active-connections=true (flag; drain_until is app-exit)",
+                "--termination-drain-duration=10s (flag; drain_until is app-exit)"
             ]
+        );
+        let file = TempFile::new("aside.toml", "[drain]\ntermination_drain_duration = \"7s\"\n");
+        let proxy = r#"{"proxyMetadata":{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS":"true"}}"#;
+        let s = settings(&["--config", file.arg(), "--proxy-config", proxy]);
+        assert_eq!(
+            s.plan.set_aside,
+            ["drain.termination_drain_duration=7s (file; drain_until is connections)"]
         );
     }
 

@@ -28,8 +28,9 @@ every effective value and where it came from.
   `0 f F FALSE false False`), and TOML booleans in the file.
 - **The file's values** (and `PROXY_CONFIG`'s) are read by the flag's own
   parser: a string, a number or a boolean as the flag takes it; a list as
-  a TOML array, or as one comma-separated string whose items are trimmed
-  (`checker_ranges = [\"35.191.0.0/16\", \"130.211.0.0/22\"]`).
+  a TOML array (`checker_ranges = [\"35.191.0.0/16\", \"130.211.0.0/22\"]`),
+  or as one string split at its commas as the env variable is, each item
+  as written (`\"9000,9001\"`; an empty string is no item).
 - **The file** must be a regular file of at most 1 MiB. Each crate's keys
   sit in its section (`[drain]`, `[envoy]`, ... named below), or at the
   top level as before the sections; a key set twice, a key in another

@@ -291,7 +291,7 @@ impl std::fmt::Display for NotServingBecause {
     }
 }
 
-lifeguard_base::serialize_as_display!(NotServingBecause);
+lifeguard_base::serialize_as_label!(NotServingBecause);
 
 /// What `GET /drain`, the exit summary and the metrics show of the
 /// kubelet's answers during the drain.

@@ -61,7 +61,7 @@ pub use kubelet::{
 };
 pub use machine::Drain;
 pub use plan::DrainUntil;
-pub use plan::{DrainScope, Plan};
+pub use plan::{DrainScope, Plan, SetAside};
 pub use policy::Patience;
 pub use ports::{Active, ActiveRead};
 pub use ports::{AppControl, AppProcess, AppSocket, ControlError, EnvoyControl, Exit, Work};

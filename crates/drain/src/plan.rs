@@ -50,8 +50,16 @@ pub struct Plan {
     /// The load balancers that check the node: how long the kubelet is
     /// told a terminating pod serves.
     pub(crate) node_checks: NodeChecks,
-    /// Settings given that the policy leaves aside, each with why.
-    pub(crate) set_aside: Vec<String>,
+    /// Settings given that the policy leaves aside.
+    pub(crate) set_aside: Vec<SetAside>,
+}
+
+/// A setting given that the drain's policy leaves aside (`key`, as the
+/// settings name it, and its value): said, not an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    pub key: &'static str,
+    pub value: String,
 }
 
 impl Plan {
@@ -60,9 +68,9 @@ impl Plan {
         self.drain_until
     }
 
-    /// Settings given that the policy leaves aside (`name=value (why)`):
-    /// said at start-up and by `lifeguard check`, not errors.
-    pub fn set_aside(&self) -> &[String] {
+    /// Settings given that the policy leaves aside: said at start-up and
+    /// by `lifeguard check`, not errors.
+    pub fn set_aside(&self) -> &[SetAside] {
         &self.set_aside
     }
 

@@ -12,7 +12,7 @@ use lifeguard_base::grace::{Grace, GraceError};
 use lifeguard_base::settings::{GoBool, PositiveSpan, SettingError, Span};
 use serde::Serialize;
 
-use crate::{DrainScope, DrainUntil, NodeChecks, Plan, TerminatingReadiness};
+use crate::{DrainScope, DrainUntil, NodeChecks, Plan, SetAside, TerminatingReadiness};
 
 /// The pod's grace period: a duration, or a bare number of seconds as
 /// Kubernetes writes terminationGracePeriodSeconds (`30`); greater than
@@ -186,17 +186,19 @@ impl Settings {
         // beside a pod's `EXIT_ON_ZERO_ACTIVE_CONNECTIONS` is common).
         let mut set_aside = Vec::new();
         if self.exit_on_zero_active_connections.get() && drain_until != DrainUntil::Connections {
-            set_aside.push(format!(
-                "exit_on_zero_active_connections=true (drain_until is {drain_until})"
-            ));
+            set_aside.push(SetAside {
+                key: "exit_on_zero_active_connections",
+                value: self.exit_on_zero_active_connections.to_string(),
+            });
         }
         if let Some(given) = self
             .termination_drain_duration
             .filter(|_| drain_until != DrainUntil::Time)
         {
-            set_aside.push(format!(
-                "termination_drain_duration={given} (drain_until is {drain_until})"
-            ));
+            set_aside.push(SetAside {
+                key: "termination_drain_duration",
+                value: given.to_string(),
+            });
         }
         Ok(Plan {
             drain_until,
