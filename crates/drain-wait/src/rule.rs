@@ -121,9 +121,10 @@ pub(crate) struct Evaluation {
     pub(crate) steps: Vec<Step>,
 }
 
-/// The rule's settings for one drain.
+/// The rule's terms for one drain (from the drain wait's plan and the
+/// quiet period the traffic called for).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Settings {
+pub(crate) struct Terms {
     /// Failed probes in a row that take the pod out, unless the checker's
     /// software fixes its own.
     pub(crate) threshold: u32,
@@ -144,7 +145,7 @@ struct Done {
 
 /// The rule's memory across reads, for one drain.
 pub(crate) struct Rule {
-    settings: Settings,
+    settings: Terms,
     began: Instant,
     done: Vec<Done>,
     /// Probers too many to follow held the wait until the checker
@@ -173,9 +174,9 @@ struct BeforeRise {
 
 impl Rule {
     /// The rule for a drain that began at `began`.
-    pub(crate) fn new(settings: Settings, began: Instant) -> Rule {
+    pub(crate) fn new(settings: Terms, began: Instant) -> Rule {
         Rule {
-            settings: Settings {
+            settings: Terms {
                 threshold: settings.threshold.max(1),
                 ..settings
             },
@@ -460,7 +461,7 @@ impl Rule {
 /// were seen once.
 pub(crate) fn before_drain(checkers: &[Checker], threshold: u32, now: Instant) -> Vec<CheckerReport> {
     let rule = Rule::new(
-        Settings {
+        Terms {
             threshold,
             checker_timeout: Duration::MAX,
             quiet: Duration::ZERO,

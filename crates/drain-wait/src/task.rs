@@ -15,7 +15,7 @@ use super::budget::{self, Needs};
 use super::handle::HealthChecks;
 use super::handle::{DrainWaitStatus, WaitState};
 use super::quiet::{quiet_period, History, Rate, SAMPLE_EVERY, WINDOW};
-use super::rule::{Rule, Settings, Step};
+use super::rule::{Rule, Step, Terms};
 use super::{ms, DrainWaitPlan, Traffic, READ_EVERY};
 use lifeguard_base::duration::GoDuration;
 #[cfg(test)]
@@ -465,7 +465,7 @@ impl<T: Traffic> Watch<T> {
             s.requests_per_second_before_drain = rate.map(|r| r.per_second);
             s.quiet_period_seconds = Some(quiet.as_secs_f64());
         });
-        let settings = Settings {
+        let settings = Terms {
             threshold: plan.unhealthy_threshold,
             checker_timeout: plan.checker_timeout,
             quiet,

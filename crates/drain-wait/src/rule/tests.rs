@@ -8,8 +8,8 @@ const SEC: Duration = Duration::from_secs(1);
 
 /// The default settings: threshold `threshold`, quiet for `quiet`, no
 /// checker held past 20 s.
-fn settings(threshold: u32, quiet: Duration) -> Settings {
-    Settings {
+fn settings(threshold: u32, quiet: Duration) -> Terms {
+    Terms {
         threshold,
         checker_timeout: Duration::from_secs(20),
         quiet,
