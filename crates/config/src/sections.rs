@@ -203,7 +203,7 @@ impl FileValues {
             for (inner, value) in table {
                 let (now, renamed) = current(inner.clone());
                 if !section.keys().contains(&now) {
-                    return Err(misplaced(inner, section.name));
+                    return Err(misplaced(inner, &now, section.name));
                 }
                 let written = format!("{key}.{inner}");
                 out.note_renamed(renamed, &written, &format!("{key}.{now}"));
@@ -239,10 +239,11 @@ impl FileValues {
     }
 }
 
-/// Why `key` may not sit in `[section]`: it belongs in another, or it is
-/// no setting at all.
-fn misplaced(key: String, section: &'static str) -> KeyError {
-    match Section::home(&key) {
+/// Why `key` (named `now` today: an old name is read as its new one) may
+/// not sit in `[section]`: it belongs in another, or it is no setting at
+/// all.
+fn misplaced(key: String, now: &str, section: &'static str) -> KeyError {
+    match Section::home(now) {
         Some(home) => KeyError::Misplaced {
             key,
             home: home.name,
@@ -327,6 +328,9 @@ mod tests {
     fn a_misplaced_or_repeated_key_is_refused_named() {
         let err = flat("[drain]\npoll_interval = \"2s\"\n").unwrap_err();
         assert_eq!(err, "`poll_interval` belongs in [envoy], not in [drain]");
+        // An old name, in the wrong section: named as written, sent home.
+        let err = flat("[drain]\ndrain_wait_app_time = \"5s\"\n").unwrap_err();
+        assert_eq!(err, "`drain_wait_app_time` belongs in [drain_wait], not in [drain]");
         let err = flat("[drain]\npol_interval = \"2s\"\n").unwrap_err();
         assert!(
             err.starts_with("unknown field `pol_interval` in [drain], expected one of "),
