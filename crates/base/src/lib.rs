@@ -43,20 +43,6 @@ macro_rules! serialize_as_display {
     };
 }
 
-/// Serializes a label set ([`reason::Label`]) as its label: in JSON the
-/// same word as in the metrics (`GET /drain`'s `phase`, `draining_ready`),
-/// declared once, by strum. The crate that calls it names `serde`.
-#[macro_export]
-macro_rules! serialize_as_label {
-    ($t:ty) => {
-        impl serde::Serialize for $t {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str($crate::reason::Label::label(*self))
-            }
-        }
-    };
-}
-
 pub mod duration;
 pub mod grace;
 pub mod peer;

@@ -2,9 +2,9 @@
 //! label (or one key of `GET /drain`), declared once where its type lives
 //! by deriving strum's `EnumIter` and `IntoStaticStr` (its variants and
 //! their labels: `#[strum(serialize_all = "snake_case")]`, or a variant's
-//! own `#[strum(serialize = "...")]`), which makes it a [`Label`] (and
-//! in JSON the same word, by
-//! [`serialize_as_label!`](crate::serialize_as_label)); and one
+//! own `#[strum(serialize = "...")]`), which makes it a [`Label`] (and,
+//! with `#[serde(into = "&'static str")]`, the same word in JSON: serde
+//! serializes it as the label strum made); and one
 //! value kept per label ([`ByReason`]): the metrics' counters by `reason`
 //! or `result`, the drain wait's counts of probes it did not count.
 
@@ -98,8 +98,9 @@ impl<R: Label, T: serde::Serialize> serde::Serialize for ByReason<R, T> {
 mod tests {
     use super::*;
 
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr, serde::Serialize)]
     #[strum(serialize_all = "snake_case")]
+    #[serde(into = "&'static str")]
     enum Why {
         Slow,
         #[strum(serialize = "broke")]
@@ -116,8 +117,6 @@ mod tests {
         assert_eq!(*counts.get(Why::Slow), 0);
         assert_eq!(serde_json::to_string(&counts).unwrap(), r#"{"slow":0,"broke":0}"#);
     }
-
-    crate::serialize_as_label!(Why);
 
     #[test]
     fn a_label_serializes_as_its_label() {

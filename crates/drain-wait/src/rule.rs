@@ -43,8 +43,9 @@ use lifeguard_checkers::Checker;
 use lifeguard_drain::{CheckerKey, Conclusion, Pending, WaitingOn};
 
 /// What a checker is, as the rule sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr, serde::Serialize)]
 #[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str")]
 pub enum CheckerState {
     /// Probing, not yet failed enough times in a row: the wait waits for it.
     Checking,
@@ -59,8 +60,6 @@ pub enum CheckerState {
     /// Had stopped probing before the drain began: not counted.
     GoneBeforeDrain,
 }
-
-lifeguard_base::serialize_as_label!(CheckerState);
 
 /// One checker in `GET /drain`.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -203,8 +203,9 @@ impl NodeChecks {
 }
 
 /// How the kubelet's probe is answered in this drain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr, serde::Serialize)]
 #[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str")]
 pub enum KubeletAnswer {
     /// As Envoy is: 200 while it is ready and accepts new connections,
     /// until the node's load balancers' time is over (a drain the pod's
@@ -215,8 +216,6 @@ pub enum KubeletAnswer {
     /// failing`.
     NotServing,
 }
-
-lifeguard_base::serialize_as_label!(KubeletAnswer);
 
 /// An answer of the readiness probe: ready (200) or not (503). The
 /// `code` and `answer` labels of the probe's metrics, and what Envoy's
@@ -251,8 +250,11 @@ impl ReadyOrNot {
 
 /// Why the drain turned the kubelet's answer to 503 (in JSON and as a
 /// metric's label: its snake-case name).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr, strum::FromRepr)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr, strum::FromRepr, serde::Serialize,
+)]
 #[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str")]
 pub enum NotServingBecause {
     /// An operator's drain (`POST /drain` while the pod is not
     /// terminating): the pod leaves its Service's endpoints.
@@ -290,8 +292,6 @@ impl std::fmt::Display for NotServingBecause {
         f.write_str((*self).into())
     }
 }
-
-lifeguard_base::serialize_as_label!(NotServingBecause);
 
 /// What `GET /drain`, the exit summary and the metrics show of the
 /// kubelet's answers during the drain.

@@ -19,9 +19,20 @@ use super::trigger::{Signal, Trigger};
 
 /// The drain's phases, in order (`lifeguard_drain_phase{phase}` names them).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, strum::EnumIter, strum::IntoStaticStr, strum::FromRepr,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::FromRepr,
+    serde::Serialize,
 )]
 #[strum(serialize_all = "snake_case")]
+#[serde(into = "&'static str")]
 pub enum Phase {
     /// Not draining.
     Serving,
@@ -43,8 +54,6 @@ pub enum Phase {
     /// Envoy has stopped; lifeguard is exiting.
     Stopped,
 }
-
-lifeguard_base::serialize_as_label!(Phase);
 
 impl Phase {
     /// Whether readiness answers the load balancers 503 `draining` in
