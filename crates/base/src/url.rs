@@ -8,12 +8,9 @@
 //! container mounts is the proxy's alone.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-
-use tokio::net::{TcpStream, UnixStream};
-use tokio_util::either::Either;
 
 /// Whether an address is on this host (127.0.0.0/8, ::1, or either as an
 /// IPv4-mapped IPv6 address).
@@ -28,12 +25,14 @@ pub fn is_loopback(ip: IpAddr) -> bool {
 /// `unix://` plus the absolute path of a Unix socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoopbackUrl {
-    to: To,
+    to: Address,
     authority: String,
 }
 
+/// Where a [`LoopbackUrl`] connects (`lifeguard_http::connect` makes the
+/// connection: the vocabulary makes no system call).
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum To {
+pub enum Address {
     Tcp(SocketAddr),
     /// `localhost:PORT`: 127.0.0.1, else ::1 (an admin bound to one of the
     /// two, as Envoy Gateway binds its own to ::1 on IPv6-only clusters).
@@ -41,14 +40,11 @@ enum To {
     Unix(PathBuf),
 }
 
-/// A connection to a [`LoopbackUrl`].
-pub type LocalStream = Either<TcpStream, UnixStream>;
-
 impl LoopbackUrl {
     /// A Unix socket's URL.
     pub fn unix(path: &Path) -> Self {
         Self {
-            to: To::Unix(path.to_owned()),
+            to: Address::Unix(path.to_owned()),
             authority: "localhost".into(),
         }
     }
@@ -56,9 +52,9 @@ impl LoopbackUrl {
     /// The TCP port, when the address is one (None for a Unix socket).
     pub fn port(&self) -> Option<u16> {
         match &self.to {
-            To::Tcp(addr) => Some(addr.port()),
-            To::Localhost(port) => Some(*port),
-            To::Unix(_) => None,
+            Address::Tcp(addr) => Some(addr.port()),
+            Address::Localhost(port) => Some(*port),
+            Address::Unix(_) => None,
         }
     }
 
@@ -67,34 +63,17 @@ impl LoopbackUrl {
         &self.authority
     }
 
-    /// A new connection (with `TCP_NODELAY` over TCP). No timeout here:
-    /// callers bound the whole exchange. `localhost` tries 127.0.0.1, then
-    /// ::1 when that fails (a refused connection on loopback costs some
-    /// microseconds); the first failure is the one returned when both do.
-    pub async fn connect(&self) -> std::io::Result<LocalStream> {
-        let tcp = |stream: TcpStream| {
-            let _ = stream.set_nodelay(true);
-            Either::Left(stream)
-        };
-        match &self.to {
-            To::Tcp(addr) => Ok(tcp(TcpStream::connect(addr).await?)),
-            To::Localhost(port) => match TcpStream::connect((Ipv4Addr::LOCALHOST, *port)).await {
-                Ok(stream) => Ok(tcp(stream)),
-                Err(v4) => match TcpStream::connect((Ipv6Addr::LOCALHOST, *port)).await {
-                    Ok(stream) => Ok(tcp(stream)),
-                    Err(_) => Err(v4),
-                },
-            },
-            To::Unix(path) => Ok(Either::Right(UnixStream::connect(path).await?)),
-        }
+    /// Where it connects.
+    pub fn address(&self) -> &Address {
+        &self.to
     }
 }
 
 impl fmt::Display for LoopbackUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.to {
-            To::Tcp(_) | To::Localhost(_) => write!(f, "http://{}", self.authority),
-            To::Unix(path) => write!(f, "unix://{}", path.display()),
+            Address::Tcp(_) | Address::Localhost(_) => write!(f, "http://{}", self.authority),
+            Address::Unix(path) => write!(f, "unix://{}", path.display()),
         }
     }
 }
@@ -153,7 +132,7 @@ pub fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), UrlError> {
         if port == 0 {
             return Err(UrlError::PortZero);
         }
-        To::Localhost(port)
+        Address::Localhost(port)
     } else {
         let addr: SocketAddr = authority.parse().map_err(|_| UrlError::NotIpPort)?;
         if !addr.ip().is_loopback() {
@@ -162,7 +141,7 @@ pub fn parse_loopback_url(s: &str) -> Result<(LoopbackUrl, String), UrlError> {
         if addr.port() == 0 {
             return Err(UrlError::PortZero);
         }
-        To::Tcp(addr)
+        Address::Tcp(addr)
     };
     let url = LoopbackUrl {
         to,
@@ -234,22 +213,12 @@ pub fn query_encode(text: &str) -> String {
 mod tests {
     use super::*;
 
-    /// `localhost` reaches an admin on either loopback address: Envoy
-    /// Gateway binds its admin to 127.0.0.1, or to ::1 on IPv6-only
-    /// clusters, and one setting serves both.
-    #[tokio::test]
-    async fn localhost_reaches_an_admin_bound_to_127_0_0_1_or_to_the_ipv6_loopback() {
-        for bound in [IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)] {
-            let listener = tokio::net::TcpListener::bind((bound, 0)).await.unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let url: LoopbackUrl = format!("http://localhost:{port}").parse().unwrap();
-            assert_eq!(url.port(), Some(port));
-            assert_eq!(url.to_string(), format!("http://localhost:{port}"));
-            let connected = url.connect().await;
-            let (_, from) = listener.accept().await.unwrap();
-            assert!(connected.is_ok(), "{bound}");
-            assert_eq!(from.ip(), bound, "connected over {bound}");
-        }
+    #[test]
+    fn localhost_is_either_loopback_address_at_a_port() {
+        let url: LoopbackUrl = "http://localhost:15000".parse().unwrap();
+        assert_eq!(url.port(), Some(15000));
+        assert_eq!(url.address(), &Address::Localhost(15000));
+        assert_eq!(url.to_string(), "http://localhost:15000");
         assert_eq!("http://localhost:0".parse::<LoopbackUrl>(), Err(UrlError::PortZero));
         assert_eq!("http://localhost:x".parse::<LoopbackUrl>(), Err(UrlError::BadPort));
     }

@@ -23,8 +23,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use lifeguard_base::url::{LocalStream, LoopbackUrl};
+use lifeguard_base::url::LoopbackUrl;
 use lifeguard_drain::Patience;
+use lifeguard_http::LocalStream;
 use lifeguard_http::{fetch, FetchError};
 
 /// Why an admin call did not produce a usable body.
@@ -231,10 +232,12 @@ impl AdminClient {
     /// body read chunk by chunk ([`BodyStream`]). No timeout and no
     /// observer: the caller bounds and reports the whole read.
     pub async fn open(&self, path: &str) -> Result<(StatusCode, BodyStream), AdminError> {
-        let stream = self.url.connect().await.map_err(|source| AdminError::Connect {
-            url: self.url.to_string(),
-            source,
-        })?;
+        let stream = lifeguard_http::connect(&self.url)
+            .await
+            .map_err(|source| AdminError::Connect {
+                url: self.url.to_string(),
+                source,
+            })?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         let request = Request::builder()
             .method(Method::GET)
