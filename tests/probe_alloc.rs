@@ -17,7 +17,7 @@ use common::alloc::{per_call, ready_now};
 use hyper::header::{HeaderValue, ACCEPT, HOST, USER_AGENT};
 use hyper::{Request, Uri};
 use lifeguard::checkers::Checkers;
-use lifeguard::drain::{Drain, KubeletAnswer, NotServingBecause, Phase, PhaseCell, Plan};
+use lifeguard::drain::{Audience, Drain, KubeletAnswer, NotServingBecause, Phase, PhaseCell, Plan};
 use lifeguard::drain_wait::{DrainWait, DrainWaitPlan};
 use lifeguard::envoy::admin::AdminClient;
 use lifeguard::envoy::process::Envoy;
@@ -31,8 +31,16 @@ use tower::Service;
 #[global_allocator]
 static GLOBAL: common::alloc::Counting = common::alloc::Counting;
 
-/// The kubelet's probe and a load balancer's, by their `User-Agent`.
-const AUDIENCES: [&str; 2] = ["kube-probe/1.34", "ELB-HealthChecker/2.0"];
+/// A probe's `User-Agent` for each audience: the kubelet's, a load
+/// balancer's (a new audience does not compile here until it has one).
+fn agent_of(audience: Audience) -> &'static str {
+    let agent = match audience {
+        Audience::Kubelet => "kube-probe/1.34",
+        Audience::LoadBalancer => "ELB-HealthChecker/2.0",
+    };
+    assert_eq!(Audience::of_agent(Some(agent.as_bytes())), audience, "{agent}");
+    agent
+}
 
 /// How the kubelet is answered in the drain.
 #[derive(Debug, Clone, Copy)]
@@ -139,7 +147,8 @@ fn the_probe_allocates_nothing_in_any_phase_for_either_audience() {
             for envoy_ready in [true, false] {
                 let (mut svc, cell) = service(&metrics, envoy_ready);
                 kubelet.publish(&cell, phase);
-                for agent in AUDIENCES {
+                for audience in Audience::all() {
+                    let agent = agent_of(audience);
                     let (allocations, status) = per_probe(&mut svc, agent);
                     let case = format!("{phase:?}, kubelet {kubelet:?}, Envoy ready {envoy_ready}, {agent}");
                     eprintln!("{case}: {status}, {allocations} heap allocations a probe");
@@ -152,6 +161,9 @@ fn the_probe_allocates_nothing_in_any_phase_for_either_audience() {
         }
     }
     eprintln!("{cases} cases");
-    assert_eq!(cases, Phase::all().count() * KUBELET.len() * 2 * AUDIENCES.len());
+    assert_eq!(
+        cases,
+        Phase::all().count() * KUBELET.len() * 2 * Audience::all().count()
+    );
     assert!(failures.is_empty(), "the probe allocated: {failures:#?}");
 }

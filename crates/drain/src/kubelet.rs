@@ -54,7 +54,8 @@ use lifeguard_base::duration::GoDuration;
 
 /// Who asks: the two audiences readiness tells apart while the pod
 /// terminates. The one place a probe is told to be the kubelet's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Audience {
     /// The kubelet (`User-Agent: kube-probe/…`): its answer is the
     /// EndpointSlice's `serving`, which kube-proxy's fallback to a
