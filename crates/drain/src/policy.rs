@@ -180,7 +180,9 @@ impl DoneRule {
 /// busy node) and finishes a read its client gave up on: cut at the usual
 /// timeout each time, a read that needs longer would cost Envoy that time
 /// at every try and never be answered. The drain's count reads and the
-/// drain wait's wait so; the readiness poller's stats reads, made only
+/// drain wait's wait so, on one record the port keeps
+/// ([`EnvoyControl::read_timeout`](crate::EnvoyControl::read_timeout)); the
+/// readiness poller's stats reads, made only
 /// until Envoy is first ready, double after timeouts and go back to the
 /// usual timeout after any answer ([`Patience::reset`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

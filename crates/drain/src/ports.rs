@@ -60,6 +60,12 @@ pub trait EnvoyControl {
     /// ([`ControlError::TimedOut`]), and a read under way when asked is
     /// waited for as its own timeout says.
     fn active(&self, timeout: Duration) -> impl Future<Output = Result<ActiveRead, ControlError>> + Send;
+    /// How long a new read of the counts would wait for Envoy now: the
+    /// admin timeout, longer after reads that ran past it, as
+    /// [`Patience`](crate::Patience) says. The port keeps the one record
+    /// of every such read (the drain's, and the drain wait's, which cost
+    /// Envoy alike); the drain caps what it gets by its deadline.
+    fn read_timeout(&self) -> Duration;
     /// Stops Envoy gracefully within `bound`.
     fn stop(&self, bound: Duration) -> impl Future<Output = Exit> + Send;
     /// Resolves when Envoy exits on its own (never, if that cannot be seen).

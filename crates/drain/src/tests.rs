@@ -19,6 +19,9 @@ fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
+/// The fake port's admin timeout: the tests' plans' (`plan`).
+const FAKE_ADMIN_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// What a scripted read returns: after `delay`, counts or an error.
 type Read = (Duration, Result<Active, ControlError>);
 
@@ -40,6 +43,9 @@ struct Script {
     stop_bounds: Mutex<Vec<Duration>>,
     exit: watch::Sender<Option<ExitStatus>>,
     phase: Mutex<Option<watch::Receiver<Status>>>,
+    /// The record of reads, kept as the real port keeps it (a 1 s admin
+    /// timeout, the tests' plans').
+    patience: Mutex<Patience>,
 }
 
 #[derive(Clone)]
@@ -74,6 +80,7 @@ impl FakeEnvoy {
             stop_bounds: Mutex::new(Vec::new()),
             exit: watch::channel(None).0,
             phase: Mutex::new(None),
+            patience: Mutex::new(Patience::default()),
         }))
     }
 
@@ -119,9 +126,22 @@ impl EnvoyControl for FakeEnvoy {
 
     async fn active(&self, _timeout: Duration) -> Result<ActiveRead, ControlError> {
         let (delay, result) = (self.0.reads.lock().unwrap())(self.since());
+        // Taken as timed out until it answers: the drain cuts it at its
+        // timeout by dropping this future.
+        self.0.patience.lock().unwrap().timed_out();
         tokio::time::sleep(delay).await;
         let took = self.0.took.lock().unwrap().unwrap_or(delay);
+        let mut patience = self.0.patience.lock().unwrap();
+        match &result {
+            Ok(_) => patience.answered(took, FAKE_ADMIN_TIMEOUT),
+            Err(ControlError::TimedOut(_)) => {}
+            Err(_) => patience.reset(),
+        }
         result.map(|active| ActiveRead { active, took })
+    }
+
+    fn read_timeout(&self) -> Duration {
+        self.0.patience.lock().unwrap().timeout(FAKE_ADMIN_TIMEOUT)
     }
 
     async fn stop(&self, bound: Duration) -> Exit {

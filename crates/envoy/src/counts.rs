@@ -36,20 +36,18 @@ const ACTIVE_FILTER: &str = "downstream_(cx|rq)_active$";
 #[derive(Clone)]
 pub struct CountsReader {
     admin: AdminClient,
-    last: Arc<tokio::sync::Mutex<Last>>,
+    last: Arc<tokio::sync::Mutex<Option<Reading>>>,
+    /// How long the next read is waited for: as long as the last needed,
+    /// longer after one that timed out ([`Patience`], learned from every
+    /// read, the drain's and the drain wait's: they cost Envoy alike).
+    /// The one record of it: the drain asks for it
+    /// ([`CountsReader::read_timeout`]) rather than keep its own. Apart
+    /// from the read's lock, so that asking never waits for a read.
+    patience: Arc<std::sync::Mutex<Patience>>,
     /// While the drain wait watches: the admin query that reads the
     /// inbound listeners' totals too (None: the active counts alone), and
     /// a number that changes with it.
     inbound: Arc<std::sync::Mutex<(Option<String>, u64)>>,
-}
-
-/// The last read, and how long the drain wait's next is waited for: as
-/// long as the last needed, longer after one that timed out ([`Patience`],
-/// learned from every read, the drain's too: they cost Envoy alike).
-#[derive(Default)]
-struct Last {
-    reading: Option<Reading>,
-    patience: Patience,
 }
 
 /// One read: when it began, how long Envoy took, which of the drain
@@ -70,7 +68,8 @@ impl CountsReader {
     pub(crate) fn new(admin: AdminClient) -> Self {
         Self {
             admin,
-            last: Arc::new(tokio::sync::Mutex::new(Last::default())),
+            last: Arc::new(tokio::sync::Mutex::new(None)),
+            patience: Arc::new(std::sync::Mutex::new(Patience::default())),
             inbound: Arc::new(std::sync::Mutex::new((None, 0))),
         }
     }
@@ -87,6 +86,16 @@ impl CountsReader {
         });
         let mut inbound = self.inbound.lock().unwrap_or_else(|e| e.into_inner());
         *inbound = (path, inbound.1 + 1);
+    }
+
+    /// How long a new read would wait for Envoy now: the admin timeout,
+    /// stretched as the record of reads says ([`Patience`]).
+    pub(crate) fn read_timeout(&self) -> Duration {
+        self.patience().timeout(self.admin.timeout())
+    }
+
+    fn patience(&self) -> std::sync::MutexGuard<'_, Patience> {
+        self.patience.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A read under way now or begun later, a new one waiting at most
@@ -110,7 +119,7 @@ impl CountsReader {
         let fresh = |r: &Reading| {
             r.inbound == Some(wanted) && asked.saturating_duration_since(r.began) < period.max(r.took * PACE)
         };
-        let paced = match self.last.lock().await.reading.as_ref() {
+        let paced = match self.last.lock().await.as_ref() {
             Some(r) if fresh(r) => return r.clone(),
             Some(r) => r.began + r.took * PACE,
             None => asked,
@@ -121,33 +130,30 @@ impl CountsReader {
     }
 
     /// The last read when `fresh` says it will do, else a new one, waiting
-    /// `timeout` for Envoy (None: as [`Last::patience`] says). A caller
+    /// `timeout` for Envoy (None: as the record of reads says). A caller
     /// that arrives while a read is under way waits for it.
     async fn read(&self, fresh: impl Fn(&Reading) -> bool, timeout: Option<Duration>) -> Reading {
         let mut last = self.last.lock().await;
-        if let Some(reading) = last.reading.as_ref().filter(|r| fresh(r)) {
+        if let Some(reading) = last.as_ref().filter(|r| fresh(r)) {
             return reading.clone();
         }
         let (path, generation) = self.inbound.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let inbound = path.is_some().then_some(generation);
         let began = Instant::now();
         let path = path.as_deref().unwrap_or(ACTIVE_STATS);
-        let admin = match timeout {
-            Some(timeout) => self.admin.waiting(timeout),
-            None => self.admin.patient(last.patience),
-        };
+        let admin = self.admin.waiting(timeout.unwrap_or_else(|| self.read_timeout()));
         // Taken as timed out until it is answered: a read its caller gave
         // up on first (the drain's own deadline, a few ms before this
         // client's) ran past its time all the same.
-        last.patience.timed_out();
+        self.patience().timed_out();
         let body = admin.get_text(Endpoint::Stats, path, ACTIVE_LIMIT).await;
         let took = began.elapsed();
         match &body {
-            Ok(_) => last.patience.answered(took, self.admin.timeout()),
+            Ok(_) => self.patience().answered(took, self.admin.timeout()),
             Err(e) if e.is_timeout() => {}
-            Err(_) => last.patience.reset(),
+            Err(_) => self.patience().reset(),
         }
-        let seq = last.reading.as_ref().map_or(1, |r| r.seq + 1);
+        let seq = last.as_ref().map_or(1, |r| r.seq + 1);
         let reading = Reading {
             seq,
             began,
@@ -155,7 +161,7 @@ impl CountsReader {
             inbound,
             body: body.map(Arc::from).map_err(control_error),
         };
-        last.reading = Some(reading.clone());
+        *last = Some(reading.clone());
         reading
     }
 }

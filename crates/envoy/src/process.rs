@@ -308,6 +308,10 @@ impl EnvoyControl for Envoy {
             .map_err(control_error)
     }
 
+    fn read_timeout(&self) -> Duration {
+        self.counts.read_timeout()
+    }
+
     async fn active(&self, timeout: Duration) -> Result<ActiveRead, ControlError> {
         let reading = self.counts.read_now(timeout).await;
         let body = reading.body?;

@@ -387,14 +387,14 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         let mut looks = Looks::default();
         let mut seen = Seen::default();
         loop {
-            // A read gets the admin timeout, longer after reads that ran
-            // past it ([`Patience`]), never past the deadline; near (or
-            // past) the deadline it still gets a short while: what Envoy
-            // is stopped with must be known, and the shutdown margin has
-            // room for it.
-            let read_timeout = seen
-                .patience
-                .timeout(plan.admin_timeout)
+            // A read gets what the port's record of Envoy's reads says
+            // (the admin timeout, longer after reads that ran past it),
+            // never past the deadline; near (or past) the deadline it
+            // still gets a short while: what Envoy is stopped with must be
+            // known, and the shutdown margin has room for it.
+            let read_timeout = self
+                .envoy
+                .read_timeout()
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(plan.last_read_timeout());
             let read_started = Instant::now();

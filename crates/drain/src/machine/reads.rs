@@ -9,7 +9,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::inbox::Interrupt;
 use super::Drain;
-use crate::policy::{Pacer, Patience, Progress};
+use crate::policy::{Pacer, Progress};
 use crate::ports::{ActiveRead, AppControl, ControlError, EnvoyControl, Work};
 use crate::rotation::Rotation;
 use crate::{APP_SCAN, APP_SCAN_MAX, EXTERNAL_GONE_AFTER, WARN_EVERY};
@@ -98,7 +98,7 @@ impl Refusals {
 
 /// What the reads of one wait remember between them.
 /// How long one round of the drain's reads waits: Envoy's count read (as
-/// [`Patience`] says, within the deadline) and a look at the app (the
+/// the port's record of reads says, within the deadline) and a look at the app (the
 /// admin timeout at most: a look's time is the kernel's, not Envoy's, and
 /// a slow Envoy must not let a look stall past the deadline).
 #[derive(Debug, Clone, Copy)]
@@ -112,8 +112,6 @@ pub(super) struct Seen {
     pub(super) left: Option<u64>,
     /// An external Envoy's refusals.
     refusals: Refusals,
-    /// How long the next read of Envoy's counts is waited for.
-    pub(super) patience: Patience,
     pub(super) progress: Progress,
     read_warning: Throttle,
     skipped_warning: Throttle,
@@ -125,7 +123,6 @@ impl Default for Seen {
         Self {
             left: None,
             refusals: Refusals::default(),
-            patience: Patience::default(),
             progress: Progress::default(),
             read_warning: Throttle::new(WARN_EVERY),
             skipped_warning: Throttle::new(WARN_EVERY),
@@ -212,12 +209,6 @@ impl<E: EnvoyControl, A: AppControl, R: Rotation> Drain<E, A, R> {
         now: Instant,
         seen: &mut Seen,
     ) -> Result<Option<u64>, Interrupt> {
-        let usual = self.plan.admin_timeout;
-        match &read {
-            Read::Answered(ActiveRead { took, .. }) => seen.patience.answered(*took, usual),
-            Read::TimedOut | Read::Failed(ControlError::TimedOut(_)) => seen.patience.timed_out(),
-            Read::Failed(_) => seen.patience.reset(),
-        }
         let error = match read {
             Read::Answered(ActiveRead { active, .. }) => {
                 seen.refusals.reset();
