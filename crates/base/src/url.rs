@@ -33,10 +33,12 @@ pub struct LoopbackUrl {
 /// connection: the vocabulary makes no system call).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Address {
+    /// A loopback address and port (`http://127.0.0.1:15000`, `[::1]`).
     Tcp(SocketAddr),
     /// `localhost:PORT`: 127.0.0.1, else ::1 (an admin bound to one of the
     /// two, as Envoy Gateway binds its own to ::1 on IPv6-only clusters).
     Localhost(u16),
+    /// A Unix socket's absolute path (`unix:///var/run/lifeguard/admin.sock`).
     Unix(PathBuf),
 }
 

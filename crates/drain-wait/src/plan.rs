@@ -9,7 +9,8 @@ use ipnet::IpNet;
 use lifeguard_base::grace::Grace;
 use lifeguard_drain::{Checks, DrainUntil};
 
-/// The rule's settings.
+/// What the drain wait runs with: the rule's thresholds and bounds, the
+/// grace period, the load balancers declared.
 #[derive(Debug, Clone)]
 pub struct DrainWaitPlan {
     /// Failed probes in a row after which a checker has taken the pod out,

@@ -144,7 +144,7 @@ struct Done {
 
 /// The rule's memory across reads, for one drain.
 pub(crate) struct Rule {
-    settings: Terms,
+    terms: Terms,
     began: Instant,
     done: Vec<Done>,
     /// Probers too many to follow held the wait until the checker
@@ -173,11 +173,11 @@ struct BeforeRise {
 
 impl Rule {
     /// The rule for a drain that began at `began`.
-    pub(crate) fn new(settings: Terms, began: Instant) -> Rule {
+    pub(crate) fn new(terms: Terms, began: Instant) -> Rule {
         Rule {
-            settings: Terms {
-                threshold: settings.threshold.max(1),
-                ..settings
+            terms: Terms {
+                threshold: terms.threshold.max(1),
+                ..terms
             },
             began,
             done: Vec::new(),
@@ -233,7 +233,7 @@ impl Rule {
                 left: until.saturating_duration_since(now),
             },
             (true, None) => WaitingOn::Quiet {
-                quiet: self.settings.quiet,
+                quiet: self.terms.quiet,
                 so_far: self.quiet_for(),
             },
         });
@@ -260,7 +260,7 @@ impl Rule {
     /// reads say so, not the clock).
     fn decide(&self, still_checking: usize, unfollowed_hold: Option<Instant>) -> bool {
         let every_checker_done = still_checking == 0 && unfollowed_hold.is_none();
-        let quiet_until = self.quiet_since + self.settings.quiet;
+        let quiet_until = self.quiet_since + self.terms.quiet;
         let no_new_request = self.last.is_some_and(|last| last.read >= quiet_until);
         self.out || (every_checker_done && no_new_request)
     }
@@ -329,11 +329,11 @@ impl Rule {
         if self.unfollowed_done {
             return None;
         }
-        let until = last.min(self.began) + self.settings.checker_timeout;
+        let until = last.min(self.began) + self.terms.checker_timeout;
         if now < until {
             return Some(until);
         }
-        if last + self.settings.checker_timeout > self.began {
+        if last + self.terms.checker_timeout > self.began {
             self.unfollowed_done = true;
             steps.push(Step::UnfollowedTimedOut);
         }
@@ -369,12 +369,12 @@ impl Rule {
             timed_out: count(CheckerState::TimedOut),
             uncounted: self.done.iter().filter(|d| !d.counted).count(),
             unfollowed: self.unfollowed_done,
-            quiet: self.settings.quiet,
+            quiet: self.terms.quiet,
         }
     }
 
     fn threshold_of(&self, key: &CheckerKey) -> u32 {
-        key.fixed_threshold().unwrap_or(self.settings.threshold)
+        key.fixed_threshold().unwrap_or(self.terms.threshold)
     }
 
     fn done_of(&self, c: &Checker) -> Option<&Done> {
@@ -404,7 +404,7 @@ impl Rule {
                 silent: now.saturating_duration_since(c.last_seen),
             });
             CheckerState::Vanished
-        } else if now.saturating_duration_since(self.began) >= self.settings.checker_timeout {
+        } else if now.saturating_duration_since(self.began) >= self.terms.checker_timeout {
             steps.push(Step::TimedOut {
                 checker: describe(c),
                 failures: c.failures_in_row,

@@ -465,12 +465,12 @@ impl<T: Traffic> Watch<T> {
             s.requests_per_second_before_drain = rate.map(|r| r.per_second);
             s.quiet_period_seconds = Some(quiet.as_secs_f64());
         });
-        let settings = Terms {
+        let terms = Terms {
             threshold: plan.unhealthy_threshold,
             checker_timeout: plan.checker_timeout,
             quiet,
         };
-        Rule::new(settings, began)
+        Rule::new(terms, began)
     }
 }
 

@@ -64,7 +64,10 @@ pub trait EnvoyControl {
     /// admin timeout, longer after reads that ran past it, as
     /// [`Patience`](crate::Patience) says. The port keeps the one record
     /// of every such read (the drain's, and the drain wait's, which cost
-    /// Envoy alike); the drain caps what it gets by its deadline.
+    /// Envoy alike); the drain caps what it gets by its deadline, and keeps
+    /// no record of its own. So a port counts as timed out an
+    /// [`active`](EnvoyControl::active) read dropped before its answer
+    /// (the drain's timeout cut it; Envoy finishes it all the same).
     fn read_timeout(&self) -> Duration;
     /// Stops Envoy gracefully within `bound`.
     fn stop(&self, bound: Duration) -> impl Future<Output = Exit> + Send;

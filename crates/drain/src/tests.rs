@@ -186,6 +186,10 @@ fn plan(policy: DrainUntil) -> Plan {
 
 /// Starts the drain machine on `envoy`; the fake sees the published phase.
 fn start(plan: Plan, envoy: &FakeEnvoy) -> (tokio::task::JoinHandle<Outcome>, DrainHandle) {
+    assert_eq!(
+        plan.admin_timeout, FAKE_ADMIN_TIMEOUT,
+        "the fake port's record is kept at the plan's"
+    );
     let (drain, handle) = Drain::new(plan, envoy.clone(), ());
     *envoy.0.phase.lock().unwrap() = Some(handle.watch());
     (tokio::spawn(drain.run()), handle)

@@ -142,15 +142,17 @@ impl CountsReader {
         let began = Instant::now();
         let path = path.as_deref().unwrap_or(ACTIVE_STATS);
         let admin = self.admin.waiting(timeout.unwrap_or_else(|| self.read_timeout()));
-        // Taken as timed out until it is answered: a read its caller gave
-        // up on first (the drain's own deadline, a few ms before this
-        // client's) ran past its time all the same.
-        self.patience().timed_out();
+        // A read its caller gave up on before the answer (the drain's own
+        // deadline, a few ms before this client's; the drain wait's read
+        // as the drain begins) ran on in Envoy all the same: counted as
+        // timed out when dropped so.
+        let mut unanswered = Unanswered(Some(self));
         let body = admin.get_text(Endpoint::Stats, path, ACTIVE_LIMIT).await;
+        unanswered.0 = None;
         let took = began.elapsed();
         match &body {
             Ok(_) => self.patience().answered(took, self.admin.timeout()),
-            Err(e) if e.is_timeout() => {}
+            Err(e) if e.is_timeout() => self.patience().timed_out(),
             Err(_) => self.patience().reset(),
         }
         let seq = last.as_ref().map_or(1, |r| r.seq + 1);
@@ -163,6 +165,18 @@ impl CountsReader {
         };
         *last = Some(reading.clone());
         reading
+    }
+}
+
+/// A read under way: dropped before its answer, it is counted in the
+/// record as timed out.
+struct Unanswered<'a>(Option<&'a CountsReader>);
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(reader) = self.0 {
+            reader.patience().timed_out();
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! One HTTP/1.1 request to a local URL (loopback TCP or a Unix socket, a
-//! [`LoopbackUrl`]) on a fresh connection, its body read up to a limit:
+//! The connection to a local URL (loopback TCP or a Unix socket, a
+//! [`LoopbackUrl`]: [`connect`]), and one HTTP/1.1 request on a fresh
+//! one, its body read up to a limit ([`fetch`]):
 //! what Envoy's admin client (`lifeguard_envoy::admin`, which words the
 //! errors as Envoy's) and the hooks calling lifeguard's own port
 //! (`lifeguard_hooks`) share. No timeout here: callers bound it.

@@ -6,9 +6,9 @@ use lifeguard_drain::{CheckerKey, ControlError};
 
 const SEC: Duration = Duration::from_secs(1);
 
-/// The default settings: threshold `threshold`, quiet for `quiet`, no
+/// The default terms: threshold `threshold`, quiet for `quiet`, no
 /// checker held past 20 s.
-fn settings(threshold: u32, quiet: Duration) -> Terms {
+fn terms(threshold: u32, quiet: Duration) -> Terms {
     Terms {
         threshold,
         checker_timeout: Duration::from_secs(20),
@@ -101,7 +101,7 @@ async fn one_checker_fails_its_threshold_then_the_traffic_it_sent_goes_quiet() {
     // The load balancer takes the pod out at its 2nd failure (11.3 s), so
     // traffic stops then; the rule's threshold is 3 (12.3 s).
     let stop = t0 + Duration::from_millis(11_300);
-    let mut rule = Rule::new(settings(3, SEC), began);
+    let mut rule = Rule::new(terms(3, SEC), began);
     let (out, steps) = run(&mut rule, lb, began, t0 + 30 * SEC, traffic_until(began, stop));
     let out = out.expect("out of rotation");
     assert_eq!(
@@ -132,7 +132,7 @@ async fn traffic_that_goes_on_after_the_checkers_are_done_holds_the_wait() {
     let lb = probes(key(5), SEC, t0, t0 + 30 * SEC, began);
     // A slow-propagating balancer: requests go on 4 s past the 3rd failure.
     let stop = t0 + 16 * SEC;
-    let mut rule = Rule::new(settings(3, SEC), began);
+    let mut rule = Rule::new(terms(3, SEC), began);
     let (out, steps) = run(&mut rule, lb, began, t0 + 30 * SEC, traffic_until(began, stop));
     assert_eq!(out, Some(stop + SEC));
     assert_eq!(steps[1..], [Step::CheckersDone { count: 1 }, Step::Out], "{steps:?}");
@@ -150,7 +150,7 @@ async fn two_checkers_wait_for_the_slower() {
         t0 + 40 * SEC,
         began,
     ));
-    let mut rule = Rule::new(settings(3, SEC), began);
+    let mut rule = Rule::new(terms(3, SEC), began);
     let (out, steps) = run(&mut rule, lbs, began, t0 + 40 * SEC, |_| Ok(7));
     // The fast one fails at 10, 11, 12 s; the slow one at 10.5, 12.5, 14.5 s.
     assert_eq!(out, Some(t0 + Duration::from_millis(14_500)));
@@ -176,7 +176,7 @@ async fn a_checker_that_stops_probing_is_done_after_twice_its_interval_and_a_sec
     let began = t0 + 10 * SEC;
     // Probes every 2 s and stops at 12 s (it deregistered the pod).
     let lb = probes(key(5), 2 * SEC, t0, t0 + 12 * SEC, began);
-    let mut rule = Rule::new(settings(3, SEC), began);
+    let mut rule = Rule::new(terms(3, SEC), began);
     let (out, steps) = run(&mut rule, lb, began, t0 + 30 * SEC, |_| Ok(1));
     // Silent from 12 s + 2 × 2 s + 1 s = 17 s.
     assert_eq!(out, Some(t0 + Duration::from_millis(17_100)));
@@ -198,7 +198,7 @@ async fn a_pod_nobody_checks_is_out_after_the_quiet_period() {
     for (t, k, ok) in &seen {
         checkers.record(*k, *t, *ok);
     }
-    let mut rule = Rule::new(settings(3, SEC), began);
+    let mut rule = Rule::new(terms(3, SEC), began);
     let (out, _) = run(&mut rule, seen, began, t0 + 30 * SEC, |_| Ok(0));
     assert_eq!(out, Some(began + SEC));
     let eval = rule.observe(began + SEC, &checkers.snapshot(), None, arrived(0, began + SEC));
@@ -213,7 +213,7 @@ async fn a_pod_nobody_checks_is_out_after_the_quiet_period() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_read_is_not_quiet() {
     let t0 = Instant::now();
-    let mut rule = Rule::new(settings(3, SEC), t0);
+    let mut rule = Rule::new(terms(3, SEC), t0);
     let fails_until = t0 + 5 * SEC;
     let timeout = TrafficError(ControlError::Failed("timeout".into()));
     let failed = timeout.clone();
@@ -238,7 +238,7 @@ async fn a_failed_read_is_not_quiet() {
 async fn a_health_check_in_progress_seen_by_one_read_is_not_a_new_request() {
     let t0 = Instant::now();
     let torn = t0 + Duration::from_millis(1500);
-    let mut rule = Rule::new(settings(3, 2 * SEC), t0);
+    let mut rule = Rule::new(terms(3, 2 * SEC), t0);
     let total = move |t: Instant| Ok(if t == torn { 6 } else { 5 });
     let (out, _) = run(&mut rule, Vec::new(), t0, t0 + 10 * SEC, total);
     assert_eq!(out, Some(t0 + 2 * SEC), "quiet from the first read");
@@ -253,7 +253,7 @@ async fn a_rise_that_stays_is_a_request_and_a_later_check_in_progress_is_not() {
     let t0 = Instant::now();
     let request = t0 + Duration::from_millis(1500);
     let torn = t0 + Duration::from_millis(2500);
-    let mut rule = Rule::new(settings(3, 2 * SEC), t0);
+    let mut rule = Rule::new(terms(3, 2 * SEC), t0);
     let total = move |t: Instant| {
         Ok(match t {
             t if t == torn => 7,
@@ -272,7 +272,7 @@ async fn a_rise_that_stays_is_a_request_and_a_later_check_in_progress_is_not() {
 async fn a_fall_short_of_the_total_before_the_rise_keeps_the_request() {
     let t0 = Instant::now();
     let rise = t0 + Duration::from_millis(1500);
-    let mut rule = Rule::new(settings(3, 2 * SEC), t0);
+    let mut rule = Rule::new(terms(3, 2 * SEC), t0);
     // 5, then a request and a check in progress (7), then the check done (6).
     let total = move |t: Instant| {
         Ok(match t {
@@ -289,7 +289,7 @@ async fn a_fall_short_of_the_total_before_the_rise_keeps_the_request() {
 async fn a_checker_seen_first_during_the_drain_is_waited_for_and_the_words_say_so() {
     let t0 = Instant::now();
     let checkers = Checkers::default();
-    let mut rule = Rule::new(settings(2, SEC), t0);
+    let mut rule = Rule::new(terms(2, SEC), t0);
     checkers.record(key(5), t0 + SEC, false);
     checkers.record(key(5), t0 + 2 * SEC, true);
     let eval = rule.observe(t0 + 2 * SEC, &checkers.snapshot(), None, arrived(0, t0 + 2 * SEC));
@@ -328,7 +328,7 @@ async fn envoys_checker_is_done_at_its_first_failure() {
         t0 + 30 * SEC,
         began,
     );
-    let mut rule = Rule::new(settings(3, SEC), began);
+    let mut rule = Rule::new(terms(3, SEC), began);
     let (out, steps) = run(&mut rule, envoy, began, t0 + 30 * SEC, |_| Ok(7));
     assert_eq!(
         out,
@@ -352,7 +352,7 @@ async fn no_checker_holds_the_wait_past_the_checker_timeout() {
     let t0 = Instant::now();
     let began = t0 + 130 * SEC;
     let slow = probes(key(66), 60 * SEC, t0, t0 + 400 * SEC, began);
-    let mut rule = Rule::new(settings(3, SEC), began);
+    let mut rule = Rule::new(terms(3, SEC), began);
     let (out, steps) = run(&mut rule, slow, began, t0 + 400 * SEC, |_| Ok(1));
     assert_eq!(out, Some(began + 20 * SEC));
     assert_eq!(
@@ -372,7 +372,7 @@ async fn no_checker_holds_the_wait_past_the_checker_timeout() {
 #[tokio::test(start_paused = true)]
 async fn a_read_of_other_listeners_is_not_quiet() {
     let t0 = Instant::now();
-    let mut rule = Rule::new(settings(3, SEC), t0);
+    let mut rule = Rule::new(terms(3, SEC), t0);
     let mut at = |t: Instant, total, generation| {
         let read = Arrivals {
             seq: Arrivals::next_seq(),
@@ -398,7 +398,7 @@ async fn the_conclusion_says_how_each_checker_ended() {
     let mut events = probes(key(5), SEC, t0, t0 + 30 * SEC, began);
     events.extend(probes(key(6), 2 * SEC, t0, t0 + 12 * SEC, began));
     events.extend(probes(key(7), 2 * SEC, t0, t0 + 14 * SEC, began));
-    let mut rule = Rule::new(settings(3, SEC), began);
+    let mut rule = Rule::new(terms(3, SEC), began);
     let (out, _) = run(&mut rule, events, began, t0 + 30 * SEC, |_| Ok(1));
     assert!(out.is_some());
     assert_eq!(
@@ -415,7 +415,7 @@ async fn the_conclusion_says_how_each_checker_ended() {
 #[tokio::test(start_paused = true)]
 async fn a_read_looked_at_again_is_no_evidence_of_quiet() {
     let t0 = Instant::now();
-    let mut rule = Rule::new(settings(3, SEC), t0);
+    let mut rule = Rule::new(terms(3, SEC), t0);
     let stop = t0 + Duration::from_secs(10);
     let mut t = t0;
     let mut out_at = None;
@@ -466,7 +466,7 @@ async fn a_checker_whose_probes_were_not_counted_holds_the_wait_never_ends_it() 
         t += Duration::from_millis(10);
         i += 1;
     }
-    let mut rule = Rule::new(settings(3, SEC), began);
+    let mut rule = Rule::new(terms(3, SEC), began);
     let (out, steps) = run(&mut rule, events, began, t0 + 40 * SEC, |_| Ok(9));
     assert_eq!(
         out,
@@ -487,7 +487,7 @@ async fn a_checker_whose_probes_were_not_counted_holds_the_wait_never_ends_it() 
 #[tokio::test(start_paused = true)]
 async fn probers_too_many_to_follow_hold_the_wait_until_the_checker_timeout() {
     let t0 = Instant::now();
-    let mut rule = Rule::new(settings(3, SEC), t0);
+    let mut rule = Rule::new(terms(3, SEC), t0);
     let mut out_at = None;
     let mut t = t0;
     while t < t0 + 30 * SEC {
@@ -502,7 +502,7 @@ async fn probers_too_many_to_follow_hold_the_wait_until_the_checker_timeout() {
     }
     assert_eq!(out_at, Some(t0 + 20 * SEC));
     // One long before the drain (more than the checker timeout) holds nothing.
-    let mut rule = Rule::new(settings(3, SEC), t0 + 60 * SEC);
+    let mut rule = Rule::new(terms(3, SEC), t0 + 60 * SEC);
     let first = rule.observe(t0 + 60 * SEC, &[], Some(t0 + SEC), arrived(1, t0 + 60 * SEC));
     assert_eq!(
         first.waiting_on.map(|w| w.to_string()).as_deref(),

@@ -96,17 +96,17 @@ impl Refusals {
     }
 }
 
-/// What the reads of one wait remember between them.
 /// How long one round of the drain's reads waits: Envoy's count read (as
-/// the port's record of reads says, within the deadline) and a look at the app (the
-/// admin timeout at most: a look's time is the kernel's, not Envoy's, and
-/// a slow Envoy must not let a look stall past the deadline).
+/// the port's record of reads says, within the deadline) and a look at the
+/// app (the admin timeout at most: a look's time is the kernel's, not
+/// Envoy's, and a slow Envoy must not let a look stall past the deadline).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ReadTimeouts {
     pub(super) envoy: Duration,
     pub(super) look: Duration,
 }
 
+/// What the reads of one wait remember between them.
 pub(super) struct Seen {
     /// The count the policy counts at the last successful read.
     pub(super) left: Option<u64>,
