@@ -195,6 +195,35 @@ fn start(plan: Plan, envoy: &FakeEnvoy) -> (tokio::task::JoinHandle<Outcome>, Dr
     (tokio::spawn(drain.run()), handle)
 }
 
+/// `plan(policy)` whose minimum drain time is `minimum` seconds.
+fn plan_with_minimum(policy: DrainUntil, minimum: f64) -> Plan {
+    let mut p = plan(policy);
+    p.minimum_drain_duration = secs(minimum);
+    p
+}
+
+/// `plan(policy)` whose deadline comes `deadline` seconds after the drain
+/// begins (the grace period's margin kept).
+fn plan_with_deadline(policy: DrainUntil, deadline: f64) -> Plan {
+    let mut p = plan(policy);
+    p.grace = with_deadline(p.grace, secs(deadline));
+    p
+}
+
+/// Starts the drain machine on `envoy` (`start`) and sends it SIGTERM.
+async fn start_signalled(plan: Plan, envoy: &FakeEnvoy) -> (tokio::task::JoinHandle<Outcome>, DrainHandle) {
+    let (task, handle) = start(plan, envoy);
+    handle.signal(Signal::Term).await;
+    (task, handle)
+}
+
+/// A drain begun by SIGTERM, run to its end: its outcome, and the handle
+/// for its last status.
+async fn drain_after_term(plan: Plan, envoy: &FakeEnvoy) -> (Outcome, DrainHandle) {
+    let (task, handle) = start_signalled(plan, envoy).await;
+    (task.await.unwrap(), handle)
+}
+
 /// Sleeps until `at` after the script's start.
 async fn at(envoy: &FakeEnvoy, at: f64) {
     tokio::time::sleep_until(envoy.0.t0 + secs(at)).await;
@@ -241,9 +270,7 @@ async fn fixed_policy_drains_for_the_drain_time_then_stops_envoy() {
 async fn exit_on_zero_waits_out_the_minimum_then_stops_at_the_first_zero() {
     // Two connections until 7 s, then none.
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(7.0) { 2 } else { 0 }));
-    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal(Signal::Term).await;
-    let outcome = task.await.unwrap();
+    let (outcome, handle) = drain_after_term(plan(DrainUntil::Connections), &envoy).await;
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 7.0, 7.05);
     assert_eq!(handle.status().left_at_stop, Some(0));
@@ -252,9 +279,7 @@ async fn exit_on_zero_waits_out_the_minimum_then_stops_at_the_first_zero() {
 #[tokio::test(start_paused = true)]
 async fn a_zero_before_the_minimum_does_not_end_the_drain() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
-    let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
-    handle.signal(Signal::Term).await;
-    let outcome = task.await.unwrap();
+    let (outcome, _handle) = drain_after_term(plan(DrainUntil::Requests), &envoy).await;
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 5.0, 5.05);
 }
@@ -263,9 +288,7 @@ async fn a_zero_before_the_minimum_does_not_end_the_drain() {
 async fn a_zero_older_than_the_last_non_zero_read_does_not_end_the_drain() {
     // Zero at first, one connection from 3 s to 8 s, zero after.
     let envoy = FakeEnvoy::new(true, |t| conns(u64::from(t >= secs(3.0) && t < secs(8.0))));
-    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal(Signal::Term).await;
-    let outcome = task.await.unwrap();
+    let (outcome, _handle) = drain_after_term(plan(DrainUntil::Connections), &envoy).await;
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 8.0, 8.05);
 }
@@ -280,9 +303,7 @@ async fn a_failed_read_at_the_minimum_does_not_reuse_the_zero_read_before_it() {
             conns(0)
         }
     });
-    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal(Signal::Term).await;
-    let outcome = task.await.unwrap();
+    let (outcome, _handle) = drain_after_term(plan(DrainUntil::Connections), &envoy).await;
     assert!(matches!(outcome, Outcome::Drained(_)), "{outcome:?}");
     assert_between(envoy.stops()[0], 6.0, 6.05);
 }
@@ -290,11 +311,7 @@ async fn a_failed_read_at_the_minimum_does_not_reuse_the_zero_read_before_it() {
 #[tokio::test(start_paused = true)]
 async fn the_deadline_cuts_a_drain_with_connections_left() {
     let envoy = FakeEnvoy::new(true, |_| conns(3));
-    let mut p = plan(DrainUntil::Connections);
-    p.grace = with_deadline(p.grace, secs(10.0));
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
-    let outcome = task.await.unwrap();
+    let (outcome, handle) = drain_after_term(plan_with_deadline(DrainUntil::Connections, 10.0), &envoy).await;
     assert!(matches!(outcome, Outcome::Cut { left: Some(3), .. }), "{outcome:?}");
     assert_between(envoy.stops()[0], 10.0, 10.0);
     let status = handle.status();
@@ -306,11 +323,9 @@ async fn the_deadline_cuts_a_drain_with_connections_left() {
 #[tokio::test(start_paused = true)]
 async fn a_deadline_inside_the_pre_drain_delay_stops_envoy_at_the_deadline() {
     let envoy = FakeEnvoy::new(true, |_| conns(2));
-    let mut p = plan(DrainUntil::Connections);
+    let mut p = plan_with_deadline(DrainUntil::Connections, 10.0);
     p.drain_delay = secs(20.0);
-    p.grace = with_deadline(p.grace, secs(10.0));
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(p, &envoy).await;
     at(&envoy, 9.0).await;
     assert_eq!(handle.status().phase, Phase::Delaying);
     let outcome = task.await.unwrap();
@@ -323,11 +338,9 @@ async fn a_deadline_inside_the_pre_drain_delay_stops_envoy_at_the_deadline() {
 #[tokio::test(start_paused = true)]
 async fn the_pre_drain_delay_keeps_envoy_serving_then_drains() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
-    let mut p = plan(DrainUntil::Connections);
+    let mut p = plan_with_minimum(DrainUntil::Connections, 1.0);
     p.drain_delay = secs(3.0);
-    p.minimum_drain_duration = secs(1.0);
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(p, &envoy).await;
     at(&envoy, 2.0).await;
     assert_eq!(handle.status().phase, Phase::Delaying);
     let outcome = task.await.unwrap();
@@ -341,8 +354,7 @@ async fn the_pre_drain_delay_keeps_envoy_serving_then_drains() {
 #[tokio::test(start_paused = true)]
 async fn envoy_exiting_mid_drain_ends_it_with_code_4_and_no_stop() {
     let envoy = FakeEnvoy::new(true, |_| conns(1));
-    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(plan(DrainUntil::Connections), &envoy).await;
     at(&envoy, 3.0).await;
     envoy.exit(1);
     let outcome = task.await.unwrap();
@@ -369,9 +381,7 @@ async fn envoy_exiting_before_any_drain_ends_the_machine() {
 #[tokio::test(start_paused = true)]
 async fn an_external_envoy_that_stops_answering_is_gone_after_a_second() {
     let envoy = FakeEnvoy::new(false, |t| if t < secs(2.0) { conns(1) } else { refused() });
-    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal(Signal::Term).await;
-    let outcome = task.await.unwrap();
+    let (outcome, handle) = drain_after_term(plan(DrainUntil::Connections), &envoy).await;
     assert_eq!(outcome, Outcome::EnvoyGone);
     assert_eq!(envoy.stops(), Vec::<Duration>::new());
     let status = handle.status();
@@ -383,11 +393,7 @@ async fn an_external_envoy_that_stops_answering_is_gone_after_a_second() {
 async fn a_refusing_child_envoy_is_not_declared_gone() {
     // A child's exit is seen directly: refusals alone are read failures.
     let envoy = FakeEnvoy::new(true, |t| if t < secs(2.0) { conns(1) } else { refused() });
-    let mut p = plan(DrainUntil::Connections);
-    p.grace = with_deadline(p.grace, secs(6.0));
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
-    let outcome = task.await.unwrap();
+    let (outcome, _handle) = drain_after_term(plan_with_deadline(DrainUntil::Connections, 6.0), &envoy).await;
     assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(6.0)]);
 }
@@ -395,8 +401,7 @@ async fn a_refusing_child_envoy_is_not_declared_gone() {
 #[tokio::test(start_paused = true)]
 async fn repeated_and_mixed_signals_make_one_drain() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
-    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(plan(DrainUntil::Time), &envoy).await;
     at(&envoy, 1.0).await;
     handle.signal(Signal::Int).await;
     at(&envoy, 2.0).await;
@@ -458,8 +463,7 @@ async fn sigterm_during_post_drain_stops_envoy_once_drained() {
 #[tokio::test(start_paused = true)]
 async fn quitquitquit_during_a_drain_stops_envoy_at_once() {
     let envoy = FakeEnvoy::new(true, |_| conns(4));
-    let (task, handle) = start(plan(DrainUntil::Connections), &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(plan(DrainUntil::Connections), &envoy).await;
     at(&envoy, 2.0).await;
     assert!(handle.quit().await);
     let outcome = task.await.unwrap();
@@ -529,11 +533,9 @@ async fn count_reads_slower_than_the_admin_timeout_are_waited_for_as_long_as_the
         let n = if t < secs(12.0) { 2 } else { 0 };
         (secs(1.5), conns(n).1)
     });
-    let mut p = plan(DrainUntil::Connections);
-    p.minimum_drain_duration = secs(1.0);
+    let p = plan_with_minimum(DrainUntil::Connections, 1.0);
     assert_eq!(p.admin_timeout, secs(1.0));
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(p, &envoy).await;
     at(&envoy, 2.6).await;
     // The first read (0 s) was cut at 1 s; the second (1 s) waited 2 s.
     let status = handle.status();
@@ -578,10 +580,7 @@ async fn slow_and_failed_reads_never_count_as_zero() {
             conns(0)
         }
     });
-    let mut p = plan(DrainUntil::Connections);
-    p.minimum_drain_duration = secs(1.0);
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(plan_with_minimum(DrainUntil::Connections, 1.0), &envoy).await;
     at(&envoy, 2.5).await;
     let status = handle.status();
     assert!(
@@ -603,8 +602,7 @@ async fn slow_and_failed_reads_never_count_as_zero() {
 #[tokio::test(start_paused = true)]
 async fn the_fixed_policy_reports_connections_while_it_waits() {
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(2.0) { 5 } else { 1 }));
-    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(plan(DrainUntil::Time), &envoy).await;
     at(&envoy, 1.0 + 0.5).await;
     assert_eq!(handle.status().active_connections, Some(5));
     task.await.unwrap();
@@ -702,9 +700,9 @@ impl AppControl for OneProcessApp {
 #[tokio::test(start_paused = true)]
 async fn app_exit_sees_the_apps_end_between_envoys_paced_reads() {
     let envoy = FakeEnvoy::new(true, |_| (secs(0.04), conns(0).1));
-    let mut p = plan(DrainUntil::AppExit);
-    p.minimum_drain_duration = secs(0.5);
-    let (task, handle) = start_with_app(p, &envoy, |t| usize::from(t < secs(1.0)));
+    let (task, handle) = start_with_app(plan_with_minimum(DrainUntil::AppExit, 0.5), &envoy, |t| {
+        usize::from(t < secs(1.0))
+    });
     handle.signal(Signal::Term).await;
     assert!(matches!(task.await.unwrap(), Outcome::Drained(_)));
     // Seen within APP_SCAN; nothing for APP_QUIET; one read (40 ms).
@@ -748,8 +746,7 @@ impl AppControl for CostlyApp {
 /// stopped.
 async fn drain_with_costly_looks(cost: Duration) -> (Vec<Duration>, Duration) {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
-    let mut p = plan(DrainUntil::AppExit);
-    p.minimum_drain_duration = secs(0.5);
+    let p = plan_with_minimum(DrainUntil::AppExit, 0.5);
     let app = CostlyApp {
         t0: envoy.0.t0,
         ends_at: secs(2.0),
@@ -812,8 +809,7 @@ async fn slow_looks_at_the_app_are_at_most_a_second_apart() {
 #[tokio::test(start_paused = true)]
 async fn app_exit_stops_envoy_one_read_after_the_apps_last_process_exits() {
     let envoy = FakeEnvoy::new(true, |_| (secs(0.04), conns(0).1));
-    let mut p = plan(DrainUntil::AppExit);
-    p.minimum_drain_duration = secs(0.5);
+    let p = plan_with_minimum(DrainUntil::AppExit, 0.5);
     let app = OneProcessApp {
         t0: envoy.0.t0,
         exits_at: secs(1.013),
@@ -832,9 +828,9 @@ async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
     let envoy = FakeEnvoy::new(true, |t| {
         conns(u64::from(t < secs(1.0) || (t >= secs(2.0) && t < secs(4.0))))
     });
-    let mut p = plan(DrainUntil::AppExit);
-    p.minimum_drain_duration = secs(1.0);
-    let (task, handle) = start_with_app(p, &envoy, |t| usize::from(t < secs(4.2)));
+    let (task, handle) = start_with_app(plan_with_minimum(DrainUntil::AppExit, 1.0), &envoy, |t| {
+        usize::from(t < secs(4.2))
+    });
     handle.signal(Signal::Term).await;
     at(&envoy, 3.0).await;
     let status = handle.status();
@@ -856,9 +852,7 @@ async fn app_exit_waits_for_the_apps_outbound_calls_after_envoy_is_idle() {
 #[tokio::test(start_paused = true)]
 async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
-    let mut p = plan(DrainUntil::AppExit);
-    p.grace = with_deadline(p.grace, secs(8.0));
-    let (task, handle) = start_with_app(p, &envoy, |_| 2);
+    let (task, handle) = start_with_app(plan_with_deadline(DrainUntil::AppExit, 8.0), &envoy, |_| 2);
     handle.signal(Signal::Term).await;
     let outcome = task.await.unwrap();
     assert!(matches!(outcome, Outcome::Cut { left: Some(2), .. }), "{outcome:?}");
@@ -868,9 +862,7 @@ async fn app_exit_is_cut_by_the_deadline_with_what_the_app_still_holds() {
 #[tokio::test(start_paused = true)]
 async fn the_fixed_policy_stopping_envoy_with_requests_in_flight_exits_3() {
     let envoy = FakeEnvoy::new(true, |_| conns(1));
-    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal(Signal::Term).await;
-    let outcome = task.await.unwrap();
+    let (outcome, handle) = drain_after_term(plan(DrainUntil::Time), &envoy).await;
     assert!(matches!(outcome, Outcome::Unfinished { left: 1, .. }), "{outcome:?}");
     let status = handle.status();
     assert_eq!(status.left_at_stop, Some(1));
@@ -891,10 +883,7 @@ async fn paced_drain(after: Duration, took: Option<Duration>) -> (Vec<Duration>,
     });
     assert_eq!(envoy.0.t0, t0);
     *envoy.0.took.lock().unwrap() = took;
-    let mut p = plan(DrainUntil::Connections);
-    p.minimum_drain_duration = secs(1.0);
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, _handle) = start_signalled(plan_with_minimum(DrainUntil::Connections, 1.0), &envoy).await;
     task.await.unwrap();
     let starts = starts.lock().unwrap().clone();
     (starts, envoy)
@@ -941,9 +930,7 @@ async fn a_hook_starts_the_pods_clock_before_sigterm() {
     // wait-app-exit tells the agent at 0 s; SIGTERM comes at 5 s (when
     // the hook returns). The deadline counts from the hook.
     let envoy = FakeEnvoy::new(true, |_| conns(1));
-    let mut p = plan(DrainUntil::Connections);
-    p.grace = with_deadline(p.grace, secs(10.0));
-    let (task, handle) = start(p, &envoy);
+    let (task, handle) = start(plan_with_deadline(DrainUntil::Connections, 10.0), &envoy);
     let status = handle.begin(Asker::Operator).await.expect("the drain began");
     assert_eq!(status.phase, Phase::Draining, "readiness is 503 when begin() answers");
     assert_eq!(status.trigger, Some(Trigger::PostDrain));
@@ -962,10 +949,7 @@ async fn one_slow_read_does_not_stall_the_drain() {
         let delay = if t >= secs(1.0) && t < secs(1.05) { 900 } else { 2 };
         (Duration::from_millis(delay), conns(u64::from(t < secs(2.0))).1)
     });
-    let mut p = plan(DrainUntil::Connections);
-    p.minimum_drain_duration = secs(1.0);
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, _handle) = start_signalled(plan_with_minimum(DrainUntil::Connections, 1.0), &envoy).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 2.0, 2.1);
 }
@@ -975,8 +959,7 @@ async fn app_exit_is_not_fooled_by_a_moment_without_app_sockets() {
     // The app answers its last request at 1 s, holds nothing for 60 ms,
     // then calls out (one socket) until 3 s.
     let envoy = FakeEnvoy::new(true, |_| conns(0));
-    let mut p = plan(DrainUntil::AppExit);
-    p.minimum_drain_duration = secs(0.5);
+    let p = plan_with_minimum(DrainUntil::AppExit, 0.5);
     let gap = |t: Duration| t >= secs(1.0) && t < secs(1.06);
     let (task, handle) = start_with_app(p, &envoy, move |t| usize::from(t < secs(3.0) && !gap(t)));
     handle.signal(Signal::Term).await;
@@ -992,10 +975,7 @@ async fn a_first_read_stuck_behind_a_long_scrape_does_not_stall_the_drain() {
         let delay = if t < secs(1.0) { 2000 } else { 2 };
         (Duration::from_millis(delay), conns(u64::from(t < secs(2.0))).1)
     });
-    let mut p = plan(DrainUntil::Connections);
-    p.minimum_drain_duration = secs(1.0);
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, _handle) = start_signalled(plan_with_minimum(DrainUntil::Connections, 1.0), &envoy).await;
     task.await.unwrap();
     assert_between(envoy.stops()[0], 2.0, 2.1);
 }
@@ -1062,11 +1042,9 @@ async fn work_that_came_after_post_drain_is_waited_for_at_the_signal() {
 #[tokio::test(start_paused = true)]
 async fn the_readiness_fail_delay_drains_envoy_first_and_fails_readiness_after() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
-    let mut p = plan(DrainUntil::Requests);
+    let mut p = plan_with_minimum(DrainUntil::Requests, 1.0);
     p.readiness_fail_delay = secs(3.0);
-    p.minimum_drain_duration = secs(1.0);
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(p, &envoy).await;
     at(&envoy, 1.0).await;
     // Envoy drains from the start, while readiness answers as Envoy does.
     assert_eq!(
@@ -1092,12 +1070,9 @@ async fn the_readiness_fail_delay_drains_envoy_first_and_fails_readiness_after()
 #[tokio::test(start_paused = true)]
 async fn the_readiness_fail_delay_is_bounded_by_the_deadline() {
     let envoy = FakeEnvoy::new(true, |_| conns(1));
-    let mut p = plan(DrainUntil::Requests);
+    let mut p = plan_with_deadline(DrainUntil::Requests, 8.0);
     p.readiness_fail_delay = secs(60.0);
-    p.grace = with_deadline(p.grace, secs(8.0));
-    let (task, handle) = start(p, &envoy);
-    handle.signal(Signal::Term).await;
-    let outcome = task.await.unwrap();
+    let (outcome, _handle) = drain_after_term(p, &envoy).await;
     assert!(matches!(outcome, Outcome::Cut { left: Some(1), .. }), "{outcome:?}");
     assert_eq!(envoy.stops(), [secs(8.0)]);
 }
@@ -1111,8 +1086,7 @@ fn progress_at(handle: &DrainHandle, t: f64) -> Option<String> {
 #[tokio::test(start_paused = true)]
 async fn the_progress_says_what_is_awaited_and_the_time_left() {
     let envoy = FakeEnvoy::new(true, |t| conns(if t < secs(9.0) { 2 } else { 0 }));
-    let (task, handle) = start(plan(DrainUntil::Requests), &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(plan(DrainUntil::Requests), &envoy).await;
     at(&envoy, 2.0).await;
     assert_eq!(
         progress_at(&handle, 2.0).as_deref(),
@@ -1277,8 +1251,7 @@ async fn the_read_at_a_stop_past_the_deadline_gets_a_quarter_of_the_shutdown_mar
         let delay = if t >= secs(4.0) { 200 } else { 2 };
         (Duration::from_millis(delay), conns(1).1)
     });
-    let mut p = plan(DrainUntil::Connections);
-    p.minimum_drain_duration = secs(0.5);
+    let mut p = plan_with_minimum(DrainUntil::Connections, 0.5);
     p.grace = Grace::new(secs(4.0), secs(1.0)).unwrap();
     assert_eq!(p.last_read_timeout(), secs(0.25));
     let (task, handle) = start(p, &envoy);
@@ -1506,9 +1479,7 @@ async fn out_of_rotation_serves_until_let_go_then_drains_and_stops_once_out_and_
 async fn a_verdict_that_never_comes_ends_at_the_bound_reported_with_who_held_it() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
     let rotation = FakeRotation::new();
-    let mut p = plan(DrainUntil::OutOfRotation);
-    p.grace = with_deadline(p.grace, secs(20.0));
-    let (task, handle) = start_gateway(p, &envoy, (), &rotation);
+    let (task, handle) = start_gateway(p_with_deadline(20.0), &envoy, (), &rotation);
     handle.signal(Signal::Term).await;
     at(&envoy, 19.9).await;
     assert!(envoy.drain_calls().is_empty());
@@ -1537,10 +1508,9 @@ async fn a_verdict_that_never_comes_ends_at_the_bound_reported_with_who_held_it(
     assert!(handle.status().cut_by_deadline);
 }
 
+/// `plan_with_deadline` of the out-of-rotation policy.
 fn p_with_deadline(deadline: f64) -> Plan {
-    let mut p = plan(DrainUntil::OutOfRotation);
-    p.grace = with_deadline(p.grace, secs(deadline));
-    p
+    plan_with_deadline(DrainUntil::OutOfRotation, deadline)
 }
 
 /// The default in a pod where no app was ever seen: its only container is
@@ -1788,8 +1758,7 @@ async fn app_exit_while_the_kubelet_follows_envoy_stops_once_the_app_is_gone_wit
 #[tokio::test(start_paused = true)]
 async fn terminating_readiness_failing_answers_the_kubelet_503_from_the_start() {
     let envoy = FakeEnvoy::new(true, |_| conns(0));
-    let (task, handle) = start(plan(DrainUntil::Time), &envoy);
-    handle.signal(Signal::Term).await;
+    let (task, handle) = start_signalled(plan(DrainUntil::Time), &envoy).await;
     task.await.unwrap();
     let kubelet = handle.status().kubelet.unwrap();
     assert_eq!(kubelet.answer, KubeletAnswer::NotServing);
