@@ -416,6 +416,23 @@ mod schedule_tests {
         (secs(0.05), Ok(LIVE_STATS.to_owned()))
     }
 
+    /// `/ready` says `before` until `at` seconds, `after` from then.
+    fn state_until(
+        at: f64,
+        before: ServerState,
+        after: ServerState,
+    ) -> impl Fn(Duration) -> Answer<ReadyAnswer> + Send + Sync + 'static {
+        move |t| state(if t < secs(at) { before } else { after })
+    }
+
+    /// An Envoy LIVE, its stats too, whose `/ready` says DRAINING from
+    /// `at` seconds (`/healthcheck/fail`: `server.state` stays 0).
+    fn draining_from(at: f64) -> Envoy {
+        Envoy::new(state_until(at, ServerState::Live, ServerState::Draining), |_| {
+            live_stats()
+        })
+    }
+
     fn timeout<T>() -> Answer<T> {
         (
             secs(1.0),
@@ -501,22 +518,13 @@ mod schedule_tests {
     #[tokio::test(start_paused = true)]
     async fn stats_until_the_first_ready_then_only_ready() {
         // Envoy initializes for 2 s, then is live.
-        let envoy = Envoy::new(
-            |t| {
-                state(if t < secs(2.0) {
-                    ServerState::PreInitializing
-                } else {
-                    ServerState::Live
-                })
-            },
-            |t| {
-                if t < secs(2.0) {
-                    (secs(0.05), Ok("server.state: 2\n".into()))
-                } else {
-                    live_stats()
-                }
-            },
-        );
+        let envoy = Envoy::new(state_until(2.0, ServerState::PreInitializing, ServerState::Live), |t| {
+            if t < secs(2.0) {
+                (secs(0.05), Ok("server.state: 2\n".into()))
+            } else {
+                live_stats()
+            }
+        });
         let p = start(&envoy);
         assert!(p.body_at(1.0).await.contains("PRE_INITIALIZING"));
         assert!(p.ready_at(2.2).await, "ready within a startup poll of Envoy");
@@ -551,16 +559,7 @@ mod schedule_tests {
     #[tokio::test(start_paused = true)]
     async fn draining_after_the_drain_began_is_the_drains_own_doing_and_keeps_envoy_ready() {
         use lifeguard_drain::{KubeletAnswer, Phase};
-        let envoy = Envoy::new(
-            |t| {
-                state(if t < secs(10.0) {
-                    ServerState::Live
-                } else {
-                    ServerState::Draining
-                })
-            },
-            |_| live_stats(),
-        );
+        let envoy = draining_from(10.0);
         let cell = lifeguard_drain::PhaseCell::serving();
         let p = start_with(&envoy, cell.clone());
         assert!(p.ready_at(9.0).await);
@@ -578,16 +577,7 @@ mod schedule_tests {
     #[tokio::test(start_paused = true)]
     async fn a_state_other_than_live_flips_at_once_and_the_full_check_resumes() {
         // LIVE until 10 s, then DRAINING (/healthcheck/fail): server.state stays 0.
-        let envoy = Envoy::new(
-            |t| {
-                state(if t < secs(10.0) {
-                    ServerState::Live
-                } else {
-                    ServerState::Draining
-                })
-            },
-            |_| live_stats(),
-        );
+        let envoy = draining_from(10.0);
         let p = start(&envoy);
         assert!(p.ready_at(9.9).await);
         let body = p.body_at(11.1).await;

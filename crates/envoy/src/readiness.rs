@@ -278,6 +278,23 @@ mod tests {
         (phase.clone(), Readiness::new(stale_after, phase))
     }
 
+    /// A readiness stale after 4 s whose Envoy is ready, the drain in
+    /// `phase` with the kubelet answered as `kubelet` says.
+    fn ready_envoy_in(phase: Phase, kubelet: KubeletAnswer) -> (PhaseCell, Readiness) {
+        let (cell, r) = readiness(Duration::from_secs(4));
+        r.store(Verdict::ready(Instant::now()));
+        cell.set(phase, Some(kubelet));
+        (cell, r)
+    }
+
+    /// The answer `ready` with `body`.
+    fn answer(ready: bool, body: &'static [u8]) -> Answer {
+        Answer {
+            ready,
+            body: Bytes::from_static(body),
+        }
+    }
+
     #[test]
     fn starts_not_ready_with_a_reason() {
         let (_tx, r) = readiness(Duration::from_secs(4));
@@ -290,13 +307,7 @@ mod tests {
     fn serves_the_stored_verdict() {
         let (_tx, r) = readiness(Duration::from_secs(4));
         r.store(Verdict::ready(Instant::now()));
-        assert_eq!(
-            r.answer(Audience::LoadBalancer),
-            Answer {
-                ready: true,
-                body: Bytes::from_static(b"ready\n")
-            }
-        );
+        assert_eq!(r.answer(Audience::LoadBalancer), answer(true, b"ready\n"));
         r.store(Verdict::not_ready("server.state is INITIALIZING", Instant::now()));
         let a = r.answer(Audience::LoadBalancer);
         assert!(!a.ready);
@@ -332,13 +343,7 @@ mod tests {
         let (tx, r) = readiness(Duration::from_secs(4));
         tx.set(Phase::DrainingReady, None);
         r.store(Verdict::ready(Instant::now()));
-        assert_eq!(
-            r.answer(Audience::LoadBalancer),
-            Answer {
-                ready: true,
-                body: Bytes::from_static(b"ready\n")
-            }
-        );
+        assert_eq!(r.answer(Audience::LoadBalancer), answer(true, b"ready\n"));
         assert!(!r.is_draining());
         r.store(Verdict::not_ready(
             "server.state is 1 (DRAINING), not 0 (LIVE)",
@@ -390,9 +395,7 @@ mod tests {
     /// recorded (answering alone records nothing).
     #[test]
     fn while_the_pod_terminates_the_kubelet_follows_envoy_and_load_balancers_get_503() {
-        let (cell, r) = readiness(Duration::from_secs(4));
-        r.store(Verdict::ready(Instant::now()));
-        cell.set(Phase::DrainingReady, Some(KubeletAnswer::FollowsEnvoy));
+        let (cell, r) = ready_envoy_in(Phase::DrainingReady, KubeletAnswer::FollowsEnvoy);
         for audience in [Audience::Kubelet, Audience::LoadBalancer] {
             assert_eq!(
                 r.answer(audience).body,
@@ -478,17 +481,9 @@ mod tests {
     /// the kubelet too, so that the pod leaves its Service's endpoints.
     #[test]
     fn an_operators_drain_gives_the_kubelet_503_too() {
-        let (cell, r) = readiness(Duration::from_secs(4));
-        r.store(Verdict::ready(Instant::now()));
-        cell.set(Phase::Draining, Some(KubeletAnswer::NotServing));
+        let (_cell, r) = ready_envoy_in(Phase::Draining, KubeletAnswer::NotServing);
         for audience in [Audience::Kubelet, Audience::LoadBalancer] {
-            assert_eq!(
-                r.answer(audience),
-                Answer {
-                    ready: false,
-                    body: Bytes::from_static(b"not ready: draining\n")
-                }
-            );
+            assert_eq!(r.answer(audience), answer(false, b"not ready: draining\n"));
         }
     }
 }
