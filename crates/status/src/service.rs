@@ -130,7 +130,11 @@ mod tests {
     use tokio::time::Instant;
 
     fn call(svc: &StatusService, method: Method, path: &str) -> (StatusCode, String) {
-        let req = Request::builder().method(method).uri(path).body(()).unwrap();
+        send(svc, Request::builder().method(method).uri(path).body(()).unwrap())
+    }
+
+    /// Serves `req` on a runtime of its own: the answer's status and body.
+    fn send(svc: &StatusService, req: Request<()>) -> (StatusCode, String) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -263,11 +267,7 @@ mod tests {
             for (k, v) in headers {
                 req = req.header(*k, *v);
             }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async { svc.tracked(req.body(()).unwrap()).await.unwrap().status() })
+            send(&svc, req.body(()).unwrap()).0
         };
         assert_eq!(
             probe(&[("user-agent", "kube-probe/1.31"), ("x-forwarded-for", "10.0.0.1")]),
@@ -310,17 +310,7 @@ mod tests {
                 .header("x-forwarded-for", "10.0.0.9")
                 .body(())
                 .unwrap();
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                use http_body_util::BodyExt;
-                let resp = svc.tracked(req).await.unwrap();
-                let status = resp.status();
-                let body = resp.into_body().collect().await.unwrap().to_bytes();
-                (status, String::from_utf8(body.to_vec()).unwrap())
-            })
+            send(&svc, req)
         };
         phase.set(Phase::Draining, Some(KubeletAnswer::FollowsEnvoy));
         let (status, body) = probe("kube-probe/1.34");
