@@ -89,6 +89,17 @@ impl Harness {
     fn phase(&self, phase: Phase) {
         self.drain.send_modify(|s| s.phase = phase);
     }
+    /// Requests through Envoy, one every `every` (the first `every` from
+    /// now), until the task is aborted.
+    fn requests_every(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let traffic = self.traffic.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                traffic.0.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    }
     /// A load balancer at 10.0.0.5 probing every second from now,
     /// answered as readiness would be (503 once the drain began).
     fn checker(&self) -> tokio::task::JoinHandle<()> {
@@ -202,13 +213,7 @@ async fn envoy_stopping_ends_the_wait_and_a_hook_with_no_drain_is_bounded() {
 #[tokio::test(start_paused = true)]
 async fn sparse_traffic_before_the_drain_lengthens_the_quiet_period() {
     let h = start(Duration::from_secs(28));
-    let traffic = h.traffic.clone();
-    let flow = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            traffic.0.fetch_add(1, Ordering::Relaxed);
-        }
-    });
+    let flow = h.requests_every(Duration::from_millis(500));
     tokio::time::sleep(Duration::from_secs(62)).await;
     h.phase(Phase::Draining);
     let drained = Instant::now();
@@ -251,13 +256,7 @@ async fn sparse_traffic_is_said_before_the_drain_and_the_max_quiet_period_caps_i
             max_quiet_period: max,
             ..DrainWaitPlan::for_tests()
         });
-        let traffic = h.traffic.clone();
-        let flow = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(9)).await;
-                traffic.0.fetch_add(1, Ordering::Relaxed);
-            }
-        });
+        let flow = h.requests_every(Duration::from_secs(9));
         tokio::time::sleep(Duration::from_secs(62)).await;
         let before = h.wait.status();
         let sparse = before.sparse_traffic.clone().expect("said before the drain");
@@ -292,13 +291,7 @@ async fn the_wait_ends_before_the_deadline_leaving_the_app_its_time() {
     h.phase(Phase::Draining);
     let t0 = Instant::now();
     // A balancer's traffic that never stops.
-    let traffic = h.traffic.clone();
-    let flow = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            traffic.0.fetch_add(1, Ordering::Relaxed);
-        }
-    });
+    let flow = h.requests_every(Duration::from_millis(50));
     let end = h.wait.wait(None).await;
     assert_eq!(end.why, WaitWhy::Deadline, "{end:?}");
     assert_eq!(Instant::now() - t0, 7 * SEC, "the app keeps 3 s of the 10 s");
@@ -403,13 +396,7 @@ async fn a_gateways_wait_lasts_to_the_deadline_and_ends_at_its_bound() {
         s.phase = Phase::LeavingRotation;
     });
     let t0 = Instant::now();
-    let traffic = h.traffic.clone();
-    let flow = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            traffic.0.fetch_add(1, Ordering::Relaxed);
-        }
-    });
+    let flow = h.requests_every(Duration::from_millis(50));
     let verdict = lifeguard_drain::Rotation::verdict(&h.wait).await;
     assert!(
         matches!(verdict, lifeguard_drain::RotationVerdict::NotOut(_)),
