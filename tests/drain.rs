@@ -20,13 +20,7 @@ fn the_incumbent_failure_a_fixed_drain_shorter_than_a_request_cuts_it() {
         Err(_) => {} // reset or closed: the failure users see
     }
     // lifeguard says so: exit 3, and the request it cut in the log.
-    assert_eq!(
-        pod.agent.exit_code(Duration::from_secs(10)),
-        3,
-        "{}",
-        pod.agent.output()
-    );
-    let out = pod.agent.output();
+    let out = pod.agent.assert_exit(Duration::from_secs(10), 3);
     assert!(
         out.contains("the drain time ran out with requests in flight") && out.contains("left_at_stop=1"),
         "{out}"
@@ -61,12 +55,7 @@ fn exit_on_zero_lets_the_request_in_flight_finish_then_stops_envoy() {
 
 #[test]
 fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
-    let pod = Pod::start(Agent::builder().args(&[
-        "--exit-on-zero-active-connections",
-        "true",
-        "--minimum-drain-duration",
-        "1s",
-    ]));
+    let pod = Pod::start(Agent::builder().exit_on_zero("1s"));
     // 5 s: still in flight 2 s into the drain, with 3 s left for this
     // thread's reads on a busy machine.
     let req = pod.request_in_flight("/delay/5");
@@ -114,16 +103,11 @@ fn readiness_turns_503_at_once_and_stays_answered_through_the_drain() {
 
 #[test]
 fn the_deadline_stops_envoy_and_reports_the_connection_cut() {
-    let mut pod = Pod::start(Agent::builder().args(&[
-        "--termination-grace-period",
-        "4s",
-        "--shutdown-margin",
-        "1s",
-        "--exit-on-zero-active-connections",
-        "true",
-        "--minimum-drain-duration",
-        "1s",
-    ]));
+    let mut pod = Pod::start(
+        Agent::builder()
+            .args(&["--termination-grace-period", "4s", "--shutdown-margin", "1s"])
+            .exit_on_zero("1s"),
+    );
     let req = pod.request_in_flight("/delay/10");
     let sent = pod.sigterm();
     let code = pod.agent.exit_code(Duration::from_secs(10));
@@ -149,12 +133,7 @@ fn the_deadline_stops_envoy_and_reports_the_connection_cut() {
 
 #[test]
 fn envoy_killed_mid_drain_makes_lifeguard_exit_non_zero() {
-    let mut pod = Pod::start(Agent::builder().args(&[
-        "--exit-on-zero-active-connections",
-        "true",
-        "--minimum-drain-duration",
-        "1s",
-    ]));
+    let mut pod = Pod::start(Agent::builder().exit_on_zero("1s"));
     let envoy = envoy_pid(&pod.agent);
     let _req = pod.request_in_flight("/delay/10");
     pod.sigterm();
@@ -282,12 +261,7 @@ fn while_the_pod_terminates_the_kubelet_is_answered_as_envoy_is_and_load_balance
         get(pod.ports.inbound.addr(), "/delay/0").unwrap(),
         (200, "done\n".into())
     );
-    assert_eq!(
-        pod.agent.exit_code(Duration::from_secs(15)),
-        0,
-        "{}",
-        pod.agent.output()
-    );
+    pod.agent.assert_exit(Duration::from_secs(15), 0);
     eprintln!("SIGTERM -> lifeguard exited: {:?}", sent.elapsed());
     let out = pod.agent.output();
     let summary = out
@@ -353,7 +327,7 @@ fn post_drain_flips_readiness_drains_and_leaves_envoy_running_until_sigterm() {
     );
     // SIGTERM now stops Envoy promptly.
     pod.sigterm();
-    assert_eq!(pod.agent.exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
+    pod.agent.assert_exit(Duration::from_secs(5), 0);
 }
 
 #[test]
@@ -361,15 +335,7 @@ fn an_external_envoy_is_drained_and_quit_through_its_admin_api() {
     let ports = Ports::new();
     let _app = App::start(&ports.app);
     let mut envoy = start_envoy(&bootstrap(&ports));
-    let mut agent = Agent::builder()
-        .on(&ports)
-        .args(&[
-            "--exit-on-zero-active-connections",
-            "true",
-            "--minimum-drain-duration",
-            "200ms",
-        ])
-        .start();
+    let mut agent = Agent::builder().on(&ports).exit_on_zero("200ms").start();
     wait_status(ports.agent.addr(), "/healthz/ready", 200, Duration::from_secs(30));
     agent.signal(libc::SIGTERM);
     let code = agent

@@ -163,11 +163,8 @@ fn exit_on_zero_fires_with_10000_listeners() {
     // longer (cut at 1 s every time, the drain never counted).
     let mut agent = Agent::builder()
         .on(&ports)
+        .exit_on_zero("500ms")
         .args(&[
-            "--exit-on-zero-active-connections",
-            "true",
-            "--minimum-drain-duration",
-            "500ms",
             "--termination-grace-period",
             "120s",
             "--terminating-readiness",

@@ -30,21 +30,18 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
     let dir = temp_dir("termination");
     let msg = dir.path().join("termination-log");
     let msg_arg = msg.display().to_string();
-    let mut pod = Pod::start(Agent::builder().args(&[
-        "--termination-grace-period",
-        "4s",
-        "--shutdown-margin",
-        "1s",
-        "--exit-on-zero-active-connections",
-        "true",
-        "--minimum-drain-duration",
-        "1s",
-        "--termination-message-path",
-        &msg_arg,
-        // Far longer than what the grace period leaves after the cut.
-        "--linger",
-        "30s",
-    ]));
+    let mut pod = Pod::start(
+        Agent::builder()
+            .args(&["--termination-grace-period", "4s", "--shutdown-margin", "1s"])
+            .exit_on_zero("1s")
+            .args(&[
+                "--termination-message-path",
+                &msg_arg,
+                // Far longer than what the grace period leaves after the cut.
+                "--linger",
+                "30s",
+            ]),
+    );
     let req = pod.request_in_flight("/delay/10");
     let sent = pod.sigterm();
     let stopped = wait_stopped(&pod);
@@ -122,20 +119,12 @@ fn a_drain_cut_by_the_deadline_is_kept_in_the_termination_message_and_lingers_wi
 
 #[test]
 fn a_scrape_after_envoy_stopped_sees_the_cut_and_ends_the_linger() {
-    let mut pod = Pod::start(Agent::builder().args(&[
-        "--termination-grace-period",
-        "30s",
-        "--shutdown-margin",
-        "27s",
-        "--exit-on-zero-active-connections",
-        "true",
-        "--minimum-drain-duration",
-        "1s",
-        "--linger",
-        "20s",
-        "--termination-message-path",
-        "none",
-    ]));
+    let mut pod = Pod::start(
+        Agent::builder()
+            .args(&["--termination-grace-period", "30s", "--shutdown-margin", "27s"])
+            .exit_on_zero("1s")
+            .args(&["--linger", "20s", "--termination-message-path", "none"]),
+    );
     let req = pod.request_in_flight("/delay/10");
     pod.sigterm();
     wait_stopped(&pod);

@@ -204,7 +204,7 @@ fn hooks_connected_to_the_agent_do_not_hold_the_drain() {
     );
     // The kubelet's SIGTERM once the hooks returned stops Envoy at once.
     let sigterm = pod.kubelet_sigterm();
-    assert_eq!(pod.agent.exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
+    pod.agent.assert_exit(Duration::from_secs(5), 0);
     eprintln!(
         "hooks: SIGTERM after the hooks -> lifeguard exited {:?}",
         sigterm.elapsed()
@@ -283,7 +283,7 @@ fn a_listener_of_a_process_named_envoy_that_is_not_envoy_is_the_apps() {
     let envoy_gone = envoy_exit.wait().expect("Envoy is stopped once the fake envoy is gone");
     assert!(envoy_gone > app_gone);
     eprintln!("fake envoy killed -> real Envoy stopped {:?}", envoy_gone - app_gone);
-    assert_eq!(pod.agent.exit_code(Duration::from_secs(5)), 0, "{}", pod.agent.output());
+    pod.agent.assert_exit(Duration::from_secs(5), 0);
     let code = hook.wait_exit(Duration::from_secs(5)).and_then(|s| s.code());
     assert_eq!(code, Some(0), "{}", hook.output());
 }
@@ -590,13 +590,7 @@ fn wait_app_exit_knows_the_proxy_without_the_agent() {
     let envoy_gone = envoy_exit.wait().expect("Envoy is stopped");
     let held = envoy_gone.duration_since(sigterm);
     eprintln!("the hook could not reach the agent, no shared process namespace: SIGTERM -> Envoy stopped {held:?}");
-    assert_eq!(
-        pod.agent.exit_code(Duration::from_secs(10)),
-        0,
-        "{}",
-        pod.agent.output()
-    );
-    let out = pod.agent.output();
+    let out = pod.agent.assert_exit(Duration::from_secs(10), 0);
     assert!(
         out.contains(
             "the minimum drain time applies: the drain began with no app socket and no request in Envoy, \

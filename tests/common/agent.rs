@@ -111,6 +111,17 @@ impl AgentBuilder {
         self
     }
 
+    /// The exit-on-zero policy (`--exit-on-zero-active-connections true`)
+    /// with this minimum drain time, as more flags.
+    pub fn exit_on_zero(self, minimum_drain_duration: &str) -> AgentBuilder {
+        self.args(&[
+            "--exit-on-zero-active-connections",
+            "true",
+            "--minimum-drain-duration",
+            minimum_drain_duration,
+        ])
+    }
+
     /// One more environment variable.
     pub fn env(mut self, key: &str, value: &str) -> AgentBuilder {
         self.env.push((key.to_owned(), value.to_owned()));

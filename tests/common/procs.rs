@@ -66,6 +66,15 @@ impl Proc {
         status.code().unwrap_or(-1)
     }
 
+    /// Waits up to `timeout` for the process to exit, asserts its exit code
+    /// is `code` (the output in the failure's message), and returns its
+    /// output.
+    #[track_caller]
+    pub fn assert_exit(&mut self, timeout: Duration, code: i32) -> String {
+        assert_eq!(self.exit_code(timeout), code, "{}", self.output());
+        self.output()
+    }
+
     /// Waits up to `timeout` until the output contains `text`; returns the
     /// output.
     pub fn wait_output(&self, text: &str, timeout: Duration) -> String {
