@@ -24,10 +24,8 @@ pub enum ControlError {
     /// is gone.
     #[error("{0}")]
     Refused(String),
-    /// Envoy did not answer within the read's timeout.
-    #[error("{0}")]
-    TimedOut(String),
-    /// Any other failure (an error status, a body cut short).
+    /// Any other failure (no answer within the read's timeout, an error
+    /// status, a body cut short).
     #[error("{0}")]
     Failed(String),
 }
@@ -56,8 +54,8 @@ pub trait EnvoyControl {
     ) -> impl Future<Output = Result<(), ControlError>> + Send;
     /// Reads the active downstream connections and requests, with the
     /// read's own time ([`ActiveRead::took`]), shared or not; a new read
-    /// waits at most `timeout` for Envoy's answer
-    /// ([`ControlError::TimedOut`]), and a read under way when asked is
+    /// waits at most `timeout` for Envoy's answer (else
+    /// [`ControlError::Failed`], naming the timeout), and a read under way when asked is
     /// waited for as its own timeout says.
     fn active(&self, timeout: Duration) -> impl Future<Output = Result<ActiveRead, ControlError>> + Send;
     /// How long a new read of the counts would wait for Envoy now: the

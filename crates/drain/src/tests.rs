@@ -134,7 +134,6 @@ impl EnvoyControl for FakeEnvoy {
         let mut patience = self.0.patience.lock().unwrap();
         match &result {
             Ok(_) => patience.answered(took, FAKE_ADMIN_TIMEOUT),
-            Err(ControlError::TimedOut(_)) => {}
             Err(_) => patience.reset(),
         }
         result.map(|active| ActiveRead { active, took })

@@ -181,12 +181,11 @@ impl Drop for Unanswered<'_> {
 }
 
 /// An admin call's failure as the drain sees it: refused (an external
-/// Envoy that keeps refusing is gone), timed out (the next read waits
-/// longer), or another reason.
+/// Envoy that keeps refusing is gone), or another reason (a timeout is
+/// the reader's own record's to learn from, not the drain's).
 pub(crate) fn control_error(e: AdminError) -> ControlError {
     match e {
         AdminError::Connect { .. } => ControlError::Refused(e.to_string()),
-        AdminError::Timeout { .. } => ControlError::TimedOut(e.to_string()),
         _ => ControlError::Failed(e.to_string()),
     }
 }
